@@ -1,0 +1,44 @@
+# Two commands set everything up on a fresh machine: `make demo` and `make test`.
+# The virtualenv is keyed on the dependency files: it is rebuilt only when
+# pyproject.toml or constraints.txt change.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+SIZE   ?= default
+PYTEST_ARGS ?=
+
+.PHONY: install demo test test-fast lint bench fuzz clean
+
+$(STAMP): pyproject.toml constraints.txt
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev]'
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+## Convert the bundled example data (AVRO and JSON Lines) on the local runner,
+## then train a small Keras model from readers.train_dataset.
+demo: $(STAMP)
+	$(BIN)/recordprep convert --input 'examples/data/*.avro' --config examples/features.yaml --output demo-out/avro --overwrite
+	$(BIN)/recordprep convert --input 'examples/data/*.jsonl' --config examples/features.yaml --output demo-out/json --overwrite --max-error-fraction 0.01
+	$(BIN)/recordprep inspect demo-out/avro --examples 1
+	$(BIN)/python examples/train.py demo-out/avro --steps 300
+
+## The whole test suite (slow end-to-end tests included).
+test: $(STAMP)
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(BIN)/ruff check convert readers pipelines tests bench examples
+
+## Benchmarks against peers measured in the same run: make bench [SIZE=small|default|large]
+bench: $(STAMP)
+	$(BIN)/python -m bench.run --size $(SIZE)
+
+clean:
+	rm -rf $(VENV) demo-out .pytest_cache

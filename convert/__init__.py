@@ -1,0 +1,1 @@
+"""Record-level conversion logic: no Beam and no TensorFlow in here."""

@@ -1,0 +1,94 @@
+"""Deterministic split assignment.
+
+A record's split depends only on its content (a key field, or the whole
+record), never on file order, worker or run: re-running a conversion, or
+converting a superset of the data, puts every record in the same split, and
+with ``--split-key user_id`` all records of one entity land together (no
+leakage of an entity between train and eval).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import orjson
+
+from convert.vectorize import getter, term
+
+
+class SplitError(ValueError):
+    pass
+
+
+@dataclasses.dataclass(frozen=True)
+class Splits:
+    """Named splits with weights, e.g. ``train=0.9,eval=0.1``."""
+
+    names: tuple[str, ...] = ("train", "eval")
+    weights: tuple[float, ...] = (0.9, 0.1)
+    key: str | None = None
+
+    def __post_init__(self) -> None:
+        if len(self.names) != len(self.weights) or not self.names:
+            raise SplitError("splits need one weight per name")
+        if len(set(self.names)) != len(self.names):
+            raise SplitError(f"split names repeat: {self.names}")
+        for n in self.names:
+            if not n.isidentifier():
+                raise SplitError(f"split name {n!r} must be an identifier (it becomes a file prefix)")
+        if any(w < 0 for w in self.weights) or sum(self.weights) <= 0:
+            raise SplitError(f"split weights must be >= 0 and sum to > 0, found {self.weights}")
+
+    @classmethod
+    def parse(cls, text: str, key: str | None = None) -> Splits:
+        """``"train=0.9,eval=0.1"`` (weights are normalized)."""
+        names, weights = [], []
+        for part in text.split(","):
+            name, sep, w = part.strip().partition("=")
+            if not sep:
+                raise SplitError(f"--splits: expected name=weight pairs like 'train=0.9,eval=0.1', found {part!r}")
+            try:
+                weights.append(float(w))
+            except ValueError:
+                raise SplitError(f"--splits: weight {w!r} for {name!r} is not a number") from None
+            names.append(name.strip())
+        return cls(tuple(names), tuple(weights), key)
+
+    @property
+    def bounds(self) -> np.ndarray:
+        w = np.asarray(self.weights, dtype=np.float64)
+        return np.cumsum(w / w.sum())
+
+    def assign(self, records: Sequence[Any]) -> np.ndarray:
+        """Split index per record (uint8 array)."""
+        if len(self.names) == 1:
+            return np.zeros(len(records), dtype=np.uint8)
+        if self.key:
+            get = getter(self.key)
+            blobs = [b"k" + term(get(r)).encode("utf-8", "surrogatepass") if get(r) is not None else b"null" for r in records]
+        else:
+            blobs = [_canonical(r) for r in records]
+        h = np.fromiter(
+            (int.from_bytes(hashlib.blake2b(b, digest_size=8).digest(), "little") >> 11 for b in blobs),
+            dtype=np.float64, count=len(blobs),
+        ) / float(1 << 53)
+        idx = np.searchsorted(self.bounds, h, side="right")
+        return np.minimum(idx, len(self.names) - 1).astype(np.uint8)
+
+
+def _canonical(r: Any) -> bytes:
+    try:
+        return orjson.dumps(r, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS, default=_default)
+    except TypeError:  # integers beyond 64 bits
+        return json.dumps(r, sort_keys=True, default=_default).encode()
+
+
+def _default(v: Any) -> Any:
+    if isinstance(v, bytes | bytearray):
+        return bytes(v).hex()
+    return str(v)

@@ -1,0 +1,77 @@
+"""Train a small Keras model on a recordprep output: ``python examples/train.py OUTPUT``.
+
+The model is built from the data's own description (``readers.load_info``):
+id features get embeddings sized by their ``vocab_size``, float features go in
+as they are. Nothing here names a feature.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import tensorflow as tf
+
+import readers
+
+
+def build_model(info: readers.DatasetInfo) -> tf.keras.Model:
+    inputs = readers.keras_inputs(info)
+    parts = []
+    for spec in info.features:
+        if spec.role == "label" or spec.name not in inputs:
+            continue
+        x = inputs[spec.name]
+        vocab = spec.params.get("vocab_size")
+        if spec.dtype == "int64" and vocab:
+            emb = tf.keras.layers.Embedding(vocab, 8, name=f"emb_{spec.name}")(x)
+            parts.append(tf.keras.layers.GlobalAveragePooling1D()(emb) if spec.shape[0] > 1 else tf.keras.layers.Flatten()(emb))
+        elif spec.dtype == "float32":
+            parts.append(x)
+        elif spec.dtype == "int64":
+            parts.append(tf.keras.layers.Lambda(lambda t: tf.cast(t, tf.float32))(x))
+    h = tf.keras.layers.Concatenate()(parts)
+    h = tf.keras.layers.Dense(32, activation="relu")(h)
+    out = tf.keras.layers.Dense(1, activation="sigmoid")(h)
+    return tf.keras.Model(inputs=inputs, outputs=out)
+
+
+class _Throughput(tf.keras.callbacks.Callback):
+    def __init__(self, batch_size: int):
+        super().__init__()
+        self.batch_size = batch_size
+
+    def on_train_begin(self, logs=None):
+        self.t0 = time.perf_counter()
+        self.steps = 0
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.steps += 1
+
+    def on_train_end(self, logs=None):
+        dt = time.perf_counter() - self.t0
+        print(f"trained {self.steps} steps in {dt:.1f} s: {self.steps * self.batch_size / dt:,.0f} examples/s")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("output", help="recordprep output directory")
+    ap.add_argument("--steps", type=int, default=300)
+    ap.add_argument("--batch-size", type=int, default=64)
+    args = ap.parse_args()
+
+    info = readers.load_info(args.output)
+    tf.keras.utils.set_random_seed(0)
+    model = build_model(info)
+    model.compile(optimizer="adam", loss="binary_crossentropy", metrics=["accuracy", tf.keras.metrics.AUC(name="auc")])
+    train = readers.train_dataset(f"{args.output}/train-*", batch_size=args.batch_size, seed=0)
+    evald = readers.eval_dataset(f"{args.output}/eval-*", batch_size=256)
+    epochs = 3
+    model.fit(train, steps_per_epoch=max(1, args.steps // epochs), epochs=epochs, verbose=2,
+              callbacks=[_Throughput(args.batch_size)])
+    loss, acc, auc = model.evaluate(evald, verbose=0)
+    print(f"eval: loss {loss:.4f}  accuracy {acc:.4f}  auc {auc:.4f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,168 @@
+"""``recordprep``: the command line.
+
+Library code raises; only this module turns errors into messages and exit
+codes (1 for a failed run or bad input, 2 for usage errors), so users never
+see a traceback for their own mistakes. ``--verbose`` shows Beam's logs.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="Convert AVRO/JSON into sharded, pre-vectorized TFRecords for TensorFlow training.",
+)
+
+
+def _fail(msg: str, code: int = 1) -> None:
+    typer.secho(f"error: {msg}", fg=typer.colors.RED, err=True)
+    raise typer.Exit(code)
+
+
+def _setup_logging(verbose: bool) -> None:
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    if not verbose:
+        # Beam logs worker exceptions with full tracebacks before re-raising;
+        # the CLI prints one clear line instead.
+        logging.getLogger("apache_beam").setLevel(logging.CRITICAL)
+    logging.getLogger("recordprep").setLevel(logging.INFO)
+
+
+@app.command(context_settings={"allow_extra_args": False})
+def convert(
+    input: Annotated[list[str], typer.Option("--input", "-i", help="Input files, globs or directories (local, gs://, hdfs://). Repeatable. Quote globs.")],
+    config: Annotated[Path, typer.Option("--config", "-c", help="Feature config (YAML or JSON); `recordprep infer` drafts one.")],
+    output: Annotated[str, typer.Option("--output", "-o", help="Output directory. dataset_info.json appears there last, when the run is complete.")],
+    splits: Annotated[str, typer.Option(help="Named splits with weights; the first one is analyzed (vocabularies, statistics).")] = "train=0.9,eval=0.1",
+    split_key: Annotated[str | None, typer.Option(help="Field whose value decides the split (entity-stable, e.g. user_id). Default: the whole record.")] = None,
+    num_shards: Annotated[int | None, typer.Option(help="Shards per split. Default: from input size (see --target-shard-mb).")] = None,
+    target_shard_mb: Annotated[float, typer.Option(help="Input MB per shard when --num-shards is not given.")] = 128.0,
+    compression: Annotated[str, typer.Option(help="Shard compression: gzip or none.")] = "gzip",
+    gzip_level: Annotated[int, typer.Option(help="gzip level 1 (fast) .. 9 (small).")] = 6,
+    batch_size: Annotated[int, typer.Option(help="Records per vectorized batch inside a worker.")] = 4096,
+    max_errors: Annotated[int | None, typer.Option(help="Rejected records tolerated before the run fails. Default 0.")] = None,
+    max_error_fraction: Annotated[float | None, typer.Option(help="Fraction of rejected records tolerated (0..1).")] = None,
+    json_records_path: Annotated[str | None, typer.Option(help="Dotted key holding the record array in JSON documents, e.g. 'statuses'.")] = None,
+    analysis_from: Annotated[str | None, typer.Option(help="Reuse vocabularies/statistics of an earlier output (daily runs, eval-only runs).")] = None,
+    overwrite: Annotated[bool, typer.Option(help="Replace an existing output made from other inputs or config.")] = False,
+    dry_run: Annotated[bool, typer.Option(help="Print the plan (inputs, shards, splits, features) and exit.")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show Beam's logs.")] = False,
+    beam_args: Annotated[list[str] | None, typer.Argument(help="Beam flags after a literal `--`, e.g. -- --runner DataflowRunner --project P --region R --temp_location gs://b/tmp", show_default=False)] = None,
+) -> None:
+    """Convert AVRO/JSON files into sharded TFRecords of pre-vectorized tf.train.Examples.
+
+    Runs on Beam's in-process runner unless Beam flags after `--` pick another.
+    Records that cannot be converted go to OUTPUT/errors/ (JSON Lines with file,
+    offset, field, reason and the record); by default any rejected record fails
+    the run after writing them: tolerate with --max-errors/--max-error-fraction.
+    Re-running with the same inputs and config into the same output does nothing.
+    """
+    _setup_logging(verbose)
+    from convert.config import ConfigError
+    from convert.splits import SplitError, Splits
+    from pipelines.job import OutputExistsError, plan, run_convert
+    from pipelines.options import ConvertOptions, OptionsError
+    from pipelines.plan import InputError
+    from pipelines.transforms import ConversionFailed
+
+    try:
+        opts = ConvertOptions(
+            inputs=tuple(input), config=str(config), output=output, splits=Splits.parse(splits, split_key),
+            num_shards=num_shards, target_shard_mb=target_shard_mb, compression=compression.lower(),
+            gzip_level=gzip_level, batch_size=batch_size, max_errors=max_errors,
+            max_error_fraction=max_error_fraction, json_records_path=json_records_path,
+            analysis_from=analysis_from, overwrite=overwrite, beam_args=tuple(beam_args or ()),
+        )
+        if dry_run:
+            p = plan(opts)
+            typer.echo(f"inputs: {len(p['inputs'])} files, {p['total_bytes'] / 1e6:.2f} MB")
+            for f in p["inputs"][:20]:
+                typer.echo(f"  {f['path']}  {f['size']:,} bytes")
+            if len(p["inputs"]) > 20:
+                typer.echo(f"  ... and {len(p['inputs']) - 20} more")
+            typer.echo(f"splits: {p['splits']} (key: {p['split_key'] or 'whole record'})")
+            typer.echo(f"shards per split: {p['num_shards']}  compression: {opts.compression}")
+            typer.echo("features:")
+            for feat in p["features"]["features"]:
+                extra = {k: v for k, v in feat.items() if k in ("max_len", "top_k", "buckets", "fill") and v is not None}
+                typer.echo(f"  {feat['name']:<20} <- {feat['source']:<24} {feat['transform']} {extra or ''}")
+            if p["features"]["label"]:
+                typer.echo(f"label: {p['features']['label']['name']} <- {p['features']['label']['source']}")
+            return
+        typer.echo(f"converting {', '.join(opts.inputs)} -> {opts.output}", err=True)
+        result = run_convert(opts)
+    except (ConfigError, OptionsError, SplitError, InputError) as e:
+        _fail(str(e), 2)
+    except (ConversionFailed, OutputExistsError, FileNotFoundError) as e:
+        _fail(getattr(e, "message", None) or str(e))
+    except Exception as e:  # noqa: BLE001 - last resort: one line, details with -v
+        if verbose:
+            raise
+        _fail(f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''} (re-run with --verbose for details)")
+    for line in result.summary_lines():
+        typer.echo(line)
+
+
+@app.command()
+def inspect(
+    output: Annotated[str, typer.Argument(help="A recordprep output directory (or a shard pattern inside it).")],
+    examples: Annotated[int, typer.Option("--examples", "-n", help="How many decoded examples to print.")] = 3,
+    split: Annotated[str | None, typer.Option(help="Split to show examples from (default: the first).")] = None,
+) -> None:
+    """Print an output's metadata summary and its first decoded examples."""
+    from pipelines.inspect import InspectError, inspect_output
+
+    try:
+        for line in inspect_output(output, examples, split):
+            typer.echo(line)
+    except InspectError as e:
+        _fail(str(e))
+
+
+@app.command()
+def wait(
+    output: Annotated[str, typer.Argument(help="Output directory a scheduled conversion writes.")],
+    timeout: Annotated[float, typer.Option(help="Seconds to wait before giving up (exit 1).")] = 3600.0,
+    poll: Annotated[float, typer.Option(help="Seconds between checks.")] = 10.0,
+) -> None:
+    """Block until OUTPUT is complete (dataset_info.json exists); exit 1 on timeout or failure."""
+    from apache_beam.io.filesystems import FileSystems
+
+    from convert.spec import METADATA_FILENAME
+    from pipelines.transforms import FAILURE_FILENAME
+
+    deadline = time.monotonic() + timeout
+    meta = FileSystems.join(output, METADATA_FILENAME)
+    failure = FileSystems.join(output, FAILURE_FILENAME)
+    while True:
+        if FileSystems.exists(meta):
+            typer.echo(f"{output} is complete")
+            return
+        if FileSystems.exists(failure):
+            with FileSystems.open(failure, compression_type="uncompressed") as f:
+                reason = json.loads(f.read()).get("reason", "see the file")
+            _fail(f"the conversion into {output} failed: {reason}")
+        if time.monotonic() >= deadline:
+            _fail(f"{output} is still incomplete after {timeout:.0f} s (no {METADATA_FILENAME}); is the conversion running?")
+        time.sleep(min(poll, max(0.0, deadline - time.monotonic())))
+
+
+def main() -> None:
+    try:
+        app()
+    except KeyboardInterrupt:
+        typer.echo("interrupted", err=True)
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

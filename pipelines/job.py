@@ -1,0 +1,218 @@
+"""Building and running the conversion pipeline.
+
+``run_convert`` is the library entry point behind ``recordprep convert``: it
+plans in the launcher (inputs, shards, fingerprint), builds the Beam pipeline
+from the PTransforms in ``pipelines.transforms``, runs it, and returns a
+summary. The default runner is Beam's in-process ``FnApiRunner``, chosen
+explicitly: ``DirectRunner`` first tries to download the Prism runner binary,
+which hangs or fails on an offline or firewalled machine. Any other runner
+comes from the Beam flags passed through (``-- --runner DataflowRunner ...``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import json
+import re
+import logging
+import time
+from importlib import metadata
+from typing import Any
+
+import apache_beam as beam
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+
+from convert.config import load_config
+from convert.sources import InputFileError
+from convert.spec import METADATA_FILENAME, DatasetInfo
+from pipelines.options import ConvertOptions
+from pipelines.plan import default_num_shards, discover, input_fingerprint, plan_units
+from pipelines.transforms import (
+    ANALYSIS_FILENAME,
+    AnalyzeUnits,
+    CommitContext,
+    CommitOutput,
+    ConversionFailed,
+    ConvertUnits,
+)
+
+log = logging.getLogger("recordprep")
+
+
+class OutputExistsError(RuntimeError):
+    pass
+
+
+def tool_version() -> str:
+    try:
+        return metadata.version("recordprep")
+    except metadata.PackageNotFoundError:
+        return "0+unknown"
+
+
+@dataclasses.dataclass
+class ConvertResult:
+    """What a run did. ``skipped`` is True when the output was already complete."""
+
+    output: str
+    skipped: bool
+    info: dict[str, Any]
+    seconds: float
+
+    def summary_lines(self) -> list[str]:
+        info = self.info
+        counts = info.get("counts", {})
+        lines = [f"output: {self.output}" + ("  (already complete for these inputs and config: nothing to do)" if self.skipped else "")]
+        lines.append(f"records read: {counts.get('read', 0)}   rejected (error output): {counts.get('errors', 0)}")
+        for name, sp in info.get("splits", {}).items():
+            lines.append(f"  {name:<8} {sp['num_records']:>10} records  {len(sp['shards']):>4} shards  {sp['num_bytes'] / 1e6:9.2f} MB")
+        for ef in info.get("errors", {}).get("files", []):
+            lines.append(f"  errors   {ef['count']:>10} records in {ef['file']}")
+        if not self.skipped:
+            n = counts.get("read", 0)
+            rate = n / self.seconds if self.seconds > 0 else 0.0
+            lines.append(f"time: {self.seconds:.1f} s ({rate:,.0f} records/s)")
+        return lines
+
+
+def read_existing(output: str) -> dict[str, Any] | None:
+    path = FileSystems.join(output, METADATA_FILENAME)
+    if not FileSystems.exists(path):
+        return None
+    with FileSystems.open(path, compression_type="uncompressed") as f:
+        return DatasetInfo.loads(f.read(), source=path).to_json()
+
+
+def _clear_output(output: str) -> None:
+    """Remove a previous dataset, metadata first so no reader sees a mix."""
+    meta = FileSystems.join(output, METADATA_FILENAME)
+    if FileSystems.exists(meta):
+        FileSystems.delete([meta])
+    matched = FileSystems.match([FileSystems.join(output, "*")])[0].metadata_list
+    if matched:
+        FileSystems.delete([m.path for m in matched])
+    for sub in ("vocab", "errors"):
+        d = FileSystems.join(output, sub)
+        if FileSystems.exists(d):
+            FileSystems.delete([d])
+
+
+def _load_analysis(old_output: str) -> dict[str, Any]:
+    path = FileSystems.join(old_output, ANALYSIS_FILENAME)
+    if not FileSystems.exists(path):
+        raise FileNotFoundError(f"--analysis-from {old_output}: no {ANALYSIS_FILENAME} there; point it at a completed recordprep output")
+    with FileSystems.open(path, compression_type="uncompressed") as f:
+        return json.loads(f.read())
+
+
+def plan(opts: ConvertOptions) -> dict[str, Any]:
+    """Everything the run will do, without running it (``--dry-run``)."""
+    config = load_config(opts.config)
+    files = discover(opts.inputs)
+    total = sum(f.size for f in files)
+    n = opts.num_shards or default_num_shards(total, opts.target_shard_mb)
+    units = plan_units(files, n, opts.json_records_path)
+    return {
+        "inputs": [{"path": f.path, "size": f.size} for f in files],
+        "total_bytes": total,
+        "num_shards": n,
+        "units": [[(r.path, r.start, r.end) for r in u.ranges] for u in units],
+        "splits": dict(zip(opts.splits.names, opts.splits.weights, strict=True)),
+        "split_key": opts.splits.key,
+        "features": config.to_json(),
+        "fingerprint": input_fingerprint(files, config.hash, opts.fingerprint_fields()),
+        "config": config,
+        "files": files,
+        "unit_objs": units,
+    }
+
+
+def run_convert(opts: ConvertOptions) -> ConvertResult:
+    """Convert ``opts.inputs`` into a committed dataset at ``opts.output``.
+
+    Idempotent: if the output already holds a dataset with the same
+    fingerprint (inputs' paths, sizes and mtimes; config; options), nothing
+    runs. A different dataset there is refused unless ``overwrite``.
+
+    Raises:
+      ConversionFailed: records were rejected beyond the tolerance (the error
+        output and ``_FAILURE.json`` are written, no dataset is committed).
+      OutputExistsError: the output holds another dataset.
+    """
+    t0 = time.perf_counter()
+    p = plan(opts)
+    config, files, units = p["config"], p["files"], p["unit_objs"]
+    fingerprint = p["fingerprint"]
+
+    existing = read_existing(opts.output)
+    if existing is not None:
+        if existing.get("fingerprint") == fingerprint:
+            log.info("%s is already complete for these inputs and config; nothing to do", opts.output)
+            return ConvertResult(opts.output, True, existing, time.perf_counter() - t0)
+        if not opts.overwrite:
+            raise OutputExistsError(
+                f"{opts.output} already holds a dataset made from other inputs or another config "
+                f"(fingerprint {str(existing.get('fingerprint'))[:12]}, this run {fingerprint[:12]}); "
+                f"pass --overwrite to replace it, or write to a new directory such as {opts.output.rstrip('/')}/dt=YYYY-MM-DD/"
+            )
+        _clear_output(opts.output)
+
+    beam_opts = PipelineOptions(list(opts.beam_args))
+    runner_name = beam_opts.view_as(StandardOptions).runner
+    if runner_name is None:
+        from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+
+        runner: Any = FnApiRunner()
+        runner_name = "FnApiRunner (local, in-process)"
+    else:
+        runner = None
+
+    ctx = CommitContext(
+        inputs=files, num_shards=len(units), fingerprint=fingerprint, config_json=config.to_json(),
+        config_hash=config.hash, runner=str(runner_name), tool_version=tool_version(),
+        started=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+    )
+    pipeline = beam.Pipeline(runner=runner, options=beam_opts)
+    unit_pc = pipeline | "Units" >> beam.Create(units, reshuffle=True)
+    if opts.analysis_from:
+        analysis = pipeline | "ReusedAnalysis" >> beam.Create([_load_analysis(opts.analysis_from)])
+    else:
+        analysis = unit_pc | "Analyze" >> AnalyzeUnits(config, opts)
+    results = unit_pc | "Convert" >> ConvertUnits(config, opts, analysis)
+    _ = results | "Commit" >> CommitOutput(config, opts, ctx, analysis)
+    try:
+        pipeline.run().wait_until_finish()
+    except Exception as e:
+        raise _unwrap(e) from e
+    info = read_existing(opts.output)
+    if info is None:
+        raise ConversionFailed(f"the pipeline finished but {opts.output}/{METADATA_FILENAME} was not written; see the runner's logs")
+    return ConvertResult(opts.output, False, info, time.perf_counter() - t0)
+
+
+def _clean(msg: str) -> str:
+    msg = msg.strip()
+    while msg.startswith(ConversionFailed.MARKER):
+        msg = msg[len(ConversionFailed.MARKER):].strip()
+    msg = msg.splitlines()[0] if msg else msg
+    return re.sub(r"\s*\[while running '[^']*'\].*$", "", msg).strip(" '\"")
+
+
+def _unwrap(e: BaseException) -> BaseException:
+    """Beam wraps worker exceptions (often as text): recover ours and input errors."""
+    seen: BaseException | None = e
+    while seen is not None:
+        if isinstance(seen, ConversionFailed):
+            return ConversionFailed(_clean(seen.message))
+        if isinstance(seen, InputFileError):
+            return ConversionFailed(f"cannot read input {_clean(str(seen))}")
+        seen = seen.__cause__ or seen.__context__
+    text = str(e)
+    if ConversionFailed.MARKER in text:
+        return ConversionFailed(_clean(text.split(ConversionFailed.MARKER, 1)[1]))
+    for line in text.splitlines():
+        if "InputFileError:" in line:
+            return ConversionFailed("cannot read input " + _clean(line.split("InputFileError:", 1)[1]))
+    return e

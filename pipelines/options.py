@@ -1,0 +1,111 @@
+"""Options of a conversion run: one frozen dataclass, validated in one place."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Sequence
+
+from convert.splits import Splits
+
+COMPRESSIONS = ("none", "gzip")
+
+
+class OptionsError(ValueError):
+    pass
+
+
+@dataclasses.dataclass(frozen=True)
+class ConvertOptions:
+    """What ``recordprep convert`` does.
+
+    Attributes:
+      inputs: file paths, globs or directories (local, gs://, hdfs://).
+      config: path of the feature config (YAML or JSON).
+      output: output directory; ``dataset_info.json`` appears there last.
+      splits: split names, weights and optional key field.
+      num_shards: shards per split; ``None`` derives it from input size
+        (``target_shard_mb`` of input per shard, at least enough shards for
+        readers to interleave when the input is large enough).
+      compression: ``gzip`` or ``none``.
+      gzip_level: 1 (fast) .. 9 (small).
+      batch_size: records per vectorized batch inside workers.
+      max_errors / max_error_fraction: rejected records tolerated before the
+        run fails (the error output is written either way). Default: none.
+      json_records_path: dotted key holding the record array in JSON documents.
+      analysis_from: earlier output whose vocabularies/statistics to reuse.
+      overwrite: replace an existing output made from other inputs/config.
+      beam_args: extra Beam pipeline flags, passed through untouched.
+    """
+
+    inputs: tuple[str, ...]
+    config: str
+    output: str
+    splits: Splits = Splits()
+    num_shards: int | None = None
+    target_shard_mb: float = 128.0
+    compression: str = "gzip"
+    gzip_level: int = 6
+    batch_size: int = 4096
+    max_errors: int | None = None
+    max_error_fraction: float | None = None
+    json_records_path: str | None = None
+    analysis_from: str | None = None
+    overwrite: bool = False
+    beam_args: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.inputs:
+            raise OptionsError("no --input given; pass one or more paths or glob patterns")
+        if self.num_shards is not None and not 1 <= self.num_shards <= 100_000:
+            raise OptionsError(f"--num-shards must be between 1 and 100000, found {self.num_shards}")
+        if self.target_shard_mb <= 0:
+            raise OptionsError(f"--target-shard-mb must be > 0, found {self.target_shard_mb}")
+        if self.compression not in COMPRESSIONS:
+            raise OptionsError(f"--compression must be one of {COMPRESSIONS}, found {self.compression!r}")
+        if not 0 <= self.gzip_level <= 9:
+            raise OptionsError(f"--gzip-level must be 0..9, found {self.gzip_level}")
+        if not 1 <= self.batch_size <= 1_000_000:
+            raise OptionsError(f"--batch-size must be 1..1000000, found {self.batch_size}")
+        if self.max_errors is not None and self.max_errors < 0:
+            raise OptionsError("--max-errors must be >= 0")
+        if self.max_error_fraction is not None and not 0 <= self.max_error_fraction <= 1:
+            raise OptionsError("--max-error-fraction must be between 0 and 1")
+        if re.match(r"^[a-z][a-z0-9+.-]*://", self.output) is None and self.output.strip() == "":
+            raise OptionsError("--output must be a directory path")
+        object.__setattr__(self, "inputs", tuple(self.inputs))
+        object.__setattr__(self, "beam_args", tuple(self.beam_args))
+
+    @property
+    def compression_type(self) -> str:
+        return "GZIP" if self.compression == "gzip" else "NONE"
+
+    def errors_tolerated(self, errors: int, read: int) -> bool:
+        if errors == 0:
+            return True
+        if self.max_errors is not None and errors <= self.max_errors:
+            return True
+        if self.max_error_fraction is not None and read and errors / read <= self.max_error_fraction:
+            return True
+        return False
+
+    def fingerprint_fields(self) -> dict[str, object]:
+        """The options that change the output's content (part of the fingerprint)."""
+        return {
+            "splits": dataclasses.asdict(self.splits),
+            "num_shards": self.num_shards,
+            "target_shard_mb": self.target_shard_mb,
+            "compression": self.compression,
+            "gzip_level": self.gzip_level,
+            "json_records_path": self.json_records_path,
+            "analysis_from": self.analysis_from,
+        }
+
+
+def split_beam_args(argv: Sequence[str]) -> tuple[list[str], list[str]]:
+    """Split ``recordprep`` args from Beam args at a literal ``--``."""
+    argv = list(argv)
+    if "--" in argv:
+        i = argv.index("--")
+        return argv[:i], argv[i + 1:]
+    return argv, []

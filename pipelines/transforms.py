@@ -1,0 +1,428 @@
+"""The conversion job's PTransforms: analyze, convert, commit.
+
+::
+
+    units ──AnalyzeUnits──> Analysis (singleton, training split only)
+      └────ConvertUnits(side input: Analysis)──> UnitResult per unit
+                                   └──CommitOutput──> shards renamed, vocab,
+                                                      errors, dataset_info.json
+
+Each element is a ``WorkUnit`` (byte ranges of input files), so every step
+works on batches of thousands of records and Beam's per-element cost is paid
+per unit. Both passes read the input (like tf.Transform) instead of holding
+decoded records between stages: memory stays flat however large the input.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import datetime as _dt
+import decimal
+import gzip
+import json
+import logging
+import uuid
+from typing import Any
+
+import apache_beam as beam
+import numpy as np
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.metrics import Metrics
+
+from convert.config import Config
+from convert.example import encode_examples
+from convert.sources import InputFileError, iter_records
+from convert.spec import FORMAT_VERSION, METADATA_FILENAME, DatasetInfo, FeatureSpec, ShardInfo, SplitInfo, shard_name
+from convert.tfrecord import frame_records
+from convert.vectorize import Analysis, Analyzer, Vectorizer
+from pipelines.options import ConvertOptions
+from pipelines.plan import InputFile, WorkUnit
+
+log = logging.getLogger("recordprep")
+
+TMP_DIR = ".recordprep-tmp"
+FAILURE_FILENAME = "_FAILURE.json"
+ANALYSIS_FILENAME = "analysis.json"
+ERRORS_DIR = "errors"
+
+
+class ConversionFailed(RuntimeError):
+    """The run finished but must not be committed (too many errors, accounting)."""
+
+    MARKER = "recordprep:"
+
+    def __init__(self, message: str):
+        super().__init__(f"{self.MARKER} {message}")
+        self.message = message
+
+
+# --------------------------------------------------------------- analysis
+
+
+class _AnalyzeUnit(beam.DoFn):
+    def __init__(self, config: Config, options: ConvertOptions):
+        self.config, self.options = config, options
+
+    def process(self, unit: WorkUnit):
+        acc = Analyzer(self.config)
+        train = 0
+        for rng in unit.ranges:
+            with FileSystems.open(rng.path, compression_type="uncompressed") as f:
+                for batch in iter_records(f, rng.path, rng.start, rng.end, self.options.batch_size,
+                                          self.options.json_records_path):
+                    if not batch.records:
+                        continue
+                    idx = self.options.splits.assign(batch.records)
+                    recs = [r for r, s in zip(batch.records, idx.tolist(), strict=True) if s == 0]
+                    train += len(recs)
+                    acc.add_records(recs)
+        yield acc
+
+
+class _MergeAnalyzers(beam.CombineFn):
+    def __init__(self, config: Config):
+        self.config = config
+
+    def create_accumulator(self):
+        return Analyzer(self.config)
+
+    def add_input(self, acc, element):
+        return acc.merge(element)
+
+    def merge_accumulators(self, accs):
+        accs = iter(accs)
+        first = next(accs)
+        for a in accs:
+            first.merge(a)
+        return first
+
+    def extract_output(self, acc):
+        return acc.result().to_json()
+
+
+class AnalyzeUnits(beam.PTransform):
+    """``PCollection[WorkUnit]`` -> singleton ``PCollection[dict]`` (``Analysis.to_json()``).
+
+    Vocabulary counts and numeric statistics over the first split (training)
+    only, so eval data never leaks into the mapping.
+    """
+
+    def __init__(self, config: Config, options: ConvertOptions):
+        super().__init__()
+        self.config, self.options = config, options
+
+    def expand(self, units):
+        return (
+            units
+            | "AnalyzeUnit" >> beam.ParDo(_AnalyzeUnit(self.config, self.options))
+            | "MergeAnalysis" >> beam.CombineGlobally(_MergeAnalyzers(self.config))
+        )
+
+
+# ---------------------------------------------------------------- convert
+
+
+def _jsonable(v: Any) -> Any:
+    if isinstance(v, dict):
+        return {str(k): _jsonable(x) for k, x in v.items()}
+    if isinstance(v, list | tuple):
+        return [_jsonable(x) for x in v]
+    if isinstance(v, bytes | bytearray):
+        return {"$base64": base64.b64encode(bytes(v)).decode()}
+    if isinstance(v, float) and not np.isfinite(v):
+        return str(v)
+    if isinstance(v, decimal.Decimal | _dt.date | _dt.datetime | _dt.time | uuid.UUID):
+        return str(v)
+    return v
+
+
+class _Writer:
+    """A temp shard being written: raw file, optional gzip layer, counts."""
+
+    def __init__(self, path: str, compression: str, level: int):
+        self.path = path
+        self.raw = FileSystems.create(path, mime_type="application/octet-stream", compression_type="uncompressed")
+        self.f = gzip.GzipFile(fileobj=self.raw, mode="wb", compresslevel=level, mtime=0) if compression == "GZIP" else self.raw
+        self.records = 0
+
+    def write(self, data: bytes, n: int) -> None:
+        self.f.write(data)
+        self.records += n
+
+    def close(self) -> int:
+        if self.f is not self.raw:
+            self.f.close()
+        self.raw.close()
+        return FileSystems.match([self.path])[0].metadata_list[0].size_in_bytes
+
+
+class _ConvertUnit(beam.DoFn):
+    """Read, vectorize, encode and write one unit into one temp shard per split."""
+
+    def __init__(self, config: Config, options: ConvertOptions):
+        self.config, self.options = config, options
+        self.records_read = Metrics.counter("recordprep", "records_read")
+        self.records_written = Metrics.counter("recordprep", "records_written")
+        self.records_rejected = Metrics.counter("recordprep", "records_rejected")
+
+    def process(self, unit: WorkUnit, analysis_json: dict):
+        opts = self.options
+        vec = Vectorizer(self.config, Analysis.from_json(analysis_json))
+        names = opts.splits.names
+        tmp = FileSystems.join(opts.output, TMP_DIR)
+        attempt = uuid.uuid4().hex[:8]
+        suffix = ".tfrecord.gz" if opts.compression_type == "GZIP" else ".tfrecord"
+        writers = [_Writer(FileSystems.join(tmp, f"{s}-{unit.index:05d}-{attempt}{suffix}"), opts.compression_type, opts.gzip_level)
+                   for s in names]
+        err_path = FileSystems.join(tmp, f"errors-{unit.index:05d}-{attempt}.jsonl")
+        err_f = None
+        n_err = 0
+        per_file: dict[str, dict[str, int]] = {}
+
+        def reject(path: str, kind: str, offset: int, index: int, field: str, reason: str, raw: Any) -> None:
+            nonlocal err_f, n_err
+            if err_f is None:
+                err_f = FileSystems.create(err_path, mime_type="application/x-ndjson", compression_type="uncompressed")
+            row: dict[str, Any] = {"file": path, "byte_offset": offset}
+            if kind == "avro":
+                row["record_in_block"] = index
+            elif index:
+                row["line"] = index
+            row.update(field=field, reason=reason, record=_jsonable(raw))
+            err_f.write(json.dumps(row, ensure_ascii=False).encode() + b"\n")
+            n_err += 1
+
+        for rng in unit.ranges:
+            counts = per_file.setdefault(rng.path, {"read": 0, "errors": 0, **{s: 0 for s in names}})
+            with FileSystems.open(rng.path, compression_type="uncompressed") as f:
+                for batch in iter_records(f, rng.path, rng.start, rng.end, opts.batch_size, opts.json_records_path):
+                    counts["read"] += len(batch.records) + len(batch.bad)
+                    for off, idx, reason, raw in batch.bad:
+                        reject(rng.path, batch.kind, off, idx, "<record>", reason, raw)
+                    counts["errors"] += len(batch.bad)
+                    if not batch.records:
+                        continue
+                    split_idx = opts.splits.assign(batch.records)
+                    vb = vec.vectorize(batch.records)
+                    for r in vb.rejections:
+                        reject(rng.path, batch.kind, batch.offsets[r.index], batch.indexes[r.index], r.field, r.reason,
+                               batch.records[r.index])
+                    counts["errors"] += len(vb.rejections)
+                    kept_split = split_idx[vb.keep]
+                    rows = int(vb.keep.sum())
+                    if rows == 0:
+                        continue
+                    buf, lens = encode_examples(vb.columns, rows)
+                    starts = np.cumsum(lens) - lens
+                    for s, w in enumerate(writers):
+                        sel = np.nonzero(kept_split == s)[0]
+                        if sel.size:
+                            w.write(frame_records(buf, starts[sel], lens[sel]), int(sel.size))
+                            counts[names[s]] += int(sel.size)
+        shards = {}
+        for s, w in zip(names, writers, strict=True):
+            size = w.close()
+            shards[s] = {"tmp": w.path, "records": w.records, "bytes": size}
+        if err_f is not None:
+            err_f.close()
+        read = sum(c["read"] for c in per_file.values())
+        self.records_read.inc(read)
+        self.records_written.inc(sum(w.records for w in writers))
+        self.records_rejected.inc(n_err)
+        yield {"unit": unit.index, "shards": shards, "errors": {"tmp": err_path if n_err else None, "count": n_err},
+               "per_file": per_file}
+
+
+class ConvertUnits(beam.PTransform):
+    """``PCollection[WorkUnit]`` + Analysis side input -> ``PCollection[dict]`` unit results.
+
+    Writes temp shards under ``<output>/.recordprep-tmp/`` (attempt-unique
+    names, so retried work never clobbers a committed attempt); nothing is
+    visible to readers until ``CommitOutput``.
+    """
+
+    def __init__(self, config: Config, options: ConvertOptions, analysis):
+        super().__init__()
+        self.config, self.options, self.analysis = config, options, analysis
+
+    def expand(self, units):
+        return units | "ConvertUnit" >> beam.ParDo(
+            _ConvertUnit(self.config, self.options), beam.pvalue.AsSingleton(self.analysis))
+
+
+# ----------------------------------------------------------------- commit
+
+
+def _write_atomic(path: str, data: bytes) -> None:
+    """Write-then-rename: a reader sees the old state or the new, never half."""
+    tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
+    with FileSystems.create(tmp, compression_type="uncompressed") as f:
+        f.write(data)
+    FileSystems.rename([tmp], [path])
+
+
+def _escape_term(t: str) -> str:
+    return t.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
+
+
+@dataclasses.dataclass
+class CommitContext:
+    """What the launcher knows and the commit step records."""
+
+    inputs: list[InputFile]
+    num_shards: int
+    fingerprint: str
+    config_json: dict
+    config_hash: str
+    runner: str
+    tool_version: str
+    started: str
+
+
+class _Commit(beam.DoFn):
+    def __init__(self, config: Config, options: ConvertOptions, ctx: CommitContext):
+        self.config, self.options, self.ctx = config, options, ctx
+
+    def process(self, _, results: list[dict], analysis_json: dict):
+        opts, ctx = self.options, self.ctx
+        out = opts.output
+        results = sorted(results, key=lambda r: r["unit"])
+        names = opts.splits.names
+
+        # Accounting: every record read is in exactly one split or the error output.
+        per_file: dict[str, dict[str, int]] = {}
+        for r in results:
+            for path, c in r["per_file"].items():
+                agg = per_file.setdefault(path, {k: 0 for k in c})
+                for k, v in c.items():
+                    agg[k] = agg.get(k, 0) + v
+        for path, c in per_file.items():
+            if c["read"] != sum(c[s] for s in names) + c["errors"]:
+                raise ConversionFailed(f"accounting mismatch for {path}: read {c['read']}, "
+                                       f"written {sum(c[s] for s in names)}, errors {c['errors']}; this is a bug, please report it")
+        read = sum(c["read"] for c in per_file.values())
+        n_err = sum(c["errors"] for c in per_file.values())
+        written = {s: sum(r["shards"][s]["records"] for r in results) for s in names}
+        if len(results) != ctx.num_shards:
+            raise ConversionFailed(f"expected {ctx.num_shards} work unit results, got {len(results)}; re-run the conversion")
+
+        # Error output goes to its final place whatever happens next.
+        error_files = []
+        err_results = [r for r in results if r["errors"]["tmp"]]
+        if err_results:
+            _ensure_dir(FileSystems.join(out, ERRORS_DIR))
+        for i, r in enumerate(err_results):
+            dst = FileSystems.join(out, ERRORS_DIR, f"errors-{i:05d}-of-{len(err_results):05d}.jsonl")
+            FileSystems.rename([r["errors"]["tmp"]], [dst])
+            error_files.append({"file": f"{ERRORS_DIR}/{posix_basename(dst)}", "count": r["errors"]["count"]})
+
+        counts = {"read": read, "written": written, "errors": n_err, "per_file": per_file}
+        if not opts.errors_tolerated(n_err, read):
+            _cleanup_tmp(out)
+            where = FileSystems.join(out, ERRORS_DIR)
+            msg = (f"{n_err} of {read} records were rejected (first reasons in {where}/); "
+                   f"no dataset was committed. Fix the input or config, or tolerate them with "
+                   f"--max-errors {n_err} or --max-error-fraction {n_err / max(read, 1):.4g}")
+            _write_atomic(FileSystems.join(out, FAILURE_FILENAME),
+                          json.dumps({"reason": msg, "counts": counts, "fingerprint": ctx.fingerprint}, indent=2).encode())
+            raise ConversionFailed(msg)
+
+        # Shards: temp names -> {split}-{i}-of-{n}.
+        splits = {}
+        for s in names:
+            src, dst, infos = [], [], []
+            for r in results:
+                sh = r["shards"][s]
+                name = shard_name(s, r["unit"], ctx.num_shards, opts.compression_type)
+                src.append(sh["tmp"])
+                dst.append(FileSystems.join(out, name))
+                infos.append(ShardInfo(name, sh["records"], sh["bytes"]))
+            FileSystems.rename(src, dst)
+            splits[s] = SplitInfo(s, tuple(infos))
+
+        analysis = Analysis.from_json(analysis_json)
+        vec = Vectorizer(self.config, analysis)
+        vocab_files = {}
+        for name, terms in analysis.vocabularies.items():
+            rel = f"vocab/{name}.txt"
+            data = "".join(_escape_term(t) + "\n" for t in terms).encode("utf-8", "surrogatepass")
+            _write_atomic(FileSystems.join(out, rel), data)
+            vocab_files[name] = {"file": rel, "terms": len(terms)}
+        _write_atomic(FileSystems.join(out, ANALYSIS_FILENAME), json.dumps(analysis.to_json()).encode())
+
+        features: list[FeatureSpec] = vec.feature_specs()
+        info = DatasetInfo(
+            format_version=FORMAT_VERSION,
+            features=tuple(features),
+            label_key=self.config.label.name if self.config.label else None,
+            compression=opts.compression_type,
+            splits=splits,
+            extra={
+                "tool": {"name": "recordprep", "version": ctx.tool_version},
+                "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+                "started": ctx.started,
+                "runner": ctx.runner,
+                "fingerprint": ctx.fingerprint,
+                "config": ctx.config_json,
+                "config_hash": ctx.config_hash,
+                "options": opts.fingerprint_fields(),
+                "inputs": [{"path": f.path, "size": f.size, "mtime": f.mtime} for f in ctx.inputs],
+                "counts": counts,
+                "errors": {"count": n_err, "files": error_files},
+                "vocabularies": vocab_files,
+                "statistics": analysis.stats,
+                "analysis_file": ANALYSIS_FILENAME,
+            },
+        )
+        _cleanup_tmp(out)
+        try:
+            FileSystems.delete([FileSystems.join(out, FAILURE_FILENAME)])
+        except Exception:
+            pass
+        _write_atomic(FileSystems.join(out, METADATA_FILENAME), info.dumps().encode())
+        yield info.to_json()
+
+
+def _ensure_dir(path: str) -> None:
+    """Local renames need the target directory; object stores have none."""
+    try:
+        FileSystems.mkdirs(path)
+    except OSError:
+        pass  # exists already
+
+
+def posix_basename(p: str) -> str:
+    return p.rstrip("/").rsplit("/", 1)[-1]
+
+
+def _cleanup_tmp(out: str) -> None:
+    tmp = FileSystems.join(out, TMP_DIR)
+    try:
+        if FileSystems.exists(tmp):
+            FileSystems.delete([tmp])
+    except Exception as e:  # leftover temp files are harmless; say so
+        log.warning("could not remove %s: %s", tmp, e)
+
+
+class CommitOutput(beam.PTransform):
+    """Unit results -> the committed dataset (a singleton of its metadata dict).
+
+    Runs once, after every unit: checks the accounting, moves the error
+    output into ``errors/``, fails the run (writing ``_FAILURE.json``) when
+    more records were rejected than tolerated, otherwise renames the temp
+    shards, writes vocabularies and analysis, and writes ``dataset_info.json``
+    last and atomically.
+    """
+
+    def __init__(self, config: Config, options: ConvertOptions, ctx: CommitContext, analysis):
+        super().__init__()
+        self.config, self.options, self.ctx, self.analysis = config, options, ctx, analysis
+
+    def expand(self, results):
+        return (
+            results.pipeline
+            | "CommitTrigger" >> beam.Create([None])
+            | "Commit" >> beam.ParDo(_Commit(self.config, self.options, self.ctx),
+                                     beam.pvalue.AsList(results), beam.pvalue.AsSingleton(self.analysis))
+        )

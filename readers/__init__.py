@@ -1,0 +1,1 @@
+"""tf.data readers for recordprep outputs."""
