@@ -129,6 +129,26 @@ def inspect(
 
 
 @app.command()
+def verify(
+    output: Annotated[str, typer.Argument(help="A recordprep output directory.")],
+) -> None:
+    """Re-read every shard (CRCs, record counts, features vs spec) and compare with the metadata; exit 1 on any difference."""
+    from pipelines.inspect import InspectError
+    from pipelines.verify import verify_output
+
+    try:
+        report = verify_output(output)
+    except InspectError as e:
+        _fail(str(e))
+    if report.ok:
+        typer.echo(f"{output}: OK ({report.shards} shards, {report.records} records match the metadata)")
+        return
+    for p in report.problems:
+        typer.echo(p, err=True)
+    _fail(f"{output}: {len(report.problems)} problem(s) found in {report.shards} shards")
+
+
+@app.command()
 def wait(
     output: Annotated[str, typer.Argument(help="Output directory a scheduled conversion writes.")],
     timeout: Annotated[float, typer.Option(help="Seconds to wait before giving up (exit 1).")] = 3600.0,

@@ -74,3 +74,23 @@ def test_wait_reports_a_failed_conversion(tmp_path):
     (tmp_path / "_FAILURE.json").write_text(json.dumps({"reason": "3 of 10 records were rejected"}))
     r = runner.invoke(app, ["wait", str(tmp_path), "--timeout", "5"])
     assert r.exit_code == 1 and "3 of 10 records were rejected" in r.output
+
+
+@pytest.mark.slow
+def test_verify_finds_damage(data, tmp_path):
+    out = tmp_path / "out"
+    r = runner.invoke(app, ["convert", "-i", str(data["avro"]), "-c", str(data["config"]), "-o", str(out),
+                            "--num-shards", "2", "--compression", "none"])
+    assert r.exit_code == 0, r.output
+    r = runner.invoke(app, ["verify", str(out)])
+    assert r.exit_code == 0 and "OK (4 shards, 80 records" in r.output
+    shard = sorted(out.glob("train-00000-*"))[0]
+    data_ = bytearray(shard.read_bytes())
+    data_[len(data_) // 2] ^= 0xFF
+    shard.write_bytes(bytes(data_))
+    r = runner.invoke(app, ["verify", str(out)])
+    assert r.exit_code == 1
+    assert shard.name in r.output and "CRC mismatch" in r.output
+    (out / "eval-00001-of-00002.tfrecord").unlink()
+    r = runner.invoke(app, ["verify", str(out)])
+    assert "eval-00001-of-00002.tfrecord: listed in the metadata but missing" in r.output

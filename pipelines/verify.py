@@ -1,0 +1,78 @@
+"""``recordprep verify``: re-read a committed output and compare it with its metadata.
+
+Checks every shard listed in ``dataset_info.json``: it exists, its size and
+record count match, every record's CRCs are intact, and every record decodes
+to exactly the features of the spec with the right dtype and shape. Runs
+without TensorFlow (conversion machines don't have it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import zlib
+
+from apache_beam.io.filesystems import FileSystems
+
+from convert.example import decode_example
+from convert.spec import DatasetInfo
+from convert.tfrecord import iter_records
+from pipelines.inspect import load
+
+
+@dataclasses.dataclass
+class VerifyReport:
+    problems: list[str]
+    shards: int
+    records: int
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def _check_example(rec: bytes, info: DatasetInfo, where: str) -> str | None:
+    try:
+        feats = decode_example(rec)
+    except (ValueError, UnicodeDecodeError) as e:
+        return f"{where}: not a parseable tf.train.Example ({e})"
+    want = {f.name: f for f in info.features}
+    if set(feats) != set(want):
+        missing, extra = sorted(set(want) - set(feats)), sorted(set(feats) - set(want))
+        return f"{where}: features differ from the spec (missing {missing}, unexpected {extra})"
+    for name, (dtype, vals) in feats.items():
+        spec = want[name]
+        if dtype != spec.dtype or len(vals) != spec.size:
+            return f"{where}: feature {name!r} is {dtype}[{len(vals)}], spec says {spec.dtype}{list(spec.shape)}"
+    return None
+
+
+def verify_output(output: str, max_problems: int = 50) -> VerifyReport:
+    """Re-read everything; collect problems (not raise) so the report is complete."""
+    info = load(output)
+    problems: list[str] = []
+    shards = records = 0
+    for split in info.splits.values():
+        for shard in split.shards:
+            shards += 1
+            path = FileSystems.join(output, shard.file)
+            if not FileSystems.exists(path):
+                problems.append(f"{path}: listed in the metadata but missing")
+                continue
+            size = FileSystems.match([path])[0].metadata_list[0].size_in_bytes
+            if size != shard.num_bytes:
+                problems.append(f"{path}: {size} bytes on disk, metadata says {shard.num_bytes}")
+            n = 0
+            try:
+                with FileSystems.open(path, compression_type="uncompressed") as raw:
+                    stream = gzip.GzipFile(fileobj=raw) if info.compression == "GZIP" else raw
+                    for rec in iter_records(stream, path):
+                        if (msg := _check_example(rec, info, f"{path} record {n}")) and len(problems) < max_problems:
+                            problems.append(msg)
+                        n += 1
+            except (ValueError, OSError, EOFError, zlib.error) as e:
+                problems.append(f"{path}: unreadable after {n} records ({e})")
+            records += n
+            if n != shard.num_records:
+                problems.append(f"{path}: {n} records readable, metadata says {shard.num_records}")
+    return VerifyReport(problems, shards, records)
