@@ -113,6 +113,56 @@ def convert(
 
 
 @app.command()
+def infer(
+    input: Annotated[list[str], typer.Option("--input", "-i", help="Input files, globs or directories. Repeatable.")],
+    sample: Annotated[int, typer.Option(help="Records to sample (from the first files).")] = 2000,
+    label: Annotated[str | None, typer.Option(help="Field to use as the label (default: a field named label/target/y/...).")] = None,
+    json_records_path: Annotated[str | None, typer.Option(help="Dotted key holding the record array in JSON documents.")] = None,
+) -> None:
+    """Draft a feature config from a sample of the data: `recordprep infer -i 'data/*.avro' > features.yaml`.
+
+    One entry per leaf field with a transform chosen from the sample (numeric ->
+    zscore, low-cardinality -> vocabulary, high-cardinality -> hash, free text ->
+    text, lists -> padded to their 95th-percentile length) and a comment saying why.
+    """
+    _setup_logging(False)
+    from apache_beam.io.filesystems import FileSystems
+
+    from convert.infer import infer_config, render_yaml
+    from convert.sources import InputFileError, detect_format, iter_records, read_avro_schema
+    from pipelines.plan import InputError, discover
+
+    if sample < 1:
+        _fail("--sample must be >= 1", 2)
+    try:
+        files = discover(input)
+    except InputError as e:
+        _fail(str(e), 2)
+
+    schema = None
+    records: list = []
+    try:
+        for f in files:
+            with FileSystems.open(f.path, compression_type="uncompressed") as fh:
+                if schema is None and detect_format(f.path, fh.read(4)) == "avro":
+                    schema = read_avro_schema(fh, f.path)
+                for batch in iter_records(fh, f.path, 0, None, 1024, json_records_path):
+                    records.extend(batch.records[: sample - len(records)])
+                    if len(records) >= sample:
+                        break
+            if len(records) >= sample:
+                break
+    except InputFileError as e:
+        _fail(f"cannot read input {e}")
+    if not records:
+        _fail(f"no records found in {len(files)} file(s); nothing to infer from")
+    config, drafts = infer_config(records, schema, label)
+    if label and not config["label"]:
+        _fail(f"--label {label!r}: no such field in the sample; fields: {', '.join(d.path for d in drafts)}", 2)
+    typer.echo(render_yaml(config, drafts, header=f"inferred from {len(records)} records of {len(files)} file(s)"), nl=False)
+
+
+@app.command()
 def inspect(
     output: Annotated[str, typer.Argument(help="A recordprep output directory (or a shard pattern inside it).")],
     examples: Annotated[int, typer.Option("--examples", "-n", help="How many decoded examples to print.")] = 3,

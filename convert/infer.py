@@ -1,0 +1,266 @@
+"""Drafting a feature config from the data: ``recordprep infer``.
+
+One entry per leaf field, with a transform chosen from what a sample of
+records shows (types, nulls, distinct values, token counts, list lengths),
+and a comment saying why, so the user edits a reasonable draft instead of
+writing a config from nothing. Avro writer schemas tell which dicts are maps
+(not records); JSON has no schema, so every object is treated as a record.
+
+Nested records are flattened to dotted paths down to ``MAX_DEPTH`` levels,
+which also bounds recursive schemas (``LongList.next.next...``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from collections import Counter
+from collections.abc import Iterable
+from typing import Any
+
+MAX_DEPTH = 4
+_LABEL_NAMES = ("label", "target", "y", "clicked", "class", "outcome")
+_DISTINCT_CAP = 5000
+_TOKEN_RE = re.compile(r"\w+", re.UNICODE)
+
+
+@dataclasses.dataclass
+class _FieldStats:
+    count: int = 0  # records seen where the parent existed
+    nulls: int = 0
+    types: Counter = dataclasses.field(default_factory=Counter)
+    distinct: set = dataclasses.field(default_factory=set)
+    tokens: list[int] = dataclasses.field(default_factory=list)
+    lengths: list[int] = dataclasses.field(default_factory=list)
+    elem_types: Counter = dataclasses.field(default_factory=Counter)
+
+    def add_distinct(self, v: Any) -> None:
+        if len(self.distinct) < _DISTINCT_CAP:
+            self.distinct.add(v if not isinstance(v, list | dict) else repr(v))
+
+
+def _kind(v: Any) -> str:
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "bool"
+    if isinstance(v, int):
+        return "int"
+    if isinstance(v, float):
+        return "float"
+    if isinstance(v, str):
+        return "str"
+    if isinstance(v, bytes | bytearray):
+        return "bytes"
+    if isinstance(v, list | tuple):
+        return "list"
+    if isinstance(v, dict):
+        return "dict"
+    return type(v).__name__
+
+
+def _map_paths(schema: Any, prefix: str = "", depth: int = 0, named: dict | None = None) -> set[str]:
+    """Dotted paths that an Avro schema declares as maps (not to be flattened)."""
+    named = {} if named is None else named
+    out: set[str] = set()
+    if depth > MAX_DEPTH:
+        return out
+    if isinstance(schema, str):
+        schema = named.get(schema, schema)
+    if isinstance(schema, list):
+        for s in schema:
+            out |= _map_paths(s, prefix, depth, named)
+    elif isinstance(schema, dict):
+        t = schema.get("type")
+        if t == "map":
+            out.add(prefix)
+        elif t == "record":
+            if "name" in schema:
+                named.setdefault(schema["name"], schema)
+            for f in schema.get("fields", []):
+                out |= _map_paths(f["type"], f"{prefix}.{f['name']}" if prefix else f["name"], depth + 1, named)
+        elif isinstance(t, dict | list):
+            out |= _map_paths(t, prefix, depth, named)
+    return out
+
+
+def _walk(rec: dict, stats: dict[str, _FieldStats], maps: set[str], prefix: str = "", depth: int = 0) -> None:
+    for k, v in rec.items():
+        path = f"{prefix}.{k}" if prefix else str(k)
+        if isinstance(v, dict) and path not in maps and depth < MAX_DEPTH:
+            _walk(v, stats, maps, path, depth + 1)
+            continue
+        st = stats.setdefault(path, _FieldStats())
+        st.count += 1
+        kind = _kind(v)
+        st.types[kind] += 1
+        if kind == "null":
+            st.nulls += 1
+        elif kind == "list":
+            st.lengths.append(len(v))
+            for x in v:
+                st.elem_types[_kind(x)] += 1
+                if not isinstance(x, list | dict):
+                    st.add_distinct(x)
+        elif kind == "str":
+            st.add_distinct(v)
+            st.tokens.append(len(_TOKEN_RE.findall(v)))
+        elif kind in ("int", "float", "bool"):
+            st.add_distinct(v)
+
+
+def _pct(xs: list[int], q: float) -> int:
+    if not xs:
+        return 1
+    s = sorted(xs)
+    return s[min(len(s) - 1, int(math.ceil(q * len(s))) - 1)]
+
+
+def _safe_name(path: str, taken: set[str]) -> str:
+    name = re.sub(r"[^A-Za-z0-9_]", "_", path.replace(".", "_")) or "field"
+    if not re.match(r"[A-Za-z_]", name):
+        name = f"f_{name}"
+    base, i = name, 2
+    while name in taken or any(name == t + sfx for t in taken for sfx in ("_len", "_missing")):
+        name, i = f"{base}_{i}", i + 1
+    taken.add(name)
+    return name
+
+
+@dataclasses.dataclass
+class Draft:
+    """An inferred config entry: ``entry`` is the YAML mapping, ``comment`` why."""
+
+    entry: dict[str, Any] | None
+    comment: str
+    path: str
+
+
+def _decide(path: str, st: _FieldStats, total: int) -> Draft:
+    non_null = st.count - st.nulls
+    types = {t for t in st.types if t != "null"}
+    distinct = len(st.distinct)
+    null_note = f", {st.nulls}/{total} null" if st.nulls else ""
+    missing_in = total - st.count
+    if missing_in > 0:
+        null_note += f", absent in {missing_in}/{total}"
+    if not types:
+        return Draft(None, f"{path}: always null in the sample; nothing to learn", path)
+    if types == {"dict"}:
+        return Draft(None, f"{path}: a map (arbitrary keys); pick keys as features with 'source: {path}.<key>'", path)
+    if types <= {"int", "float"}:
+        if types == {"int"} and distinct <= 2 and non_null > 0:
+            return Draft({"transform": "vocabulary"}, f"{path}: integer with {distinct} values{null_note}", path)
+        e: dict[str, Any] = {"transform": "zscore"}
+        if st.nulls or missing_in:
+            e["missing_indicator"] = True
+        return Draft(e, f"{path}: numeric, {distinct}{'+' if distinct >= _DISTINCT_CAP else ''} distinct{null_note}", path)
+    if types == {"bool"}:
+        return Draft({"transform": "vocabulary"}, f"{path}: boolean{null_note}", path)
+    if types == {"bytes"}:
+        return Draft({"transform": "bytes"}, f"{path}: bytes, passed through unvectorized{null_note}", path)
+    if types == {"str"}:
+        avg_tokens = sum(st.tokens) / max(1, len(st.tokens))
+        ratio = distinct / max(1, non_null)
+        if avg_tokens > 2.5 and ratio > 0.3:
+            return Draft({"transform": "text", "max_len": max(1, _pct(st.tokens, 0.95))},
+                         f"{path}: free text, {avg_tokens:.1f} tokens on average (max_len = 95th percentile){null_note}", path)
+        if distinct <= 1000 and (ratio < 0.5 or distinct <= 50):
+            e = {"transform": "vocabulary"}
+            if distinct > 100:
+                e["top_k"] = 1000
+            return Draft(e, f"{path}: categorical, {distinct} distinct in the sample{null_note}", path)
+        buckets = 1 << max(10, min(20, math.ceil(math.log2(max(2, distinct * 4)))))
+        return Draft({"transform": "hash", "buckets": buckets},
+                     f"{path}: high-cardinality string ({distinct}{'+' if distinct >= _DISTINCT_CAP else ''} distinct in {non_null}){null_note}", path)
+    if types == {"list"}:
+        elems = {t for t in st.elem_types if t != "null"}
+        max_len = max(1, _pct(st.lengths, 0.95))
+        if not elems:
+            return Draft(None, f"{path}: always an empty list in the sample", path)
+        if elems <= {"int", "float"}:
+            return Draft({"transform": "identity", "max_len": max_len}, f"{path}: numeric list, length p95 {max_len}{null_note}", path)
+        if elems <= {"str", "int", "bool"}:
+            return Draft({"transform": "vocabulary", "max_len": max_len}, f"{path}: list of categories, length p95 {max_len}{null_note}", path)
+        return Draft(None, f"{path}: list of {'/'.join(sorted(elems))}; nested lists and lists of records are not vectorized, point 'source' at a scalar field", path)
+    scalar = types - {"list", "dict"}
+    if types == scalar:
+        return Draft({"transform": "hash", "buckets": 1024},
+                     f"{path}: mixed types ({', '.join(sorted(types))}) across records; hashed as strings, check this", path)
+    return Draft(None, f"{path}: mixed scalar/list/record values ({', '.join(sorted(types))}); not vectorized", path)
+
+
+def infer_config(records: Iterable[dict], avro_schema: Any = None, label: str | None = None) -> tuple[dict[str, Any], list[Draft]]:
+    """Draft a config from sample records; returns (config mapping, drafts incl. skipped fields)."""
+    maps = _map_paths(avro_schema) if avro_schema is not None else set()
+    stats: dict[str, _FieldStats] = {}
+    total = 0
+    for r in records:
+        if isinstance(r, dict):
+            _walk(r, stats, maps)
+            total += 1
+    drafts = [_decide(p, st, total) for p, st in stats.items()]
+    label_path = label
+    if label_path is None:
+        for d in drafts:
+            if d.path.lower() in _LABEL_NAMES and d.entry and d.entry["transform"] in ("vocabulary", "zscore"):
+                label_path = d.path
+                break
+    taken: set[str] = set()
+    features = []
+    label_entry = None
+    for d in drafts:
+        if d.path == label_path:
+            st = stats[d.path]
+            dtype = "int64" if set(st.types) - {"null"} <= {"int", "bool"} else "float32"
+            label_entry = {"source": d.path, "dtype": dtype}
+            taken.add(d.path.replace(".", "_"))
+            continue
+        if d.entry is None:
+            continue
+        name = _safe_name(d.path, taken)
+        e = {"name": name}
+        if name != d.path:
+            e["source"] = d.path
+        e.update(d.entry)
+        d.entry = e
+        features.append(e)
+    return {"label": label_entry, "features": features}, drafts
+
+
+def _yaml_scalar(v: Any) -> str:
+    import json
+
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int | float):
+        return str(v)
+    s = str(v)
+    return s if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.\-/]*", s) and s.lower() not in ("true", "false", "null", "yes", "no", "on", "off") else json.dumps(s)
+
+
+def render_yaml(config: dict[str, Any], drafts: list[Draft], header: str = "") -> str:
+    """The draft as commented YAML (loads back with ``load_config``)."""
+    lines = []
+    if header:
+        lines += [f"# {h}" for h in header.splitlines()]
+    lines.append("# Drafted by `recordprep infer`: check every entry. Transforms: identity zscore minmax log1p clip")
+    lines.append("# vocabulary hash text bytes; options: README 'Feature config'.")
+    if config["label"]:
+        lab = config["label"]
+        lines.append(f"label: {{source: {_yaml_scalar(lab['source'])}, dtype: {lab['dtype']}}}")
+    else:
+        lines.append("# label: {source: FIELD, dtype: int64}   # no field looked like a label; name yours here")
+    lines.append("features:")
+    for d in drafts:
+        if d.entry is None:
+            lines.append(f"  # skipped {d.comment}")
+        elif config["label"] and d.path == config["label"]["source"]:
+            continue
+        else:
+            body = ", ".join(f"{k}: {_yaml_scalar(v)}" for k, v in d.entry.items())
+            lines.append(f"  - {{{body}}}  # {d.comment}")
+    if not config["features"]:
+        lines.append("  []  # nothing vectorizable found in the sample")
+    return "\n".join(lines) + "\n"
