@@ -141,12 +141,14 @@ def infer(
 
     schema = None
     records: list = []
+    bad = 0
     try:
         for f in files:
             with FileSystems.open(f.path, compression_type="uncompressed") as fh:
                 if schema is None and detect_format(f.path, fh.read(4)) == "avro":
                     schema = read_avro_schema(fh, f.path)
                 for batch in iter_records(fh, f.path, 0, None, 1024, json_records_path):
+                    bad += len(batch.bad)
                     records.extend(batch.records[: sample - len(records)])
                     if len(records) >= sample:
                         break
@@ -155,8 +157,15 @@ def infer(
     except InputFileError as e:
         _fail(f"cannot read input {e}")
     if not records:
-        _fail(f"no records found in {len(files)} file(s); nothing to infer from")
+        hint = ""
+        if bad:
+            hint = (f"; {bad} line(s) were not JSON objects: if the file is one pretty-printed JSON document, "
+                    f"name the key holding the records with --json-records-path")
+        _fail(f"no records found in {len(files)} file(s); nothing to infer from{hint}")
     config, drafts = infer_config(records, schema, label)
+    if not config["features"]:
+        _fail(f"no field of the {len(records)} sampled records can be vectorized "
+              f"({'; '.join(d.comment for d in drafts) or 'records have no fields'})")
     if label and not config["label"]:
         _fail(f"--label {label!r}: no such field in the sample; fields: {', '.join(d.path for d in drafts)}", 2)
     typer.echo(render_yaml(config, drafts, header=f"inferred from {len(records)} records of {len(files)} file(s)"), nl=False)
