@@ -66,7 +66,6 @@ class _AnalyzeUnit(beam.DoFn):
 
     def process(self, unit: WorkUnit):
         acc = Analyzer(self.config)
-        train = 0
         for rng in unit.ranges:
             with FileSystems.open(rng.path, compression_type="uncompressed") as f:
                 for batch in iter_records(f, rng.path, rng.start, rng.end, self.options.batch_size,
@@ -75,30 +74,47 @@ class _AnalyzeUnit(beam.DoFn):
                         continue
                     idx = self.options.splits.assign(batch.records)
                     recs = [r for r, s in zip(batch.records, idx.tolist(), strict=True) if s == 0]
-                    train += len(recs)
                     acc.add_records(recs)
-        yield acc
+        yield unit.index, acc
 
 
 class _MergeAnalyzers(beam.CombineFn):
+    """Merges per-unit analyzers into one ``Analysis``, reproducibly.
+
+    Vocabulary counts merge exactly in any order. Floating-point statistics
+    do not, and the runner picks the merge order, so the per-unit numeric
+    partials are kept apart and merged in unit order at the end: the same
+    input always gives bit-identical statistics, hence identical shards.
+    """
+
     def __init__(self, config: Config):
         self.config = config
 
     def create_accumulator(self):
-        return Analyzer(self.config)
+        return (Analyzer(self.config), {})
 
     def add_input(self, acc, element):
-        return acc.merge(element)
+        unit, analyzer = element
+        for k, c in analyzer.counts.items():
+            acc[0].counts[k].update(c)
+        acc[1][unit] = analyzer.numeric
+        return acc
 
     def merge_accumulators(self, accs):
         accs = iter(accs)
         first = next(accs)
-        for a in accs:
-            first.merge(a)
+        for counts_acc, partials in accs:
+            for k, c in counts_acc.counts.items():
+                first[0].counts[k].update(c)
+            first[1].update(partials)
         return first
 
     def extract_output(self, acc):
-        return acc.result().to_json()
+        analyzer, partials = acc
+        for unit in sorted(partials):
+            for k, st in partials[unit].items():
+                analyzer.numeric[k].merge(st)
+        return analyzer.result().to_json()
 
 
 class AnalyzeUnits(beam.PTransform):
@@ -143,7 +159,8 @@ class _Writer:
     def __init__(self, path: str, compression: str, level: int):
         self.path = path
         self.raw = FileSystems.create(path, mime_type="application/octet-stream", compression_type="uncompressed")
-        self.f = gzip.GzipFile(fileobj=self.raw, mode="wb", compresslevel=level, mtime=0) if compression == "GZIP" else self.raw
+        # no name, no mtime in the gzip header: same input, same bytes
+        self.f = gzip.GzipFile(filename="", fileobj=self.raw, mode="wb", compresslevel=level, mtime=0) if compression == "GZIP" else self.raw
         self.records = 0
 
     def write(self, data: bytes, n: int) -> None:
@@ -341,6 +358,8 @@ class _Commit(beam.DoFn):
             FileSystems.rename(src, dst)
             splits[s] = SplitInfo(s, tuple(infos))
 
+        _remove_stale_shards(out, names, {sh.file for sp in splits.values() for sh in sp.shards})
+
         analysis = Analysis.from_json(analysis_json)
         vec = Vectorizer(self.config, analysis)
         vocab_files = {}
@@ -382,6 +401,16 @@ class _Commit(beam.DoFn):
             pass
         _write_atomic(FileSystems.join(out, METADATA_FILENAME), info.dumps().encode())
         yield info.to_json()
+
+
+def _remove_stale_shards(out: str, splits, keep: set[str]) -> None:
+    """Shards an interrupted earlier run renamed into place but never committed."""
+    for split in splits:
+        matched = FileSystems.match([FileSystems.join(out, f"{split}-*-of-*.tfrecord*")])[0].metadata_list
+        stale = [m.path for m in matched if posix_basename(m.path) not in keep]
+        if stale:
+            log.info("removing %d shard(s) left by an interrupted run", len(stale))
+            FileSystems.delete(stale)
 
 
 def _ensure_dir(path: str) -> None:
