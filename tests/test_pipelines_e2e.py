@@ -29,9 +29,10 @@ def _opts(inputs, config, output, **kw) -> ConvertOptions:
 def _read_all(output: str, split: str) -> dict[int, dict[str, np.ndarray]]:
     import readers
 
-    ds = readers.eval_dataset(f"{output}/{split}-*", batch_size=64, label_key=None)
+    ds = readers.eval_dataset(f"{output}/{split}-*", batch_size=64)
     rows: dict[int, dict[str, np.ndarray]] = {}
-    for batch in ds.as_numpy_iterator():
+    for batch, label in ds.as_numpy_iterator():
+        batch = {**batch, "y": label}
         n = len(batch["id"])
         for i in range(n):
             rows[int(batch["id"][i][0])] = {k: v[i] for k, v in batch.items()}
@@ -157,7 +158,12 @@ def test_bad_records_go_to_the_error_output(tmp_path):
     rows = [json.loads(line) for f in sorted((out / "errors").glob("*.jsonl")) for line in f.read_text().splitlines()]
     assert len(rows) == 2
     reasons = {r["field"]: r for r in rows}
-    assert reasons["<record>"]["line"] == 6 and "malformed JSON" in reasons["<record>"]["reason"]
+    bad = reasons["<record>"]
+    assert "malformed JSON" in bad["reason"]
+    # the byte offset locates the line exactly (the line number only when the range starts the file)
+    raw = (tmp_path / "d" / "part-1.jsonl").read_bytes()
+    assert raw[bad["byte_offset"]:].split(b"\n", 1)[0].decode().strip() == bad["record"] == '{"id": 9999, "x":'
+    assert bad.get("line", 6) == 6
     assert reasons["y"]["record"]["id"] == 10000 and "label must be an integer" in reasons["y"]["reason"]
     assert all(r["file"].endswith("part-1.jsonl") for r in rows)
     per_file = counts["per_file"]
