@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -159,7 +160,8 @@ def _parse_feature(i: int, raw: Any, src: str) -> FeatureConfig:
     transform = raw.get("transform")
     if transform not in TRANSFORMS:
         raise _fail(where, f"transform {transform!r} is not one of {', '.join(TRANSFORMS)}")
-    kw = dict(raw)
+    # ``key: null`` means the default (so ``Config.to_json()`` loads back).
+    kw = {k: v for k, v in raw.items() if v is not None}
     kw.setdefault("source", name)
     if not isinstance(kw["source"], str) or not kw["source"]:
         raise _fail(where, f"'source' must be a dotted field path, found {kw['source']!r}")
@@ -177,14 +179,23 @@ def _parse_feature(i: int, raw: Any, src: str) -> FeatureConfig:
     if numeric:
         default_fill = "mean" if transform in ("zscore", "minmax") else 0.0
         fill = kw.get("fill", default_fill)
-        if not (fill == "mean" or (isinstance(fill, int | float) and not isinstance(fill, bool))):
-            raise _fail(where, f"'fill' must be a number or 'mean', found {fill!r}")
+        if not (fill == "mean" or (isinstance(fill, int | float) and not isinstance(fill, bool) and math.isfinite(fill))):
+            raise _fail(where, f"'fill' must be a finite number or 'mean', found {fill!r}")
         kw["fill"] = fill if fill == "mean" else float(fill)
     if kw.get("on_nan", "error") not in NAN_POLICIES:
         raise _fail(where, f"'on_nan' must be one of {NAN_POLICIES}, found {kw.get('on_nan')!r}")
+    for key in ("clip_min", "clip_max"):
+        v = kw.get(key)
+        if v is not None and (not isinstance(v, int | float) or isinstance(v, bool) or math.isnan(v)):
+            raise _fail(where, f"{key!r} must be a number, found {v!r}")
+    for key in ("missing_indicator", "lowercase"):
+        if key in kw and not isinstance(kw[key], bool):
+            raise _fail(where, f"{key!r} must be true or false, found {kw[key]!r}")
     if transform == "clip":
         if kw.get("clip_min") is None and kw.get("clip_max") is None:
             raise _fail(where, "transform 'clip' needs 'clip_min' and/or 'clip_max'")
+        if kw.get("clip_min") is not None and kw.get("clip_max") is not None and kw["clip_min"] > kw["clip_max"]:
+            raise _fail(where, f"'clip_min' ({kw['clip_min']}) must be <= 'clip_max' ({kw['clip_max']})")
     if transform == "hash" and not kw.get("buckets"):
         raise _fail(where, "transform 'hash' needs 'buckets: N' (number of hash buckets)")
     if transform == "text" and not kw.get("max_len"):
@@ -222,7 +233,10 @@ def parse_config(raw: Any, *, source: str = "config") -> Config:
         dtype = lraw.get("dtype", "int64")
         if dtype not in ("int64", "float32"):
             raise ConfigError(f"{source}: label: dtype must be int64 or float32, found {dtype!r}")
-        label = LabelConfig(source=lraw["source"], name=lraw.get("name") or lraw["source"].replace(".", "_"), dtype=dtype)
+        lname = lraw.get("name") or lraw["source"].replace(".", "_")
+        if not isinstance(lname, str) or not _NAME_RE.match(lname):
+            raise ConfigError(f"{source}: label: 'name' must be an identifier-like string, found {lname!r}")
+        label = LabelConfig(source=lraw["source"], name=lname, dtype=dtype)
     cfg = Config(features=features, label=label)
     seen: set[str] = set()
     for n in cfg.output_names:

@@ -6,8 +6,11 @@ pipeline. Every feature here has a fixed shape, so a whole batch can be laid
 out with numpy: float payloads are fixed-width memory copies, int64 payloads
 are varints computed column-wise, and the length prefixes are varints of
 per-row sums. Output is byte-identical to
-``tf.train.Example.SerializeToString(deterministic=True)`` (map keys in sorted
-order), which the tests check against TensorFlow's own protobuf and parser.
+``tf.train.Example.SerializeToString(deterministic=True)`` with the protobuf
+runtime TensorFlow installs (upb), which the tests check against TensorFlow's
+own protobuf and parser. upb's deterministic map order compares keys' UTF-8
+bytes, but a key sorts *after* every longer key it is a prefix of (``a_len``
+before ``a``); see ``_map_key_order``.
 
 Wire format (protobuf)::
 
@@ -141,9 +144,13 @@ def _feature_parts(name: str, kind: str, value: np.ndarray | list[bytes], rows: 
         return _entry(name, feat, feat_len, rows)
     else:
         raise ValueError(f"feature {name!r}: unknown dtype {kind!r}")
-    # *List body = `0x0a len packed` (omitted entirely for an empty list).
-    lst = _len_prefixed(list_tag, [payload], payload.lens, rows)
-    lst_len = sum(p.lens for p in lst)
+    # *List body = `0x0a len packed` (omitted entirely for an empty list: every
+    # row has the same number of values, so either all rows have it or none).
+    if payload.flat.size == 0:
+        lst, lst_len = [], np.zeros(rows, dtype=np.int64)
+    else:
+        lst = _len_prefixed(list_tag, [payload], payload.lens, rows)
+        lst_len = sum(p.lens for p in lst)
     feat = _len_prefixed(feat_tag, lst, lst_len, rows)
     feat_len = sum(p.lens for p in feat)
     return _entry(name, feat, feat_len, rows)
@@ -155,6 +162,15 @@ def _entry(name: str, feat: list[_Ragged], feat_len: np.ndarray, rows: int) -> t
     body_len = sum(p.lens for p in body)
     entry = _len_prefixed(b"\x0a", body, body_len, rows)
     return entry, sum(p.lens for p in entry)
+
+
+def _map_key_order(name: str) -> tuple[int, ...]:
+    """Sort key reproducing upb's deterministic order of string map keys.
+
+    Bytes compare ascending; when one key is a prefix of another, the longer
+    key comes first (a terminator above every byte value does exactly that).
+    """
+    return (*name.encode("utf-8"), 256)
 
 
 def encode_examples(columns: dict[str, tuple[str, np.ndarray | list[bytes]]], rows: int) -> tuple[np.ndarray, np.ndarray]:
@@ -175,7 +191,7 @@ def encode_examples(columns: dict[str, tuple[str, np.ndarray | list[bytes]]], ro
         return np.empty(0, np.uint8), np.empty(0, np.int64)
     parts: list[_Ragged] = []
     total = np.zeros(rows, dtype=np.int64)
-    for name in sorted(columns):  # sorted = protobuf's deterministic map order
+    for name in sorted(columns, key=_map_key_order):
         kind, value = columns[name]
         entry, elen = _feature_parts(name, kind, value, rows)
         parts.extend(entry)
@@ -189,7 +205,7 @@ def split_buffer(buf: np.ndarray, lengths: np.ndarray) -> list[bytes]:
     """Individual serialized Examples from ``encode_examples`` output."""
     data = buf.tobytes()
     ends = np.cumsum(lengths).tolist()
-    starts = [0, *ends[:-1]]
+    starts = [0, *ends[:-1]][: len(ends)]  # no rows: no starts either
     return [data[s:e] for s, e in zip(starts, ends, strict=True)]
 
 

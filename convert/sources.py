@@ -10,8 +10,8 @@ Byte ranges follow Beam's ``avroio``/``textio`` convention: a range
 ranges of one file can be read by different workers with no record read twice
 or lost.
 
-Avro logical types are read from their raw integers/bytes (the reader schema is
-the writer schema with ``logicalType`` removed): real files hold timestamps in
+Avro logical types are read from their raw integers/bytes (records are decoded
+with the writer schema minus ``logicalType``): real files hold timestamps in
 year 0 or 10000 and ``time-millis`` of 24:00, which crash ``datetime``
 conversion.
 """
@@ -22,6 +22,7 @@ import dataclasses
 import gzip
 import io
 import json
+import re
 from collections.abc import Iterator
 from typing import IO, Any
 
@@ -76,8 +77,8 @@ class RecordBatch:
 
 def detect_format(path: str, head: bytes) -> str:
     """``"avro"`` or ``"json"`` from the magic bytes, falling back to the name."""
-    if head.startswith(AVRO_MAGIC):
-        return "avro"
+    if head.startswith(AVRO_MAGIC[:3]):
+        return "avro"  # "Obj" + version: no JSON text starts with "O"
     lower = path.lower()
     if lower.endswith(".avro"):
         return "avro"  # let the Avro reader report the bad magic
@@ -141,66 +142,120 @@ def read_avro_schema(f: IO[bytes], path: str) -> dict[str, Any]:
         raise InputFileError(path, f"not a readable Avro file ({type(e).__name__}: {e}); check the file is an Avro object container", 0) from e
 
 
+def _peek_block_header(f: IO[bytes]) -> tuple[int, int] | None:
+    """``(record count, byte size)`` of the block at ``f``'s position, ``f`` left
+    where it was; ``None`` when no complete header is there (EOF)."""
+    pos = f.tell()
+    head = f.read(20)
+    f.seek(pos)
+    out, i = [], 0
+    for _ in range(2):
+        n = shift = 0
+        while True:
+            if i >= len(head) or shift > 63:
+                return None
+            b = head[i]
+            i += 1
+            n |= (b & 0x7F) << shift
+            if not b & 0x80:
+                break
+            shift += 7
+        out.append((n >> 1) ^ -(n & 1))  # zigzag
+    return out[0], out[1]
+
+
 def iter_avro(f: IO[bytes], path: str, start: int = 0, end: int | None = None,
               batch_size: int = 4096) -> Iterator[RecordBatch]:
-    """Yield batches of records from Avro blocks starting in ``[start, end)``."""
+    """Yield batches of records from Avro blocks starting in ``[start, end)``.
+
+    On a corrupt block the records of the intact blocks before it are yielded
+    first, then ``InputFileError`` (naming the file and the block's offset) is
+    raised.
+    """
+    f.seek(0)
+    magic = f.read(len(AVRO_MAGIC))
+    if magic != AVRO_MAGIC:
+        what = "the file is empty" if not magic else f"it starts with {magic!r}, not {AVRO_MAGIC!r}"
+        raise InputFileError(path, f"not an Avro object container file version 1 ({what})", 0)
     f.seek(0)
     try:
         blocks = fastavro.block_reader(f)
-        header_schema = blocks.writer_schema
-        if _has_logical(header_schema):
-            f.seek(0)
-            blocks = fastavro.block_reader(f, reader_schema=_strip_logical(header_schema))
         sync = blocks._header["sync"]
+        # With logical types, records are decoded with the writer schema minus
+        # ``logicalType``: fastavro converts logical types according to the
+        # *writer* schema, so a reader schema cannot turn the conversion off.
+        raw_schema = fastavro.parse_schema(_strip_logical(blocks.writer_schema)) if _has_logical(blocks.writer_schema) else None
     except Exception as e:
         raise InputFileError(
             path, f"cannot read the Avro header ({type(e).__name__}: {e}); is it an Avro object container file?", 0
         ) from e
 
     header_end = f.tell()
-    pos = max(start - _SYNC_SIZE, 0)
-    if pos < header_end:
+    if start <= header_end:
         f.seek(header_end)
     else:
-        f.seek(pos)
+        # The block starting exactly at ``start`` follows a sync marker that
+        # begins at ``start - 16`` (never the header's, which ends before start).
+        f.seek(start - _SYNC_SIZE)
         if not _advance_past_sync(f, sync):
             return
     next_block = f.tell()
     batch = RecordBatch(path, "avro", [], [], [])
+    error: InputFileError | None = None
+    cause: BaseException | None = None
     while end is None or next_block < end:
+        head = _peek_block_header(f)
+        if head is not None and not 0 <= head[1] <= MAX_AVRO_BLOCK_BYTES:
+            error = InputFileError(path, f"Avro block claims {head[1]} bytes (limit {MAX_AVRO_BLOCK_BYTES}); the file is corrupt", next_block)
+            break
         try:
             block = next(blocks)
         except StopIteration:
             break
         except Exception as e:
-            raise InputFileError(path, f"corrupt Avro block ({type(e).__name__}: {e})", next_block) from e
-        if block.size > MAX_AVRO_BLOCK_BYTES:
-            raise InputFileError(path, f"Avro block claims {block.size} bytes (limit {MAX_AVRO_BLOCK_BYTES}); the file is corrupt", next_block)
-        off = block.offset
+            what = "truncated Avro block (the file ends inside it)" if isinstance(e, EOFError) else "corrupt Avro block"
+            error, cause = InputFileError(path, f"{what} ({type(e).__name__}: {e})", next_block), e
+            break
+        recs = []
         try:
-            for i, rec in enumerate(block):
-                batch.records.append(rec)
-                batch.offsets.append(off)
-                batch.indexes.append(i)
+            if raw_schema is None:
+                recs.extend(block)
+            else:
+                data = block.bytes_ if hasattr(block.bytes_, "read") else io.BytesIO(block.bytes_)
+                for _ in range(block.num_records):
+                    recs.append(fastavro.schemaless_reader(data, raw_schema, None))
         except Exception as e:
-            raise InputFileError(path, f"corrupt record {len(batch.records)} in Avro block ({type(e).__name__}: {e})", off) from e
+            error, cause = InputFileError(path, f"corrupt record {len(recs)} in Avro block ({type(e).__name__}: {e})", block.offset), e
+            break
+        off = block.offset
+        batch.records.extend(recs)
+        batch.offsets.extend([off] * len(recs))
+        batch.indexes.extend(range(len(recs)))
         next_block = block.offset + block.size
         if len(batch.records) >= batch_size:
             yield batch
             batch = RecordBatch(path, "avro", [], [], [])
     if batch.records:
         yield batch
+    if error is not None:
+        raise error from cause
 
 
 # --------------------------------------------------------------------- JSON
 
 
+#: 19+ digits in a row: maybe an integer outside int64/uint64, which orjson
+#: silently turns into a float; the stdlib parser keeps such integers exact.
+_LONG_DIGITS = re.compile(rb"\d{19}")
+
+
 def _loads(line: bytes) -> Any:
+    if _LONG_DIGITS.search(line):
+        return json.loads(line)
     try:
         return orjson.loads(line)
     except orjson.JSONDecodeError:
-        # orjson rejects integers beyond 64 bits; the stdlib keeps them exact.
-        return json.loads(line)
+        return json.loads(line)  # the same error, or a value orjson refuses (1e400)
 
 
 def _records_at(doc: Any, records_path: str | None, path: str) -> list[Any]:
@@ -231,13 +286,19 @@ def iter_json(f: IO[bytes], path: str, start: int = 0, end: int | None = None,
     head = f.read(2)
     f.seek(0)
     if head == GZIP_MAGIC:
+        if start > 0:
+            return  # not splittable: the range starting at 0 owns the whole file
         f = gzip.GzipFile(fileobj=f, mode="rb")  # type: ignore[assignment]
         start, end = 0, None
     buffered = f if isinstance(f, io.BufferedIOBase) else io.BufferedReader(f)  # type: ignore[arg-type]
 
-    probe = buffered.peek(64 * 1024)[: 64 * 1024] if hasattr(buffered, "peek") else b""
+    # Sniff by reading (not every stream has ``peek``, e.g. io.BytesIO).
+    probe = buffered.read(64 * 1024)
+    buffered.seek(0)
     lead = probe.lstrip(b"\xef\xbb\xbf \t\r\n")
     if records_path or lead.startswith(b"["):
+        if start > 0:
+            return  # one JSON document: owned by the range that starts at 0
         data = buffered.read()
         if data.startswith(b"\xef\xbb\xbf"):
             data = data[3:]

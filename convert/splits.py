@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -41,6 +42,8 @@ class Splits:
         for n in self.names:
             if not n.isidentifier():
                 raise SplitError(f"split name {n!r} must be an identifier (it becomes a file prefix)")
+        if not all(math.isfinite(w) for w in self.weights):
+            raise SplitError(f"split weights must be finite numbers, found {self.weights}")
         if any(w < 0 for w in self.weights) or sum(self.weights) <= 0:
             raise SplitError(f"split weights must be >= 0 and sum to > 0, found {self.weights}")
 
@@ -70,7 +73,7 @@ class Splits:
             return np.zeros(len(records), dtype=np.uint8)
         if self.key:
             get = getter(self.key)
-            blobs = [b"k" + term(get(r)).encode("utf-8", "surrogatepass") if get(r) is not None else b"null" for r in records]
+            blobs = [_key_blob(get(r)) for r in records]
         else:
             blobs = [_canonical(r) for r in records]
         h = np.fromiter(
@@ -79,6 +82,14 @@ class Splits:
         ) / float(1 << 53)
         idx = np.searchsorted(self.bounds, h, side="right")
         return np.minimum(idx, len(self.names) - 1).astype(np.uint8)
+
+
+def _key_blob(v: Any) -> bytes:
+    if v is None:
+        return b"null"
+    if isinstance(v, dict | list):  # str() of a dict depends on key order
+        return b"k" + _canonical(v)
+    return b"k" + term(v).encode("utf-8", "surrogatepass")
 
 
 def _canonical(r: Any) -> bytes:

@@ -33,6 +33,7 @@ from convert.config import Config, FeatureConfig
 from convert.spec import FeatureSpec
 
 _TOKEN_RE = re.compile(r"\w+", re.UNICODE)
+_F32_MAX = float(np.finfo(np.float32).max)
 
 
 # ------------------------------------------------------------------ helpers
@@ -76,6 +77,14 @@ def stable_hash(s: str) -> int:
 
 def tokenize(text: str, lowercase: bool = True) -> list[str]:
     return _TOKEN_RE.findall(text.lower() if lowercase else text)
+
+
+def _to_float(x: int | float) -> float:
+    """``float(x)``; integers beyond the float range become +-inf (then ``on_nan`` applies)."""
+    try:
+        return float(x)
+    except OverflowError:
+        return math.inf if x > 0 else -math.inf
 
 
 def _as_list(v: Any) -> list[Any]:
@@ -171,10 +180,13 @@ class Analyzer:
                         if isinstance(v, str):
                             c.update(tokenize(v, f.lowercase))
                 elif f.multi_valued:
+                    # nested values are rejected by the vectorizer: never terms
                     for v in values:
-                        c.update(term(x) for x in _as_list(v) if x is not None)
+                        items = _as_list(v)
+                        if not any(isinstance(x, dict | list) for x in items):
+                            c.update(term(x) for x in items if x is not None)
                 else:
-                    c.update(term(v) for v in values if v is not None)
+                    c.update(term(v) for v in values if v is not None and not isinstance(v, dict | list))
             if f.name in self.numeric:
                 flat: list[float] = []
                 missing = 0
@@ -182,8 +194,8 @@ class Analyzer:
                     for x in (_as_list(v) if f.multi_valued else [v]):
                         if x is None:
                             missing += 1
-                        elif isinstance(x, int | float) and math.isfinite(x):
-                            flat.append(float(x))
+                        elif isinstance(x, int | float) and math.isfinite(fx := _to_float(x)):
+                            flat.append(fx)
                 self.numeric[f.name].add(np.asarray(flat, dtype=np.float64), missing)
 
     def merge(self, other: Analyzer) -> Analyzer:
@@ -298,11 +310,11 @@ class Vectorizer:
             # Fast path: one C-level conversion; per-value checks only if it fails.
             try:
                 col = np.array([np.nan if v is None else v for v in values], dtype=np.float64)
-                if col.dtype != np.float64 or any(isinstance(v, str | bytes | bool) for v in values):
-                    raise TypeError
+                if col.dtype != np.float64 or col.ndim != 1 or any(isinstance(v, str | bytes | bool) for v in values):
+                    raise TypeError  # e.g. all values 1-element lists: numpy would accept them
                 missing_row = np.fromiter((v is None for v in values), dtype=bool, count=b)
                 out[:, 0] = col
-            except (TypeError, ValueError):
+            except (TypeError, ValueError, OverflowError):
                 for i, v in enumerate(values):
                     if v is None:
                         missing_row[i] = True
@@ -310,7 +322,7 @@ class Vectorizer:
                     elif isinstance(v, bool):
                         out[i, 0] = float(v)
                     elif isinstance(v, int | float):
-                        out[i, 0] = float(v)
+                        out[i, 0] = _to_float(v)
                     else:
                         bad.setdefault(i, Rejection(i, f.source, f"expected a number, found {type(v).__name__} {_short(v)}; use a categorical transform (vocabulary/hash) for this field or fix the data"))
                         out[i, 0] = 0.0
@@ -327,7 +339,7 @@ class Vectorizer:
                     if x is None:
                         present[i, j] = False
                     elif isinstance(x, int | float):
-                        out[i, j] = float(x)
+                        out[i, j] = _to_float(x)
                     else:
                         bad.setdefault(i, Rejection(i, f"{f.source}[{j}]", f"expected a number, found {type(x).__name__} {_short(x)}"))
             present &= np.arange(n)[None, :] < lens[:, None]
@@ -442,7 +454,7 @@ class Vectorizer:
                     out[i, 0] = int(v)
                 elif isinstance(v, int) and -(2**63) <= v < 2**63:
                     out[i, 0] = v
-                elif isinstance(v, float) and v.is_integer():
+                elif isinstance(v, float) and v.is_integer() and -(2.0**63) <= v < 2.0**63:
                     out[i, 0] = int(v)
                 else:
                     what = "missing (null)" if v is None else f"{type(v).__name__} {_short(v)}"
@@ -450,8 +462,8 @@ class Vectorizer:
         else:
             out = np.zeros((b, 1), dtype=np.float32)
             for i, v in enumerate(values):
-                if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v):
-                    out[i, 0] = v
+                if isinstance(v, int | float) and not isinstance(v, bool) and abs(_to_float(v)) <= _F32_MAX:
+                    out[i, 0] = _to_float(v)  # finite, and stays finite as float32
                 else:
                     what = "missing (null)" if v is None else f"{type(v).__name__} {_short(v)}"
                     bad.setdefault(i, Rejection(i, lab.source, f"label must be a finite number, found {what}"))

@@ -1,0 +1,160 @@
+"""convert.splits: deterministic split assignment from record content."""
+
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from convert.splits import SplitError, Splits
+
+
+def _records(n: int, seed: int = 0) -> list[dict]:
+    rng = random.Random(seed)
+    return [{"id": i, "user": f"u{rng.randint(0, 300)}", "x": rng.random(), "tags": ["a", "b"][: i % 3],
+             "nested": {"k": i % 5, "s": "\u00e9"}} for i in range(n)]
+
+
+def test_same_records_same_split_every_call_and_independent_of_batching_and_order():
+    s = Splits.parse("train=0.8,eval=0.1,test=0.1")
+    recs = _records(2000)
+    whole = s.assign(recs)
+    assert whole.dtype == np.uint8 and whole.shape == (2000,)
+    np.testing.assert_array_equal(s.assign(recs), whole)
+    # in batches of any size
+    pieces = np.concatenate([s.assign(recs[i:i + 37]) for i in range(0, len(recs), 37)])
+    np.testing.assert_array_equal(pieces, whole)
+    # shuffled: each record keeps its split
+    order = list(range(len(recs)))
+    random.Random(5).shuffle(order)
+    shuffled = s.assign([recs[i] for i in order])
+    np.testing.assert_array_equal(shuffled, whole[order])
+    # one at a time
+    assert [int(s.assign([r])[0]) for r in recs[:50]] == whole[:50].tolist()
+
+
+def test_split_ignores_dict_key_order():
+    """An Avro record and the same JSON record with keys in another order land in the same split."""
+    s = Splits()
+    a = [{"id": i, "v": {"p": 1, "q": [i]}} for i in range(300)]
+    b = [{"v": {"q": [i], "p": 1}, "id": i} for i in range(300)]
+    np.testing.assert_array_equal(s.assign(a), s.assign(b))
+
+
+def test_split_is_stable_across_processes_and_hash_seeds():
+    code = ("from convert.splits import Splits\n"
+            "recs = [{'id': i, 'b': bytes([i % 256]), 'big': 2**70 + i} for i in range(200)]\n"
+            "print(Splits.parse('a=1,b=1,c=1').assign(recs).tolist(),"
+            " Splits.parse('a=1,b=1', key='id').assign(recs).tolist())\n")
+    root = Path(__file__).resolve().parents[1]
+    outs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=root,
+                           env={**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": str(root)}).stdout
+            for seed in ("0", "4242")}
+    assert len(outs) == 1
+
+
+def test_split_key_keeps_all_records_of_a_key_together():
+    s = Splits.parse("train=0.5,eval=0.5", key="user")
+    recs = _records(3000)
+    idx = s.assign(recs)
+    by_user: dict[str, set[int]] = {}
+    for r, i in zip(recs, idx.tolist(), strict=True):
+        by_user.setdefault(r["user"], set()).add(i)
+    assert all(len(v) == 1 for v in by_user.values())
+    assert {next(iter(v)) for v in by_user.values()} == {0, 1}  # both splits used
+
+
+def test_split_key_dotted_path_int_and_string_forms_agree():
+    s = Splits.parse("train=0.5,eval=0.5", key="meta.uid")
+    as_int = s.assign([{"meta": {"uid": i}, "x": 1} for i in range(200)])
+    as_str = s.assign([{"meta": {"uid": str(i)}, "x": 2} for i in range(200)])
+    np.testing.assert_array_equal(as_int, as_str)  # the key's canonical term, like vocabulary terms
+
+
+def test_split_key_with_object_value_ignores_its_key_order():
+    s = Splits.parse("train=0.5,eval=0.5", key="who")
+    a = s.assign([{"who": {"org": i, "team": i % 3}} for i in range(300)])
+    b = s.assign([{"who": {"team": i % 3, "org": i}} for i in range(300)])
+    np.testing.assert_array_equal(a, b)
+    assert set(a.tolist()) == {0, 1}
+
+
+def test_split_key_missing_or_null_all_in_one_split():
+    s = Splits.parse("train=0.5,eval=0.5", key="user")
+    idx = s.assign([{"user": None, "i": i} for i in range(50)] + [{"i": i} for i in range(50)] + ["notadict"])
+    assert len(set(idx.tolist())) == 1
+
+
+def test_weights_roughly_respected_on_10k_records():
+    s = Splits.parse("train=0.7,eval=0.2,test=0.1")
+    idx = s.assign([{"i": i} for i in range(10_000)])
+    frac = np.bincount(idx, minlength=3) / 10_000
+    np.testing.assert_allclose(frac, [0.7, 0.2, 0.1], atol=0.03)
+
+
+def test_weights_are_normalized_and_zero_weight_split_gets_nothing():
+    idx = Splits.parse("a=3,b=0,c=1").assign([{"i": i} for i in range(4000)])
+    counts = np.bincount(idx, minlength=3)
+    assert counts[1] == 0
+    assert abs(counts[0] / 4000 - 0.75) < 0.05
+
+
+def test_single_split_gets_everything():
+    s = Splits.parse("all=1")
+    assert s.assign([{"i": i} for i in range(10)]).tolist() == [0] * 10
+    assert s.assign([]).shape == (0,)
+
+
+def test_empty_batch():
+    assert Splits().assign([]).shape == (0,)
+
+
+def test_bytes_and_ints_beyond_64_bits_do_not_crash_and_are_deterministic():
+    s = Splits.parse("train=0.5,eval=0.5")
+    recs = [{"b": bytes([i % 256]) * 3, "big": 2**64 + i, "neg": -(2**100) - i, "f": float("nan"),
+             "raw": bytearray(b"\xff\x00")} for i in range(500)]
+    idx = s.assign(recs)
+    np.testing.assert_array_equal(idx, s.assign(recs))
+    assert set(idx.tolist()) == {0, 1}
+    keyed = Splits.parse("train=0.5,eval=0.5", key="big")
+    np.testing.assert_array_equal(keyed.assign(recs), keyed.assign(list(reversed(recs)))[::-1])
+    by_bytes = Splits.parse("train=0.5,eval=0.5", key="b")
+    assert by_bytes.assign(recs).shape == (500,)
+
+
+def test_records_of_other_types_do_not_crash():
+    s = Splits()
+    idx = s.assign([[1, 2], "text", 5, None, {"k": {1: "int key"}}, {"deep": [[[[1]]]]}])
+    assert idx.shape == (6,)
+
+
+@pytest.mark.parametrize("text, words", [
+    ("train", ["name=weight", "'train'"]),
+    ("train=abc,eval=0.1", ["'abc'", "'train'", "number"]),
+    ("train=0.9,train=0.1", ["repeat"]),
+    ("train=-1,eval=2", [">= 0"]),
+    ("train=0,eval=0", ["sum"]),
+    ("train=nan,eval=1", ["finite"]),
+    ("train=inf,eval=1", ["finite"]),
+    ("=0.5,eval=0.5", ["identifier"]),
+    ("tr ain=0.5,eval=0.5", ["identifier"]),
+    ("train-1=0.5,eval=0.5", ["identifier"]),
+    ("", ["name=weight"]),
+])
+def test_parse_errors(text, words):
+    with pytest.raises(SplitError) as ei:
+        Splits.parse(text)
+    for w in words:
+        assert w in str(ei.value), (w, str(ei.value))
+
+
+def test_parse_valid():
+    s = Splits.parse(" train = 0.9 , eval=0.1", key="user_id")
+    assert s.names == ("train", "eval") and s.weights == (0.9, 0.1) and s.key == "user_id"
+    np.testing.assert_allclose(s.bounds, [0.9, 1.0])
+    assert Splits() == Splits.parse("train=0.9,eval=0.1")

@@ -1,0 +1,560 @@
+"""convert.vectorize: Analyzer statistics/vocabularies and the Vectorizer's columns, exact values.
+
+Id layout checked here: 0 = missing/padding, 1..num_oov_buckets = OOV, then
+vocabulary terms by descending frequency (ties by term); hash ids are 1..buckets.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from convert.config import parse_config
+from convert.vectorize import Analysis, Analyzer, Vectorizer, stable_hash, term, tokenize
+
+E = math.e
+
+
+def cfg(*features, label=None):
+    raw = {"features": list(features)}
+    if label is not None:
+        raw["label"] = label
+    return parse_config(raw)
+
+
+def analyze(config, records) -> Analysis:
+    a = Analyzer(config)
+    a.add_records(records)
+    return a.result()
+
+
+def run(config, records, train=None):
+    """Analyze ``train`` (default: the same records), then vectorize ``records``."""
+    analysis = analyze(config, records if train is None else train)
+    return Vectorizer(config, analysis).vectorize(records), analysis
+
+
+def col(vb, name):
+    return vb.columns[name][1]
+
+
+def rejected(vb) -> dict[int, tuple[str, str]]:
+    return {r.index: (r.field, r.reason) for r in vb.rejections}
+
+
+def blake(s: str) -> int:
+    """The documented stable hash: 8-byte blake2b of the UTF-8 term, little-endian."""
+    return int.from_bytes(hashlib.blake2b(s.encode("utf-8"), digest_size=8).digest(), "little")
+
+
+# ------------------------------------------------------------- numerics
+
+
+def test_identity_values_fill_and_missing_indicator_distinguish_zero_from_null():
+    c = cfg({"name": "x", "transform": "identity", "missing_indicator": True})
+    vb, _ = run(c, [{"x": 1}, {"x": 2.5}, {"x": 0}, {"x": None}, {}, {"x": -3}])
+    assert vb.columns["x"][0] == "float32" and col(vb, "x").dtype == np.float32
+    np.testing.assert_array_equal(col(vb, "x"), np.array([[1], [2.5], [0], [0], [0], [-3]], np.float32))
+    np.testing.assert_array_equal(col(vb, "x_missing"), [[0], [0], [0], [1], [1], [0]])
+    assert col(vb, "x_missing").dtype == np.int64
+    assert vb.keep.all() and vb.rejections == []
+
+
+def test_identity_explicit_fill_value():
+    c = cfg({"name": "x", "transform": "identity", "fill": -1})
+    vb, _ = run(c, [{"x": 4}, {}])
+    np.testing.assert_array_equal(col(vb, "x"), [[4], [-1]])
+
+
+def test_zscore_uses_analyzer_mean_and_std_and_fill_mean_becomes_zero():
+    c = cfg({"name": "x", "transform": "zscore"})
+    records = [{"x": 1}, {"x": 2}, {"x": 3}, {"x": 4}, {"x": None}]
+    vb, analysis = run(c, records)
+    st = analysis.stats["x"]
+    assert st["count"] == 4 and st["missing"] == 1 and st["min"] == 1 and st["max"] == 4
+    assert st["mean"] == pytest.approx(2.5) and st["std"] == pytest.approx(math.sqrt(1.25))
+    std = math.sqrt(1.25)
+    want = [[(1 - 2.5) / std], [(2 - 2.5) / std], [(3 - 2.5) / std], [(4 - 2.5) / std], [0.0]]
+    np.testing.assert_allclose(col(vb, "x"), np.array(want, np.float32), rtol=1e-6)
+    assert col(vb, "x")[4, 0] == 0.0
+
+
+def test_zscore_constant_feature_does_not_divide_by_zero():
+    c = cfg({"name": "x", "transform": "zscore"})
+    vb, _ = run(c, [{"x": 3}, {"x": 3}], train=[{"x": 3}, {"x": 3}])
+    np.testing.assert_array_equal(col(vb, "x"), [[0], [0]])
+    vb, _ = run(c, [{"x": 5}], train=[{"x": 3}])
+    np.testing.assert_array_equal(col(vb, "x"), [[2]])
+
+
+def test_minmax_scales_to_unit_range_with_training_min_max():
+    c = cfg({"name": "x", "transform": "minmax"})
+    train = [{"x": 0}, {"x": 5}, {"x": 10}, {"x": None}]
+    vb, _ = run(c, train + [{"x": 20}], train=train)
+    np.testing.assert_allclose(col(vb, "x"), [[0], [0.5], [1], [0.5], [2]])  # fill mean=5 -> 0.5; unseen 20 -> 2
+
+
+def test_log1p_values_and_rejects_values_at_or_below_minus_one_naming_field():
+    c = cfg({"name": "inc", "source": "money.income", "transform": "log1p"})
+    recs = [{"money": {"income": 0}}, {"money": {"income": E - 1}}, {"money": {}}, {"money": {"income": -1}},
+            {"money": {"income": -2.5}}, {"money": {"income": 99}}]
+    vb, _ = run(c, recs)
+    assert vb.keep.tolist() == [True, True, True, False, False, True]
+    np.testing.assert_allclose(col(vb, "inc"), np.array([[0], [1], [0], [math.log(100)]], np.float32), rtol=1e-6)
+    rej = rejected(vb)
+    assert set(rej) == {3, 4}
+    for field, reason in rej.values():
+        assert field == "money.income" and "log1p" in reason and "-1" in reason
+
+
+def test_clip_bounds():
+    c = cfg({"name": "x", "transform": "clip", "clip_min": 0, "clip_max": 1},
+            {"name": "y", "transform": "clip", "clip_max": 2})
+    vb, _ = run(c, [{"x": -5, "y": -5}, {"x": 0.5, "y": 3}, {"x": 7, "y": 2}])
+    np.testing.assert_array_equal(col(vb, "x"), [[0], [0.5], [1]])
+    np.testing.assert_array_equal(col(vb, "y"), [[-5], [2], [2]])
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+def test_on_nan_error_fill_keep(bad):
+    recs = [{"x": 1.0}, {"x": bad}, {"x": 2.0}]
+    vb, _ = run(cfg({"name": "x", "transform": "identity"}), recs)  # default on_nan: error
+    assert vb.keep.tolist() == [True, False, True]
+    field, reason = rejected(vb)[1]
+    assert field == "x" and "NaN or infinite" in reason and "on_nan" in reason
+    np.testing.assert_array_equal(col(vb, "x"), [[1], [2]])
+
+    vb, _ = run(cfg({"name": "x", "transform": "identity", "on_nan": "fill", "fill": 7}), recs)
+    np.testing.assert_array_equal(col(vb, "x"), [[1], [7], [2]])
+    assert vb.keep.all()
+
+    vb, _ = run(cfg({"name": "x", "transform": "identity", "on_nan": "keep"}), recs)
+    got = col(vb, "x")[1, 0]
+    assert vb.keep.all() and (math.isnan(got) if math.isnan(bad) else got == bad)
+
+
+def test_on_nan_fill_with_mean_ignores_nan_in_statistics():
+    c = cfg({"name": "x", "transform": "zscore", "on_nan": "fill"})
+    vb, analysis = run(c, [{"x": 1.0}, {"x": float("nan")}, {"x": 3.0}])
+    assert analysis.stats["x"]["count"] == 2 and analysis.stats["x"]["mean"] == 2.0
+    np.testing.assert_allclose(col(vb, "x"), [[-1], [0], [1]])
+
+
+def test_numeric_list_padded_truncated_with_len():
+    c = cfg({"name": "v", "transform": "identity", "max_len": 3})
+    recs = [{"v": [1, 2]}, {"v": [1, 2, 3, 4]}, {"v": []}, {"v": None}, {"v": [None, 5]}, {"v": 9}, {}]
+    vb, _ = run(c, recs)
+    np.testing.assert_array_equal(col(vb, "v"), [[1, 2, 0], [1, 2, 3], [0, 0, 0], [0, 0, 0], [0, 5, 0], [9, 0, 0], [0, 0, 0]])
+    np.testing.assert_array_equal(col(vb, "v_len"), [[2], [3], [0], [0], [2], [1], [0]])
+    assert col(vb, "v").shape == (7, 3) and col(vb, "v_len").shape == (7, 1)
+
+
+def test_numeric_list_log1p_and_clip_per_element_padding_stays_zero():
+    c = cfg({"name": "v", "transform": "log1p", "max_len": 3, "fill": 0},
+            {"name": "w", "transform": "clip", "clip_min": 1, "max_len": 2})
+    vb, _ = run(c, [{"v": [0, E - 1], "w": [0]}, {"v": [-3], "w": [5, 6]}])
+    assert vb.keep.tolist() == [True, False]
+    np.testing.assert_allclose(col(vb, "v"), [[0, 1, 0]], rtol=1e-6)
+    np.testing.assert_array_equal(col(vb, "w"), [[1, 0]])  # the padding is not clipped up to 1
+    assert rejected(vb)[1][0] == "v"
+
+
+def test_numeric_list_with_string_element_rejected_with_position():
+    c = cfg({"name": "v", "transform": "identity", "max_len": 3})
+    vb, _ = run(c, [{"v": [1, "2"]}, {"v": [3]}])
+    assert rejected(vb)[0][0] == "v[1]" and "expected a number" in rejected(vb)[0][1]
+    np.testing.assert_array_equal(col(vb, "v"), [[3, 0, 0]])
+
+
+def test_string_where_number_belongs_rejected_with_field_and_what_to_do():
+    c = cfg({"name": "age", "source": "user.age", "transform": "zscore"})
+    recs = [{"user": {"age": 30}}, {"user": {"age": "31"}}, {"user": {"age": 32}}, {"user": {"age": b"x"}}]
+    vb, _ = run(c, recs)
+    assert vb.keep.tolist() == [True, False, True, False]
+    field, reason = rejected(vb)[1]
+    assert field == "user.age"
+    assert "expected a number" in reason and "'31'" in reason and "vocabulary" in reason and "fix the data" in reason
+    np.testing.assert_allclose(col(vb, "age"), [[-1], [1]])  # stats come from numbers only: mean 31, std 1
+
+
+@pytest.mark.parametrize("value", [[5], [], {"a": 1}])
+def test_list_or_dict_in_scalar_numeric_rejected_whatever_the_batch(value):
+    """A 1-record batch must not accept ``[5]`` as 5 when a larger batch rejects it."""
+    c = cfg({"name": "x", "transform": "identity"})
+    vb, _ = run(c, [{"x": value}])
+    assert vb.keep.tolist() == [False] and rejected(vb)[0][0] == "x"
+    vb, _ = run(c, [{"x": value}, {"x": 1}])
+    assert vb.keep.tolist() == [False, True]
+
+
+def test_bools_are_numbers_zero_and_one():
+    vb, _ = run(cfg({"name": "x", "transform": "identity"}), [{"x": True}, {"x": False}, {"x": 2}])
+    np.testing.assert_array_equal(col(vb, "x"), [[1], [0], [2]])
+
+
+@pytest.mark.parametrize("max_len", [None, 2])
+def test_integers_beyond_float_range_do_not_crash(max_len):
+    """JSON keeps integers exact; one too large for a float64 is infinite, so on_nan decides."""
+    huge = 10**400
+    feat = {"name": "x", "transform": "identity"}
+    if max_len:
+        feat["max_len"] = max_len
+    one = (lambda v: [v]) if max_len else (lambda v: v)
+    recs = [{"x": one(1)}, {"x": one(huge)}, {"x": one(-huge)}, {"x": one(2**70)}]
+    vb, analysis = run(cfg(feat), recs)
+    assert vb.keep.tolist() == [True, False, False, True]
+    assert "infinite" in rejected(vb)[1][1]
+    assert col(vb, "x")[1, 0] == np.float32(2.0**70)
+    vb, _ = run(cfg({**feat, "on_nan": "fill"}), recs)
+    assert vb.keep.all()
+
+
+def test_integers_beyond_float_range_in_analyzer_are_skipped():
+    c = cfg({"name": "x", "transform": "zscore"})
+    analysis = analyze(c, [{"x": 1}, {"x": 10**400}, {"x": 3}])
+    assert analysis.stats["x"]["count"] == 2 and analysis.stats["x"]["mean"] == 2
+
+
+# ------------------------------------------------------------- vocabulary
+
+
+COLORS = [{"c": "red"}, {"c": "blue"}, {"c": "red"}, {"c": "green"}, {"c": "green"}, {"c": "red"},
+          {"c": "blue"}, {"c": ""}, {"c": None}, {}]
+
+
+def test_vocabulary_ids_by_descending_frequency_then_term():
+    c = cfg({"name": "c", "transform": "vocabulary"})
+    vb, analysis = run(c, COLORS + [{"c": "purple"}], train=COLORS)
+    assert analysis.vocabularies["c"] == ["red", "blue", "green", ""]
+    # 0 missing, 1 OOV, then red=2, blue=3, green=4, ""=5
+    assert col(vb, "c")[:, 0].tolist() == [2, 3, 2, 4, 4, 2, 3, 5, 0, 0, 1]
+    assert vb.columns["c"][0] == "int64"
+
+
+def test_vocabulary_top_k_and_min_frequency():
+    vb, analysis = run(cfg({"name": "c", "transform": "vocabulary", "top_k": 2}), COLORS)
+    assert analysis.vocabularies["c"] == ["red", "blue"]
+    assert col(vb, "c")[:, 0].tolist() == [2, 3, 2, 1, 1, 2, 3, 1, 0, 0]
+    _, analysis = run(cfg({"name": "c", "transform": "vocabulary", "min_frequency": 2}), COLORS)
+    assert analysis.vocabularies["c"] == ["red", "blue", "green"]
+    _, analysis = run(cfg({"name": "c", "transform": "vocabulary", "min_frequency": 3}), COLORS)
+    assert analysis.vocabularies["c"] == ["red"]
+
+
+def test_vocabulary_several_oov_buckets_are_stable_hashes():
+    c = cfg({"name": "c", "transform": "vocabulary", "num_oov_buckets": 3})
+    unseen = ["zebra", "yak", "xerus", "wolf", "\u00e9l\u00e9phant"]
+    vb, _ = run(c, COLORS[:3] + [{"c": u} for u in unseen], train=COLORS)
+    ids = col(vb, "c")[:, 0].tolist()
+    assert ids[:3] == [4, 5, 4]  # terms start after the 3 OOV ids
+    assert ids[3:] == [1 + blake(u) % 3 for u in unseen]
+    assert all(1 <= i <= 3 for i in ids[3:])
+
+
+def test_empty_string_null_zero_false_and_their_strings_get_distinct_ids():
+    c = cfg({"name": "v", "transform": "vocabulary"})
+    recs = [{"v": ""}, {"v": None}, {"v": 0}, {"v": False}, {"v": "0"}, {"v": 0.0}, {"v": "false"}]
+    vb, analysis = run(c, recs)
+    ids = col(vb, "v")[:, 0].tolist()
+    assert ids[1] == 0
+    assert len({ids[0], ids[1], ids[2], ids[3]}) == 4 and 1 not in ids[:4]  # "", null, 0, False
+    # documented canonical terms: numbers and their decimal strings share a term, like bools and "true"/"false"
+    assert ids[2] == ids[4] == ids[5] and ids[3] == ids[6]
+    assert term(0.0) == "0" and term(False) == "false" and term(b"\xff") == "\\xff"
+
+
+def test_multi_valued_vocabulary_padded_with_len_nulls_dropped():
+    c = cfg({"name": "tags", "transform": "vocabulary", "max_len": 3})
+    recs = [{"tags": ["a", "b"]}, {"tags": ["b", None, "c", "b"]}, {"tags": []}, {"tags": None},
+            {"tags": "a"}, {"tags": ["zz", "b", "c", "a"]}]
+    vb, analysis = run(c, recs, train=recs[:5])
+    # counts: b 3, a 2, c 1 -> b=2, a=3, c=4; a lone value is a one-element list
+    assert analysis.vocabularies["tags"] == ["b", "a", "c"]
+    np.testing.assert_array_equal(col(vb, "tags"), [[3, 2, 0], [2, 4, 2], [0, 0, 0], [0, 0, 0], [3, 0, 0], [1, 2, 4]])
+    np.testing.assert_array_equal(col(vb, "tags_len"), [[2], [3], [0], [0], [1], [3]])
+
+
+def test_multi_valued_vocabulary_nested_values_rejected():
+    c = cfg({"name": "tags", "transform": "vocabulary", "max_len": 2})
+    vb, _ = run(c, [{"tags": ["a", {"x": 1}]}, {"tags": ["a"]}])
+    assert vb.keep.tolist() == [False, True] and rejected(vb)[0][0] == "tags"
+
+
+def test_scalar_vocabulary_list_or_dict_rejected_and_not_counted_as_terms():
+    c = cfg({"name": "c", "transform": "vocabulary"})
+    recs = [{"c": ["a", "b"]}, {"c": {"k": 1}}, {"c": "x"}]
+    vb, analysis = run(c, recs)
+    assert analysis.vocabularies["c"] == ["x"]
+    assert vb.keep.tolist() == [False, False, True]
+    assert "max_len" in rejected(vb)[0][1]
+
+
+def test_text_tokenized_lowercased_padded_with_len():
+    c = cfg({"name": "t", "transform": "text", "max_len": 4})
+    recs = [{"t": "Hello, hello WORLD!"}, {"t": "world of Worlds"}, {"t": ""}, {"t": None},
+            {"t": "a b c d e f"}, {"t": "caf\u00e9 HELLO"}]
+    vb, analysis = run(c, recs, train=recs[:4])
+    # counts: hello 2, world 2, of 1, worlds 1 -> hello=2, world=3, of=4, worlds=5
+    assert analysis.vocabularies["t"] == ["hello", "world", "of", "worlds"]
+    np.testing.assert_array_equal(col(vb, "t"), [[2, 2, 3, 0], [3, 4, 5, 0], [0, 0, 0, 0], [0, 0, 0, 0],
+                                                 [1, 1, 1, 1], [1, 2, 0, 0]])
+    np.testing.assert_array_equal(col(vb, "t_len"), [[3], [3], [0], [0], [4], [2]])
+    assert tokenize("caf\u00e9 HELLO") == ["caf\u00e9", "hello"]
+
+
+def test_text_case_kept_when_lowercase_false_and_non_string_rejected():
+    c = cfg({"name": "t", "transform": "text", "max_len": 2, "lowercase": False})
+    vb, analysis = run(c, [{"t": "Hi hi"}, {"t": 5}])
+    assert analysis.vocabularies["t"] == ["Hi", "hi"]
+    assert vb.keep.tolist() == [True, False]
+    assert "string" in rejected(vb)[1][1]
+
+
+# ----------------------------------------------------------------- hash
+
+
+def test_hash_ids_are_stable_blake2b_in_one_to_buckets():
+    c = cfg({"name": "u", "transform": "hash", "buckets": 10})
+    values = ["alice", "bob", "", 0, False, 12, 1.0, "\u65e5\u672c", b"\x00\xff"]
+    vb, _ = run(c, [{"u": v} for v in values] + [{"u": None}])
+    ids = col(vb, "u")[:, 0].tolist()
+    assert ids == [1 + blake(term(v)) % 10 for v in values] + [0]
+    assert stable_hash("alice") == blake("alice")
+    many, _ = run(c, [{"u": f"user{i}"} for i in range(2000)])
+    assert set(col(many, "u")[:, 0].tolist()) == set(range(1, 11))
+
+
+def test_hash_and_vocabulary_ids_same_in_another_process_with_other_hash_seed():
+    code = (
+        "from convert.config import parse_config\n"
+        "from convert.vectorize import Analyzer, Vectorizer\n"
+        "c = parse_config({'features': [{'name': 'u', 'transform': 'hash', 'buckets': 1000},"
+        " {'name': 'v', 'transform': 'vocabulary', 'num_oov_buckets': 7}]})\n"
+        "recs = [{'u': f'x{i}', 'v': f'y{i % 13}'} for i in range(50)]\n"
+        "a = Analyzer(c); a.add_records(recs[:20])\n"
+        "vb = Vectorizer(c, a.result()).vectorize(recs)\n"
+        "print(vb.columns['u'][1][:, 0].tolist(), vb.columns['v'][1][:, 0].tolist())\n"
+    )
+    root = Path(__file__).resolve().parents[1]
+    outs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=root,
+                           env={**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": str(root)}).stdout
+            for seed in ("1", "987")}
+    assert len(outs) == 1
+
+
+# ------------------------------------------------------------ bytes, label
+
+
+def test_bytes_passthrough():
+    c = cfg({"name": "b", "transform": "bytes"})
+    vb, _ = run(c, [{"b": b"\x00\xff"}, {"b": "\u00e9"}, {"b": None}, {"b": b""}, {"b": 5}, {"b": bytearray(b"z")}])
+    assert vb.columns["b"][0] == "string"
+    assert col(vb, "b") == [b"\x00\xff", "\u00e9".encode(), b"", b"", b"z"]
+    assert rejected(vb)[4][0] == "b"
+
+
+def test_label_int64_accepts_integers_and_rejects_missing_or_bad():
+    c = cfg({"name": "x", "transform": "identity"}, label={"source": "y"})
+    recs = [{"y": 1}, {"y": True}, {"y": 2.0}, {"y": None}, {}, {"y": "1"}, {"y": 1.5}, {"y": 2**70},
+            {"y": 1e300}, {"y": -(2**63)}, {"y": float("nan")}]
+    vb, _ = run(c, recs)
+    assert vb.keep.tolist() == [True, True, True, False, False, False, False, False, False, True, False]
+    np.testing.assert_array_equal(col(vb, "y"), [[1], [1], [2], [-(2**63)]])
+    assert col(vb, "y").dtype == np.int64
+    rej = rejected(vb)
+    assert rej[3][0] == "y" and "missing" in rej[3][1] and "float32" in rej[3][1]
+    assert "'1'" in rej[5][1]
+
+
+def test_label_float32_accepts_finite_numbers_only():
+    c = cfg({"name": "x", "transform": "identity"}, label={"source": "t.y", "dtype": "float32", "name": "target"})
+    recs = [{"t": {"y": 0.5}}, {"t": {"y": 3}}, {"t": {"y": None}}, {"t": {"y": float("inf")}},
+            {"t": {"y": "0.5"}}, {"t": {"y": True}}, {"t": {"y": 10**400}}, {"t": {"y": 1e300}}, {"t": {"y": 2**70}}]
+    vb, _ = run(c, recs)
+    assert vb.keep.tolist() == [True, True, False, False, False, False, False, False, True]
+    assert vb.columns["target"][0] == "float32"
+    np.testing.assert_array_equal(col(vb, "target"), np.array([[0.5], [3], [2.0**70]], np.float32))
+    assert {f for f, _ in rejected(vb).values()} == {"t.y"}
+    assert "missing" in rejected(vb)[2][1]
+
+
+# ------------------------------------------------------ records and masks
+
+
+def test_non_dict_record_rejected():
+    c = cfg({"name": "x", "transform": "identity"}, {"name": "c", "transform": "vocabulary"})
+    vb, _ = run(c, [{"x": 1, "c": "a"}, [1, 2], "str", None, 5])
+    assert vb.keep.tolist() == [True, False, False, False, False]
+    for i in range(1, 5):
+        field, reason = rejected(vb)[i]
+        assert field == "<record>" and "expected a record" in reason
+
+
+def test_rejected_rows_removed_from_every_column():
+    c = cfg({"name": "x", "transform": "identity", "missing_indicator": True},
+            {"name": "tags", "transform": "vocabulary", "max_len": 2},
+            {"name": "b", "transform": "bytes"},
+            {"name": "h", "transform": "hash", "buckets": 5},
+            label={"source": "y"})
+    recs = [{"x": 1, "tags": ["a"], "b": b"r0", "h": "p", "y": 0},
+            {"x": "bad", "tags": ["a"], "b": b"r1", "h": "p", "y": 1},
+            {"x": 3, "tags": ["a", "a"], "b": b"r2", "h": "q", "y": 2},
+            {"x": 4, "tags": [], "b": b"r3", "h": "p", "y": None},
+            {"x": None, "tags": None, "b": None, "h": None, "y": 4}]
+    vb, _ = run(c, recs)
+    assert vb.keep.tolist() == [True, False, True, False, True]
+    assert [r.index for r in vb.rejections] == [1, 3]
+    for name, (_kind, v) in vb.columns.items():
+        assert len(v) == 3, name
+    assert col(vb, "b") == [b"r0", b"r2", b""]
+    np.testing.assert_array_equal(col(vb, "y"), [[0], [2], [4]])
+    np.testing.assert_array_equal(col(vb, "x"), [[1], [3], [0]])
+    np.testing.assert_array_equal(col(vb, "x_missing"), [[0], [0], [1]])
+    np.testing.assert_array_equal(col(vb, "tags_len"), [[1], [2], [0]])
+
+
+def test_one_rejection_per_record_first_reason_kept():
+    c = cfg({"name": "x", "transform": "identity"}, {"name": "z", "transform": "identity"}, label={"source": "y"})
+    vb, _ = run(c, [{"x": "a", "z": "b"}])
+    assert len(vb.rejections) == 1 and vb.rejections[0].field == "x"
+
+
+def test_empty_batch():
+    c = cfg({"name": "x", "transform": "zscore"}, {"name": "t", "transform": "text", "max_len": 3},
+            {"name": "b", "transform": "bytes"}, label={"source": "y"})
+    vb = Vectorizer(c, analyze(c, [{"x": 1, "t": "a", "y": 1}])).vectorize([])
+    assert vb.keep.shape == (0,) and vb.rejections == []
+    assert col(vb, "x").shape == (0, 1) and col(vb, "t").shape == (0, 3) and col(vb, "b") == []
+
+
+def test_feature_specs_match_columns_and_config_output_names():
+    c = cfg({"name": "x", "transform": "zscore", "missing_indicator": True},
+            {"name": "tags", "transform": "vocabulary", "max_len": 4, "num_oov_buckets": 2},
+            {"name": "t", "transform": "text", "max_len": 3},
+            {"name": "h", "transform": "hash", "buckets": 9},
+            {"name": "b", "transform": "bytes"},
+            label={"source": "y", "dtype": "float32"})
+    recs = [{"x": 1.0, "tags": ["a", "b"], "t": "hi there", "h": "k", "b": b"z", "y": 0.5},
+            {"x": 2.0, "tags": ["a"], "t": "hi", "h": "j", "b": b"", "y": 1.5}]
+    vec = Vectorizer(c, analyze(c, recs))
+    specs = {s.name: s for s in vec.feature_specs()}
+    assert list(specs) == c.output_names
+    vb = vec.vectorize(recs)
+    assert set(vb.columns) == set(specs)
+    for name, (kind, v) in vb.columns.items():
+        assert specs[name].dtype == kind
+        if kind != "string":
+            assert v.shape == (2, *specs[name].shape), name
+    assert specs["tags"].params["vocab_size"] == 1 + 2 + 2  # pad, 2 OOV, a, b
+    assert specs["tags"].params["oov_ids"] == [1, 2]
+    assert specs["h"].params["vocab_size"] == 10
+    assert specs["x"].params["stats"]["mean"] == 1.5
+    assert specs["x_missing"].role == "aux" and specs["tags_len"].role == "aux" and specs["y"].role == "label"
+    assert int(col(vb, "tags").max()) < specs["tags"].params["vocab_size"]
+
+
+def test_vectorizer_needs_vocabulary_from_analysis():
+    c = cfg({"name": "c", "transform": "vocabulary"})
+    with pytest.raises(ValueError, match="'c'"):
+        Vectorizer(c, Analysis(vocabularies={}, stats={}))
+
+
+# --------------------------------------------------------------- analyzer
+
+
+ANALYZE_CFG = dict(features=[
+    {"name": "x", "transform": "zscore"},
+    {"name": "v", "transform": "identity", "max_len": 3, "fill": "mean"},
+    {"name": "c", "transform": "vocabulary"},
+    {"name": "tags", "transform": "vocabulary", "max_len": 2},
+    {"name": "t", "transform": "text", "max_len": 3},
+])
+
+
+def _analyzer_records(n: int = 200) -> list[dict]:
+    rng = np.random.default_rng(3)
+    out = []
+    for i in range(n):
+        out.append({
+            "x": None if i % 9 == 0 else float(rng.normal(10, 3)),
+            "v": [float(a) for a in rng.integers(0, 5, size=int(rng.integers(0, 4)))],
+            "c": str(rng.choice(["a", "b", "c", "d"])) if i % 5 else None,
+            "tags": [str(t) for t in rng.choice(["p", "q", "r"], size=int(rng.integers(0, 3)))],
+            "t": " ".join(rng.choice(["Cat", "dog", "bird"], size=int(rng.integers(0, 4)))),
+        })
+    return out
+
+
+def test_analyzer_merge_of_halves_equals_analyzer_over_all():
+    c = parse_config(ANALYZE_CFG)
+    recs = _analyzer_records()
+    whole = analyze(c, recs)
+    a, b = Analyzer(c), Analyzer(c)
+    a.add_records(recs[:77])
+    b.add_records(recs[77:])
+    merged = a.merge(b).result()
+    assert merged.vocabularies == whole.vocabularies
+    for name, st in whole.stats.items():
+        for k, v in st.items():
+            assert merged.stats[name][k] == pytest.approx(v, rel=1e-12, abs=1e-12), (name, k)
+    # merging an empty analyzer changes nothing, in either direction
+    assert Analyzer(c).merge(a).result().to_json() == a.result().to_json()
+
+
+def test_analyzer_batches_equal_one_pass():
+    c = parse_config(ANALYZE_CFG)
+    recs = _analyzer_records()
+    a = Analyzer(c)
+    for s in range(0, len(recs), 13):
+        a.add_records(recs[s:s + 13])
+    whole = analyze(c, recs)
+    assert a.result().vocabularies == whole.vocabularies
+    assert a.result().stats["x"]["mean"] == pytest.approx(whole.stats["x"]["mean"])
+    assert a.result().stats["x"]["std"] == pytest.approx(whole.stats["x"]["std"])
+
+
+def test_analyzer_pickles_and_keeps_accumulating():
+    """Beam ships accumulators between workers: pickle, unpickle, add more, merge."""
+    c = parse_config(ANALYZE_CFG | {"features": ANALYZE_CFG["features"] + [
+        {"name": "n", "source": "deep.er.x", "transform": "minmax"}]})
+    recs = [dict(r, deep={"er": {"x": i}}) for i, r in enumerate(_analyzer_records())]
+    a = Analyzer(c)
+    a.add_records(recs[:100])
+    a2 = pickle.loads(pickle.dumps(a))
+    a2.add_records(recs[100:])  # getters rebuilt after unpickling
+    b = pickle.loads(pickle.dumps(Analyzer(c)))
+    b.merge(a2)
+    whole = analyze(c, recs)
+    assert b.result().vocabularies == whole.vocabularies
+    assert b.result().stats["n"]["max"] == 199
+    assert b.result().to_json()["stats"]["x"]["count"] == whole.stats["x"]["count"]
+
+
+def test_analysis_json_round_trip_gives_same_vectors():
+    c = parse_config(ANALYZE_CFG)
+    recs = _analyzer_records(50)
+    analysis = analyze(c, recs)
+    import json
+
+    again = Analysis.from_json(json.loads(json.dumps(analysis.to_json())))
+    v1 = Vectorizer(c, analysis).vectorize(recs)
+    v2 = Vectorizer(c, again).vectorize(recs)
+    for k in v1.columns:
+        np.testing.assert_array_equal(v1.columns[k][1], v2.columns[k][1])
+
+
+def test_analyzer_counts_missing_and_ignores_non_numbers():
+    c = cfg({"name": "x", "transform": "zscore"})
+    analysis = analyze(c, [{"x": 1}, {"x": "2"}, {"x": None}, {}, {"x": float("nan")}, {"x": 3}, "notadict"])
+    st = analysis.stats["x"]
+    assert st["count"] == 2 and st["missing"] == 3 and st["mean"] == 2
+    empty = analyze(c, [])
+    assert empty.stats["x"] == {"count": 0, "missing": 0, "mean": 0.0, "std": 0.0, "min": None, "max": None}
