@@ -1,1 +1,68 @@
-"""tf.data readers for recordprep outputs."""
+"""tf.data readers for recordprep outputs.
+
+Typical use::
+
+    import readers
+
+    info = readers.wait_for_dataset("gs://bucket/out", timeout=3600)
+    inputs = readers.keras_inputs(info)
+    ...
+    model.fit(readers.train_dataset("gs://bucket/out/train-*", 512, seed=1),
+              steps_per_epoch=1000, epochs=10,
+              validation_data=readers.eval_dataset("gs://bucket/out/eval-*", 512))
+
+``load_info`` and ``wait_for_dataset`` do not need TensorFlow for local
+paths; TensorFlow is imported when a dataset is first built (lazily, so that
+``import readers`` stays cheap). Nothing here imports Apache Beam.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from readers.errors import (
+    DatasetFailedError,
+    DatasetIncompleteError,
+    ShardMismatchError,
+    ShardNotFoundError,
+    ShardSelectionError,
+    SpecError,
+    StagingError,
+)
+from readers.info import keras_inputs, load_info, wait_for_dataset
+from readers.options import ReadOptions
+
+if TYPE_CHECKING:  # pragma: no cover
+    from readers.dataset import eval_dataset, train_dataset
+
+__all__ = [
+    "DatasetFailedError",
+    "DatasetIncompleteError",
+    "ReadOptions",
+    "ShardMismatchError",
+    "ShardNotFoundError",
+    "ShardSelectionError",
+    "SpecError",
+    "StagingError",
+    "eval_dataset",
+    "keras_inputs",
+    "load_info",
+    "train_dataset",
+    "wait_for_dataset",
+]
+
+_LAZY = {"train_dataset": "readers.dataset", "eval_dataset": "readers.dataset"}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'readers' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

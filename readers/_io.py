@@ -1,0 +1,131 @@
+"""Small file-system layer: local paths via ``os``, ``hdfs://`` via staging, the rest via ``tf.io.gfile``.
+
+Local paths never import TensorFlow, so :func:`readers.load_info` and
+:func:`readers.wait_for_dataset` work in environments without it (for example
+the ``recordprep wait`` command on a conversion host).
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+from typing import Any
+
+from readers.options import path_scheme
+
+
+def strip_file_scheme(path: str) -> str:
+    return path[len("file://") :] if path.startswith("file://") else path
+
+
+def is_hdfs(path: str) -> bool:
+    return path_scheme(path) in ("hdfs", "viewfs")
+
+
+def join(root: str, name: str) -> str:
+    """``root/name`` for local paths and URLs alike (no backslashes on URLs)."""
+    if path_scheme(root):
+        return root.rstrip("/") + "/" + name.lstrip("/")
+    return os.path.join(root, name)
+
+
+def split(path: str) -> tuple[str, str]:
+    """``(dirname, basename)`` of a local path or a URL."""
+    if path_scheme(path):
+        scheme, _, rest = path.partition("://")
+        head, tail = posixpath.split(rest)
+        return f"{scheme}://{head}", tail
+    return os.path.split(path)
+
+
+def _gfile() -> Any:
+    try:
+        import tensorflow as tf
+    except ImportError as e:  # pragma: no cover - TF is installed in dev
+        raise RuntimeError(
+            "reading remote paths needs TensorFlow's file systems, and TensorFlow is not "
+            "installed here; install it (pip install 'recordprep[tf]') or use a local path"
+        ) from e
+    return tf.io.gfile
+
+
+def _unsupported_scheme(path: str, err: Exception) -> RuntimeError:
+    scheme = path_scheme(path)
+    return RuntimeError(
+        f"TensorFlow here cannot open {scheme}:// paths ({err}). TensorFlow 2.21 ships only local, "
+        f"ram:// and gs:// file systems. For s3:// or az://, install tensorflow-io and "
+        f"`import tensorflow_io` before reading, or copy the output directory to local disk or "
+        f"gs:// first. hdfs:// is handled by recordprep itself (it stages shards locally)."
+    )
+
+
+def _call_gfile(path: str, fn_name: str, *args: Any) -> Any:
+    gfile = _gfile()
+    import tensorflow as tf
+
+    try:
+        return getattr(gfile, fn_name)(path, *args)
+    except tf.errors.UnimplementedError as e:
+        raise _unsupported_scheme(path, e) from e
+
+
+def exists(path: str) -> bool:
+    if is_hdfs(path):
+        from readers import _staging
+
+        return _staging.client_for(path).stat(path) is not None
+    if not path_scheme(path) or path.startswith("file://"):
+        return os.path.exists(strip_file_scheme(path))
+    return bool(_call_gfile(path, "exists"))
+
+
+def size(path: str) -> int | None:
+    """File size in bytes, or ``None`` if it does not exist."""
+    if is_hdfs(path):
+        from readers import _staging
+
+        st = _staging.client_for(path).stat(path)
+        return None if st is None else st[0]
+    if not path_scheme(path) or path.startswith("file://"):
+        try:
+            return os.stat(strip_file_scheme(path)).st_size
+        except FileNotFoundError:
+            return None
+    import tensorflow as tf
+
+    try:
+        return int(_call_gfile(path, "stat").length)
+    except tf.errors.NotFoundError:
+        return None
+
+
+def isdir(path: str) -> bool:
+    if is_hdfs(path):
+        return True  # only used for messages; a stat of a directory is not needed
+    if not path_scheme(path) or path.startswith("file://"):
+        return os.path.isdir(strip_file_scheme(path))
+    return bool(_call_gfile(path, "isdir"))
+
+
+def read_bytes(path: str) -> bytes | None:
+    """The whole file, or ``None`` if it does not exist."""
+    if is_hdfs(path):
+        from readers import _staging
+
+        return _staging.client_for(path).read(path)
+    if not path_scheme(path) or path.startswith("file://"):
+        try:
+            with open(strip_file_scheme(path), "rb") as f:
+                return f.read()
+        except FileNotFoundError:
+            return None
+    import tensorflow as tf
+
+    gfile = _gfile()
+    try:
+        with gfile.GFile(path, "rb") as f:
+            return f.read()
+    except tf.errors.NotFoundError:
+        return None
+    except tf.errors.UnimplementedError as e:
+        raise _unsupported_scheme(path, e) from e

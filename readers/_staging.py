@@ -1,0 +1,345 @@
+"""Staging ``hdfs://`` shards on local disk, because TensorFlow 2.21 cannot read HDFS.
+
+TensorFlow dropped its built-in HDFS file system (``tf.io.gfile`` raises
+``UnimplementedError: File system scheme 'hdfs' not implemented``), so for an
+``hdfs://`` pattern the readers copy the metadata and the selected shards to a
+local directory, in parallel threads, and read them from there. Only the
+shards this input pipeline reads are copied (after ``input_context``
+sharding), and a shard already staged with the same size is reused, so a
+restart or a second epoch does not download again.
+
+Where: ``$RECORDPREP_HDFS_CACHE`` or ``~/.cache/recordprep/hdfs`` (or
+``ReadOptions.hdfs_cache_dir``), then ``<namenode>_<port>/<path on HDFS>``.
+Files are written under a temporary name and renamed, so a crash never leaves
+a partial shard that looks complete; the local ``dataset_info.json`` is
+written last, as the converter does.
+
+How (``$RECORDPREP_HDFS_CLIENT`` = ``auto`` | ``pyarrow`` | ``webhdfs``):
+
+* ``pyarrow``: ``pyarrow.fs.HadoopFileSystem`` (libhdfs over JNI). Needs a
+  Hadoop client install: ``HADOOP_HOME``/``JAVA_HOME`` set and ``CLASSPATH``
+  from ``hadoop classpath --glob``. Supports Kerberos through the Hadoop
+  configuration.
+* ``webhdfs``: the WebHDFS REST API over ``urllib``
+  (``http://<namenode>:<http port>/webhdfs/v1/<path>?op=OPEN``; the NameNode
+  redirects each read to a DataNode). Needs nothing installed, only the
+  NameNode's HTTP port reachable. The base URL defaults to
+  ``http://<namenode host>:9870`` (Hadoop 3; Hadoop 2 uses 50070); set
+  ``$RECORDPREP_WEBHDFS_URL`` (e.g. ``http://nn.example.com:50070``) to
+  change it. The user is ``$HADOOP_USER_NAME`` or the login name (simple
+  authentication; Kerberos/SPNEGO is not supported, use pyarrow there).
+* ``auto`` (default): WebHDFS if ``$RECORDPREP_WEBHDFS_URL`` is set,
+  otherwise pyarrow if it can connect, otherwise WebHDFS at the default URL.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import getpass
+import json
+import logging
+import os
+import shutil
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Protocol
+
+from convert.spec import METADATA_FILENAME
+from readers.errors import ShardNotFoundError, StagingError
+
+logger = logging.getLogger("readers")
+
+HDFS_CACHE_ENV = "RECORDPREP_HDFS_CACHE"
+WEBHDFS_URL_ENV = "RECORDPREP_WEBHDFS_URL"
+HDFS_CLIENT_ENV = "RECORDPREP_HDFS_CLIENT"
+DEFAULT_WEBHDFS_PORT = 9870
+HTTP_TIMEOUT_S = 120.0
+_COPY_CHUNK = 8 << 20
+
+
+def parse_hdfs_url(url: str) -> tuple[str, int | None, str]:
+    """``hdfs://nn:8020/a/b`` -> ``("nn", 8020, "/a/b")``."""
+    parsed = urllib.parse.urlparse(url)
+    if parsed.scheme not in ("hdfs", "viewfs"):
+        raise ValueError(f"not an hdfs:// URL: {url!r}")
+    return parsed.hostname or "", parsed.port, parsed.path or "/"
+
+
+def default_cache_root() -> Path:
+    env = os.environ.get(HDFS_CACHE_ENV)
+    if env:
+        return Path(env).expanduser()
+    return Path("~/.cache/recordprep/hdfs").expanduser()
+
+
+def local_path_for(url: str, cache_root: Path) -> Path:
+    host, port, path = parse_hdfs_url(url)
+    return cache_root / f"{host or 'default'}_{port or 'default'}" / path.lstrip("/")
+
+
+class HdfsClient(Protocol):
+    description: str
+
+    def stat(self, url: str) -> tuple[int, float | None] | None:
+        """``(length in bytes, modification time in s or None)``, or None if no such file."""
+
+    def read(self, url: str) -> bytes | None:
+        """Whole (small) file, or None if it does not exist."""
+
+    def download(self, url: str, dest: Path) -> int:
+        """Copy the file to ``dest``; return the bytes written."""
+
+
+class WebHdfsClient:
+    """WebHDFS REST client on ``urllib`` (simple auth)."""
+
+    def __init__(self, base_url: str, user: str | None = None) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.user = user or os.environ.get("HADOOP_USER_NAME") or _login_name()
+        self.description = f"WebHDFS at {self.base_url} as user {self.user!r}"
+
+    def _url(self, url: str, op: str) -> str:
+        _, _, path = parse_hdfs_url(url)
+        query = urllib.parse.urlencode({"op": op, "user.name": self.user})
+        return f"{self.base_url}/webhdfs/v1{urllib.parse.quote(path)}?{query}"
+
+    def _open(self, url: str, op: str):  # -> http.client.HTTPResponse | None
+        request_url = self._url(url, op)
+        try:
+            # urllib follows the NameNode's 307 redirect to a DataNode for GET.
+            return urllib.request.urlopen(request_url, timeout=HTTP_TIMEOUT_S)
+        except urllib.error.HTTPError as e:
+            if e.code == 404:
+                return None
+            detail = e.read(2000).decode("utf-8", "replace")
+            raise StagingError(
+                f"WebHDFS {op} {url} failed: HTTP {e.code} from {request_url}: {detail}"
+            ) from e
+        except (urllib.error.URLError, OSError) as e:
+            raise StagingError(
+                f"cannot reach {self.description} for {url} ({e}). Set {WEBHDFS_URL_ENV} to the "
+                f"NameNode's HTTP address (e.g. http://namenode:9870, or :50070 on Hadoop 2), or "
+                f"use {HDFS_CLIENT_ENV}=pyarrow with a Hadoop client installed, or copy the output "
+                f"to local disk / gs:// and read it from there."
+            ) from e
+
+    def stat(self, url: str) -> tuple[int, float | None] | None:
+        resp = self._open(url, "GETFILESTATUS")
+        if resp is None:
+            return None
+        with resp:
+            status = json.load(resp)["FileStatus"]
+        if status.get("type") == "DIRECTORY":
+            return None
+        mtime = status.get("modificationTime")
+        return int(status["length"]), (mtime / 1000.0 if mtime else None)
+
+    def read(self, url: str) -> bytes | None:
+        resp = self._open(url, "OPEN")
+        if resp is None:
+            return None
+        with resp:
+            return resp.read()
+
+    def download(self, url: str, dest: Path) -> int:
+        resp = self._open(url, "OPEN")
+        if resp is None:
+            raise ShardNotFoundError(f"{url} does not exist on HDFS")
+        with resp, open(dest, "wb") as out:
+            shutil.copyfileobj(resp, out, _COPY_CHUNK)
+            return out.tell()
+
+
+class PyArrowHdfsClient:
+    """``pyarrow.fs.HadoopFileSystem`` (libhdfs/JNI)."""
+
+    def __init__(self, host: str, port: int | None) -> None:
+        from pyarrow import fs as pafs
+
+        kwargs = (
+            {"user": os.environ["HADOOP_USER_NAME"]} if "HADOOP_USER_NAME" in os.environ else {}
+        )
+        self.fs = pafs.HadoopFileSystem(host or "default", port or 0, **kwargs)
+        self._pafs = pafs
+        self.description = f"pyarrow HadoopFileSystem({host or 'default'}:{port or 'default'})"
+
+    def stat(self, url: str) -> tuple[int, float | None] | None:
+        _, _, path = parse_hdfs_url(url)
+        info = self.fs.get_file_info(path)
+        if info.type != self._pafs.FileType.File:
+            return None
+        mtime = info.mtime.timestamp() if info.mtime is not None else None
+        return int(info.size), mtime
+
+    def read(self, url: str) -> bytes | None:
+        if self.stat(url) is None:
+            return None
+        _, _, path = parse_hdfs_url(url)
+        with self.fs.open_input_stream(path) as f:
+            return f.read()
+
+    def download(self, url: str, dest: Path) -> int:
+        _, _, path = parse_hdfs_url(url)
+        with self.fs.open_input_stream(path) as src, open(dest, "wb") as out:
+            while chunk := src.read(_COPY_CHUNK):
+                out.write(chunk)
+            return out.tell()
+
+
+def _login_name() -> str:
+    try:
+        return getpass.getuser()
+    except Exception:  # no passwd entry (containers)
+        return "recordprep"
+
+
+_clients: dict[tuple[str, int | None, str], HdfsClient] = {}
+_clients_lock = threading.Lock()
+
+
+def client_for(url: str) -> HdfsClient:
+    """The HDFS client for ``url``'s NameNode (cached per process), per ``$RECORDPREP_HDFS_CLIENT``."""
+    host, port, _ = parse_hdfs_url(url)
+    mode = os.environ.get(HDFS_CLIENT_ENV, "auto").strip().lower() or "auto"
+    if mode not in ("auto", "pyarrow", "webhdfs"):
+        raise StagingError(f"{HDFS_CLIENT_ENV}={mode!r}: expected auto, pyarrow or webhdfs")
+    webhdfs_url = os.environ.get(WEBHDFS_URL_ENV, "")
+    key = (host, port, f"{mode}|{webhdfs_url}")
+    with _clients_lock:
+        if key in _clients:
+            return _clients[key]
+        client = _make_client(host, port, mode, webhdfs_url)
+        _clients[key] = client
+        logger.info("hdfs://%s: using %s", f"{host}:{port}" if port else host, client.description)
+        return client
+
+
+def _make_client(host: str, port: int | None, mode: str, webhdfs_url: str) -> HdfsClient:
+    default_webhdfs = webhdfs_url or f"http://{host}:{DEFAULT_WEBHDFS_PORT}"
+    if mode == "webhdfs" or (mode == "auto" and webhdfs_url):
+        return WebHdfsClient(default_webhdfs)
+    try:
+        return PyArrowHdfsClient(host, port)
+    except Exception as e:  # ImportError, OSError (no libhdfs / JVM), ...
+        if mode == "pyarrow":
+            raise StagingError(
+                f"pyarrow.fs.HadoopFileSystem could not connect to hdfs://{host}:{port} ({e}). It "
+                f"needs a Hadoop client: HADOOP_HOME and JAVA_HOME set, and CLASSPATH from "
+                f"`hadoop classpath --glob`. Or use {HDFS_CLIENT_ENV}=webhdfs with "
+                f"{WEBHDFS_URL_ENV}=http://<namenode>:9870."
+            ) from e
+        logger.info(
+            "pyarrow HadoopFileSystem unavailable (%s); falling back to WebHDFS at %s",
+            e,
+            default_webhdfs,
+        )
+        return WebHdfsClient(default_webhdfs)
+
+
+def stage(
+    root_url: str,
+    files: Sequence[str],
+    metadata: bytes,
+    *,
+    cache_root: Path | None = None,
+    threads: int = 8,
+) -> str:
+    """Copy ``files`` (names relative to ``root_url``) and the metadata to local disk.
+
+    Returns the local directory that mirrors ``root_url``. It holds a copy of
+    the metadata (written last) and the staged shards; shards of other splits
+    or other input pipelines are not copied. A shard already staged with the
+    same size and modification time is reused.
+
+    Raises:
+      ShardNotFoundError: a listed shard does not exist on HDFS.
+      StagingError: HDFS cannot be reached or a copy failed; the message says
+        what to configure.
+    """
+    cache_root = cache_root or default_cache_root()
+    local_root = local_path_for(root_url, cache_root)
+    client = client_for(root_url)
+    try:
+        local_root.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise StagingError(
+            f"cannot create the HDFS staging directory {local_root} ({e}); set {HDFS_CACHE_ENV} "
+            f"or ReadOptions(hdfs_cache_dir=...) to a writable local directory with enough space"
+        ) from e
+
+    def plan(name: str) -> tuple[str, int, float | None, bool]:
+        """(name, size, mtime, needs_copy) for one shard."""
+        url = root_url.rstrip("/") + "/" + name
+        remote = client.stat(url)
+        if remote is None:
+            raise ShardNotFoundError(
+                f"{url} is listed in {METADATA_FILENAME} but does not exist on HDFS: the output "
+                f"was modified after the conversion finished. Re-run the conversion."
+            )
+        size, mtime = remote
+        dest = local_root / name
+        if dest.exists():
+            st = dest.stat()
+            same_mtime = mtime is None or abs(st.st_mtime - mtime) < 1.0
+            if st.st_size == size and same_mtime:
+                return name, size, mtime, False
+        return name, size, mtime, True
+
+    def copy(item: tuple[str, int, float | None, bool]) -> None:
+        name, size, mtime, _ = item
+        url = root_url.rstrip("/") + "/" + name
+        dest = local_root / name
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp = dest.with_name(f".{dest.name}.{os.getpid()}.{threading.get_ident()}.partial")
+        try:
+            written = client.download(url, tmp)
+            if written != size:
+                raise StagingError(
+                    f"copying {url} to {tmp} got {written} bytes, HDFS reports {size}; "
+                    f"the file changed during the copy or the connection dropped, retry"
+                )
+            if mtime is not None:
+                os.utime(tmp, (mtime, mtime))
+            os.replace(tmp, dest)
+        finally:
+            if tmp.exists():
+                tmp.unlink()
+
+    started = time.monotonic()
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
+        items = list(pool.map(plan, files))
+        todo = [item for item in items if item[3]]
+        todo_bytes = sum(item[1] for item in todo)
+        if todo:
+            logger.warning(
+                "TensorFlow cannot read hdfs:// directly: copying %d of %d shard(s) (%.1f MB) of "
+                "%s into %s via %s with %d threads (%d already staged, unchanged)",
+                len(todo),
+                len(items),
+                todo_bytes / 1e6,
+                root_url,
+                local_root,
+                client.description,
+                threads,
+                len(items) - len(todo),
+            )
+        list(pool.map(copy, todo))
+    meta_tmp = local_root / f".{METADATA_FILENAME}.{os.getpid()}.partial"
+    meta_tmp.write_bytes(metadata)
+    os.replace(meta_tmp, local_root / METADATA_FILENAME)
+    (logger.warning if todo else logger.info)(
+        "hdfs:// shards of %s are read from the local copy in %s (%d copied, %.1f MB in %.1f s; "
+        "%d reused)",
+        root_url,
+        local_root,
+        len(todo),
+        todo_bytes / 1e6,
+        time.monotonic() - started,
+        len(items) - len(todo),
+    )
+    return str(local_root)

@@ -1,0 +1,791 @@
+"""``tf.data`` pipelines over recordprep outputs: :func:`train_dataset` and :func:`eval_dataset`.
+
+Pipeline (training), in this order, following the tf.data performance guide
+-----------------------------------------------------------------------------
+1. **Shard list from the metadata**, filtered by the pattern (``fnmatch``);
+   never a glob of the bucket.
+2. **File-level sharding** across input pipelines (``input_context``): pipeline
+   ``i`` of ``n`` reads shards ``i, i+n, ...`` - disjoint and complete, and
+   each pipeline opens only its own files. With fewer shards than pipelines it
+   falls back to record-level ``Dataset.shard`` (every pipeline reads every
+   file, in the same deterministic order, and keeps every n-th record) and
+   logs a warning.
+3. **Per-epoch shard shuffle** (seeded, ``reshuffle_each_iteration=True``).
+4. **Parallel interleave** of ``TFRecordDataset(file, compression,
+   buffer_size)`` with an explicit ``cycle_length`` (``AUTOTUNE`` picks the
+   core count, 1-2 on small hosts, which serializes remote reads) and
+   explicit ``num_parallel_calls``; see :mod:`readers.options` for the
+   local/remote defaults. Records cross the interleave in blocks of
+   ``ReadOptions.block_length`` (64) consecutive records of one shard, then
+   are unbatched: the interleave's per-element cost is paid per block. The
+   shuffle buffer mixes the blocks, so nothing of this shows in the batches
+   (with ``shuffle_buffer=0``, set ``block_length=1`` for record-level
+   alternation between shards).
+5. Per shard, **damage detection** (below): a shard that yields fewer
+   records than the metadata lists fails the pipeline naming the file, or,
+   with ``skip_corrupt``, is reported and skipped.
+6. Optional **cache** of the serialized records (in memory, or in a local
+   file). It sits *before* the shuffle so every epoch is still reshuffled;
+   note that from the second epoch on the shard order is the cached one and
+   only the shuffle buffer mixes records.
+7. **Shuffle** of records (buffer ``shuffle_buffer``, seeded,
+   ``reshuffle_each_iteration=True``), then **repeat** (``num_epochs``), so
+   batches span epoch boundaries and no partial batch appears mid-training.
+8. **Batch, then parse the whole batch** with one vectorized
+   ``tf.io.parse_example`` (``FixedLenFeature`` per feature, no string work),
+   ``num_parallel_calls=AUTOTUNE``. Parsing a batch is several times cheaper
+   per record than parsing records one by one (``parallel_batch`` also lets
+   the batch copy run in parallel).
+9. Split the label out, **prefetch** (``AUTOTUNE``).
+
+``tf.data.Options`` are set deliberately: autotuning on, ``deterministic``
+as requested, ``map_parallelization`` and ``parallel_batch`` on; auto-sharding
+is ``OFF`` when ``input_context`` is given (the reader already sharded by
+file) and ``DATA`` otherwise (under a multi-worker ``tf.distribute`` strategy
+without ``input_context`` every worker then reads all shards and keeps its
+part of the batches; pass ``input_context`` through
+``strategy.distribute_datasets_from_function`` for file-level sharding).
+
+Damaged shards (corrupt, truncated, unreadable)
+-----------------------------------------------
+TensorFlow's TFRecord reader reports a CRC mismatch or a truncated record as
+``DataLossError: corrupted record at <offset>`` without naming the file, and
+a file cut at a record boundary reads as a shorter file without any error.
+So each shard is read as "its records, then a check, but at most the
+``num_records`` the metadata lists": a complete shard never reaches the check
+(no per-record cost); a shard that ends early, for any reason (corruption,
+truncation, a read error after TensorFlow's own retries, a file deleted
+mid-training), reaches it as soon as its stream stops, before any shuffling,
+and the pipeline fails with ``tf.errors.InvalidArgumentError`` whose message
+reads ``recordprep: shard <path> is damaged: read K of the N records
+dataset_info.json lists; ...``. TensorFlow's own error, if it reported one,
+is logged just before as a warning (``Error raised with error message ...``).
+It is ``InvalidArgumentError`` rather than ``DataLossError`` because a
+``tf.data`` graph can only raise errors of its own ops (a Python-level wrapper
+could not intercept errors raised inside ``model.fit``'s compiled loop).
+``K`` comes from re-reading that one file, only on failure.
+
+Each shard open also costs one existence check (a stat, through
+``tf.io.matching_files``): ``TFRecordDataset`` moves past a file after a read
+error but retries a file that fails to *open*, so without the check a shard
+deleted mid-training would be retried forever. (A file that exists but cannot
+be opened, e.g. permission denied, would still be retried; the reader checks
+all shards exist before it starts, see ``ReadOptions.verify_files``.)
+
+With ``skip_corrupt=True`` a damaged shard is read up to its first bad
+record and the rest of it is dropped: TFRecord framing cannot resynchronize
+inside a file, so *everything after a corrupt record in that file is lost*.
+Each skipped shard is reported on stderr (``tf.print``, it runs inside the
+graph) as ``recordprep: skip_corrupt: skipped the rest of damaged shard
+<path>: read K of the N records ...``. The dataset's cardinality is then
+unknown.
+
+Remote storage
+--------------
+* ``gs://`` is read by TensorFlow's built-in GCS file system. Each open GCS
+  file keeps a read buffer of ``GCS_READ_CACHE_BLOCK_SIZE_MB`` (64 MB by
+  default in recent builds), on top of the reader's own ``read_buffer_bytes``:
+  with ``cycle_length`` = 16 shards open (plus the interleave's prefetched
+  next ones) that is 1 GB or more of RAM. On memory-tight hosts set
+  ``GCS_READ_CACHE_BLOCK_SIZE_MB=16`` (or 8) in the environment before
+  TensorFlow first touches GCS, or lower ``cycle_length``; larger blocks mean
+  fewer requests, so do not go below a few MB. Since the GCS layer already
+  reads in large blocks, ``read_buffer_bytes`` matters less there than on
+  other remote file systems.
+* ``hdfs://``: TensorFlow 2.21 has no HDFS file system; the selected shards
+  are staged to local disk first (see :mod:`readers._staging`).
+* ``s3://`` / ``az://`` need ``tensorflow-io`` imported; otherwise a clear
+  error says so.
+
+Checkpointing
+-------------
+The returned datasets can be saved mid-epoch with
+``tf.train.Checkpoint(iterator=it)`` and restored into a fresh iterator of an
+identically built dataset; with ``deterministic=True`` and a ``seed`` the
+restored iterator yields exactly what the uninterrupted one would have. The
+checkpoint stores the shuffle buffer (``shuffle_buffer`` serialized records)
+and, with ``cache="memory"``, the cached records, so large buffers make large
+checkpoints.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import hashlib
+import logging
+import math
+import os
+import re
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from convert.spec import METADATA_FILENAME, DatasetInfo, FeatureSpec, SpecError
+from readers import _io, _staging
+from readers.errors import ShardMismatchError, ShardNotFoundError
+from readers.info import ShardSelection, label_and_features, select_shards
+from readers.options import ReadOptions
+
+logger = logging.getLogger("readers")
+
+_TF_DTYPES = {"float32": tf.float32, "int64": tf.int64, "string": tf.string}
+_NP_DTYPES = {"float32": np.float32, "int64": np.int64, "string": object}
+
+
+class _FromMetadata:
+    """Default of ``label_key``: use ``dataset_info.json``'s ``label_key``."""
+
+    def __repr__(self) -> str:
+        return "<label_key from dataset_info.json>"
+
+
+FROM_METADATA: Any = _FromMetadata()
+
+
+# --------------------------------------------------------------------------- parsing
+
+
+def _fixed_len_feature(spec: FeatureSpec) -> tf.io.FixedLenFeature:
+    dtype = _TF_DTYPES[spec.dtype]
+    if spec.default is None:
+        return tf.io.FixedLenFeature(spec.shape, dtype)
+    values = np.asarray(spec.default, dtype=_NP_DTYPES[spec.dtype])
+    if values.size == 1 and spec.size != 1:
+        values = np.full(spec.shape, values.reshape(()).item(), dtype=_NP_DTYPES[spec.dtype])
+    elif values.size != spec.size:
+        raise SpecError(
+            f"feature {spec.name!r}: default has {values.size} value(s) but shape {spec.shape} "
+            f"needs {spec.size} (or one to broadcast); the metadata is inconsistent, re-run the conversion"
+        )
+    return tf.io.FixedLenFeature(spec.shape, dtype, default_value=values.reshape(spec.shape))
+
+
+def feature_spec(info: DatasetInfo, names: Sequence[str]) -> dict[str, tf.io.FixedLenFeature]:
+    """The ``tf.io.parse_example`` spec for ``names`` (fixed shapes, metadata defaults)."""
+    return {name: _fixed_len_feature(info.feature(name)) for name in names}
+
+
+# The functions given to tf.data below use no Python control flow on tensors,
+# so AutoGraph is switched off for them: converting them costs ~0.5 s of
+# source transformation at every dataset build (most of the time to first batch).
+_plain = tf.autograph.experimental.do_not_convert
+
+
+def _make_parse_fn(parse_spec: dict[str, tf.io.FixedLenFeature], label_key: str | None):
+    @_plain
+    def parse(serialized: tf.Tensor):
+        parsed = tf.io.parse_example(serialized, parse_spec)
+        if label_key is None:
+            return parsed
+        label = parsed.pop(label_key)
+        return parsed, label
+
+    return parse
+
+
+def _glob_escape(path: str) -> str:
+    """``path`` as a ``tf.io.matching_files`` pattern that matches only itself."""
+    return re.sub(r"([*?\[\]\\])", r"\\\1", path)
+
+
+def _shard_list(paths: Sequence[str], counts: Sequence[int]) -> tf.data.Dataset:
+    """``(path, glob-escaped path, num_records)`` per shard: the input of :func:`_read_shard_fn`."""
+    return tf.data.Dataset.from_tensor_slices(
+        (
+            tf.constant(list(paths), tf.string),
+            tf.constant([_glob_escape(p) for p in paths], tf.string),
+            tf.constant(list(counts), tf.int64),
+        )
+    )
+
+
+def _read_shard_fn(compression: str, buffer_bytes: int, skip_corrupt: bool, block: int):
+    """``(path, escaped, num_records) -> blocks of up to `block` records``, noticing early ends.
+
+    Records leave a shard in blocks (vectors) so the interleave, whose
+    per-element synchronization is the costliest per-record step of the
+    pipeline, handles one element per block; ``unbatch()`` after it restores
+    single records (about 20% less CPU per record at 64 than at 1).
+
+    The shard is read as ``records ++ tail``, limited to ``num_records``
+    records. A complete shard fills the limit, so ``tail`` is never touched
+    and costs nothing. A shard that ends early (any read error ends the
+    stream: ``ignore_errors`` after ``TFRecordDataset``, which moves past the
+    file on error) pulls one element from ``tail``, which counts what a
+    second read of the file gets (only on failure, with dataset ops only:
+    ``Dataset.reduce`` would make the pipeline stateful, and stateful
+    pipelines cannot be checkpointed) and then either fails with a message
+    naming the file or, with ``skip_corrupt``, reports it and yields nothing.
+    """
+    compression_type = "GZIP" if compression == "GZIP" else ""
+
+    @_plain
+    def on_early_end(
+        path: tf.Tensor, listed: tf.Tensor, chunk_sizes: tf.Tensor, present: tf.Tensor
+    ) -> tf.Tensor:
+        readable = tf.reduce_sum(chunk_sizes)
+        counts = tf.strings.join(
+            [
+                "read ",
+                tf.strings.as_string(tf.minimum(readable, listed)),
+                " of the ",
+                tf.strings.as_string(listed),
+                f" records {METADATA_FILENAME} lists",
+            ]
+        )
+        cause = tf.where(
+            present,
+            tf.where(
+                readable >= listed,
+                "a second read got all of them, so the failure was probably a transient read error",
+                "the rest is corrupt, truncated or unreadable, and TFRecord reading cannot resume "
+                "inside a file",
+            ),
+            "the file does not exist (deleted after the dataset was built?)",
+        )
+        if skip_corrupt:
+            line = ["recordprep: skip_corrupt: skipped the rest of damaged shard ", path]
+            tf.print(tf.strings.join([*line, ": ", counts, "; ", cause]), output_stream=sys.stderr)
+            return path
+        message = tf.strings.join(
+            [
+                "recordprep: shard ",
+                path,
+                " is damaged: ",
+                counts,
+                "; ",
+                cause,
+                ". If TensorFlow reported a read error it is logged above as a warning ('Error "
+                "raised with error message ...'). Re-run the conversion (or restore the file), or "
+                "pass skip_corrupt=True to train without the rest of it.",
+            ]
+        )
+        tf.debugging.Assert(tf.constant(False), [message], summarize=1)
+        return path
+
+    @_plain
+    def read(path: tf.Tensor, escaped: tf.Tensor, num_records: tf.Tensor) -> tf.data.Dataset:
+        # ignore_errors retries a file that fails to *open* forever (TFRecordDataset
+        # only moves past a file on read errors), so a missing file is left out
+        # here: one stat, through a glob of the path with its metacharacters escaped.
+        present = tf.size(tf.io.matching_files(escaped)) > 0
+        files = tf.boolean_mask(tf.reshape(path, [1]), tf.reshape(present, [1]))
+
+        def open_records(log: bool) -> tf.data.Dataset:
+            return tf.data.TFRecordDataset(
+                files, compression_type=compression_type, buffer_size=buffer_bytes
+            ).ignore_errors(log_warning=log)
+
+        # The tail: one element, the sizes of 1024-record chunks of a second read.
+        recount = (
+            open_records(False).batch(1024).map(_plain(lambda b: tf.size(b, out_type=tf.int64)))
+        )
+        recount = recount.concatenate(tf.data.Dataset.from_tensors(tf.constant(0, tf.int64)))
+        tail = recount.batch(1 << 40).map(
+            _plain(lambda sizes: on_early_end(path, num_records, sizes, present))
+        )
+        tail = tail.filter(_plain(lambda _: tf.constant(False)))
+        return open_records(True).concatenate(tail).take(num_records).batch(block)
+
+    return read
+
+
+def _verify_shards(
+    paths: Sequence[str],
+    listed_bytes: Sequence[int],
+    *,
+    remote: bool,
+    threads: int,
+    skip_corrupt: bool,
+) -> None:
+    """Stat every shard before reading: missing ones and size mismatches fail at once, by name.
+
+    ``num_bytes`` in the metadata is the shard's size on disk (what
+    ``recordprep verify`` checks too), so a truncated or replaced file shows
+    up here without reading it. With ``skip_corrupt`` a size mismatch is only
+    logged (the read-time check then skips what cannot be read).
+    """
+    if remote and len(paths) > 1:
+        with concurrent.futures.ThreadPoolExecutor(
+            max_workers=min(32, max(1, threads), len(paths))
+        ) as pool:
+            sizes = list(pool.map(_io.size, paths))
+    else:
+        sizes = [_io.size(p) for p in paths]
+    missing = [p for p, size in zip(paths, sizes, strict=True) if size is None]
+    if missing:
+        shown = "\n  ".join(missing[:10]) + ("\n  ..." if len(missing) > 10 else "")
+        raise ShardNotFoundError(
+            f"{len(missing)} of the {len(paths)} shard(s) listed in {METADATA_FILENAME} do not exist:\n"
+            f"  {shown}\nThe output was modified or partly deleted after the conversion finished. "
+            f"Re-run the conversion (or restore the files)."
+        )
+    wrong = [
+        f"{p}: {size} bytes on disk, {METADATA_FILENAME} says {want}"
+        for p, size, want in zip(paths, sizes, listed_bytes, strict=True)
+        if want > 0 and size != want
+    ]
+    if wrong:
+        shown = "\n  ".join(wrong[:10]) + ("\n  ..." if len(wrong) > 10 else "")
+        if skip_corrupt:
+            logger.warning(
+                "skip_corrupt=True: %d shard(s) differ in size from the metadata and "
+                "will be read as far as possible:\n  %s",
+                len(wrong),
+                shown,
+            )
+            return
+        raise ShardMismatchError(
+            f"{len(wrong)} shard(s) differ in size from {METADATA_FILENAME}:\n  {shown}\n"
+            f"They were truncated or replaced after the conversion finished. Re-run the "
+            f"conversion (or restore the files); skip_corrupt=True trains on what is readable."
+        )
+
+
+def _stage_if_hdfs(sel: ShardSelection, shards: Sequence[Any], opts: ReadOptions) -> str:
+    if not _io.is_hdfs(sel.root):
+        return sel.root
+    cache_root = None
+    if opts.hdfs_cache_dir:
+        from pathlib import Path
+
+        cache_root = Path(opts.hdfs_cache_dir).expanduser()
+    return _staging.stage(
+        sel.root,
+        [s.file for s in shards],
+        sel.info.dumps().encode("utf-8"),
+        cache_root=cache_root,
+        threads=opts.staging_threads,
+    )
+
+
+def _tf_options(
+    *, deterministic: bool, sharded_by_reader: bool, opts: ReadOptions
+) -> tf.data.Options:
+    o = tf.data.Options()
+    o.deterministic = deterministic
+    o.autotune.enabled = True
+    o.experimental_optimization.map_parallelization = True
+    o.experimental_optimization.parallel_batch = True
+    o.experimental_distribute.auto_shard_policy = (
+        tf.data.experimental.AutoShardPolicy.OFF
+        if sharded_by_reader
+        else tf.data.experimental.AutoShardPolicy.DATA
+    )
+    if opts.private_threadpool_size:
+        o.threading.private_threadpool_size = opts.private_threadpool_size
+    return o
+
+
+def _resolve_label(info: DatasetInfo, label_key: Any, features: Sequence[str] | None):
+    key = info.label_key if isinstance(label_key, _FromMetadata) else label_key
+    if key is not None and not isinstance(key, str):
+        raise TypeError(f"label_key must be a feature name or None, found {key!r}")
+    return label_and_features(info, key, features)
+
+
+def _check_positive(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive int, found {value!r}")
+
+
+def _cache_filename(cache_dir: str, sel: ShardSelection, paths: Sequence[str], extra: str) -> str:
+    h = hashlib.sha256()
+    for part in (sel.root, sel.split, sel.info.dumps(), extra, *paths):
+        h.update(part.encode("utf-8"))
+        h.update(b"\x00")
+    return _io.join(cache_dir, f"{sel.split}-{h.hexdigest()[:16]}")
+
+
+def _describe(kind: str, sel: ShardSelection, n_files: int, n_records: int, **kv: Any) -> None:
+    logger.info(
+        "%s: split %r of %s, %d shard(s), %d records (%s); %s",
+        kind,
+        sel.split,
+        sel.root,
+        n_files,
+        n_records,
+        sel.info.compression,
+        ", ".join(f"{k}={v}" for k, v in kv.items()),
+    )
+
+
+#: eval_dataset reads records in blocks of this many, and each open shard
+#: reads up to _EVAL_READAHEAD_BLOCKS blocks ahead of the consumer.
+_EVAL_BLOCK = 256
+_EVAL_READAHEAD_BLOCKS = 2
+
+
+def _in_order_interleave(files, read, *, cycle_length, block_length, num_parallel_calls):
+    """Shards in metadata order, each whole, while the next ones are already open and reading.
+
+    A deterministic interleave whose ``block_length`` covers a whole shard
+    emits shard 0 entirely, then shard 1, ... (when a shard ends, the cycle
+    moves on and its slot takes the next shard). ``Dataset.interleave`` would
+    let every open shard buffer ``2 * block_length + 1`` elements, i.e. whole
+    shards in memory, so the per-shard read-ahead is bounded explicitly; the
+    public API does not expose that knob, hence the fallbacks.
+    """
+    try:
+        from tensorflow.python.data.ops import interleave_op
+
+        return interleave_op._ParallelInterleaveDataset(  # same op as Dataset.interleave
+            files,
+            read,
+            cycle_length,
+            block_length,
+            num_parallel_calls,
+            buffer_output_elements=_EVAL_READAHEAD_BLOCKS,
+            deterministic=True,
+        )
+    except (ImportError, AttributeError, TypeError) as e:
+        logger.debug("private ParallelInterleaveDataset unavailable (%s); using the legacy op", e)
+    legacy = getattr(tf.data.experimental, "parallel_interleave", None)
+    if legacy is not None:
+        return files.apply(
+            legacy(
+                read,
+                cycle_length=cycle_length,
+                block_length=block_length,
+                sloppy=False,
+                buffer_output_elements=_EVAL_READAHEAD_BLOCKS,
+            )
+        )
+    return files.flat_map(read)  # sequential, same order
+
+
+# --------------------------------------------------------------------------- public
+
+
+def train_dataset(
+    pattern: str,
+    batch_size: int = 256,
+    *,
+    split: str | None = None,
+    label_key: str | None = FROM_METADATA,
+    features: Sequence[str] | None = None,
+    shuffle_buffer: int | None = None,
+    seed: int | None = None,
+    num_epochs: int | None = None,
+    cache: str | None = None,
+    deterministic: bool | None = None,
+    drop_remainder: bool = True,
+    input_context: tf.distribute.InputContext | None = None,
+    skip_corrupt: bool = False,
+    options: ReadOptions | None = None,
+) -> tf.data.Dataset:
+    """A shuffled, repeated, batched and parsed training dataset, ready for ``model.fit``.
+
+    Args:
+      pattern: shard pattern (``out/train-*``, ``gs://b/out/train-*.tfrecord.gz``)
+        or the output directory (then ``split`` says which split, unless the
+        dataset has one). The shard list comes from ``dataset_info.json``.
+      batch_size: records per batch (per input pipeline: with
+        ``distribute_datasets_from_function`` pass the per-replica size,
+        ``input_context.get_per_replica_batch_size(global_batch)``).
+      split: split name, to read a directory or disambiguate a pattern.
+      label_key: feature returned as the label; default the metadata's
+        ``label_key``; ``None`` yields only the features dict.
+      features: subset of features to parse (default: all but the label).
+        Unparsed features cost no parse time.
+      shuffle_buffer: records in the shuffle buffer; default
+        ``options.shuffle_buffer`` (10 000); 0 disables record shuffling.
+      seed: seeds the shard and record shuffles. With ``deterministic=True``
+        the order is then identical on every run.
+      num_epochs: passes over the data; ``None`` repeats forever (give
+        ``model.fit`` a ``steps_per_epoch``). With a number, the dataset's
+        cardinality is known.
+      cache: ``None``; ``"memory"`` (cache serialized records in RAM after the
+        first pass); or a local directory to cache them in a file there (the
+        file name is derived from the shards read, so different datasets do
+        not collide).
+      deterministic: keep a reproducible element order (slower when one read
+        or batch stalls). Default ``options.deterministic`` (False).
+      drop_remainder: drop the last partial batch (static batch dimension,
+        needed e.g. on TPU). Only matters with ``num_epochs``.
+      input_context: ``tf.distribute.InputContext``; the pipeline then reads
+        only its share of the shards.
+      skip_corrupt: skip the rest of a damaged shard instead of failing (see
+        the module docstring: everything after a corrupt record in that file
+        is lost; each skipped shard is reported on stderr).
+      options: :class:`ReadOptions`; default picks local/remote settings from
+        the pattern.
+
+    Returns:
+      ``tf.data.Dataset`` of ``(features_dict, label)``, or ``features_dict``
+      when there is no label. Tensors have shape ``(batch, *feature.shape)``.
+
+    Raises (when building; damage found while reading raises
+    ``tf.errors.InvalidArgumentError`` naming the shard, see the module docstring):
+      DatasetIncompleteError: no ``dataset_info.json`` (conversion unfinished
+        or failed; :class:`DatasetFailedError` if the converter said why).
+      ShardSelectionError: the pattern/split selects nothing or several splits.
+      ShardNotFoundError: a listed shard is missing.
+      ShardMismatchError: a shard's size differs from the metadata (truncated
+        or replaced; only logged with ``skip_corrupt``).
+      SpecError: metadata damaged or from a newer recordprep.
+
+    Example, one input pipeline per worker under a ``tf.distribute`` strategy::
+
+        def make(ctx):
+            return readers.train_dataset(
+                "gs://b/out/train-*", ctx.get_per_replica_batch_size(1024),
+                seed=7, input_context=ctx)
+
+        ds = strategy.distribute_datasets_from_function(make)
+    """
+    _check_positive("batch_size", batch_size)
+    if num_epochs is not None:
+        _check_positive("num_epochs", num_epochs)
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        raise TypeError(f"seed must be an int or None, found {seed!r}")
+    if cache is not None and not isinstance(cache, str | os.PathLike):
+        raise TypeError(f"cache must be None, 'memory' or a local directory, found {cache!r}")
+    if options is not None and not isinstance(options, ReadOptions):
+        raise TypeError(f"options must be a readers.ReadOptions, found {type(options).__name__}")
+    opts = options or ReadOptions()
+    if shuffle_buffer is not None:
+        opts = opts.replace(shuffle_buffer=shuffle_buffer)
+    det = opts.deterministic if deterministic is None else bool(deterministic)
+
+    sel = select_shards(str(pattern), split)
+    label, specs = _resolve_label(sel.info, label_key, features)
+    parse_names = [s.name for s in specs] + ([label] if label is not None else [])
+    parse_spec = feature_spec(sel.info, parse_names)
+
+    shards = list(sel.shards)
+    num_pipelines, pipeline_id = 1, 0
+    if input_context is not None:
+        num_pipelines = int(input_context.num_input_pipelines)
+        pipeline_id = int(input_context.input_pipeline_id)
+    record_level_shard = False
+    if num_pipelines > 1:
+        if len(shards) >= num_pipelines:
+            shards = shards[pipeline_id::num_pipelines]
+            if len(sel.shards) % num_pipelines:
+                logger.info(
+                    "%d shards over %d input pipelines: pipelines get %d or %d shards (and record "
+                    "counts differ accordingly)",
+                    len(sel.shards),
+                    num_pipelines,
+                    len(sel.shards) // num_pipelines,
+                    len(sel.shards) // num_pipelines + 1,
+                )
+        else:
+            record_level_shard = True
+            logger.warning(
+                "only %d shard(s) in split %r for %d input pipelines: falling back to record-level "
+                "sharding (each pipeline reads every shard and keeps every %d-th record, so reading "
+                "costs %dx). Convert with at least %d shards (ideally several per pipeline) to shard "
+                "by file.",
+                len(shards),
+                sel.split,
+                num_pipelines,
+                num_pipelines,
+                num_pipelines,
+                num_pipelines,
+            )
+
+    remote = opts.is_remote(sel.root)
+    root = _stage_if_hdfs(sel, shards, opts)
+    if root != sel.root:
+        remote = False  # staged: read from local disk
+    paths = [_io.join(root, s.file) for s in shards]
+    counts = [s.num_records for s in shards]
+    if opts.verify_files:
+        _verify_shards(
+            paths,
+            [s.num_bytes for s in shards],
+            remote=remote,
+            threads=opts.staging_threads,
+            skip_corrupt=skip_corrupt,
+        )
+
+    cycle_length = opts.resolved_cycle_length(len(paths), remote=remote)
+    parallel = opts.resolved_num_parallel_calls(cycle_length, remote=remote)
+    buffer_bytes = opts.resolved_read_buffer_bytes(remote=remote)
+    # Record-level sharding needs the same record order in every pipeline.
+    interleave_det = det or record_level_shard
+    shuffle_files = opts.shuffle_files and len(paths) > 1
+    if record_level_shard and shuffle_files and seed is None:
+        logger.warning(
+            "record-level sharding without a seed: shard order is not shuffled "
+            "(pipelines must agree on it); pass seed= to shuffle it"
+        )
+        shuffle_files = False
+
+    files = _shard_list(paths, counts)
+    if shuffle_files:
+        files = files.shuffle(len(paths), seed=seed, reshuffle_each_iteration=True)
+    records = files.interleave(
+        _read_shard_fn(
+            sel.info.compression, buffer_bytes, skip_corrupt=skip_corrupt, block=opts.block_length
+        ),
+        cycle_length=cycle_length,
+        block_length=1,
+        num_parallel_calls=parallel,
+        deterministic=interleave_det,
+    ).unbatch()
+    if skip_corrupt:
+        logger.warning(
+            "skip_corrupt=True: a damaged shard is read up to its first bad record and the rest of "
+            "it is skipped; each skip is reported on stderr as 'recordprep: skip_corrupt: ...'"
+        )
+
+    total = sum(counts)
+    if record_level_shard:
+        records = records.shard(num_pipelines, pipeline_id)
+        total = len(range(pipeline_id, total, num_pipelines))
+    if not skip_corrupt and num_epochs is not None:
+        # The count is exact (a shard that ends early fails above), so the dataset's
+        # cardinality can be known: model.fit then shows real progress.
+        records = records.apply(tf.data.experimental.assert_cardinality(total))
+
+    if cache is not None:
+        if cache == "memory":
+            records = records.cache()
+        else:
+            cache_dir = os.fspath(cache)
+            if _io.path_scheme(cache_dir):
+                logger.warning(
+                    "cache=%r is not a local directory; a remote cache is slow", cache_dir
+                )
+                tf.io.gfile.makedirs(cache_dir)
+            else:
+                os.makedirs(cache_dir, exist_ok=True)
+            filename = _cache_filename(
+                cache_dir,
+                sel,
+                paths,
+                f"{pipeline_id}/{num_pipelines}/{record_level_shard}/{skip_corrupt}",
+            )
+            if _io.exists(filename + "_0.lockfile"):
+                logger.warning(
+                    "cache lock file %s_0.lockfile exists: another process is writing this cache, or "
+                    "one crashed while writing it. If none is running, delete the lock file.",
+                    filename,
+                )
+            logger.info("caching serialized records of split %r in %s.*", sel.split, filename)
+            records = records.cache(filename)
+
+    buffer = min(opts.shuffle_buffer, total)
+    if buffer > 1:
+        records = records.shuffle(buffer, seed=seed, reshuffle_each_iteration=True)
+    if num_epochs is None:
+        records = records.repeat()
+    elif num_epochs > 1:
+        records = records.repeat(num_epochs)
+
+    batches = records.batch(batch_size, drop_remainder=drop_remainder)
+    batches = batches.map(
+        _make_parse_fn(parse_spec, label),
+        num_parallel_calls=tf.data.AUTOTUNE,
+        deterministic=det,
+    )
+    batches = batches.prefetch(opts.prefetch)
+    _describe(
+        "train_dataset",
+        sel,
+        len(paths),
+        total,
+        cycle_length=cycle_length,
+        parallel_reads=parallel,
+        read_buffer=buffer_bytes,
+        shuffle_buffer=buffer,
+        deterministic=det,
+        remote=remote,
+        pipeline=f"{pipeline_id}/{num_pipelines}"
+        + (" (record-level)" if record_level_shard else ""),
+    )
+    return batches.with_options(
+        _tf_options(deterministic=det, sharded_by_reader=input_context is not None, opts=opts)
+    )
+
+
+def eval_dataset(
+    pattern: str,
+    batch_size: int = 256,
+    *,
+    split: str | None = None,
+    label_key: str | None = FROM_METADATA,
+    features: Sequence[str] | None = None,
+    options: ReadOptions | None = None,
+) -> tf.data.Dataset:
+    """A single, deterministic pass for ``model.evaluate`` / ``model.predict``.
+
+    Records come in metadata order (shard by shard, as listed, each in file
+    order), so predictions line up with the shards. The next
+    ``cycle_length - 1`` shards are already open and reading ahead (a bounded
+    256 records each), so remote latency overlaps. The last partial
+    batch is kept, and ``dataset.cardinality()`` is
+    ``ceil(num_records / batch_size)``, so Keras shows real progress.
+
+    Args: ``pattern``, ``batch_size``, ``split``, ``label_key``, ``features``
+    and ``options`` as in :func:`train_dataset`. A damaged shard always fails
+    (no skipping: the cardinality and the alignment with the shards would be
+    wrong).
+
+    Returns:
+      ``tf.data.Dataset`` of ``(features_dict, label)`` or ``features_dict``.
+
+    Raises: as :func:`train_dataset`.
+    """
+    _check_positive("batch_size", batch_size)
+    if options is not None and not isinstance(options, ReadOptions):
+        raise TypeError(f"options must be a readers.ReadOptions, found {type(options).__name__}")
+    opts = options or ReadOptions()
+    sel = select_shards(str(pattern), split)
+    label, specs = _resolve_label(sel.info, label_key, features)
+    parse_names = [s.name for s in specs] + ([label] if label is not None else [])
+    parse_spec = feature_spec(sel.info, parse_names)
+
+    shards = list(sel.shards)
+    remote = opts.is_remote(sel.root)
+    root = _stage_if_hdfs(sel, shards, opts)
+    if root != sel.root:
+        remote = False  # staged: read from local disk
+    paths = [_io.join(root, s.file) for s in shards]
+    counts = [s.num_records for s in shards]
+    if opts.verify_files:
+        _verify_shards(
+            paths,
+            [s.num_bytes for s in shards],
+            remote=remote,
+            threads=opts.staging_threads,
+            skip_corrupt=False,
+        )
+
+    cycle_length = opts.resolved_cycle_length(len(paths), remote=remote)
+    parallel = opts.resolved_num_parallel_calls(cycle_length, remote=remote)
+    buffer_bytes = opts.resolved_read_buffer_bytes(remote=remote)
+    files = _shard_list(paths, counts)
+    records = _in_order_interleave(
+        files,
+        _read_shard_fn(sel.info.compression, buffer_bytes, skip_corrupt=False, block=_EVAL_BLOCK),
+        cycle_length=cycle_length,
+        block_length=-(-max(counts) // _EVAL_BLOCK),  # blocks per shard, rounded up
+        num_parallel_calls=parallel,
+    ).unbatch()
+    total = sum(counts)
+    records = records.apply(tf.data.experimental.assert_cardinality(total))
+    batches = records.batch(batch_size, drop_remainder=False)
+    batches = batches.map(
+        _make_parse_fn(parse_spec, label),
+        num_parallel_calls=tf.data.AUTOTUNE,
+        deterministic=True,
+    )
+    batches = batches.prefetch(opts.prefetch)
+    _describe(
+        "eval_dataset",
+        sel,
+        len(paths),
+        total,
+        cycle_length=cycle_length,
+        parallel_reads=parallel,
+        read_buffer=buffer_bytes,
+        batches=math.ceil(total / batch_size),
+    )
+    return batches.with_options(_tf_options(deterministic=True, sharded_by_reader=False, opts=opts))

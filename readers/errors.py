@@ -1,0 +1,67 @@
+"""Errors the readers raise before any data is read.
+
+They derive from the built-in exception a caller would naturally catch
+(``FileNotFoundError``, ``ValueError``, ``RuntimeError``), so generic handlers
+keep working. Problems found *while* reading (a corrupt or truncated shard)
+surface from inside TensorFlow as ``tf.errors.InvalidArgumentError`` whose
+message starts with ``recordprep: shard <path> is damaged``; see
+:func:`readers.train_dataset`.
+
+Malformed metadata or metadata from a newer format raises
+:class:`convert.spec.SpecError` (a ``ValueError``), re-exported here.
+"""
+
+from __future__ import annotations
+
+from convert.spec import SpecError
+
+__all__ = [
+    "DatasetFailedError",
+    "DatasetIncompleteError",
+    "ShardMismatchError",
+    "ShardNotFoundError",
+    "ShardSelectionError",
+    "SpecError",
+    "StagingError",
+]
+
+
+class DatasetIncompleteError(FileNotFoundError):
+    """The output directory has no ``dataset_info.json``.
+
+    The converter writes the metadata last and atomically, so its absence
+    means the conversion has not finished, or failed. Readers refuse such a
+    directory rather than read a partial set of shards.
+    """
+
+
+class DatasetFailedError(DatasetIncompleteError):
+    """The conversion failed: no ``dataset_info.json``, and the converter's ``_FAILURE.json`` says why.
+
+    A subclass of :class:`DatasetIncompleteError`, so handlers of the latter
+    also catch it; :func:`readers.wait_for_dataset` raises it at once instead
+    of waiting for a timeout.
+    """
+
+    def __init__(self, message: str, reason: str | None = None) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class ShardNotFoundError(FileNotFoundError):
+    """A shard listed in ``dataset_info.json`` does not exist."""
+
+
+class ShardMismatchError(ValueError):
+    """A shard's size on disk differs from the ``num_bytes`` in ``dataset_info.json``.
+
+    The file was truncated, or replaced after the conversion committed.
+    """
+
+
+class ShardSelectionError(ValueError):
+    """The pattern / split selects no shard, or shards of several splits."""
+
+
+class StagingError(RuntimeError):
+    """``hdfs://`` shards could not be copied to the local staging directory."""

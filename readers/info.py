@@ -1,0 +1,362 @@
+"""Finding and reading ``dataset_info.json``; Keras inputs from it; waiting for it.
+
+A recordprep output directory is complete exactly when its
+``dataset_info.json`` exists: the converter writes it last and atomically.
+Everything here takes either the output directory or a shard pattern inside
+it (``out/train-*``, ``gs://b/out/train-*.tfrecord.gz``); the metadata is
+always looked up in the pattern's directory, and the shard list comes from
+the metadata, never from a glob (an object-store listing can be incomplete or
+include files of an unfinished re-run).
+
+Nothing in this module needs TensorFlow for local paths, except
+:func:`keras_inputs`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import json
+import logging
+import os
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from convert import spec as _spec
+from convert.spec import METADATA_FILENAME, DatasetInfo, FeatureSpec, ShardInfo, SpecError
+from readers import _io
+from readers.errors import DatasetFailedError, DatasetIncompleteError, ShardSelectionError
+
+logger = logging.getLogger("readers")
+
+_GLOB_CHARS = frozenset("*?[")
+
+#: Written by a conversion that failed (``{"reason": ...}``) instead of the
+#: metadata; the converter defines it in ``pipelines.transforms``, which imports
+#: Beam, so the name is repeated here (and taken from ``convert.spec`` if it
+#: moves there).
+FAILURE_FILENAME: str = getattr(_spec, "FAILURE_FILENAME", "_FAILURE.json")
+
+# dtype names in the spec -> names tf/keras accept.
+TF_DTYPE_NAMES = {"float32": "float32", "int64": "int64", "string": "string"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Location:
+    """Where a user-supplied path points: the output directory and an optional file glob."""
+
+    root: str
+    glob: str | None
+
+    @property
+    def metadata_path(self) -> str:
+        return _io.join(self.root, METADATA_FILENAME)
+
+    @property
+    def failure_path(self) -> str:
+        return _io.join(self.root, FAILURE_FILENAME)
+
+
+def locate(path_or_pattern: str) -> Location:
+    """Split ``out/train-*`` into root ``out`` and glob ``train-*``.
+
+    A last component with a wildcard or ``.tfrecord`` in it is a shard
+    pattern, ``dataset_info.json`` is the metadata itself, anything else is
+    the output directory. Only local paths are stat'ed (so that directories
+    whose names contain ``[`` or ``*`` work); remote paths need no I/O here.
+    """
+    if isinstance(path_or_pattern, os.PathLike):
+        path_or_pattern = os.fspath(path_or_pattern)
+    if not isinstance(path_or_pattern, str) or not path_or_pattern:
+        raise TypeError(f"expected a path or shard pattern string, found {path_or_pattern!r}")
+    path = path_or_pattern
+    if path.endswith("/") and not path.endswith("://"):
+        path = path.rstrip("/")
+    head, tail = _io.split(path)
+    if not _io.path_scheme(path) and os.path.isdir(path):
+        return Location(path, None)  # an existing local directory, whatever its name
+    literal_head = not _io.path_scheme(head) and os.path.isdir(head)
+    if not literal_head and any(c in _GLOB_CHARS for c in head.partition("://")[2] or head):
+        raise ShardSelectionError(
+            f"{path_or_pattern!r}: wildcards are only supported in the file-name part "
+            f"(e.g. out/train-*), because the metadata is looked up in that one directory"
+        )
+    if tail == METADATA_FILENAME:
+        return Location(head, None)
+    if any(c in _GLOB_CHARS for c in tail) or ".tfrecord" in tail:
+        return Location(head, tail)
+    return Location(path, None)
+
+
+def incomplete_message(root: str, metadata_path: str) -> str:
+    where = (
+        f"{root} does not exist (or is not reachable)"
+        if not _safe_isdir(root)
+        else f"there is no {METADATA_FILENAME} in {root}"
+    )
+    return (
+        f"{where}. A recordprep output is complete only once {METADATA_FILENAME} is written "
+        f"(last, atomically), so the conversion has not finished, or it failed. "
+        f"Wait for it with readers.wait_for_dataset({root!r}, timeout=...) or "
+        f"`recordprep wait {root}`; if the job failed, check its logs and the error output, "
+        f"then re-run it. (Expected file: {metadata_path})"
+    )
+
+
+def _safe_isdir(path: str) -> bool:
+    try:
+        return _io.isdir(path)
+    except Exception:  # only used to word a message
+        return True
+
+
+def failed_error(location: Location) -> DatasetFailedError | None:
+    """The converter's failure report for this output, if it left one."""
+    try:
+        data = _io.read_bytes(location.failure_path)
+    except Exception:  # the marker only improves the message
+        return None
+    if data is None:
+        return None
+    try:
+        reason = str(json.loads(data).get("reason") or "no reason recorded")
+    except (ValueError, AttributeError):
+        reason = "unreadable failure report"
+    return DatasetFailedError(
+        f"the conversion into {location.root} failed: {reason} (from {location.failure_path}; "
+        f"there is no {METADATA_FILENAME}, so nothing was committed). Fix the cause and re-run "
+        f"the conversion; a successful run removes the failure report.",
+        reason,
+    )
+
+
+def _load_at(location: Location) -> DatasetInfo:
+    text = _io.read_bytes(location.metadata_path)
+    if text is None:
+        failed = failed_error(location)
+        if failed is not None:
+            raise failed
+        raise DatasetIncompleteError(incomplete_message(location.root, location.metadata_path))
+    return DatasetInfo.loads(text, source=location.metadata_path)
+
+
+def load_info(path_or_pattern: str) -> DatasetInfo:
+    """Read the ``DatasetInfo`` of an output directory or of a shard pattern in it.
+
+    Args:
+      path_or_pattern: ``out``, ``out/dataset_info.json``, ``out/train-*``,
+        ``gs://bucket/out/train-*.tfrecord.gz``, ``hdfs://nn:8020/out``, ...
+
+    Raises:
+      DatasetIncompleteError: no metadata (conversion unfinished or failed);
+        :class:`DatasetFailedError` when the converter left a failure report.
+      SpecError: the metadata is damaged or from a newer recordprep.
+    """
+    return _load_at(locate(path_or_pattern))
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardSelection:
+    """The shards one reader call reads, resolved against the metadata."""
+
+    info: DatasetInfo
+    root: str
+    split: str
+    shards: tuple[ShardInfo, ...]
+
+    @property
+    def paths(self) -> list[str]:
+        return [_io.join(self.root, s.file) for s in self.shards]
+
+    @property
+    def num_records(self) -> int:
+        return sum(s.num_records for s in self.shards)
+
+
+def select_shards(
+    path_or_pattern: str, split: str | None = None, *, info: DatasetInfo | None = None
+) -> ShardSelection:
+    """Resolve a directory (+ ``split``) or a shard pattern to the listed shards it names.
+
+    A pattern is matched with ``fnmatch`` against the file names in the
+    metadata. It must select shards of a single split (or ``split`` must say
+    which one); a directory needs ``split`` unless the dataset has only one.
+    Shards with zero records are dropped.
+    """
+    location = locate(path_or_pattern)
+    if info is None:
+        info = _load_at(location)
+    if split is not None and split not in info.splits:
+        raise ShardSelectionError(
+            f"no split {split!r} in {location.metadata_path}; it has: {', '.join(info.splits) or 'none'}"
+        )
+    candidates = [split] if split is not None else list(info.splits)
+    if location.glob is None:
+        if len(candidates) != 1:
+            raise ShardSelectionError(
+                f"{path_or_pattern!r} is an output directory with splits "
+                f"{', '.join(info.splits)}; say which to read with split='...' "
+                f"or a shard pattern such as {_io.join(location.root, candidates[0] + '-*')!r}"
+            )
+        chosen = candidates[0]
+        shards = tuple(info.splits[chosen].shards)
+    else:
+        matched = {
+            name: tuple(
+                s for s in info.splits[name].shards if fnmatch.fnmatchcase(s.file, location.glob)
+            )
+            for name in candidates
+        }
+        matched = {k: v for k, v in matched.items() if v}
+        if not matched:
+            examples = [s.file for name in candidates for s in info.splits[name].shards[:1]]
+            raise ShardSelectionError(
+                f"pattern {location.glob!r} matches none of the shards listed in "
+                f"{location.metadata_path} (compression {info.compression}; shards are named like "
+                f"{', '.join(examples) or '(no shards)'}). Use e.g. "
+                f"{_io.join(location.root, (candidates[0] if candidates else 'train') + '-*')!r}"
+            )
+        if len(matched) > 1:
+            raise ShardSelectionError(
+                f"pattern {location.glob!r} matches shards of several splits ({', '.join(matched)}); "
+                f"narrow the pattern (e.g. {next(iter(matched))}-*) or pass split='...'"
+            )
+        chosen, shards = next(iter(matched.items()))
+    nonempty = tuple(s for s in shards if s.num_records > 0)
+    if not nonempty:
+        raise ShardSelectionError(
+            f"split {chosen!r} in {location.metadata_path} has no records in the selected shards "
+            f"({len(shards)} shard(s), all empty); check the conversion's error output"
+        )
+    return ShardSelection(info=info, root=location.root, split=chosen, shards=nonempty)
+
+
+def label_and_features(
+    info: DatasetInfo,
+    label_key: str | None,
+    features: Iterable[str] | None,
+) -> tuple[str | None, list[FeatureSpec]]:
+    """Validate the label / feature subset a reader was asked for.
+
+    Returns the label key (or None) and the specs of the non-label features,
+    in metadata order (or in the caller's order when a subset is given).
+    """
+    names = [f.name for f in info.features]
+    if label_key is not None and label_key not in names:
+        raise KeyError(
+            f"label_key {label_key!r} is not a feature of this dataset; it has: {', '.join(names)}"
+        )
+    if features is None:
+        # Every model input: not the requested label, and not the dataset's own
+        # label either (with label_key=None the caller wants features only).
+        excluded = {label_key, info.label_key}
+        return label_key, [f for f in info.features if f.name not in excluded and f.role != "label"]
+    if isinstance(features, str):
+        raise TypeError(f"features must be a list of names, found the string {features!r}")
+    wanted = list(dict.fromkeys(features))
+    unknown = [n for n in wanted if n not in names]
+    if unknown:
+        raise KeyError(
+            f"feature(s) {', '.join(map(repr, unknown))} not in this dataset; it has: {', '.join(names)}"
+        )
+    if label_key is not None and label_key in wanted:
+        raise ValueError(
+            f"{label_key!r} is the label (returned as the second element); leave it out of "
+            f"features=, or pass label_key=None to get it as a feature"
+        )
+    return label_key, [info.feature(n) for n in wanted]
+
+
+def keras_inputs(info: DatasetInfo, features: Sequence[str] | None = None) -> dict[str, Any]:
+    """``{name: tf.keras.Input(shape, dtype, name)}`` for every non-label feature.
+
+    Shapes are the stored fixed shapes (scalars are ``(1,)``), so the inputs
+    match what :func:`readers.train_dataset` yields and can be concatenated
+    directly (after casting the int64 / string ones as the model needs).
+
+    Args:
+      info: from :func:`load_info`.
+      features: a subset (in this order); default all features except the
+        label (``info.label_key``).
+    """
+    import tensorflow as tf
+
+    _, specs = label_and_features(info, None, features)
+    return {
+        f.name: tf.keras.Input(shape=tuple(f.shape), dtype=TF_DTYPE_NAMES[f.dtype], name=f.name)
+        for f in specs
+    }
+
+
+def wait_for_dataset(
+    path_or_pattern: str, timeout: float | None, *, poll: float = 5.0
+) -> DatasetInfo:
+    """Block until the output's ``dataset_info.json`` exists and parses; return it.
+
+    Use it to start training as soon as a conversion finishes (the metadata
+    is written last, so once it parses every shard is in place).
+
+    Args:
+      path_or_pattern: the output directory or a shard pattern in it.
+      timeout: seconds to wait; ``None`` waits indefinitely.
+      poll: seconds between checks (each is one stat/read; cheap on gs://).
+
+    Raises:
+      TimeoutError: the metadata did not appear (or stayed unreadable) in time.
+      DatasetFailedError: the converter reported that it failed
+        (``_FAILURE.json``); raised at once, like ``recordprep wait``.
+      SpecError: it appeared but is from a newer recordprep or is not a
+        recordprep metadata file (waiting longer would not help).
+    """
+    if timeout is not None and timeout < 0:
+        raise ValueError(f"timeout must be >= 0 seconds or None, found {timeout}")
+    if poll <= 0:
+        raise ValueError(f"poll must be > 0 seconds, found {poll}")
+    location = locate(path_or_pattern)
+    start = time.monotonic()
+    deadline = None if timeout is None else start + timeout
+    last_problem = ""
+    next_log = start + 60.0
+    while True:
+        data = _io.read_bytes(location.metadata_path)
+        if data is not None:
+            try:
+                decoded: Mapping[str, Any] = json.loads(data)
+            except ValueError as e:  # being replaced right now, or damaged: keep polling
+                last_problem = f" (it exists but is not valid JSON yet: {e})"
+            else:
+                info = DatasetInfo.from_json(decoded, source=location.metadata_path)
+                logger.info(
+                    "dataset ready: %s (waited %.1f s)",
+                    location.metadata_path,
+                    time.monotonic() - start,
+                )
+                return info
+        else:
+            failed = failed_error(location)
+            if failed is not None:
+                raise failed
+        now = time.monotonic()
+        if deadline is not None and now >= deadline:
+            raise TimeoutError(
+                f"{location.metadata_path} did not appear within {timeout:g} s{last_problem}: the "
+                f"conversion writing {location.root} is still running, or it failed. Check the "
+                f"conversion job and its error output; wait longer with a larger timeout "
+                f"(timeout=None waits indefinitely)."
+            )
+        if now >= next_log:
+            logger.info("still waiting for %s (%.0f s so far)", location.metadata_path, now - start)
+            next_log = now + 60.0
+        sleep = poll if deadline is None else min(poll, max(0.0, deadline - now))
+        time.sleep(sleep)
+
+
+__all__ = [
+    "SpecError",
+    "keras_inputs",
+    "load_info",
+    "locate",
+    "select_shards",
+    "wait_for_dataset",
+]

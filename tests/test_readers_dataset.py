@@ -1,0 +1,330 @@
+"""train_dataset / eval_dataset: values, coverage, order, sharding, cache, checkpoints."""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import math
+import sys
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import readers
+from readers import ReadOptions, ShardSelectionError, eval_dataset, train_dataset
+
+
+def _fixtures():
+    name = "_readers_fixtures"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(f"{name}.py"))
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+fx = _fixtures()
+
+
+@pytest.fixture(params=["NONE", "GZIP"])
+def out(request, tmp_path):
+    return fx.write_output(tmp_path / "out", compression=request.param)
+
+
+@pytest.fixture
+def plain(tmp_path):
+    return fx.write_output(tmp_path / "out")
+
+
+def _pattern(o, split="train"):
+    return str(o.root / f"{split}-*")
+
+
+# ---------------------------------------------------------------- values and shapes
+
+
+def test_train_values_shapes_and_dtypes(out):
+    ds = train_dataset(_pattern(out), 5, num_epochs=1, seed=1)
+    features_spec, label_spec = ds.element_spec
+    assert set(features_spec) == {"num", "vec", "count", "ids", "raw"}
+    assert features_spec["vec"].shape.as_list() == [5, 4]  # drop_remainder: static batch
+    assert features_spec["raw"].dtype == tf.string
+    assert label_spec.shape.as_list() == [5, 1] and label_spec.dtype == tf.int64
+    seen = 0
+    for features, label in ds:
+        for row in range(5):
+            i = int(features["count"][row, 0])
+            want = fx.expected_values(i)
+            np.testing.assert_array_equal(features["num"][row].numpy(), want["num"])
+            np.testing.assert_array_equal(features["vec"][row].numpy(), want["vec"])
+            np.testing.assert_array_equal(features["ids"][row].numpy(), want["ids"])
+            assert features["raw"][row].numpy().tolist() == want["raw"].tolist()
+            np.testing.assert_array_equal(label[row].numpy(), want["label"])
+            assert features["num"].dtype == tf.float32 and features["ids"].dtype == tf.int64
+            seen += 1
+    assert seen == 40
+
+
+def test_every_record_exactly_once_per_epoch(out):
+    ds = train_dataset(_pattern(out), 7, num_epochs=1, drop_remainder=False)
+    assert sorted(fx.ids_of(ds)) == out.all_ids("train")
+    assert int(ds.cardinality()) == math.ceil(40 / 7)
+
+    two = train_dataset(_pattern(out), 8, num_epochs=2, drop_remainder=False, seed=3)
+    counts = Counter(fx.ids_of(two))
+    assert set(counts) == set(out.all_ids("train")) and set(counts.values()) == {2}
+
+
+def test_drop_remainder_gives_full_batches_and_known_cardinality(plain):
+    ds = train_dataset(_pattern(plain), 6, num_epochs=1)
+    sizes = [int(f["count"].shape[0]) for f, _ in ds]
+    assert sizes == [6] * 6 and int(ds.cardinality()) == 6  # 40 // 6
+
+
+def test_forever_by_default(plain):
+    ds = train_dataset(_pattern(plain), 16)
+    assert ds.cardinality() == tf.data.INFINITE_CARDINALITY
+    assert len(fx.ids_of(ds.take(10))) == 160  # 4 epochs worth, no end
+
+
+def test_seeded_deterministic_order_reproduces_and_shuffles(plain):
+    def run(seed):
+        ds = train_dataset(
+            _pattern(plain), 4, num_epochs=2, seed=seed, deterministic=True, shuffle_buffer=16
+        )
+        return fx.ids_of(ds)
+
+    first, again, other = run(11), run(11), run(12)
+    assert first == again
+    assert first != other
+    assert first[:40] != sorted(first[:40])  # actually shuffled
+    assert first[:40] != first[40:]  # reshuffled each epoch
+
+
+def test_shard_pattern_and_directory_with_split_select_the_same(plain):
+    by_dir = train_dataset(str(plain.root), 10, split="train", num_epochs=1, drop_remainder=False)
+    assert sorted(fx.ids_of(by_dir)) == plain.all_ids("train")
+    one_shard = train_dataset(
+        str(plain.shard_path("train", 1)), 4, num_epochs=1, drop_remainder=False
+    )
+    assert sorted(fx.ids_of(one_shard)) == plain.ids["train"][1]
+    with pytest.raises(ShardSelectionError, match="split="):
+        train_dataset(str(plain.root), 4)
+
+
+def test_features_subset_and_no_label(plain):
+    ds = train_dataset(_pattern(plain), 4, features=["count", "vec"], label_key=None, num_epochs=1)
+    assert isinstance(ds.element_spec, dict) and set(ds.element_spec) == {"count", "vec"}
+    assert sorted(fx.ids_of(ds, labelled=False)) == plain.all_ids("train")
+
+    everything = train_dataset(_pattern(plain), 4, label_key=None, num_epochs=1)
+    assert set(everything.element_spec) == {"num", "vec", "count", "ids", "raw"}
+
+    as_label = train_dataset(_pattern(plain), 4, label_key="num", features=["count"], num_epochs=1)
+    for features, label in as_label.take(2):
+        np.testing.assert_allclose(label.numpy()[:, 0], features["count"].numpy()[:, 0] * 0.5)
+
+    with pytest.raises(KeyError, match="nope"):
+        train_dataset(_pattern(plain), 4, features=["nope"])
+    with pytest.raises(ValueError, match="is the label"):
+        train_dataset(_pattern(plain), 4, features=["label", "num"])
+
+
+def test_dataset_without_label_in_metadata_yields_features_only(tmp_path):
+    o = fx.write_output(tmp_path / "nolabel", {"train": (5, 5)}, label_key=None)
+    ds = train_dataset(str(o.root / "train-*"), 5, num_epochs=1)
+    assert isinstance(ds.element_spec, dict) and "label" not in ds.element_spec
+
+
+# ---------------------------------------------------------------- eval
+
+
+def test_eval_order_cardinality_and_partial_batch(out):
+    ds = eval_dataset(_pattern(out, "eval"), 4)
+    assert int(ds.cardinality()) == math.ceil(10 / 4)
+    batches = list(ds)
+    assert [int(f["count"].shape[0]) for f, _ in batches] == [4, 4, 2]
+    order = fx.ids_of(batches)
+    assert order == out.all_ids("eval")  # metadata order: shard by shard, file order
+    assert fx.ids_of(eval_dataset(_pattern(out, "eval"), 4)) == order
+
+
+def test_eval_metadata_order_with_many_shards_and_parallel_reads(tmp_path):
+    o = fx.write_output(tmp_path / "many", {"eval": (5, 1, 7, 3, 4, 6, 2)})
+    ds = eval_dataset(str(o.root / "eval-*"), 3, options=ReadOptions(cycle_length=3))
+    assert fx.ids_of(ds) == o.all_ids("eval")
+    assert int(ds.cardinality()) == math.ceil(28 / 3)
+
+
+def test_eval_order_without_the_private_interleave_class(plain, monkeypatch):
+    # eval_dataset bounds per-shard read-ahead through a private TF class; if a
+    # TF upgrade removes it, the public fallback must give the same order.
+    from tensorflow.python.data.ops import interleave_op
+
+    monkeypatch.delattr(interleave_op, "_ParallelInterleaveDataset")
+    ds = eval_dataset(_pattern(plain), 4, options=ReadOptions(cycle_length=3))
+    assert fx.ids_of(ds) == plain.all_ids("train")
+    assert int(ds.cardinality()) == 10
+
+
+# ---------------------------------------------------------------- cache
+
+
+@pytest.mark.parametrize("cache", ["memory", "dir"])
+def test_cache_gives_the_same_data(plain, tmp_path, cache):
+    cache_arg = "memory" if cache == "memory" else str(tmp_path / "cache")
+
+    def run(c):
+        return fx.ids_of(
+            train_dataset(
+                _pattern(plain),
+                8,
+                num_epochs=3,
+                seed=5,
+                deterministic=True,
+                drop_remainder=False,
+                cache=c,
+            )
+        )
+
+    cached, uncached = run(cache_arg), run(None)
+    assert cached[:40] == uncached[:40]  # first epoch: cache is transparent
+    assert Counter(cached) == Counter(uncached) == Counter(plain.all_ids("train") * 3)
+    assert cached[40:80] != cached[80:]  # later epochs (replayed from cache) still reshuffled
+    if cache == "dir":
+        files = list((tmp_path / "cache").iterdir())
+        assert any(f.name.endswith(".index") for f in files), files
+        assert (
+            fx.ids_of(
+                train_dataset(
+                    _pattern(plain),
+                    8,
+                    num_epochs=1,
+                    seed=5,
+                    deterministic=True,
+                    drop_remainder=False,
+                    cache=cache_arg,
+                )
+            )
+            == cached[:40]
+        )
+
+
+# ---------------------------------------------------------------- checkpoints
+
+
+@pytest.mark.parametrize("cache", [None, "memory"])
+def test_checkpoint_mid_epoch_resumes_exactly(plain, tmp_path, cache):
+    def build():
+        return train_dataset(
+            _pattern(plain),
+            4,
+            num_epochs=3,
+            seed=21,
+            deterministic=True,
+            shuffle_buffer=16,
+            cache=cache,
+        )
+
+    reference = fx.ids_of(build().take(14))
+
+    it = iter(build())
+    for _ in range(6):  # mid-first-epoch (10 batches per epoch)
+        next(it)
+    path = tf.train.Checkpoint(iterator=it).save(str(tmp_path / "ckpt" / "it"))
+    resumed = iter(build())
+    tf.train.Checkpoint(iterator=resumed).restore(path).assert_consumed()
+    after = [next(resumed) for _ in range(8)]
+    assert fx.ids_of(after) == reference[6 * 4 :]
+
+
+# ---------------------------------------------------------------- input_context sharding
+
+
+def test_input_context_shards_files_disjoint_and_complete(plain, caplog):
+    per_pipeline = []
+    for pid in range(3):
+        ctx = tf.distribute.InputContext(
+            num_input_pipelines=3, input_pipeline_id=pid, num_replicas_in_sync=3
+        )
+        ds = train_dataset(
+            _pattern(plain), 4, num_epochs=1, drop_remainder=False, input_context=ctx
+        )
+        per_pipeline.append(fx.ids_of(ds))
+    flat = [i for ids in per_pipeline for i in ids]
+    assert sorted(flat) == plain.all_ids("train") and len(flat) == len(set(flat))
+    # file-level: pipeline 0 gets shards 0 and 3, 1 gets shard 1, 2 gets shard 2
+    assert sorted(per_pipeline[0]) == sorted(plain.ids["train"][0] + plain.ids["train"][3])
+    assert sorted(per_pipeline[1]) == plain.ids["train"][1]
+    assert "record-level" not in caplog.text
+
+
+def test_fewer_files_than_pipelines_falls_back_to_records_with_warning(tmp_path, caplog):
+    o = fx.write_output(tmp_path / "two", {"train": (9, 8)})
+    per_pipeline = []
+    with caplog.at_level(logging.WARNING, logger="readers"):
+        for pid in range(3):
+            ctx = tf.distribute.InputContext(num_input_pipelines=3, input_pipeline_id=pid)
+            ds = train_dataset(
+                str(o.root / "train-*"),
+                3,
+                num_epochs=1,
+                drop_remainder=False,
+                input_context=ctx,
+                seed=4,
+            )  # unseeded file shuffle would be disabled
+            per_pipeline.append(fx.ids_of(ds))
+            assert int(ds.cardinality()) == math.ceil(len(range(pid, 17, 3)) / 3)
+    assert "record-level sharding" in caplog.text
+    flat = [i for ids in per_pipeline for i in ids]
+    assert sorted(flat) == o.all_ids("train") and len(flat) == len(set(flat))
+    assert [len(p) for p in per_pipeline] == [6, 6, 5]
+
+
+# ---------------------------------------------------------------- arguments and options
+
+
+def test_argument_validation(plain):
+    with pytest.raises(ValueError, match="batch_size"):
+        train_dataset(_pattern(plain), 0)
+    with pytest.raises(ValueError, match="num_epochs"):
+        train_dataset(_pattern(plain), 4, num_epochs=0)
+    with pytest.raises(TypeError, match="options"):
+        train_dataset(_pattern(plain), 4, options={"cycle_length": 2})
+    with pytest.raises(ValueError, match="batch_size"):
+        eval_dataset(_pattern(plain, "eval"), -1)
+
+
+def test_explicit_options_are_honoured(plain):
+    opts = ReadOptions(
+        cycle_length=1,
+        num_parallel_calls=1,
+        read_buffer_bytes=4096,
+        shuffle_buffer=0,
+        shuffle_files=False,
+        prefetch=2,
+        deterministic=True,
+    )
+    ds = train_dataset(_pattern(plain), 5, num_epochs=1, options=opts)
+    # cycle 1, no shuffling at all: exactly the metadata order
+    assert fx.ids_of(ds) == plain.all_ids("train")
+    assert ds.options().deterministic is True
+    assert ds.options().experimental_optimization.map_parallelization is True
+
+
+def test_readers_namespace_exports():
+    assert set(readers.__all__) >= {
+        "train_dataset",
+        "eval_dataset",
+        "load_info",
+        "keras_inputs",
+        "wait_for_dataset",
+        "ReadOptions",
+        "DatasetIncompleteError",
+    }
+    for name in readers.__all__:
+        assert getattr(readers, name) is not None
