@@ -1,0 +1,275 @@
+"""Conversion table: recordprep against the naive Beam pipeline and the decode limits.
+
+Rows (each one fresh subprocess, see :mod:`bench.measure`):
+
+``recordprep AVRO -> gzip``
+    ``pipelines.job.run_convert`` with the default options (train/eval
+    0.9/0.1, gzip level 6, default shard count, FnApiRunner) on all AVRO files:
+    the headline number. Reads the input twice (analysis pass, then convert).
+``recordprep AVRO -> gzip (N workers)``
+    The same job with the Beam flags ``--direct_num_workers N
+    --direct_running_mode multi_processing`` (N = cores): what the in-process
+    runner gives when told to use every core; its peak RSS sums the workers.
+``recordprep AVRO -> none``
+    The same with ``compression="none"`` (the reader table reads both).
+``recordprep JSON -> gzip``
+    The same records as JSON Lines.
+``naive Beam (AVRO -> gzip)``
+    :mod:`bench.naive`: ReadFromAvro -> per-record dict -> per-record
+    ``tf.train.Example`` -> WriteToTFRecord(gzip), analysis by Beam combiners as
+    side inputs, same runner, same transforms (checked by ``naive.verify``).
+    For ``default``/``large`` it runs on the first files only (a subset) and is
+    compared per record with ``recordprep (same subset)``: recordprep run on
+    exactly those files, so both pay the same fixed start-up cost per record.
+``limit: fastavro decode`` / ``limit: JSON lines + orjson``
+    Decoding every input record once, in one process, doing nothing else:
+    what any converter reading these files in one Python process cannot beat
+    (recordprep decodes twice).
+
+Columns: records/s of the work phase (``run_convert`` call, pipeline run, or
+decode loop: the child's interpreter start and imports excluded), CPU seconds
+per 1 000 records over the same phase (user + system of the whole process, all
+threads), and peak RSS summed over the process tree over its whole life.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.measure import WorkTimer, child_main
+
+CONFIG = str(Path(__file__).resolve().parent / "features.yaml")
+
+
+# ------------------------------------------------------------------ children
+
+
+def _recordprep(args: argparse.Namespace) -> dict[str, Any]:
+    from pipelines.job import run_convert
+    from pipelines.options import ConvertOptions
+
+    shutil.rmtree(args.output, ignore_errors=True)
+    beam_args: tuple[str, ...] = ()
+    if args.workers > 1:  # FnApiRunner reads these from the pipeline options
+        beam_args = ("--direct_num_workers", str(args.workers), "--direct_running_mode", "multi_processing")
+    opts = ConvertOptions(inputs=tuple(args.inputs), config=args.config, output=args.output,
+                          compression=args.compression, overwrite=True, beam_args=beam_args)
+    with WorkTimer() as t:
+        res = run_convert(opts)
+    info = res.info
+    counts = info.get("counts", {})
+    return {**t.to_json(), "records": counts.get("read", 0), "errors": counts.get("errors", 0),
+            "written": counts.get("written", {}), "job_seconds": round(res.seconds, 3),
+            "shards": {s: len(sp["shards"]) for s, sp in info.get("splits", {}).items()},
+            "output_mb": round(sum(sp["num_bytes"] for sp in info.get("splits", {}).values()) / 1e6, 2)}
+
+
+def _naive(args: argparse.Namespace) -> dict[str, Any]:
+    from bench import naive
+
+    shutil.rmtree(args.output, ignore_errors=True)
+    with WorkTimer() as t:
+        naive.run(args.inputs, args.config, args.output)
+    out = Path(args.output)
+    return {**t.to_json(), "records": args.records,
+            "output_mb": round(sum(p.stat().st_size for p in out.glob("*.tfrecord.gz")) / 1e6, 2),
+            "files_written": len(list(out.glob("*.tfrecord.gz")))}
+
+
+def _naive_verify(args: argparse.Namespace) -> dict[str, Any]:
+    from bench import naive
+
+    return naive.verify(args.inputs, args.config, args.output)
+
+
+def _avro_decode(args: argparse.Namespace) -> dict[str, Any]:
+    import fastavro
+
+    n = 0
+    with WorkTimer() as t:
+        for path in args.inputs:
+            with open(path, "rb") as f:
+                for _ in fastavro.reader(f):
+                    n += 1
+    return {**t.to_json(), "records": n}
+
+
+def _json_decode(args: argparse.Namespace) -> dict[str, Any]:
+    import orjson
+
+    n = 0
+    loads = orjson.loads
+    with WorkTimer() as t:
+        for path in args.inputs:
+            with open(path, "rb") as f:
+                for line in f:
+                    loads(line)
+                    n += 1
+    return {**t.to_json(), "records": n}
+
+
+CASES = {
+    "recordprep": _recordprep,
+    "naive": _naive,
+    "naive-verify": _naive_verify,
+    "avro-decode": _avro_decode,
+    "json-decode": _json_decode,
+}
+
+
+def _add_args(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--case", choices=sorted(CASES), required=True)
+    ap.add_argument("--inputs", nargs="+", required=True)
+    ap.add_argument("--config", default=CONFIG)
+    ap.add_argument("--output", default=None)
+    ap.add_argument("--compression", choices=("gzip", "none"), default="gzip")
+    ap.add_argument("--records", type=int, default=0, help="records in --inputs (naive: for the rate)")
+    ap.add_argument("--workers", type=int, default=1,
+                    help="recordprep: FnApiRunner workers (>1: --direct_running_mode multi_processing)")
+
+
+def main() -> None:
+    child_main("one conversion measurement", _add_args, lambda a: CASES[a.case](a))
+
+
+
+# -------------------------------------------------------------------- parent
+
+
+def naive_subset(size: str, files: list[str]) -> list[str]:
+    """The files the naive pipeline reads: all of ``small``, the first 2 otherwise."""
+    return files if size == "small" else files[:2]
+
+
+def run_table(size: str, manifest: dict[str, Any], *, repeats: int, log, out_root: Path,
+              log_dir: Path, skip_naive: bool = False) -> dict[str, Any]:
+    """Measure every conversion row; returns ``{"rows": {...}, "verify": ..., ...}``."""
+    from bench import make_data
+    from bench.measure import run_child
+
+    avro = make_data.avro_files(size, manifest)
+    jsonl = make_data.json_files(size, manifest)
+    per_file = {str(make_data.dataset_dir(size) / f["path"]): f["records"] for f in manifest["avro"]["files"]}
+    subset = naive_subset(size, avro)
+    subset_records = sum(per_file[f] for f in subset)
+    outputs = {
+        "recordprep_avro_gzip": out_root / "recordprep-avro-gzip",
+        "recordprep_avro_none": out_root / "recordprep-avro-none",
+        "recordprep_json_gzip": out_root / "recordprep-json-gzip",
+        "recordprep_subset_gzip": out_root / "recordprep-subset-gzip",
+        "recordprep_avro_gzip_workers": out_root / "recordprep-avro-gzip-workers",
+        "naive": out_root / "naive",
+    }
+    plan: list[tuple[str, str, list[str]]] = [
+        ("limit_avro", "limit: fastavro decode (AVRO)", ["--case", "avro-decode", "--inputs", *avro]),
+        ("limit_json", "limit: JSON lines + orjson.loads", ["--case", "json-decode", "--inputs", *jsonl]),
+        ("recordprep_avro_gzip", "recordprep AVRO -> gzip",
+         ["--case", "recordprep", "--inputs", *avro, "--output", str(outputs["recordprep_avro_gzip"])]),
+        ("recordprep_json_gzip", "recordprep JSON -> gzip",
+         ["--case", "recordprep", "--inputs", *jsonl, "--output", str(outputs["recordprep_json_gzip"])]),
+    ]
+    cores = os.cpu_count() or 1
+    if cores > 1:
+        plan.append(("recordprep_avro_gzip_workers", f"recordprep AVRO -> gzip ({cores} workers, multi_processing)",
+                     ["--case", "recordprep", "--inputs", *avro, "--workers", str(cores),
+                      "--output", str(outputs["recordprep_avro_gzip_workers"])]))
+    if not skip_naive:
+        plan.append(("naive", "naive Beam AVRO -> gzip" + ("" if subset == avro else f" ({len(subset)} of {len(avro)} files)"),
+                     ["--case", "naive", "--inputs", *subset, "--records", str(subset_records),
+                      "--output", str(outputs["naive"])]))
+        if subset != avro:
+            plan.append(("recordprep_subset_gzip", f"recordprep AVRO -> gzip (same {len(subset)} files as naive)",
+                         ["--case", "recordprep", "--inputs", *subset, "--output", str(outputs["recordprep_subset_gzip"])]))
+    uncompressed = ("recordprep_avro_none", "recordprep AVRO -> none (uncompressed)",
+                    ["--case", "recordprep", "--inputs", *avro, "--compression", "none",
+                     "--output", str(outputs["recordprep_avro_none"])])
+
+    runs: dict[str, list[dict[str, Any]]] = {}
+    labels: dict[str, str] = {}
+    # Interleave repeats (A B C A B C ...) so a noisy minute hits every row alike.
+    for rep in range(repeats):
+        for key, label, argv in plan + ([uncompressed] if rep == 0 else []):
+            labels[key] = label
+            log(f"convert: {label} (run {rep + 1}/{repeats if key != uncompressed[0] else 1})")
+            m = run_child("bench.convert_bench", argv, log_dir=log_dir, timeout=4 * 3600)
+            runs.setdefault(key, []).append(m.to_json())
+            log(f"  -> {_one_line(m)}")
+    verify = None
+    if not skip_naive and runs.get("naive") and runs["naive"][-1]["ok"]:
+        log("convert: checking the naive output is the same job (naive.verify)")
+        m = run_child("bench.convert_bench", ["--case", "naive-verify", "--inputs", *subset,
+                                              "--output", str(outputs["naive"])], log_dir=log_dir)
+        verify = m.result if m.ok else {"ok": False, "problems": [m.error]}
+        log(f"  -> {'same job' if verify.get('ok') else 'DIFFERENT: ' + '; '.join(verify.get('problems', [])[:3])}")
+    rows = {key: summarize(labels[key], r) for key, r in runs.items()}
+    return {"rows": rows, "verify": verify, "outputs": {k: str(v) for k, v in outputs.items()},
+            "naive_files": len(subset), "total_files": len(avro), "naive_records": subset_records}
+
+
+def summarize(label: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Median over the successful runs of one row."""
+    ok = [r for r in runs if r["ok"]]
+    row: dict[str, Any] = {"label": label, "runs": len(runs), "ok": bool(ok), "raw": runs}
+    if not ok:
+        row["error"] = runs[-1]["error"]
+        return row
+    recs = ok[0]["result"]["records"]
+    rates = [r["result"]["records"] / r["result"]["work_wall_s"] for r in ok]
+    cpus = [r["result"]["work_cpu_s"] / r["result"]["records"] * 1000 for r in ok]
+    row.update(records=recs, records_per_s=_median(rates), cpu_s_per_1k=_median(cpus),
+               peak_rss_mb=_median([r["peak_rss_mb"] for r in ok]),
+               work_wall_s=_median([r["result"]["work_wall_s"] for r in ok]),
+               process_wall_s=_median([r["wall_s"] for r in ok]),
+               process_cpu_s=_median([r["cpu_s"] for r in ok]))
+    for k in ("errors", "shards", "output_mb", "files_written", "job_seconds"):
+        if k in ok[-1]["result"]:
+            row[k] = ok[-1]["result"][k]
+    return row
+
+
+def _median(xs: list[float]) -> float:
+    s = sorted(xs)
+    n = len(s)
+    return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
+
+
+def _one_line(m) -> str:
+    if not m.ok:
+        return f"FAILED: {m.error} (log: {m.log})"
+    r = m.result
+    return (f"{r['records']:,} records in {r['work_wall_s']:.1f} s = {r['records'] / r['work_wall_s']:,.0f} records/s, "
+            f"{r['work_cpu_s'] / r['records'] * 1000:.2f} CPU-s/1k, peak RSS {m.peak_rss_mb:.0f} MB")
+
+
+def run_scaling(sizes: tuple[str, str], *, log, log_dir: Path,
+                known: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+    """recordprep AVRO -> gzip on two sizes: time should grow linearly, peak memory not at all.
+
+    ``known`` holds rows already measured in this run (the main table's
+    ``recordprep AVRO -> gzip`` of the size asked for), which are reused.
+    """
+    from bench import make_data
+    from bench.measure import run_child
+
+    rows = dict(known or {})
+    for size in sizes:
+        if size in rows:
+            continue
+        manifest = make_data.ensure_dataset(size, log=log)
+        out = make_data.dataset_dir(size) / "out" / "scaling-recordprep-avro-gzip"
+        log(f"scaling: recordprep AVRO -> gzip on {size}")
+        m = run_child("bench.convert_bench", ["--case", "recordprep", "--inputs", *make_data.avro_files(size, manifest),
+                                              "--output", str(out)], log_dir=log_dir, timeout=4 * 3600)
+        log(f"  -> {_one_line(m)}")
+        rows[size] = summarize(f"recordprep AVRO -> gzip ({size})", [m.to_json()])
+        shutil.rmtree(out, ignore_errors=True)
+    return {"sizes": list(sizes), "rows": rows, "measured_at": time.time()}
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,246 @@
+"""Markdown tables, ratios and targets from one run's results.
+
+Every ratio compares rows measured in the same run on the same machine (and
+the same input); absolute numbers are printed for context, but on a shared
+2-core machine they move with the load, ratios much less. The targets of the
+issue are printed beside the measured values and marked MET / NOT MET as
+measured, nothing rounded in their favour.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+#: (key, description, comparison, threshold, unit, sizes it is defined for)
+TARGETS = {
+    "convert_vs_naive": ("recordprep / naive Beam, records/s on the same input", ">=", 15.0, "x", ("default",)),
+    "convert_peak_rss": ("recordprep AVRO -> gzip peak RSS", "<=", 600.0, "MB", ("default",)),
+    "convert_rate": ("recordprep AVRO -> gzip end-to-end", ">=", 27_000.0, "records/s", None),
+    "reader_vs_mbfd_gzip": ("readers / make_batched_features_dataset (gzip shards)", ">=", 2.0, "x", None),
+    "reader_vs_mbfd_none": ("readers / make_batched_features_dataset (uncompressed)", ">=", 2.0, "x", None),
+    "reader_ttfb_gzip": ("readers time to first batch (gzip shards)", "<=", 0.5, "s", None),
+    "reader_ttfb_none": ("readers time to first batch (uncompressed)", "<=", 0.5, "s", None),
+}
+
+
+def _num(x: float | None, digits: int = 0) -> str:
+    if x is None:
+        return "—"
+    return f"{x:,.{digits}f}"
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    if a is None or b is None or b == 0:
+        return None
+    return a / b
+
+
+def _row_get(rows: dict[str, Any], key: str, field: str) -> float | None:
+    r = rows.get(key)
+    if not r or not r.get("ok"):
+        return None
+    return r.get(field)
+
+
+def evaluate_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each target with its measured value and status (MET / NOT MET / NOT MEASURED)."""
+    size = results["size"]
+    conv = (results.get("conversion") or {}).get("rows", {})
+    rd = (results.get("readers") or {}).get("rows", {})
+    naive_peer = "recordprep_subset_gzip" if "recordprep_subset_gzip" in conv else "recordprep_avro_gzip"
+    values = {
+        "convert_vs_naive": _ratio(_row_get(conv, naive_peer, "records_per_s"), _row_get(conv, "naive", "records_per_s")),
+        "convert_peak_rss": _row_get(conv, "recordprep_avro_gzip", "peak_rss_mb"),
+        "convert_rate": _row_get(conv, "recordprep_avro_gzip", "records_per_s"),
+        "reader_vs_mbfd_gzip": _ratio(_row_get(rd, "train_dataset:gzip", "examples_per_s"), _row_get(rd, "mbfd:gzip", "examples_per_s")),
+        "reader_vs_mbfd_none": _ratio(_row_get(rd, "train_dataset:none", "examples_per_s"), _row_get(rd, "mbfd:none", "examples_per_s")),
+        "reader_ttfb_gzip": _row_get(rd, "train_dataset:gzip", "time_to_first_batch_s"),
+        "reader_ttfb_none": _row_get(rd, "train_dataset:none", "time_to_first_batch_s"),
+    }
+    out = []
+    for key, (desc, op, thr, unit, sizes) in TARGETS.items():
+        v = values[key]
+        if v is None:
+            status = "NOT MEASURED"
+        else:
+            met = v >= thr if op == ">=" else v <= thr
+            status = "MET" if met else "NOT MET"
+        note = ""
+        if sizes and size not in sizes:
+            note = f"target is defined at {'/'.join(sizes)} size; shown for information"
+        out.append({"key": key, "description": desc, "op": op, "threshold": thr, "unit": unit,
+                    "value": v, "status": status, "note": note})
+    return out
+
+
+def _fmt_value(v: float | None, unit: str) -> str:
+    if v is None:
+        return "—"
+    if unit == "x":
+        return f"{v:.2f}x"
+    if unit == "s":
+        return f"{v:.2f} s"
+    if unit == "MB":
+        return f"{v:,.0f} MB"
+    return f"{v:,.0f} {unit}"
+
+
+def _fmt_target(op: str, thr: float, unit: str) -> str:
+    sym = "≥" if op == ">=" else "≤"
+    return f"{sym} {_fmt_value(thr, unit)}"
+
+
+def conversion_md(results: dict[str, Any]) -> list[str]:
+    conv = results.get("conversion")
+    if not conv:
+        return ["_conversion table not run_"]
+    rows = conv["rows"]
+    order = ["recordprep_avro_gzip", "recordprep_avro_gzip_workers", "recordprep_avro_none", "recordprep_json_gzip", "recordprep_subset_gzip",
+             "naive", "limit_avro", "limit_json"]
+    lines = ["| row | records | records/s | CPU-s / 1k records | peak RSS (MB) | runs |",
+             "|---|---:|---:|---:|---:|---:|"]
+    for key in order:
+        r = rows.get(key)
+        if not r:
+            continue
+        if not r["ok"]:
+            lines.append(f"| {r['label']} | — | FAILED: {r.get('error')} | | | {r['runs']} |")
+            continue
+        lines.append(f"| {r['label']} | {r['records']:,} | {_num(r['records_per_s'])} | {_num(r['cpu_s_per_1k'], 3)} "
+                     f"| {_num(r['peak_rss_mb'])} | {r['runs']} |")
+    lines.append("")
+    naive_peer = "recordprep_subset_gzip" if "recordprep_subset_gzip" in rows else "recordprep_avro_gzip"
+    g = lambda k, f: _row_get(rows, k, f)  # noqa: E731
+    ratio_lines = [
+        ("recordprep / naive Beam, records/s (same input)", _ratio(g(naive_peer, "records_per_s"), g("naive", "records_per_s"))),
+        ("naive / recordprep, CPU-s per record (same input)", _ratio(g("naive", "cpu_s_per_1k"), g(naive_peer, "cpu_s_per_1k"))),
+        ("naive / recordprep, peak RSS (same input)", _ratio(g("naive", "peak_rss_mb"), g(naive_peer, "peak_rss_mb"))),
+        ("recordprep AVRO / limit fastavro decode, records/s", _ratio(g("recordprep_avro_gzip", "records_per_s"), g("limit_avro", "records_per_s"))),
+        ("recordprep JSON / limit JSON decode, records/s", _ratio(g("recordprep_json_gzip", "records_per_s"), g("limit_json", "records_per_s"))),
+        ("recordprep JSON / recordprep AVRO, records/s", _ratio(g("recordprep_json_gzip", "records_per_s"), g("recordprep_avro_gzip", "records_per_s"))),
+        ("recordprep with all cores as workers / 1 worker, records/s", _ratio(g("recordprep_avro_gzip_workers", "records_per_s"), g("recordprep_avro_gzip", "records_per_s"))),
+        ("recordprep gzip / uncompressed, records/s", _ratio(g("recordprep_avro_gzip", "records_per_s"), g("recordprep_avro_none", "records_per_s"))),
+    ]
+    lines += ["| ratio | measured |", "|---|---:|"]
+    lines += [f"| {name} | {_fmt_value(v, 'x')} |" for name, v in ratio_lines]
+    lines.append("")
+    if conv.get("naive_files") and conv["naive_files"] != conv["total_files"]:
+        lines.append(f"The naive pipeline ran on {conv['naive_files']} of {conv['total_files']} input files "
+                     f"({conv['naive_records']:,} records) and is compared per record with recordprep on exactly "
+                     f"those files (the `same ... files as naive` row).")
+    v = conv.get("verify")
+    if v is not None:
+        if v.get("ok"):
+            lines.append(f"Same job check (`naive.verify`): the naive pipeline's vocabularies and statistics equal "
+                         f"recordprep's Analyzer on the same {v.get('records_analyzed', 0):,} records, its split counts "
+                         f"equal recordprep's split rule, and {v.get('records_compared', 0):,} Examples are identical "
+                         f"feature by feature (floats within 1 ulp).")
+        else:
+            lines.append("Same job check (`naive.verify`) FAILED: " + "; ".join(v.get("problems", [])[:5]))
+    return lines
+
+
+def readers_md(results: dict[str, Any]) -> list[str]:
+    rd = results.get("readers")
+    if not rd:
+        return ["_reader table not run_"]
+    rows = rd["rows"]
+    lines = [f"Batch {rd['batch']}; examples/s = median of {rd['windows']['count']} windows "
+             f"(each ≥ {rd['windows']['seconds']} s) after ≥ {rd['warmup']['seconds']} s of warm-up; "
+             "train split; fresh process per row.", "",
+             "| row | shards | examples/s | time to first batch (s) | CPU-µs / example | cores busy | peak RSS (MB) | runs |",
+             "|---|---|---:|---:|---:|---:|---:|---:|"]
+    for r in rows.values():
+        if r["step_ms"]:
+            continue
+        comp = r["compression"] if r["case"] not in ("parse", "avro_gen") else ("in memory" if r["case"] == "parse" else "input AVRO")
+        if not r["ok"]:
+            lines.append(f"| {r['label']} | {comp} | FAILED: {r.get('error')} | | | | | {r['runs']} |")
+            continue
+        ttfb = "—" if r["case"] == "parse" else f"{r['time_to_first_batch_s']:.2f}"
+        lines.append(f"| {r['label']} | {comp} | {_num(r['examples_per_s'])} | {ttfb} | {r['cpu_us_per_example']:.1f} "
+                     f"| {r['cpu_cores_used']:.2f} | {_num(r['peak_rss_mb'])} | {r['runs']} |")
+    lines.append("")
+    g = lambda k: _row_get(rows, k, "examples_per_s")  # noqa: E731
+    ratio_lines = []
+    for comp in ("gzip", "none"):
+        if f"train_dataset:{comp}" not in rows:
+            continue
+        ratio_lines += [
+            (f"readers / make_batched_features_dataset ({comp})", _ratio(g(f"train_dataset:{comp}"), g(f"mbfd:{comp}"))),
+            (f"readers / naive per-record ({comp})", _ratio(g(f"train_dataset:{comp}"), g(f"naive:{comp}"))),
+            (f"readers / limit raw read ({comp})", _ratio(g(f"train_dataset:{comp}"), g(f"raw:{comp}"))),
+        ]
+    ratio_lines += [
+        ("readers (none) / limit parse only", _ratio(g("train_dataset:none"), g("parse"))),
+        ("readers (gzip) / AVRO via from_generator", _ratio(g("train_dataset:gzip"), g("avro_gen"))),
+    ]
+    lines += ["| ratio | measured |", "|---|---:|"]
+    lines += [f"| {name} | {_fmt_value(v, 'x')} |" for name, v in ratio_lines]
+    step_rows = [r for r in rows.values() if r["step_ms"]]
+    if step_rows:
+        lines += ["", f"Simulated training step: the loop sleeps {rd['step_ms']:g} ms after each batch "
+                  f"(at most {rd['batch'] / rd['step_ms'] * 1000:,.0f} examples/s); input-wait fraction = "
+                  "time blocked in `next()` / total (median window).", "",
+                  "| row | shards | examples/s | input-wait fraction |", "|---|---|---:|---:|"]
+        for r in step_rows:
+            if not r["ok"]:
+                lines.append(f"| {r['label']} | {r['compression']} | FAILED: {r.get('error')} | |")
+                continue
+            lines.append(f"| {r['label']} | {r['compression']} | {_num(r['examples_per_s'])} | {r['input_wait_fraction']:.0%} |")
+    return lines
+
+
+def scaling_md(results: dict[str, Any]) -> list[str]:
+    sc = results.get("scaling")
+    if not sc:
+        return []
+    a, b = (sc["rows"].get(s) for s in sc["sizes"])
+    lines = ["| size | records | work time (s) | records/s | CPU-s / 1k records | peak RSS (MB) |",
+             "|---|---:|---:|---:|---:|---:|"]
+    for size, r in zip(sc["sizes"], (a, b), strict=True):
+        if not r or not r.get("ok"):
+            lines.append(f"| {size} | FAILED: {(r or {}).get('error')} | | | | |")
+            continue
+        lines.append(f"| {size} | {r['records']:,} | {r['work_wall_s']:.1f} | {_num(r['records_per_s'])} "
+                     f"| {r['cpu_s_per_1k']:.3f} | {_num(r['peak_rss_mb'])} |")
+    if a and b and a.get("ok") and b.get("ok"):
+        n = b["records"] / a["records"]
+        t = b["work_wall_s"] / a["work_wall_s"]
+        m = b["peak_rss_mb"] / a["peak_rss_mb"]
+        lines += ["", f"{n:.0f}x the records took {t:.2f}x the time (linear: {t / n:.2f} per record relative to "
+                  f"{sc['sizes'][0]}; {'linear' if t / n <= 1.25 else 'SUPERLINEAR'}) and {m:.2f}x the peak memory "
+                  f"({'flat' if m <= 1.25 else 'GROWS with input'})."]
+    return lines
+
+
+def targets_md(targets: list[dict[str, Any]]) -> list[str]:
+    lines = ["| target | measured | target | status |", "|---|---:|---:|---|"]
+    for t in targets:
+        status = t["status"] + (f" ({t['note']})" if t["note"] else "")
+        lines.append(f"| {t['description']} | {_fmt_value(t['value'], t['unit'])} | "
+                     f"{_fmt_target(t['op'], t['threshold'], t['unit'])} | {status} |")
+    return lines
+
+
+def markdown(results: dict[str, Any]) -> str:
+    m = results["machine"]
+    d = results["dataset"]
+    lines = [f"# recordprep benchmarks: size `{results['size']}`", "",
+             f"Measured {results['started']} → {results['finished']} on {m['nproc']} cores ({m['cpu_model']}), "
+             f"{m['ram_gb']:.1f} GB RAM, load average {m['loadavg_start']} at start and {m['loadavg_end']} at end"
+             + (f" (other processes used a median of {m['others_cores']['median']:.2f} cores while rows ran)"
+                if m.get("others_cores") else "") + "; "
+             f"Python {m['python']}, apache-beam {m['beam']}, TensorFlow {m['tensorflow']}, fastavro {m['fastavro']}; "
+             f"commit {m['commit']}{' (with uncommitted changes)' if m.get('dirty') else ''}.", "",
+             f"Dataset: {d['records']:,} records (generator v{d['generator_version']}), {d['files']} AVRO files "
+             f"(deflate, {d['avro_mb']:.1f} MB) and the same records as JSON Lines ({d['json_mb']:.1f} MB); "
+             f"config `bench/features.yaml`. Command: `{results['command']}`.", "",
+             "## Targets", "", *targets_md(results["targets"]), "",
+             "## Conversion", "", *conversion_md(results), ""]
+    if results.get("scaling"):
+        lines += ["## Scaling (recordprep AVRO -> gzip)", "", *scaling_md(results), ""]
+    lines += ["## Readers", "", *readers_md(results), ""]
+    if results.get("notes"):
+        lines += ["## Notes", "", *[f"- {n}" for n in results["notes"]], ""]
+    return "\n".join(lines)

@@ -1,0 +1,152 @@
+"""``python -m bench.run --size small|default|large``: the whole benchmark (``make bench``).
+
+1. Generate (or reuse) the standard dataset ``bench/data/<size>/`` (:mod:`bench.make_data`).
+2. Conversion table (:mod:`bench.convert_bench`): recordprep on AVRO (gzip and
+   uncompressed) and JSON, the naive Beam pipeline, the decode limits; then
+   ``naive.verify`` checks the naive output is the same job.
+3. Reader table (:mod:`bench.reader_bench`) on the two recordprep outputs.
+4. With ``--size large`` or ``--scaling``: recordprep on default vs large.
+5. Results: ``bench/results/<timestamp>-<size>.json`` (raw, git-ignored) and
+   ``bench/results/latest-<size>.md`` (tables, ratios, targets), also printed.
+
+Every measurement is a fresh subprocess (:mod:`bench.measure`). Logs of each
+child go to ``bench/data/logs/<timestamp>-<size>/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from bench import convert_bench, make_data, reader_bench, report
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def machine_info() -> dict[str, Any]:
+    model = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    import psutil
+
+    def version(dist: str) -> str:
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            return "not installed"
+
+    repo = Path(__file__).resolve().parent.parent
+
+    def git(*args: str) -> str:
+        try:
+            return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, timeout=10).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return ""
+
+    return {
+        "nproc": os.cpu_count(), "cpu_model": model, "ram_gb": psutil.virtual_memory().total / 2**30,
+        "platform": platform.platform(), "python": platform.python_version(),
+        "beam": version("apache-beam"), "tensorflow": version("tensorflow-cpu") if version("tensorflow-cpu") != "not installed" else version("tensorflow"),
+        "fastavro": version("fastavro"), "numpy": version("numpy"),
+        "commit": git("rev-parse", "--short", "HEAD") or "unknown", "dirty": bool(git("status", "--porcelain")),
+        "loadavg_start": " ".join(f"{x:.2f}" for x in os.getloadavg()),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="recordprep benchmarks against peers measured in the same run")
+    ap.add_argument("--size", choices=sorted(make_data.SIZES), default="default")
+    ap.add_argument("--repeats", type=int, default=1,
+                    help="runs per conversion and reader row (interleaved; the median is reported)")
+    ap.add_argument("--scaling", action="store_true", help="also run the default-vs-large scaling row")
+    ap.add_argument("--step-ms", type=float, default=5.0, help="simulated training step per batch (0: skip those rows)")
+    ap.add_argument("--skip-naive", action="store_true", help="leave the naive Beam pipeline out")
+    ap.add_argument("--skip-readers", action="store_true", help="leave the reader table out")
+    args = ap.parse_args(argv)
+
+    started = _dt.datetime.now(_dt.UTC)
+    stamp = started.strftime("%Y%m%dT%H%M%SZ")
+    log_dir = make_data.DATA_ROOT / "logs" / f"{stamp}-{args.size}"
+    t0 = time.perf_counter()
+
+    def log(msg: str) -> None:
+        print(f"[{time.perf_counter() - t0:7.1f}s] {msg}", flush=True)
+
+    results: dict[str, Any] = {"size": args.size, "started": started.isoformat(timespec="seconds"),
+                               "command": "python -m bench.run " + " ".join(argv if argv is not None else sys.argv[1:]),
+                               "machine": machine_info(), "notes": []}
+    log(f"machine: {results['machine']['nproc']} cores, {results['machine']['cpu_model']}, "
+        f"load {results['machine']['loadavg_start']}")
+    manifest = make_data.ensure_dataset(args.size, log=log)
+    results["dataset"] = {"records": manifest["records"], "files": manifest["files"],
+                          "generator_version": manifest["generator_version"],
+                          "avro_mb": manifest["avro"]["bytes"] / 1e6, "json_mb": manifest["json"]["bytes"] / 1e6}
+
+    out_root = make_data.dataset_dir(args.size) / "out"
+    conv = convert_bench.run_table(args.size, manifest, repeats=args.repeats, log=log, out_root=out_root,
+                                   log_dir=log_dir, skip_naive=args.skip_naive)
+    results["conversion"] = conv
+
+    if not args.skip_readers:
+        dirs = {}
+        for comp, key in (("gzip", "recordprep_avro_gzip"), ("none", "recordprep_avro_none")):
+            if conv["rows"].get(key, {}).get("ok"):
+                dirs[comp] = conv["outputs"][key]
+        if dirs:
+            results["readers"] = reader_bench.run_table(dirs, make_data.avro_files(args.size, manifest), log=log,
+                                                        log_dir=log_dir, step_ms=args.step_ms, repeats=args.repeats)
+        else:
+            results["notes"].append("reader table skipped: no recordprep output to read (conversions failed)")
+
+    if args.size == "large" or args.scaling:
+        known = {}
+        if args.size in ("default", "large") and conv["rows"].get("recordprep_avro_gzip", {}).get("ok"):
+            known[args.size] = conv["rows"]["recordprep_avro_gzip"]
+        results["scaling"] = convert_bench.run_scaling(("default", "large"), log=log, log_dir=log_dir, known=known)
+
+    results["finished"] = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
+    results["machine"]["loadavg_end"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    results["elapsed_s"] = round(time.perf_counter() - t0, 1)
+    results["targets"] = report.evaluate_targets(results)
+    others = [run["others_cores"] for table in ("conversion", "readers")
+              for row in (results.get(table) or {}).get("rows", {}).values() for run in row.get("raw", [])]
+    if others:
+        results["machine"]["others_cores"] = {"median": sorted(others)[len(others) // 2], "max": max(others)}
+        if max(others) > 0.2:
+            results["notes"].append(
+                f"The machine was shared: while rows ran, other processes used a median of "
+                f"{sorted(others)[len(others) // 2]:.2f} and at most {max(others):.2f} of its "
+                f"{results['machine']['nproc']} cores (per-row values in the JSON, `others_cores`). Absolute "
+                "rates are lower and noisier than on an idle machine; compare the ratios, which pit rows of "
+                "the same run against each other.")
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    raw_path = RESULTS / f"{stamp}-{args.size}.json"
+    raw_path.write_text(json.dumps(results, indent=1, default=str) + "\n")
+    md = report.markdown(results)
+    (RESULTS / f"latest-{args.size}.md").write_text(md + "\n")
+    print()
+    print(md)
+    log(f"done in {results['elapsed_s']:.0f} s: {raw_path.relative_to(RESULTS.parent.parent)}, "
+        f"bench/results/latest-{args.size}.md")
+    failed = [k for k, r in {**conv["rows"], **(results.get("readers") or {}).get("rows", {})}.items() if not r.get("ok")]
+    if failed:
+        log(f"rows that failed: {', '.join(failed)} (see their logs under {log_dir})")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
