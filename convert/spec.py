@@ -20,6 +20,9 @@ from typing import Any
 
 FORMAT_VERSION = 1
 METADATA_FILENAME = "dataset_info.json"
+#: Written instead of the metadata by a run that failed (``{"reason": ..., "counts": ...}``);
+#: removed when a later run starts, so waiters do not see an old failure.
+FAILURE_FILENAME = "_FAILURE.json"
 
 #: Example dtypes a feature can have on disk; they map 1:1 to the three
 #: ``tf.train.Feature`` lists (float_list, int64_list, bytes_list).

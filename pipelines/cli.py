@@ -217,7 +217,7 @@ def wait(
     from apache_beam.io.filesystems import FileSystems
 
     from convert.spec import METADATA_FILENAME
-    from pipelines.transforms import FAILURE_FILENAME
+    from convert.spec import FAILURE_FILENAME
 
     deadline = time.monotonic() + timeout
     meta = FileSystems.join(output, METADATA_FILENAME)

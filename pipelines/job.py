@@ -26,7 +26,7 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 
 from convert.config import load_config
 from convert.sources import InputFileError
-from convert.spec import METADATA_FILENAME, DatasetInfo
+from convert.spec import FAILURE_FILENAME, METADATA_FILENAME, DatasetInfo
 from pipelines.options import ConvertOptions
 from pipelines.plan import default_num_shards, discover, input_fingerprint, plan_units
 from pipelines.transforms import (
@@ -158,6 +158,12 @@ def run_convert(opts: ConvertOptions) -> ConvertResult:
                 f"pass --overwrite to replace it, or write to a new directory such as {opts.output.rstrip('/')}/dt=YYYY-MM-DD/"
             )
         _clear_output(opts.output)
+
+    # A failure marker from an earlier run would make `recordprep wait` and
+    # readers.wait_for_dataset give up on this run before it finishes.
+    stale = FileSystems.join(opts.output, FAILURE_FILENAME)
+    if FileSystems.exists(stale):
+        FileSystems.delete([stale])
 
     beam_opts = PipelineOptions(list(opts.beam_args))
     runner_name = beam_opts.view_as(StandardOptions).runner

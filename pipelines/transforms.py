@@ -33,7 +33,7 @@ from apache_beam.metrics import Metrics
 from convert.config import Config
 from convert.example import encode_examples
 from convert.sources import InputFileError, iter_records
-from convert.spec import FORMAT_VERSION, METADATA_FILENAME, DatasetInfo, FeatureSpec, ShardInfo, SplitInfo, shard_name
+from convert.spec import FAILURE_FILENAME, FORMAT_VERSION, METADATA_FILENAME, DatasetInfo, FeatureSpec, ShardInfo, SplitInfo, shard_name
 from convert.tfrecord import frame_records
 from convert.vectorize import Analysis, Analyzer, Vectorizer
 from pipelines.options import ConvertOptions
@@ -42,7 +42,6 @@ from pipelines.plan import InputFile, WorkUnit
 log = logging.getLogger("recordprep")
 
 TMP_DIR = ".recordprep-tmp"
-FAILURE_FILENAME = "_FAILURE.json"
 ANALYSIS_FILENAME = "analysis.json"
 ERRORS_DIR = "errors"
 

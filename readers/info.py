@@ -32,11 +32,8 @@ logger = logging.getLogger("readers")
 
 _GLOB_CHARS = frozenset("*?[")
 
-#: Written by a conversion that failed (``{"reason": ...}``) instead of the
-#: metadata; the converter defines it in ``pipelines.transforms``, which imports
-#: Beam, so the name is repeated here (and taken from ``convert.spec`` if it
-#: moves there).
-FAILURE_FILENAME: str = getattr(_spec, "FAILURE_FILENAME", "_FAILURE.json")
+#: Written by a conversion that failed instead of the metadata (``convert.spec``).
+FAILURE_FILENAME: str = _spec.FAILURE_FILENAME
 
 # dtype names in the spec -> names tf/keras accept.
 TF_DTYPE_NAMES = {"float32": "float32", "int64": "int64", "string": "string"}

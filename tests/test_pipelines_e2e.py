@@ -183,3 +183,25 @@ def test_analysis_from_reuses_vocabularies(dataset, tmp_path):
     assert a == b
     x_stats = json.loads((out2 / METADATA_FILENAME).read_text())["statistics"]["x"]
     assert math.isclose(x_stats["mean"], a["stats"]["x"]["mean"])
+
+
+def test_a_new_run_clears_an_old_failure_marker_before_it_starts(tmp_path, monkeypatch):
+    """Waiters (`recordprep wait`, readers.wait_for_dataset) stop at a failure
+    marker; one left by yesterday's run must not end today's wait early."""
+    import apache_beam as beam
+
+    paths = write_dataset(tmp_path / "d", make_records(40))
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / FAILURE_FILENAME).write_text(json.dumps({"reason": "old run", "counts": {}}))
+    seen = []
+    real_run = beam.Pipeline.run
+
+    def spy(self, *a, **k):
+        seen.append((out / FAILURE_FILENAME).exists())
+        return real_run(self, *a, **k)
+
+    monkeypatch.setattr(beam.Pipeline, "run", spy)
+    run_convert(_opts(paths["avro"], paths["config"], out, num_shards=1))
+    assert seen and seen[0] is False
+    assert (out / METADATA_FILENAME).exists()
