@@ -27,8 +27,11 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 from convert.config import load_config
 from convert.sources import InputFileError
 from convert.spec import FAILURE_FILENAME, METADATA_FILENAME, DatasetInfo
+from pipelines import remote
+from pipelines._loopback import bind_loopback_only
 from pipelines.options import ConvertOptions
 from pipelines.plan import default_num_shards, discover, input_fingerprint, plan_units
+from pipelines.staging import LOCAL_RUNNERS, staging_args
 from pipelines.transforms import (
     ANALYSIS_FILENAME,
     AnalyzeUnits,
@@ -109,6 +112,7 @@ def _load_analysis(old_output: str) -> dict[str, Any]:
 
 def plan(opts: ConvertOptions) -> dict[str, Any]:
     """Everything the run will do, without running it (``--dry-run``)."""
+    remote.pipeline_options(opts)  # hdfs:// flags, set on FileSystems before listing inputs
     config = load_config(opts.config)
     files = discover(opts.inputs)
     total = sum(f.size for f in files)
@@ -165,8 +169,15 @@ def run_convert(opts: ConvertOptions) -> ConvertResult:
     if FileSystems.exists(stale):
         FileSystems.delete([stale])
 
-    beam_opts = PipelineOptions(list(opts.beam_args))
+    beam_opts = remote.pipeline_options(opts)
     runner_name = beam_opts.view_as(StandardOptions).runner
+    # Remote workers get this package as a wheel (no setup.py, no TensorFlow).
+    stage = staging_args(runner_name, opts.beam_args)
+    if stage:
+        beam_opts = PipelineOptions(remote.beam_args_for(opts) + stage)
+    if runner_name is None or runner_name.split(".")[-1] in LOCAL_RUNNERS:
+        # Beam's local gRPC servers would otherwise listen on every interface.
+        bind_loopback_only()
     if runner_name is None:
         from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 

@@ -1,0 +1,91 @@
+"""Beam settings for remote paths of a conversion (``hdfs://``), set before planning.
+
+Beam's ``HadoopFileSystem`` talks WebHDFS (through the ``hdfs`` package) and
+needs ``--hdfs_host``, ``--hdfs_port`` (the NameNode's *HTTP* port, 9870 on
+Hadoop 3, 50070 on Hadoop 2) and ``--hdfs_user``; without
+``--hdfs_full_urls`` it also reads ``hdfs://nn:8020/data/out`` as the path
+``/nn:8020/data/out``. recordprep always means ``hdfs://<namenode>[:port]/path``
+(the Hadoop form, and what ``readers`` expects), so when an input, the output
+or ``--analysis-from`` is on HDFS the missing flags are derived here the same
+way the readers find WebHDFS:
+
+* host/port: ``$RECORDPREP_WEBHDFS_URL`` (e.g. ``http://nn.example.com:9870``)
+  if set, else the URL's host and port 9870;
+* user: ``$HADOOP_USER_NAME``, else the login name;
+* ``--hdfs_full_urls`` always.
+
+Flags given after ``--`` win. The planner lists and stats inputs before the
+pipeline exists, so :func:`pipeline_options` also hands the options to
+``FileSystems`` at once (a ``Pipeline`` would only do it when built).
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import urllib.parse
+from collections.abc import Iterable, Sequence
+
+WEBHDFS_URL_ENV = "RECORDPREP_WEBHDFS_URL"  # same variable as readers._staging
+DEFAULT_WEBHDFS_PORT = 9870
+
+
+def _is_hdfs(path: str | None) -> bool:
+    return bool(path) and str(path).lower().startswith(("hdfs://", "viewfs://"))
+
+
+def _given(beam_args: Sequence[str], flag: str) -> bool:
+    return any(a == flag or a.startswith(flag + "=") for a in beam_args)
+
+
+def _login_name() -> str:
+    try:
+        return getpass.getuser()
+    except Exception:  # no passwd entry (containers)
+        return "recordprep"
+
+
+def hdfs_beam_args(paths: Iterable[str | None], beam_args: Sequence[str]) -> list[str]:
+    """The ``--hdfs_*`` flags missing from ``beam_args`` when any of ``paths`` is on HDFS."""
+    hdfs_paths = [str(p) for p in paths if _is_hdfs(p)]
+    if not hdfs_paths:
+        return []
+    extra: list[str] = []
+    if not (_given(beam_args, "--hdfs_host") and _given(beam_args, "--hdfs_port")):
+        webhdfs = os.environ.get(WEBHDFS_URL_ENV, "").strip()
+        if webhdfs:
+            parsed = urllib.parse.urlparse(webhdfs)
+            host, port = parsed.hostname or "", parsed.port or DEFAULT_WEBHDFS_PORT
+        else:
+            host, port = urllib.parse.urlparse(hdfs_paths[0]).hostname or "", DEFAULT_WEBHDFS_PORT
+        if not host:
+            raise ValueError(
+                f"{hdfs_paths[0]}: cannot tell the NameNode; write hdfs://<namenode>[:port]/path, set "
+                f"{WEBHDFS_URL_ENV}=http://<namenode>:9870, or pass -- --hdfs_host H --hdfs_port P"
+            )
+        if not _given(beam_args, "--hdfs_host"):
+            extra += ["--hdfs_host", host]
+        if not _given(beam_args, "--hdfs_port"):
+            extra += ["--hdfs_port", str(port)]
+    if not _given(beam_args, "--hdfs_user"):
+        extra += ["--hdfs_user", os.environ.get("HADOOP_USER_NAME") or _login_name()]
+    if not _given(beam_args, "--hdfs_full_urls"):
+        extra.append("--hdfs_full_urls")
+    return extra
+
+
+def beam_args_for(opts) -> list[str]:
+    """``opts.beam_args`` plus the derived remote-storage flags (``ConvertOptions`` in)."""
+    args = list(opts.beam_args)
+    paths = [*opts.inputs, opts.output, getattr(opts, "analysis_from", None)]
+    return args + hdfs_beam_args(paths, args)
+
+
+def pipeline_options(opts):
+    """``PipelineOptions`` for ``opts``, also set on ``FileSystems`` for the launcher's own I/O."""
+    from apache_beam.io.filesystems import FileSystems
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    options = PipelineOptions(beam_args_for(opts))
+    FileSystems.set_options(options)
+    return options
