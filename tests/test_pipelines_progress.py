@@ -1,0 +1,53 @@
+"""Progress files written by workers and summed by the launcher."""
+
+from __future__ import annotations
+
+import io
+import json
+import time
+
+from pipelines._progress import ProgressReporter, UnitProgress, format_line, read_totals
+
+
+def test_units_report_and_the_launcher_sums_per_pass(tmp_path):
+    a = UnitProgress(str(tmp_path), "analyze", 0, every=0)
+    b = UnitProgress(str(tmp_path), "analyze", 1, every=0)
+    c = UnitProgress(str(tmp_path), "convert", 0, every=3600)  # throttled: only close() writes
+    a.add(100, 1000)
+    b.add(50, 500)
+    b.add(50, 500)
+    c.add(7, 70)
+    assert read_totals(str(tmp_path)) == {"analyze": (200, 2000), "convert": (0, 0)}
+    c.close()
+    assert read_totals(str(tmp_path))["convert"] == (7, 70)
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_unreadable_or_foreign_files_are_ignored(tmp_path):
+    (tmp_path / "analyze-00000.json").write_text("{not json")
+    (tmp_path / "other-00000.json").write_text(json.dumps({"records": 5}))
+    (tmp_path / "convert-00001.json").write_text(json.dumps({"records": 3, "bytes": 9}))
+    assert read_totals(str(tmp_path)) == {"analyze": (0, 0), "convert": (3, 9)}
+    assert read_totals(str(tmp_path / "missing")) == {"analyze": (0, 0), "convert": (0, 0)}
+
+
+def test_a_unit_that_cannot_write_carries_on(tmp_path):
+    p = UnitProgress(str(tmp_path / "no" / "such" / "dir"), "convert", 0, every=0)
+    p.add(10, 10)
+    p.close()
+    assert p.records == 10 and p.path is None
+
+
+def test_line_shows_records_bytes_percent_and_rate():
+    line = format_line({"analyze": (1000, 5_000_000), "convert": (500, 2_500_000)}, 10_000_000, 10.0, ("analyze", "convert"))
+    assert "analyze: 1,000 records, 5.0/10.0 MB  50.0%" in line
+    assert "convert: 500 records" in line
+    assert "(150 records/s)" in line
+
+
+def test_reporter_prints_while_running(tmp_path):
+    out = io.StringIO()
+    with ProgressReporter(str(tmp_path / "p"), 1000, interval=0.05, stream=out):
+        UnitProgress(str(tmp_path / "p"), "analyze", 0, every=0).add(42, 100)
+        time.sleep(0.3)
+    assert "analyze: 42 records" in out.getvalue()
