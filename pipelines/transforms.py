@@ -27,6 +27,7 @@ from typing import Any
 
 import apache_beam as beam
 import numpy as np
+from apache_beam.io.filesystem import BeamIOError
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
@@ -271,11 +272,35 @@ class ConvertUnits(beam.PTransform):
 
 
 def _write_atomic(path: str, data: bytes) -> None:
-    """Write-then-rename: a reader sees the old state or the new, never half."""
+    """Write-then-rename: a reader sees the old state or the new, never half.
+
+    On object stores (gs://) an object appears whole when its upload
+    finishes and Beam's rename is copy + delete, so readers never see a
+    partial file there either.
+    """
     tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
     with FileSystems.create(tmp, compression_type="uncompressed") as f:
         f.write(data)
-    FileSystems.rename([tmp], [path])
+    _rename_replacing([tmp], [path])
+
+
+def _rename_replacing(src: list[str], dst: list[str]) -> None:
+    """``FileSystems.rename`` that replaces existing targets on every file system.
+
+    Local and GCS renames replace a target; HDFS's RENAME refuses an existing
+    one (a shard or vocabulary an interrupted run left), so the targets of
+    the renames that failed are deleted and those renames retried.
+    """
+    try:
+        FileSystems.rename(src, dst)
+    except BeamIOError as e:
+        failed = [k for k in (e.exception_details or {}) if isinstance(k, tuple) and len(k) == 2]
+        stale = [d for _, d in failed if FileSystems.exists(d)]
+        if not failed or not stale:
+            raise
+        log.info("replacing %d existing file(s) at the rename targets", len(stale))
+        FileSystems.delete(stale)
+        FileSystems.rename([s for s, _ in failed], [d for _, d in failed])
 
 
 def _escape_term(t: str) -> str:
@@ -330,7 +355,7 @@ class _Commit(beam.DoFn):
             _ensure_dir(FileSystems.join(out, ERRORS_DIR))
         for i, r in enumerate(err_results):
             dst = FileSystems.join(out, ERRORS_DIR, f"errors-{i:05d}-of-{len(err_results):05d}.jsonl")
-            FileSystems.rename([r["errors"]["tmp"]], [dst])
+            _rename_replacing([r["errors"]["tmp"]], [dst])
             error_files.append({"file": f"{ERRORS_DIR}/{posix_basename(dst)}", "count": r["errors"]["count"]})
 
         counts = {"read": read, "written": written, "errors": n_err, "per_file": per_file}
@@ -354,7 +379,7 @@ class _Commit(beam.DoFn):
                 src.append(sh["tmp"])
                 dst.append(FileSystems.join(out, name))
                 infos.append(ShardInfo(name, sh["records"], sh["bytes"]))
-            FileSystems.rename(src, dst)
+            _rename_replacing(src, dst)
             splits[s] = SplitInfo(s, tuple(infos))
 
         _remove_stale_shards(out, names, {sh.file for sp in splits.values() for sh in sp.shards})
@@ -425,10 +450,15 @@ def posix_basename(p: str) -> str:
 
 
 def _cleanup_tmp(out: str) -> None:
+    """Remove the temp directory; on object stores (no directories) every object under it."""
     tmp = FileSystems.join(out, TMP_DIR)
     try:
-        if FileSystems.exists(tmp):
+        if FileSystems.exists(tmp):  # a directory (local, HDFS)
             FileSystems.delete([tmp])
+            return
+        left = FileSystems.match([tmp + "/**"])[0].metadata_list  # gs://: objects under the prefix
+        if left:
+            FileSystems.delete([m.path for m in left])
     except Exception as e:  # leftover temp files are harmless; say so
         log.warning("could not remove %s: %s", tmp, e)
 

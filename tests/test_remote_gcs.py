@@ -1,0 +1,199 @@
+"""gs:// end to end against local servers: the real Beam job writes through a GCS emulator,
+``readers`` read through TensorFlow's own GCS file system (via the TLS proxy of
+``tests/_remote.py``), and the results are checked against a local conversion of
+the same records."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from _pipelines_data import make_records, write_dataset
+from _remote import remote_stack  # noqa: F401 - the session fixture
+
+from convert.spec import METADATA_FILENAME
+from pipelines.job import run_convert
+from pipelines.options import ConvertOptions
+from pipelines.transforms import FAILURE_FILENAME, ConversionFailed
+
+pytestmark = pytest.mark.slow
+
+RECORDPREP = Path(sys.executable).with_name("recordprep")
+
+
+def _opts(inputs: str, config: Path, output: str, **kw) -> ConvertOptions:
+    return ConvertOptions(inputs=(inputs,), config=str(config), output=output, **kw)
+
+
+def _local_files(remote_stack, prefix: str) -> dict[str, bytes]:  # noqa: F811
+    bucket = remote_stack.storage_client().bucket(remote_stack.bucket)
+    return {
+        name[len(prefix) + 1 :]: bucket.blob(name).download_as_bytes()
+        for name in remote_stack.gcs_names(prefix)
+    }
+
+
+@pytest.fixture(scope="module")
+def gcs_dataset(remote_stack, tmp_path_factory):  # noqa: F811
+    """AVRO inputs on gs://, converted by the CLI (gs:// -> gs://) and locally with run_convert."""
+    root = tmp_path_factory.mktemp("gcs")
+    paths = write_dataset(root / "data", make_records(400, seed=5))
+    upload = root / "upload"
+    upload.mkdir()
+    for p in sorted((root / "data").glob("*.avro")):
+        (upload / p.name).write_bytes(p.read_bytes())
+    gs_in = remote_stack.upload_dir(upload, "e2e/in")
+    # A temp object an earlier, killed attempt left behind: the commit must remove it.
+    remote_stack.storage_client().bucket(remote_stack.bucket).blob(
+        "e2e/out/.recordprep-tmp/train-00000-deadbeef.tfrecord.gz"
+    ).upload_from_string(b"junk")
+    gs_out = f"gs://{remote_stack.bucket}/e2e/out/"
+    started = time.monotonic()
+    cli = subprocess.run(
+        [str(RECORDPREP), "convert", "--input", f"{gs_in}/*.avro", "--config", str(paths["config"]),
+         "--output", gs_out, "--num-shards", "3"],
+        capture_output=True, text=True, timeout=300, env=os.environ.copy(),
+    )
+    cli_seconds = time.monotonic() - started
+    assert cli.returncode == 0, cli.stdout + cli.stderr
+    local_out = root / "local-out"
+    run_convert(_opts(str(root / "data" / "*.avro"), paths["config"], str(local_out), num_shards=3))
+    return {"paths": paths, "gs_in": gs_in, "gs_out": gs_out.rstrip("/"), "local": local_out,
+            "cli": cli, "cli_seconds": cli_seconds}
+
+
+def test_cli_converts_gs_to_gs_like_a_local_run(gcs_dataset, remote_stack):  # noqa: F811
+    files = _local_files(remote_stack, "e2e/out")
+    expected = sorted(
+        str(p.relative_to(gcs_dataset["local"])) for p in gcs_dataset["local"].rglob("*") if p.is_file()
+    )
+    assert sorted(files) == expected  # the stale temp object is gone, nothing else is left
+    assert not any(name.startswith(".recordprep-tmp") for name in files)
+    for name in expected:
+        if name == METADATA_FILENAME:
+            continue
+        # same records, same units, same analysis: byte-identical shards and vocabularies
+        assert files[name] == (gcs_dataset["local"] / name).read_bytes(), name
+    # No ~20 s hunt for credentials (the fixture's credential file is found at once).
+    assert "Unable to find default credentials" not in gcs_dataset["cli"].stderr
+    assert gcs_dataset["cli_seconds"] < 60
+    assert "train" in gcs_dataset["cli"].stdout
+
+
+def test_metadata_is_written_last(gcs_dataset, remote_stack):  # noqa: F811
+    blobs = list(remote_stack.storage_client().list_blobs(remote_stack.bucket, prefix="e2e/out/"))
+    meta = next(b for b in blobs if b.name.endswith("/" + METADATA_FILENAME))
+    others = [b for b in blobs if b is not meta]
+    assert others and all(b.time_created <= meta.time_created for b in others)
+
+
+def test_load_info_and_datasets_on_gcs_match_local(gcs_dataset, remote_stack):  # noqa: F811
+    import readers
+
+    gs_out, local = gcs_dataset["gs_out"], str(gcs_dataset["local"])
+    before = remote_stack.proxy_stats()["counts"]
+    info = readers.load_info(gs_out + "/train-*")
+    local_info = readers.load_info(local)
+    assert info.splits == local_info.splits and info.features == local_info.features
+    assert readers.load_info(gs_out) == info  # directory and pattern alike
+
+    for split in ("train", "eval"):
+        remote_batches = list(readers.eval_dataset(f"{gs_out}/{split}-*", 32).as_numpy_iterator())
+        local_batches = list(readers.eval_dataset(f"{local}/{split}-*", 32).as_numpy_iterator())
+        assert len(remote_batches) == len(local_batches) > 0
+        for (rf, rl), (lf, ll) in zip(remote_batches, local_batches, strict=True):
+            np.testing.assert_array_equal(rl, ll)
+            assert rf.keys() == lf.keys()
+            for k in rf:
+                np.testing.assert_array_equal(rf[k], lf[k], err_msg=k)
+
+    def ids(pattern):
+        ds = readers.train_dataset(pattern, 16, num_epochs=1, drop_remainder=False, seed=3)
+        return sorted(int(i) for f, _ in ds.as_numpy_iterator() for i in f["id"][:, 0])
+
+    assert ids(f"{gs_out}/train-*") == ids(f"{local}/train-*")
+    after = remote_stack.proxy_stats()["counts"]
+    # TensorFlow really went through its GCS file system (TLS via CONNECT, ranged reads).
+    assert after.get("connect", 0) > before.get("connect", 0)
+    assert after.get("GET range", 0) > before.get("GET range", 0)
+
+
+def test_reading_under_latency_and_bandwidth_cap(gcs_dataset, remote_stack, tmp_path):  # noqa: F811
+    import readers
+
+    gs_out = gcs_dataset["gs_out"]
+    n_train = readers.load_info(gs_out).splits["train"].num_records
+    remote_stack.set_latency(ttfb_ms=100, mbps=10)
+    try:
+        remote_stack.proxy_stats(reset=True)
+        ds = readers.train_dataset(f"{gs_out}/train-*", 16, num_epochs=2, drop_remainder=False,
+                                   cache=str(tmp_path / "cache"))
+        first_epoch_bytes = None
+        seen = 0
+        for features, _ in ds.as_numpy_iterator():
+            seen += len(features["id"])
+            if first_epoch_bytes is None and seen >= n_train:
+                first_epoch_bytes = remote_stack.proxy_stats()["counts"].get("bytes_out", 0)
+        assert seen == 2 * n_train
+        # The second epoch came from the local cache: no more shard bytes over the "network".
+        assert remote_stack.proxy_stats()["counts"].get("bytes_out", 0) == first_epoch_bytes
+        assert list(tmp_path.joinpath("cache").iterdir())
+    finally:
+        remote_stack.set_latency(ttfb_ms=0, mbps=0)
+
+
+def test_incomplete_output_is_refused(gcs_dataset, remote_stack, tmp_path):  # noqa: F811
+    import readers
+
+    partial = tmp_path / "partial"
+    partial.mkdir()
+    for p in gcs_dataset["local"].glob("train-*"):
+        (partial / p.name).write_bytes(p.read_bytes())
+    url = remote_stack.upload_dir(partial, "partial/out")
+    with pytest.raises(readers.DatasetIncompleteError, match="has not finished"):
+        readers.load_info(url + "/train-*")
+    with pytest.raises(readers.DatasetIncompleteError):
+        readers.train_dataset(url + "/train-*", 8)
+    with pytest.raises((readers.DatasetIncompleteError, TimeoutError)):
+        readers.wait_for_dataset(url, timeout=0.5, poll=0.2)
+
+
+def test_failed_conversion_on_gcs_is_reported_to_readers(remote_stack, tmp_path):  # noqa: F811
+    import readers
+
+    paths = write_dataset(tmp_path / "data", make_records(60, seed=9), bad_json_lines=True)
+    upload = tmp_path / "upload"
+    upload.mkdir()
+    for p in sorted((tmp_path / "data").glob("*.jsonl")):
+        (upload / p.name).write_bytes(p.read_bytes())
+    gs_in = remote_stack.upload_dir(upload, "failing/in")
+    out = f"gs://{remote_stack.bucket}/failing/out"
+    with pytest.raises(ConversionFailed, match="rejected"):
+        run_convert(_opts(f"{gs_in}/*.jsonl", paths["config"], out, num_shards=2))
+    names = remote_stack.gcs_names("failing/out")
+    assert f"failing/out/{FAILURE_FILENAME}" in names
+    assert f"failing/out/{METADATA_FILENAME}" not in names
+    assert any(n.startswith("failing/out/errors/") for n in names)
+    assert not any("/.recordprep-tmp/" in n or "-of-" in n.rsplit("/", 1)[-1] and n.endswith(".gz")
+                   for n in names)
+    with pytest.raises(readers.DatasetFailedError, match="rejected"):
+        readers.load_info(out)
+
+
+def test_rerun_is_a_no_op_and_overwrite_replaces(gcs_dataset, remote_stack):  # noqa: F811
+    paths = gcs_dataset["paths"]
+    opts = _opts(f"{gcs_dataset['gs_in']}/*.avro", paths["config"], gcs_dataset["gs_out"] + "/",
+                 num_shards=3)
+    assert run_convert(opts).skipped  # same inputs (gs:// sizes and mtimes) and config
+    out = f"gs://{remote_stack.bucket}/rerun/out"
+    run_convert(_opts(f"{gcs_dataset['gs_in']}/*.avro", paths["config"], out, num_shards=3))
+    result = run_convert(_opts(f"{gcs_dataset['gs_in']}/*.avro", paths["config"], out, num_shards=2,
+                               overwrite=True))
+    assert not result.skipped
+    shards = [n for n in remote_stack.gcs_names("rerun/out") if ".tfrecord" in n]
+    assert shards and all("-of-00002" in n for n in shards)
