@@ -23,6 +23,9 @@ MAX_DEPTH = 4
 _LABEL_NAMES = ("label", "target", "y", "clicked", "class", "outcome")
 _DISTINCT_CAP = 5000
 _TOKEN_RE = re.compile(r"\w+", re.UNICODE)
+_F32_MAX = 3.4028234663852886e38
+_TIME_TYPES = ("date", "time-millis", "time-micros", "timestamp-millis", "timestamp-micros", "timestamp-nanos",
+               "local-timestamp-millis", "local-timestamp-micros", "local-timestamp-nanos")
 
 
 @dataclasses.dataclass
@@ -34,6 +37,8 @@ class _FieldStats:
     tokens: list[int] = dataclasses.field(default_factory=list)
     lengths: list[int] = dataclasses.field(default_factory=list)
     elem_types: Counter = dataclasses.field(default_factory=Counter)
+    nonfinite: int = 0  # NaN, +-inf or beyond float32's range
+
 
     def add_distinct(self, v: Any) -> None:
         if len(self.distinct) < _DISTINCT_CAP:
@@ -60,29 +65,44 @@ def _kind(v: Any) -> str:
     return type(v).__name__
 
 
-def _map_paths(schema: Any, prefix: str = "", depth: int = 0, named: dict | None = None) -> set[str]:
-    """Dotted paths that an Avro schema declares as maps (not to be flattened)."""
+def _schema_paths(schema: Any, prefix: str = "", depth: int = 0, named: dict | None = None,
+                  out: dict[str, str] | None = None) -> dict[str, str]:
+    """What an Avro schema says about dotted paths: ``"map"`` for maps (not to be
+    flattened) or the ``logicalType`` (``timestamp-millis``, ``uuid``, ``decimal``...)
+    of a leaf, read raw by the converter (integers, strings, bytes)."""
     named = {} if named is None else named
-    out: set[str] = set()
+    out = {} if out is None else out
     if depth > MAX_DEPTH:
         return out
     if isinstance(schema, str):
         schema = named.get(schema, schema)
     if isinstance(schema, list):
         for s in schema:
-            out |= _map_paths(s, prefix, depth, named)
+            _schema_paths(s, prefix, depth, named, out)
     elif isinstance(schema, dict):
         t = schema.get("type")
+        if "name" in schema and t in ("record", "enum", "fixed"):
+            named.setdefault(schema["name"], schema)
+            if "namespace" in schema and "." not in schema["name"]:
+                named.setdefault(f"{schema['namespace']}.{schema['name']}", schema)
         if t == "map":
-            out.add(prefix)
+            out[prefix] = "map"
         elif t == "record":
-            if "name" in schema:
-                named.setdefault(schema["name"], schema)
             for f in schema.get("fields", []):
-                out |= _map_paths(f["type"], f"{prefix}.{f['name']}" if prefix else f["name"], depth + 1, named)
+                _schema_paths(f["type"], f"{prefix}.{f['name']}" if prefix else f["name"], depth + 1, named, out)
         elif isinstance(t, dict | list):
-            out |= _map_paths(t, prefix, depth, named)
+            _schema_paths(t, prefix, depth, named, out)
+        elif isinstance(schema.get("logicalType"), str):
+            lt = schema["logicalType"]
+            if lt == "decimal":
+                lt = f"decimal({schema.get('precision')},{schema.get('scale', 0)})"
+            out.setdefault(prefix, lt)
     return out
+
+
+def _map_paths(schema: Any) -> set[str]:
+    """Dotted paths that an Avro schema declares as maps (not to be flattened)."""
+    return {p for p, k in _schema_paths(schema).items() if k == "map"}
 
 
 def _walk(rec: dict, stats: dict[str, _FieldStats], maps: set[str], prefix: str = "", depth: int = 0) -> None:
@@ -108,6 +128,15 @@ def _walk(rec: dict, stats: dict[str, _FieldStats], maps: set[str], prefix: str 
             st.tokens.append(len(_TOKEN_RE.findall(v)))
         elif kind in ("int", "float", "bool"):
             st.add_distinct(v)
+            if kind != "bool" and not _f32_finite(v):
+                st.nonfinite += 1
+
+
+def _f32_finite(v: int | float) -> bool:
+    try:
+        return abs(float(v)) <= _F32_MAX
+    except OverflowError:  # an integer beyond the float range
+        return False
 
 
 def _pct(xs: list[int], q: float) -> int:
@@ -137,7 +166,11 @@ class Draft:
     path: str
 
 
-def _decide(path: str, st: _FieldStats, total: int) -> Draft:
+def _hash_buckets(distinct: int) -> int:
+    return 1 << max(10, min(20, math.ceil(math.log2(max(2, distinct * 4)))))
+
+
+def _decide(path: str, st: _FieldStats, total: int, logical: str | None = None) -> Draft:
     non_null = st.count - st.nulls
     types = {t for t in st.types if t != "null"}
     distinct = len(st.distinct)
@@ -149,13 +182,32 @@ def _decide(path: str, st: _FieldStats, total: int) -> Draft:
         return Draft(None, f"{path}: always null in the sample; nothing to learn", path)
     if types == {"dict"}:
         return Draft(None, f"{path}: a map (arbitrary keys); pick keys as features with 'source: {path}.<key>'", path)
+    # Avro logical types: the converter reads them raw (integers, strings, bytes).
+    if logical in _TIME_TYPES and types == {"int"}:
+        e = {"transform": "zscore"}
+        if st.nulls or missing_in:
+            e["missing_indicator"] = True
+        unit = "days since 1970-01-01" if logical == "date" else "raw integer " + logical.rsplit("-", 1)[-1]
+        return Draft(e, f"{path}: {logical} ({unit}), numeric{null_note}", path)
+    if logical == "uuid" and types == {"str"}:
+        return Draft({"transform": "hash", "buckets": _hash_buckets(distinct)}, f"{path}: uuid (an identifier), hashed{null_note}", path)
+    if logical and logical.startswith("decimal") and types == {"bytes"}:
+        return Draft({"transform": "bytes"}, f"{path}: {logical}: read as its unscaled two's-complement bytes "
+                     f"(decimals are not converted to numbers); passed through unvectorized{null_note}", path)
+    if logical == "duration" and types == {"bytes"}:
+        return Draft({"transform": "bytes"}, f"{path}: duration (fixed 12 bytes: months, days, millis), "
+                     f"passed through unvectorized{null_note}", path)
     if types <= {"int", "float"}:
-        if types == {"int"} and distinct <= 2 and non_null > 0:
+        if types == {"int"} and distinct <= 2 and non_null > 0 and not st.nonfinite:
             return Draft({"transform": "vocabulary"}, f"{path}: integer with {distinct} values{null_note}", path)
         e: dict[str, Any] = {"transform": "zscore"}
         if st.nulls or missing_in:
             e["missing_indicator"] = True
-        return Draft(e, f"{path}: numeric, {distinct}{'+' if distinct >= _DISTINCT_CAP else ''} distinct{null_note}", path)
+        nonfinite_note = ""
+        if st.nonfinite:
+            e["on_nan"] = "fill"
+            nonfinite_note = f", {st.nonfinite} NaN/inf/beyond-float32 value(s) filled like nulls (on_nan: fill)"
+        return Draft(e, f"{path}: numeric, {distinct}{'+' if distinct >= _DISTINCT_CAP else ''} distinct{null_note}{nonfinite_note}", path)
     if types == {"bool"}:
         return Draft({"transform": "vocabulary"}, f"{path}: boolean{null_note}", path)
     if types == {"bytes"}:
@@ -171,8 +223,7 @@ def _decide(path: str, st: _FieldStats, total: int) -> Draft:
             if distinct > 100:
                 e["top_k"] = 1000
             return Draft(e, f"{path}: categorical, {distinct} distinct in the sample{null_note}", path)
-        buckets = 1 << max(10, min(20, math.ceil(math.log2(max(2, distinct * 4)))))
-        return Draft({"transform": "hash", "buckets": buckets},
+        return Draft({"transform": "hash", "buckets": _hash_buckets(distinct)},
                      f"{path}: high-cardinality string ({distinct}{'+' if distinct >= _DISTINCT_CAP else ''} distinct in {non_null}){null_note}", path)
     if types == {"list"}:
         elems = {t for t in st.elem_types if t != "null"}
@@ -193,14 +244,15 @@ def _decide(path: str, st: _FieldStats, total: int) -> Draft:
 
 def infer_config(records: Iterable[dict], avro_schema: Any = None, label: str | None = None) -> tuple[dict[str, Any], list[Draft]]:
     """Draft a config from sample records; returns (config mapping, drafts incl. skipped fields)."""
-    maps = _map_paths(avro_schema) if avro_schema is not None else set()
+    kinds = _schema_paths(avro_schema) if avro_schema is not None else {}
+    maps = {p for p, k in kinds.items() if k == "map"}
     stats: dict[str, _FieldStats] = {}
     total = 0
     for r in records:
         if isinstance(r, dict):
             _walk(r, stats, maps)
             total += 1
-    drafts = [_decide(p, st, total) for p, st in stats.items()]
+    drafts = [_decide(p, st, total, kinds.get(p)) for p, st in stats.items()]
     label_path = label
     if label_path is None:
         for d in drafts:

@@ -249,13 +249,29 @@ def iter_avro(f: IO[bytes], path: str, start: int = 0, end: int | None = None,
 _LONG_DIGITS = re.compile(rb"\d{19}")
 
 
+#: A ``\uD800``-``\uDFFF`` escape: maybe a lone surrogate, which is not Unicode
+#: (it cannot be encoded as UTF-8 for vocabularies, hashing or the error output).
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+
+
 def _loads(line: bytes) -> Any:
-    if _LONG_DIGITS.search(line):
-        return json.loads(line)
+    if not _LONG_DIGITS.search(line):
+        try:
+            return orjson.loads(line)
+        except orjson.JSONDecodeError:
+            pass
+    # The same error, or a value orjson refuses (1e400, lone surrogates).
     try:
-        return orjson.loads(line)
-    except orjson.JSONDecodeError:
-        return json.loads(line)  # the same error, or a value orjson refuses (1e400)
+        value = json.loads(line)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply for Python's parser (about 1000 levels); flatten the record") from None
+    if _SURROGATE_ESCAPE.search(line):
+        try:
+            json.dumps(value, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError("a string holds a lone UTF-16 surrogate escape (\\ud800-\\udfff without its pair), "
+                             "which is not valid Unicode; fix the writer") from None
+    return value
 
 
 def _records_at(doc: Any, records_path: str | None, path: str) -> list[Any]:

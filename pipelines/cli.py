@@ -110,6 +110,12 @@ def convert(
         _fail(f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''} (re-run with --verbose for details)")
     for line in result.summary_lines():
         typer.echo(line)
+    written = sum(sp.get("num_records", 0) for sp in result.info.get("splits", {}).values())
+    for name, sp in result.info.get("splits", {}).items():
+        if written and not sp.get("num_records"):
+            typer.secho(f"warning: split {name!r} is empty: all {written} records hashed into the other split(s); "
+                        f"readers refuse an empty split. Convert more records or change --splits/--split-key.",
+                        fg=typer.colors.YELLOW, err=True)
 
 
 @app.command()
@@ -139,33 +145,46 @@ def infer(
     except InputError as e:
         _fail(str(e), 2)
 
-    schema = None
+    schemas: list = []  # writer schemas of the Avro files read (maps, logical types)
     records: list = []
     bad = 0
+    first_bad = ""
+    read_from: list[str] = []
     try:
         for f in files:
+            read_from.append(f.path)
             with FileSystems.open(f.path, compression_type="uncompressed") as fh:
-                if schema is None and detect_format(f.path, fh.read(4)) == "avro":
-                    schema = read_avro_schema(fh, f.path)
+                is_avro = detect_format(f.path, fh.read(4)) == "avro"
+                # Records first: the reader checks the magic and names what is wrong.
                 for batch in iter_records(fh, f.path, 0, None, 1024, json_records_path):
+                    if batch.bad and not bad:
+                        _, line_no, reason, _ = batch.bad[0]
+                        first_bad = f"{f.path}{f' line {line_no}' if line_no else ''}: {reason}"
                     bad += len(batch.bad)
                     records.extend(batch.records[: sample - len(records)])
                     if len(records) >= sample:
                         break
+                if is_avro:
+                    schemas.append(read_avro_schema(fh, f.path))
             if len(records) >= sample:
                 break
     except InputFileError as e:
         _fail(f"cannot read input {e}")
+    except (OSError, ValueError) as e:  # a file vanished, or a reader bug: still one line
+        _fail(f"cannot read input {read_from[-1] if read_from else input}: {type(e).__name__}: {e}")
+    where = _describe_files(read_from)
     if not records:
         hint = ""
         if bad:
-            hint = (f"; {bad} line(s) were not JSON objects: if the file is one pretty-printed JSON document, "
-                    f"name the key holding the records with --json-records-path")
-        _fail(f"no records found in {len(files)} file(s); nothing to infer from{hint}")
-    config, drafts = infer_config(records, schema, label)
+            hint = f"; {bad} line(s) are not JSON objects (first: {first_bad})"
+            key = _records_key_hint(read_from)
+            if key:
+                hint += f"; the file is one JSON document: name the key holding the records with --json-records-path {key}"
+        _fail(f"no records found in {where}; nothing to infer from{hint}")
+    config, drafts = infer_config(records, schemas or None, label)
     if not config["features"]:
-        _fail(f"no field of the {len(records)} sampled records can be vectorized "
-              f"({'; '.join(d.comment for d in drafts) or 'records have no fields'})")
+        _fail(f"unsupported input: no field of the {len(records)} sampled records of {where} can be vectorized "
+              f"({'; '.join(d.comment for d in drafts) or 'the records have no fields'})")
     if label and not config["label"]:
         _fail(f"--label {label!r}: no such field in the sample; fields: {', '.join(d.path for d in drafts)}", 2)
     typer.echo(render_yaml(config, drafts, header=f"inferred from {len(records)} records of {len(files)} file(s)"), nl=False)
@@ -216,8 +235,7 @@ def wait(
     """Block until OUTPUT is complete (dataset_info.json exists); exit 1 on timeout or failure."""
     from apache_beam.io.filesystems import FileSystems
 
-    from convert.spec import METADATA_FILENAME
-    from convert.spec import FAILURE_FILENAME
+    from convert.spec import FAILURE_FILENAME, METADATA_FILENAME
 
     deadline = time.monotonic() + timeout
     meta = FileSystems.join(output, METADATA_FILENAME)
@@ -233,6 +251,34 @@ def wait(
         if time.monotonic() >= deadline:
             _fail(f"{output} is still incomplete after {timeout:.0f} s (no {METADATA_FILENAME}); is the conversion running?")
         time.sleep(min(poll, max(0.0, deadline - time.monotonic())))
+
+
+def _describe_files(paths: list[str]) -> str:
+    if len(paths) == 1:
+        return paths[0]
+    shown = ", ".join(paths[:3])
+    return f"{len(paths)} files ({shown}{', ...' if len(paths) > 3 else ''})"
+
+
+def _records_key_hint(paths: list[str]) -> str:
+    """The key of a record list when a file is one JSON object holding one (``users``), else ``""``."""
+    import orjson
+    from apache_beam.io.filesystems import FileSystems
+
+    for p in paths[:3]:
+        try:
+            with FileSystems.open(p, compression_type="uncompressed") as fh:
+                data = fh.read(64 * 1024 * 1024 + 1)
+            if len(data) > 64 * 1024 * 1024:
+                continue
+            doc = orjson.loads(data.removeprefix(b"\xef\xbb\xbf"))
+        except Exception:  # noqa: BLE001 - only a hint
+            continue
+        if isinstance(doc, dict):
+            keys = [k for k, v in doc.items() if isinstance(v, list) and v and all(isinstance(x, dict) for x in v)]
+            if keys:
+                return keys[0]
+    return ""
 
 
 def main() -> None:
