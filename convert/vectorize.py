@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from convert.config import Config, FeatureConfig
+from convert.config import Config, FeatureConfig, LabelConfig
 from convert.spec import FeatureSpec
 
 _TOKEN_RE = re.compile(r"\w+", re.UNICODE)
@@ -170,33 +170,70 @@ class Analyzer:
         self._get = {f.name: getter(f.source) for f in self.config.features}
 
     def add_records(self, records: Sequence[Any]) -> None:
+        """Accumulate ``records`` (every one counts: pass the training split only).
+
+        The reference path, a value at a time; the pipeline feeds the batches
+        it prepares anyway to ``add_prepared``, which gives the same result.
+        """
         for f in self.config.features:
-            get = self._get[f.name]
-            values = [get(r) for r in records]
-            if f.name in self.counts:
-                c = self.counts[f.name]
-                if f.transform == "text":
-                    for v in values:
-                        if isinstance(v, str):
-                            c.update(tokenize(v, f.lowercase))
-                elif f.multi_valued:
-                    # nested values are rejected by the vectorizer: never terms
-                    for v in values:
-                        items = _as_list(v)
-                        if not any(isinstance(x, dict | list) for x in items):
-                            c.update(term(x) for x in items if x is not None)
-                else:
-                    c.update(term(v) for v in values if v is not None and not isinstance(v, dict | list))
-            if f.name in self.numeric:
-                flat: list[float] = []
-                missing = 0
+            if f.name in self.counts or f.name in self.numeric:
+                get = self._get[f.name]
+                self._add_values(f, [get(r) for r in records])
+
+    def add_prepared(self, batch: PreparedBatch, rows: np.ndarray) -> None:
+        """Accumulate the rows of a batch selected by the bool mask ``rows``.
+
+        ``batch`` comes from ``Preparer.prepare(..., analyze=True)``: terms are
+        counted per distinct term (``np.bincount`` of the rows' term indexes),
+        statistics come from the already-converted numbers.
+        """
+        if batch.analysis is None:
+            raise ValueError("the batch was prepared without analyze=True")
+        for f in self.config.features:
+            extra = batch.analysis.get(f.name)
+            if extra is None:
+                continue
+            kind = extra[0]
+            if kind == "values":  # a batch the fast paths did not cover
+                self._add_values(f, [v for v, keep in zip(extra[1], rows.tolist(), strict=True) if keep])
+            elif kind == "terms":
+                _, terms, codes, row_of = extra
+                sel = codes[rows if row_of is None else rows[row_of]]
+                sel = sel[sel >= 0]
+                if sel.size:
+                    n = np.bincount(sel, minlength=len(terms))
+                    c = self.counts[f.name]
+                    for i in np.flatnonzero(n).tolist():
+                        c[terms[i]] += int(n[i])
+            else:  # "numbers": valid values, the row of each, null rows
+                _, values, row_of, missing = extra
+                self.numeric[f.name].add(values[rows[row_of]], int(np.count_nonzero(missing & rows)))
+
+    def _add_values(self, f: FeatureConfig, values: list[Any]) -> None:
+        if f.name in self.counts:
+            c = self.counts[f.name]
+            if f.transform == "text":
                 for v in values:
-                    for x in (_as_list(v) if f.multi_valued else [v]):
-                        if x is None:
-                            missing += 1
-                        elif isinstance(x, int | float) and math.isfinite(fx := _to_float(x)):
-                            flat.append(fx)
-                self.numeric[f.name].add(np.asarray(flat, dtype=np.float64), missing)
+                    if isinstance(v, str):
+                        c.update(tokenize(v, f.lowercase))
+            elif f.multi_valued:
+                # nested values are rejected by the vectorizer: never terms
+                for v in values:
+                    items = _as_list(v)
+                    if not any(isinstance(x, dict | list) for x in items):
+                        c.update(term(x) for x in items if x is not None)
+            else:
+                c.update(term(v) for v in values if v is not None and not isinstance(v, dict | list))
+        if f.name in self.numeric:
+            flat: list[float] = []
+            missing = 0
+            for v in values:
+                for x in (_as_list(v) if f.multi_valued else [v]):
+                    if x is None:
+                        missing += 1
+                    elif isinstance(x, int | float) and abs(fx := _to_float(x)) <= _F32_MAX:  # finite as float32
+                        flat.append(fx)
+            self.numeric[f.name].add(np.asarray(flat, dtype=np.float64), missing)
 
     def merge(self, other: Analyzer) -> Analyzer:
         for k, c in other.counts.items():
@@ -239,8 +276,417 @@ class VectorBatch:
     rejections: list[Rejection]
 
 
-class _Bad(Exception):
-    pass
+@dataclasses.dataclass
+class PreparedBatch:
+    """The analysis-independent work on a batch, done once per record.
+
+    Everything the vectorizer does that needs no ``Analysis`` (field access,
+    type checks and rejections, tokenizing, hashing, collecting each batch's
+    distinct terms) is done by ``Preparer.prepare``; ``Vectorizer.finish``
+    applies the analysis (vocabulary ids, statistics). The pipeline's
+    analysis pass prepares each batch, feeds ``Analyzer.add_prepared``, and
+    stores the batch (``analysis`` dropped) for the convert pass, so no record
+    is decoded or prepared twice.
+
+    ``parts`` holds, per feature in config order (then the label), one of
+    ``("cols", columns)`` (final columns), ``("num", (values, present, lens,
+    missing_row))`` (numerics before fill and scaling) or ``("vocab", (terms,
+    codes, lens))`` (the batch's distinct terms and, per row, ``max_len``
+    indexes into them, ``-1`` = padding/missing). ``analysis`` holds what
+    ``Analyzer.add_prepared`` needs per analyzed feature.
+    """
+
+    rows: int
+    parts: list[tuple[str, str, Any]]
+    bad: dict[int, Rejection]
+    analysis: dict[str, tuple] | None = None
+
+
+_NONE = type(None)
+_NUMBER_TYPES = frozenset({int, float, _NONE})
+
+
+def _gather(flat: np.ndarray, counts: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(rows, n)`` matrix of each row's first ``n`` items of ``flat`` (rows own
+    ``counts[i]`` consecutive items), ``-1`` where a row has fewer; and the kept lengths."""
+    lens = np.minimum(counts, n)
+    if flat.size == 0:
+        return np.full((counts.size, n), -1, dtype=flat.dtype), lens
+    starts = np.cumsum(counts) - counts
+    mask = np.arange(n)[None, :] < lens[:, None]
+    src = np.where(mask, starts[:, None] + np.arange(n)[None, :], 0)
+    return np.where(mask, flat[src], -1).astype(flat.dtype, copy=False), lens
+
+
+def _blake_ids(terms: Sequence[str], buckets: int) -> np.ndarray:
+    """``1 + stable_hash(t) % buckets`` for every term, in bulk: one digest per term,
+    the modulo in numpy (uint64, exact)."""
+    if not terms:
+        return np.empty(0, dtype=np.int64)
+    b2 = hashlib.blake2b
+    digests = b"".join([b2(t.encode("utf-8", "surrogatepass"), digest_size=8).digest() for t in terms])
+    h = np.frombuffer(digests, dtype="<u8")
+    return (h % np.uint64(buckets)).astype(np.int64) + 1
+
+
+class Preparer:
+    """The analysis-independent half of vectorizing; see ``PreparedBatch``.
+
+    Column-wise fast paths cover the types Avro/JSON records usually hold
+    (numbers, strings, lists of strings); any other batch takes the per-value
+    path, which defines the behaviour (rejections, term forms) both follow.
+    """
+
+    def __init__(self, config: Config):
+        self.config = config
+        self._keys = {f.name: f.source.split(".") for f in config.features}
+        self._get = {f.name: getter(f.source) for f in config.features}
+        self._label_keys = config.label.source.split(".") if config.label else None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"config": self.config}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["config"])
+
+    @staticmethod
+    def _extract(records: Sequence[Any], keys: list[str], all_dicts: bool) -> list[Any]:
+        """``getter(path)`` over the batch, a level at a time."""
+        k = keys[0]
+        if all_dicts:
+            values = [r.get(k) for r in records]
+        else:
+            values = [r.get(k) if isinstance(r, dict) else None for r in records]
+        for k in keys[1:]:
+            values = [v.get(k) if isinstance(v, dict) else None for v in values]
+        return values
+
+    def prepare(self, records: Sequence[Any], analyze: bool = False) -> PreparedBatch:
+        """Prepare a batch; ``analyze``: also keep what ``Analyzer.add_prepared`` needs."""
+        b = len(records)
+        bad: dict[int, Rejection] = {}
+        rtypes = set(map(type, records))
+        all_dicts = rtypes <= {dict}
+        if not all_dicts:
+            for i, r in enumerate(records):
+                if not isinstance(r, dict):
+                    bad[i] = Rejection(i, "<record>", f"expected a record (object), found {type(r).__name__}")
+        extras: dict[str, tuple] | None = {} if analyze else None
+        parts: list[tuple[str, str, Any]] = []
+        for f in self.config.features:
+            values = self._extract(records, self._keys[f.name], all_dicts)
+            if f.is_numeric:
+                parts.append((f.name, *self._numeric(f, values, bad, extras)))
+            elif f.transform == "bytes":
+                parts.append((f.name, "cols", _bytes(f, values, bad)))
+            elif f.transform == "hash":
+                parts.append((f.name, "cols", self._hash(f, values, bad)))
+            else:
+                parts.append((f.name, "vocab", self._terms(f, values, bad, extras)))
+        if self._label_keys is not None:
+            lab = self.config.label
+            assert lab is not None
+            parts.append((lab.name, "cols", _label(lab, self._extract(records, self._label_keys, all_dicts), bad)))
+        return PreparedBatch(b, parts, bad, extras)
+
+    # -- numerics
+    def _numeric(self, f: FeatureConfig, values: list[Any], bad: dict[int, Rejection],
+                 extras: dict[str, tuple] | None) -> tuple[str, Any]:
+        b = len(values)
+        n = f.max_len or 1
+        out = np.zeros((b, n), dtype=np.float64)
+        present = np.ones((b, n), dtype=bool)
+        missing_row = np.zeros(b, dtype=bool)
+        lens = np.zeros(b, dtype=np.int64)
+        fast = False
+        if not f.multi_valued:
+            # Fast path: numbers and nulls only (None becomes NaN in np.array).
+            types = set(map(type, values))
+            if types <= _NUMBER_TYPES:
+                try:
+                    col = np.array(values, dtype=np.float64)
+                    fast = col.ndim == 1
+                except (TypeError, ValueError, OverflowError):
+                    pass
+            if fast:
+                if _NONE in types:
+                    missing_row = np.array([v is None for v in values], dtype=bool)
+                out[:, 0] = col
+            else:
+                for i, v in enumerate(values):
+                    if v is None:
+                        missing_row[i] = True
+                        out[i, 0] = np.nan
+                    elif isinstance(v, bool):
+                        out[i, 0] = float(v)
+                    elif isinstance(v, int | float):
+                        out[i, 0] = _to_float(v)
+                    else:
+                        bad.setdefault(i, Rejection(i, f.source, f"expected a number, found {type(v).__name__} {_short(v)}; use a categorical transform (vocabulary/hash) for this field or fix the data"))
+                        out[i, 0] = 0.0
+            present[:, 0] = ~missing_row
+            lens[:] = 1
+        else:
+            # Fast path: lists of numbers (no null items) and nulls.
+            if set(map(type, values)) <= {list, _NONE}:
+                flat = [x for v in values if v for x in v]
+                if set(map(type, flat)) <= {int, float}:
+                    try:
+                        flat_a = np.array(flat, dtype=np.float64)
+                        fast = True
+                    except OverflowError:
+                        pass
+            if fast:
+                counts = np.array([len(v) if v else 0 for v in values], dtype=np.int64)
+                missing_row = np.array([v is None for v in values], dtype=bool)
+                pos, lens = _gather(np.arange(flat_a.size), counts, n)
+                present = pos >= 0
+                if flat_a.size:
+                    out = np.where(present, flat_a[np.maximum(pos, 0)], 0.0)
+            else:
+                for i, v in enumerate(values):
+                    if v is None:
+                        missing_row[i] = True
+                        continue
+                    items = v if isinstance(v, list | tuple) else [v]
+                    lens[i] = min(len(items), n)
+                    for j, x in enumerate(items[:n]):
+                        if x is None:
+                            present[i, j] = False
+                        elif isinstance(x, int | float):
+                            out[i, j] = _to_float(x)
+                        else:
+                            bad.setdefault(i, Rejection(i, f"{f.source}[{j}]", f"expected a number, found {type(x).__name__} {_short(x)}"))
+                present &= np.arange(n)[None, :] < lens[:, None]
+        if extras is not None and f.needs_stats:
+            if fast and not f.multi_valued:
+                with np.errstate(invalid="ignore"):
+                    ok = np.abs(col) <= _F32_MAX  # the Analyzer's rule; NaN (and null) fail it
+                extras[f.name] = ("numbers", col[ok], np.flatnonzero(ok), missing_row)
+            else:
+                extras[f.name] = ("values", values)
+        # "Finite" means finite as float32 (the output dtype): NaN, +-inf and
+        # |x| > 3.4e38 (which the cast would turn into inf) follow ``on_nan``.
+        with np.errstate(invalid="ignore"):
+            finite = (np.abs(out) <= _F32_MAX) | ~present
+        if not finite.all():
+            rows = np.nonzero(~finite.all(axis=1))[0]
+            if f.on_nan == "error":
+                for i in rows.tolist():
+                    bad.setdefault(i, Rejection(i, f.source, f"value is NaN or infinite (or beyond float32's range, |x| > 3.4e38); set on_nan: fill or keep for feature {f.name!r} to accept it"))
+            elif f.on_nan == "fill":
+                present &= finite
+        if f.transform == "log1p":
+            # Only present values (fill comes later and is the user's choice).
+            with np.errstate(invalid="ignore"):
+                neg = (out <= -1) & present
+            for i in np.nonzero(neg.any(axis=1))[0].tolist():
+                bad.setdefault(i, Rejection(i, f.source, "log1p needs values > -1; use 'clip' first or another transform"))
+        prepared = (out, present, lens, missing_row)
+        if f.needs_stats:
+            return "num", prepared
+        return "cols", _numeric_finish(f, prepared, {})  # nothing left to learn: finish now
+
+    # -- hashed categoricals: final ids here (no analysis)
+    def _hash(self, f: FeatureConfig, values: list[Any], bad: dict[int, Rejection]) -> dict[str, tuple[str, Any]]:
+        b = len(values)
+        buckets = f.buckets
+        assert buckets is not None
+        if not f.multi_valued:
+            types = set(map(type, values))
+            if types <= {str, _NONE} or types <= {int, _NONE}:
+                # Hash each distinct value once; null is id 0.
+                uniq = [u for u in dict.fromkeys(values) if u is not None]
+                terms = uniq if str in types else [str(u) for u in uniq]
+                table = dict(zip(uniq, _blake_ids(terms, buckets).tolist(), strict=True))
+                table[None] = 0
+                out = np.array([table[v] for v in values], dtype=np.int64).reshape(b, 1)
+                return {f.name: ("int64", out)}
+        n = f.max_len or 1
+        out = np.zeros((b, n), dtype=np.int64)
+        lens = np.zeros(b, dtype=np.int64)
+
+        def to_id(t: str) -> int:
+            return 1 + stable_hash(t) % buckets
+
+        if f.multi_valued:
+            for i, v in enumerate(values):
+                items = [x for x in _as_list(v) if x is not None][:n]
+                if any(isinstance(x, dict | list) for x in items):
+                    bad.setdefault(i, Rejection(i, f.source, "expected a list of scalar values, found nested records/lists; point 'source' at a leaf field"))
+                    continue
+                lens[i] = len(items)
+                out[i, : len(items)] = [to_id(term(x)) for x in items]
+            return {f.name: ("int64", out), f"{f.name}_len": ("int64", lens.reshape(b, 1))}
+        col = out[:, 0]
+        for i, v in enumerate(values):
+            if v is None:
+                continue
+            if isinstance(v, dict | list):
+                bad.setdefault(i, Rejection(i, f.source, f"expected a scalar value, found {type(v).__name__}; set max_len for lists or point 'source' at a leaf field"))
+                continue
+            col[i] = to_id(term(v))
+        return {f.name: ("int64", out)}
+
+    # -- vocabulary and text: each batch's distinct terms, ids come in ``finish``
+    def _terms(self, f: FeatureConfig, values: list[Any], bad: dict[int, Rejection],
+               extras: dict[str, tuple] | None) -> tuple[list[str], np.ndarray, np.ndarray | None]:
+        b = len(values)
+        n = f.max_len or 1
+        index: dict[Any, int] = {}
+        if f.transform == "text":
+            findall = _TOKEN_RE.findall
+            lower = f.lowercase
+            flat: list[str] = []
+            counts = [0] * b
+            for i, v in enumerate(values):
+                if v is None:
+                    continue
+                if not isinstance(v, str):
+                    bad.setdefault(i, Rejection(i, f.source, f"expected text (a string), found {type(v).__name__} {_short(v)}"))
+                    continue
+                toks = findall(v.lower() if lower else v)
+                counts[i] = len(toks)
+                flat += toks
+            fcodes = np.array([index.setdefault(t, len(index)) for t in flat], dtype=np.int32)
+            counts_a = np.array(counts, dtype=np.int64)
+            codes, lens = _gather(fcodes, counts_a, n)
+            terms = list(index)
+            if extras is not None:
+                # the analysis counts every token, not only the first max_len
+                extras[f.name] = ("terms", terms, fcodes, np.repeat(np.arange(b), counts_a))
+            return terms, codes, lens
+        types = set(map(type, values))
+        if f.multi_valued:
+            if types <= {list, _NONE}:
+                flat = [x for v in values if v for x in v]
+                if set(map(type, flat)) <= {str}:
+                    counts_a = np.array([len(v) if v else 0 for v in values], dtype=np.int64)
+                    fcodes = np.array([index.setdefault(t, len(index)) for t in flat], dtype=np.int32)
+                    codes, lens = _gather(fcodes, counts_a, n)
+                    terms = list(index)
+                    if extras is not None:
+                        extras[f.name] = ("terms", terms, fcodes, np.repeat(np.arange(b), counts_a))
+                    return terms, codes, lens
+            # Per value: the vectorizer keeps the first max_len non-null items and
+            # rejects nested ones among them; the analysis counts every item of a
+            # value without nested ones.
+            codes = np.full((b, n), -1, dtype=np.int32)
+            lens = np.zeros(b, dtype=np.int64)
+            for i, v in enumerate(values):
+                items = [x for x in _as_list(v) if x is not None][:n]
+                if any(isinstance(x, dict | list) for x in items):
+                    bad.setdefault(i, Rejection(i, f.source, "expected a list of scalar values, found nested records/lists; point 'source' at a leaf field"))
+                    continue
+                lens[i] = len(items)
+                codes[i, : len(items)] = [index.setdefault(term(x), len(index)) for x in items]
+            if extras is not None:
+                extras[f.name] = ("values", values)
+            return list(index), codes, lens
+        if types <= {str, _NONE}:
+            index[None] = -1  # null: no term
+            fcodes = np.array([index.setdefault(v, len(index) - 1) for v in values], dtype=np.int32)
+            terms = list(index)[1:]
+        else:
+            fcodes = np.full(b, -1, dtype=np.int32)
+            for i, v in enumerate(values):
+                if v is None:
+                    continue
+                if isinstance(v, dict | list):
+                    bad.setdefault(i, Rejection(i, f.source, f"expected a scalar value, found {type(v).__name__}; set max_len for lists or point 'source' at a leaf field"))
+                    continue
+                fcodes[i] = index.setdefault(term(v), len(index))
+            terms = list(index)
+        if extras is not None:
+            extras[f.name] = ("terms", terms, fcodes, None)
+        return terms, fcodes.reshape(b, 1), None
+
+
+def _numeric_finish(f: FeatureConfig, prepared: tuple, stats: dict[str, Any]) -> dict[str, tuple[str, Any]]:
+    """Fill, scale and cast a prepared numeric feature (``stats``: its training statistics)."""
+    out, present, lens, missing_row = prepared
+    b, n = out.shape
+    fill = stats.get("mean") if f.fill == "mean" else f.fill
+    fill = 0.0 if fill is None else float(fill)
+    if f.multi_valued:
+        out = np.where(present, out, np.where(np.arange(n)[None, :] < lens[:, None], fill, 0.0))
+    else:
+        out = np.where(present, out, fill)
+    x = out
+    if f.transform == "zscore":
+        std = stats.get("std") or 1.0
+        x = (x - (stats.get("mean") or 0.0)) / std
+    elif f.transform == "minmax":
+        lo, hi = stats.get("min"), stats.get("max")
+        x = (x - lo) / (hi - lo) if lo is not None and hi is not None and hi > lo else np.zeros_like(x)
+    elif f.transform == "log1p":
+        neg = (x <= -1) & present  # rejected rows (see Preparer); computed on 0 instead
+        with np.errstate(invalid="ignore", divide="ignore"):
+            x = np.log1p(np.where(neg, 0.0, x))
+    elif f.transform == "clip":
+        x = np.clip(x, f.clip_min if f.clip_min is not None else -np.inf, f.clip_max if f.clip_max is not None else np.inf)
+    if f.multi_valued:
+        x = np.where(np.arange(n)[None, :] < lens[:, None], x, 0.0)
+    cols: dict[str, tuple[str, Any]] = {f.name: ("float32", x.astype(np.float32))}
+    if f.multi_valued:
+        cols[f"{f.name}_len"] = ("int64", lens.reshape(b, 1))
+    if f.missing_indicator:
+        cols[f"{f.name}_missing"] = ("int64", missing_row.astype(np.int64).reshape(b, 1))
+    return cols
+
+
+def _bytes(f: FeatureConfig, values: list[Any], bad: dict[int, Rejection]) -> dict[str, tuple[str, Any]]:
+    out = []
+    for i, v in enumerate(values):
+        if v is None:
+            out.append(b"")
+        elif isinstance(v, bytes | bytearray):
+            out.append(bytes(v))
+        elif isinstance(v, str):
+            out.append(v.encode("utf-8", "surrogatepass"))
+        else:
+            bad.setdefault(i, Rejection(i, f.source, f"expected bytes or a string, found {type(v).__name__}"))
+            out.append(b"")
+    return {f.name: ("string", out)}
+
+
+def _label(lab: LabelConfig, values: list[Any], bad: dict[int, Rejection]) -> dict[str, tuple[str, Any]]:
+    b = len(values)
+    types = set(map(type, values))
+    if lab.dtype == "int64":
+        if types <= {int}:  # fast path: ints (not bools) within int64
+            try:
+                return {lab.name: ("int64", np.array(values, dtype=np.int64).reshape(b, 1))}
+            except OverflowError:
+                pass
+        out = np.zeros((b, 1), dtype=np.int64)
+        for i, v in enumerate(values):
+            if isinstance(v, bool):
+                out[i, 0] = int(v)
+            elif isinstance(v, int) and -(2**63) <= v < 2**63:
+                out[i, 0] = v
+            elif isinstance(v, float) and v.is_integer() and -(2.0**63) <= v < 2.0**63:
+                out[i, 0] = int(v)
+            else:
+                what = "missing (null)" if v is None else f"{type(v).__name__} {_short(v)}"
+                bad.setdefault(i, Rejection(i, lab.source, f"label must be an integer, found {what}; fix the record or set label dtype: float32"))
+    else:
+        if types <= {int, float}:  # fast path: every value a number finite as float32
+            try:
+                col = np.array(values, dtype=np.float64)
+                with np.errstate(invalid="ignore"):
+                    if (np.abs(col) <= _F32_MAX).all():
+                        return {lab.name: ("float32", col.astype(np.float32).reshape(b, 1))}
+            except OverflowError:
+                pass
+        out = np.zeros((b, 1), dtype=np.float32)
+        for i, v in enumerate(values):
+            if isinstance(v, int | float) and not isinstance(v, bool) and abs(_to_float(v)) <= _F32_MAX:
+                out[i, 0] = _to_float(v)  # finite, and stays finite as float32
+            else:
+                what = "missing (null)" if v is None else f"{type(v).__name__} {_short(v)}"
+                bad.setdefault(i, Rejection(i, lab.source, f"label must be a finite number, found {what}"))
+    return {lab.name: (lab.dtype, out)}
 
 
 class Vectorizer:
@@ -249,7 +695,8 @@ class Vectorizer:
     def __init__(self, config: Config, analysis: Analysis):
         self.config = config
         self.analysis = analysis
-        self._get = {f.name: getter(f.source) for f in config.features}
+        self.preparer = Preparer(config)
+        self._by_name = {f.name: f for f in config.features}
         self._vocab_ids: dict[str, dict[str, int]] = {}
         for f in config.features:
             if f.needs_vocabulary:
@@ -258,7 +705,6 @@ class Vectorizer:
                     raise ValueError(f"feature {f.name!r}: the analysis has no vocabulary for it (was it computed with another config?)")
                 base = 1 + f.num_oov_buckets
                 self._vocab_ids[f.name] = {t: base + i for i, t in enumerate(terms)}
-        self._label_get = getter(config.label.source) if config.label else None
 
     # -- the feature spec this vectorizer produces
     def feature_specs(self) -> list[FeatureSpec]:
@@ -295,204 +741,52 @@ class Vectorizer:
                                      lab.source, "label", {}, role="label"))
         return specs
 
-    # -- per-kind column builders; each returns arrays and marks bad rows
-    def _numeric(self, f: FeatureConfig, values: list[Any], bad: dict[int, Rejection]) -> dict[str, tuple[str, Any]]:
-        b = len(values)
-        n = f.max_len or 1
-        out = np.zeros((b, n), dtype=np.float64)
-        present = np.ones((b, n), dtype=bool)
-        missing_row = np.zeros(b, dtype=bool)
-        lens = np.zeros(b, dtype=np.int64)
-        stats = self.analysis.stats.get(f.name) or {}
-        fill = stats.get("mean") if f.fill == "mean" else f.fill
-        fill = 0.0 if fill is None else float(fill)
-        if not f.multi_valued:
-            # Fast path: one C-level conversion; per-value checks only if it fails.
-            try:
-                col = np.array([np.nan if v is None else v for v in values], dtype=np.float64)
-                if col.dtype != np.float64 or col.ndim != 1 or any(isinstance(v, str | bytes | bool) for v in values):
-                    raise TypeError  # e.g. all values 1-element lists: numpy would accept them
-                missing_row = np.fromiter((v is None for v in values), dtype=bool, count=b)
-                out[:, 0] = col
-            except (TypeError, ValueError, OverflowError):
-                for i, v in enumerate(values):
-                    if v is None:
-                        missing_row[i] = True
-                        out[i, 0] = np.nan
-                    elif isinstance(v, bool):
-                        out[i, 0] = float(v)
-                    elif isinstance(v, int | float):
-                        out[i, 0] = _to_float(v)
-                    else:
-                        bad.setdefault(i, Rejection(i, f.source, f"expected a number, found {type(v).__name__} {_short(v)}; use a categorical transform (vocabulary/hash) for this field or fix the data"))
-                        out[i, 0] = 0.0
-            present[:, 0] = ~missing_row
-            lens[:] = 1
-        else:
-            for i, v in enumerate(values):
-                if v is None:
-                    missing_row[i] = True
-                    continue
-                items = v if isinstance(v, list | tuple) else [v]
-                lens[i] = min(len(items), n)
-                for j, x in enumerate(items[:n]):
-                    if x is None:
-                        present[i, j] = False
-                    elif isinstance(x, int | float):
-                        out[i, j] = _to_float(x)
-                    else:
-                        bad.setdefault(i, Rejection(i, f"{f.source}[{j}]", f"expected a number, found {type(x).__name__} {_short(x)}"))
-            present &= np.arange(n)[None, :] < lens[:, None]
-        finite = np.isfinite(out) | ~present
-        if not finite.all():
-            rows = np.nonzero(~finite.all(axis=1))[0]
-            if f.on_nan == "error":
-                for i in rows.tolist():
-                    bad.setdefault(i, Rejection(i, f.source, f"value is NaN or infinite; set on_nan: fill or keep for feature {f.name!r} to accept it"))
-            elif f.on_nan == "fill":
-                present &= finite
-        if f.multi_valued:
-            out = np.where(present, out, np.where(np.arange(n)[None, :] < lens[:, None], fill, 0.0))
-        else:
-            out = np.where(present, out, fill)
-        x = out
-        if f.transform == "zscore":
-            std = stats.get("std") or 1.0
-            x = (x - (stats.get("mean") or 0.0)) / std
-        elif f.transform == "minmax":
-            lo, hi = stats.get("min"), stats.get("max")
-            x = (x - lo) / (hi - lo) if lo is not None and hi is not None and hi > lo else np.zeros_like(x)
-        elif f.transform == "log1p":
-            with np.errstate(invalid="ignore", divide="ignore"):
-                neg = (x <= -1) & present
-                for i in np.nonzero(neg.any(axis=1))[0].tolist():
-                    bad.setdefault(i, Rejection(i, f.source, "log1p needs values > -1; use 'clip' first or another transform"))
-                x = np.log1p(np.where(neg, 0.0, x))
-        elif f.transform == "clip":
-            x = np.clip(x, f.clip_min if f.clip_min is not None else -np.inf, f.clip_max if f.clip_max is not None else np.inf)
-        if f.multi_valued:
-            x = np.where(np.arange(n)[None, :] < lens[:, None], x, 0.0)
-        cols: dict[str, tuple[str, Any]] = {f.name: ("float32", x.astype(np.float32))}
-        if f.multi_valued:
-            cols[f"{f.name}_len"] = ("int64", lens.reshape(b, 1))
-        if f.missing_indicator:
-            cols[f"{f.name}_missing"] = ("int64", missing_row.astype(np.int64).reshape(b, 1))
-        return cols
+    # -- applying the analysis
+    def prepare(self, records: Sequence[Any], analyze: bool = False) -> PreparedBatch:
+        """``Preparer.prepare``: the part of ``vectorize`` that needs no analysis."""
+        return self.preparer.prepare(records, analyze)
 
-    def _ids(self, f: FeatureConfig, values: list[Any], bad: dict[int, Rejection]) -> dict[str, tuple[str, Any]]:
-        b = len(values)
-        n = f.max_len or 1
-        out = np.zeros((b, n), dtype=np.int64)
-        lens = np.zeros(b, dtype=np.int64)
-        if f.transform == "hash":
-            buckets = f.buckets
-
-            def to_id(t: str) -> int:
-                return 1 + stable_hash(t) % buckets
-        else:
-            ids = self._vocab_ids[f.name]
-            oov = f.num_oov_buckets
-
-            def to_id(t: str) -> int:
-                i = ids.get(t)
-                return i if i is not None else 1 + (stable_hash(t) % oov if oov > 1 else 0)
-
-        if f.transform == "text":
-            for i, v in enumerate(values):
-                if v is None:
-                    continue
-                if not isinstance(v, str):
-                    bad.setdefault(i, Rejection(i, f.source, f"expected text (a string), found {type(v).__name__} {_short(v)}"))
-                    continue
-                toks = tokenize(v, f.lowercase)[:n]
-                lens[i] = len(toks)
-                out[i, : len(toks)] = [to_id(t) for t in toks]
-        elif f.multi_valued:
-            for i, v in enumerate(values):
-                items = [x for x in _as_list(v) if x is not None][:n]
-                if any(isinstance(x, dict | list) for x in items):
-                    bad.setdefault(i, Rejection(i, f.source, "expected a list of scalar values, found nested records/lists; point 'source' at a leaf field"))
-                    continue
-                lens[i] = len(items)
-                out[i, : len(items)] = [to_id(term(x)) for x in items]
-        else:
-            col = out[:, 0]
-            for i, v in enumerate(values):
-                if v is None:
-                    continue
-                if isinstance(v, dict | list):
-                    bad.setdefault(i, Rejection(i, f.source, f"expected a scalar value, found {type(v).__name__}; set max_len for lists or point 'source' at a leaf field"))
-                    continue
-                col[i] = to_id(term(v))
-        cols: dict[str, tuple[str, Any]] = {f.name: ("int64", out)}
-        if f.multi_valued:
-            cols[f"{f.name}_len"] = ("int64", lens.reshape(b, 1))
-        return cols
-
-    def _bytes(self, f: FeatureConfig, values: list[Any], bad: dict[int, Rejection]) -> dict[str, tuple[str, Any]]:
-        out = []
-        for i, v in enumerate(values):
-            if v is None:
-                out.append(b"")
-            elif isinstance(v, bytes | bytearray):
-                out.append(bytes(v))
-            elif isinstance(v, str):
-                out.append(v.encode("utf-8", "surrogatepass"))
-            else:
-                bad.setdefault(i, Rejection(i, f.source, f"expected bytes or a string, found {type(v).__name__}"))
-                out.append(b"")
-        return {f.name: ("string", out)}
-
-    def _label(self, values: list[Any], bad: dict[int, Rejection]) -> dict[str, tuple[str, Any]]:
-        lab = self.config.label
-        assert lab is not None
-        b = len(values)
-        if lab.dtype == "int64":
-            out = np.zeros((b, 1), dtype=np.int64)
-            for i, v in enumerate(values):
-                if isinstance(v, bool):
-                    out[i, 0] = int(v)
-                elif isinstance(v, int) and -(2**63) <= v < 2**63:
-                    out[i, 0] = v
-                elif isinstance(v, float) and v.is_integer() and -(2.0**63) <= v < 2.0**63:
-                    out[i, 0] = int(v)
-                else:
-                    what = "missing (null)" if v is None else f"{type(v).__name__} {_short(v)}"
-                    bad.setdefault(i, Rejection(i, lab.source, f"label must be an integer, found {what}; fix the record or set label dtype: float32"))
-        else:
-            out = np.zeros((b, 1), dtype=np.float32)
-            for i, v in enumerate(values):
-                if isinstance(v, int | float) and not isinstance(v, bool) and abs(_to_float(v)) <= _F32_MAX:
-                    out[i, 0] = _to_float(v)  # finite, and stays finite as float32
-                else:
-                    what = "missing (null)" if v is None else f"{type(v).__name__} {_short(v)}"
-                    bad.setdefault(i, Rejection(i, lab.source, f"label must be a finite number, found {what}"))
-        return {lab.name: (lab.dtype, out)}
-
-    def vectorize(self, records: Sequence[Any]) -> VectorBatch:
-        """Columns for ``records``; rejected rows are masked out of every column."""
-        b = len(records)
-        bad: dict[int, Rejection] = {}
-        for i, r in enumerate(records):
-            if not isinstance(r, dict):
-                bad[i] = Rejection(i, "<record>", f"expected a record (object), found {type(r).__name__}")
+    def finish(self, batch: PreparedBatch) -> VectorBatch:
+        """Columns for a prepared batch; rejected rows are masked out of every column."""
         cols: dict[str, tuple[str, Any]] = {}
-        for f in self.config.features:
-            values = [self._get[f.name](r) for r in records]
-            if f.is_numeric:
-                cols.update(self._numeric(f, values, bad))
-            elif f.transform == "bytes":
-                cols.update(self._bytes(f, values, bad))
+        for name, kind, payload in batch.parts:
+            if kind == "cols":
+                cols.update(payload)
+            elif kind == "num":
+                cols.update(_numeric_finish(self._by_name[name], payload, self.analysis.stats.get(name) or {}))
             else:
-                cols.update(self._ids(f, values, bad))
-        if self._label_get is not None:
-            cols.update(self._label([self._label_get(r) for r in records], bad))
-        keep = np.ones(b, dtype=bool)
+                cols.update(self._vocab_finish(self._by_name[name], *payload))
+        bad = batch.bad
+        keep = np.ones(batch.rows, dtype=bool)
         if bad:
             keep[list(bad)] = False
             idx = np.nonzero(keep)[0]
             cols = {k: (kind, [v[i] for i in idx.tolist()] if kind == "string" else v[idx]) for k, (kind, v) in cols.items()}
         return VectorBatch(columns=cols, keep=keep, rejections=sorted(bad.values(), key=lambda r: r.index))
+
+    def vectorize(self, records: Sequence[Any]) -> VectorBatch:
+        """Columns for ``records``; rejected rows are masked out of every column."""
+        return self.finish(self.prepare(records))
+
+    def _vocab_finish(self, f: FeatureConfig, terms: list[str], codes: np.ndarray,
+                      lens: np.ndarray | None) -> dict[str, tuple[str, Any]]:
+        """Ids of the batch's distinct terms (one lookup each), then one gather."""
+        ids = self._vocab_ids[f.name]
+        oov = f.num_oov_buckets
+        table = np.zeros(len(terms) + 1, dtype=np.int64)  # last entry: code -1 (padding) -> 0
+        table[:-1] = [ids.get(t, 0) for t in terms]  # vocabulary ids start at 2: 0 = not in it
+        unknown = np.flatnonzero(table[:-1] == 0)
+        if oov > 1:
+            for i in unknown.tolist():
+                table[i] = 1 + stable_hash(terms[i]) % oov
+        else:
+            table[unknown] = 1
+        b = codes.shape[0]
+        cols: dict[str, tuple[str, Any]] = {f.name: ("int64", table[codes])}
+        if f.multi_valued:
+            assert lens is not None
+            cols[f"{f.name}_len"] = ("int64", lens.reshape(b, 1))
+        return cols
 
 
 def _short(v: Any, n: int = 60) -> str:

@@ -558,3 +558,124 @@ def test_analyzer_counts_missing_and_ignores_non_numbers():
     assert st["count"] == 2 and st["missing"] == 3 and st["mean"] == 2
     empty = analyze(c, [])
     assert empty.stats["x"] == {"count": 0, "missing": 0, "mean": 0.0, "std": 0.0, "min": None, "max": None}
+
+
+# ------------------------------------------- prepare / finish (the pipeline's path)
+
+
+PREP_CFG = {
+    "label": {"source": "y", "dtype": "int64"},
+    "features": [
+        {"name": "a", "transform": "zscore", "missing_indicator": True},
+        {"name": "b", "transform": "log1p", "on_nan": "fill"},
+        {"name": "c", "source": "u.c", "transform": "minmax"},
+        {"name": "v", "transform": "identity", "max_len": 3, "fill": "mean"},
+        {"name": "w", "transform": "clip", "clip_min": 0, "max_len": 2},
+        {"name": "s", "transform": "vocabulary", "top_k": 4},
+        {"name": "o", "transform": "vocabulary", "num_oov_buckets": 3},
+        {"name": "l", "transform": "vocabulary", "max_len": 2},
+        {"name": "t", "transform": "text", "max_len": 3},
+        {"name": "h", "transform": "hash", "buckets": 7},
+        {"name": "n", "source": "u.n", "transform": "hash", "buckets": 5},
+    ],
+}
+ODD_VALUES = [None, "x", 3, 2.5, True, b"b", [1, "a", None], {"k": 1}, float("nan"), 10**400, -7]
+
+
+def _clean_records(n: int, seed: int = 0) -> list[dict]:
+    rng = np.random.default_rng(seed)
+    words = ["Red", "blue", "green", "caf\u00e9", ""]
+    out = []
+    for i in range(n):
+        out.append({
+            "a": None if i % 5 == 0 else int(rng.integers(-3, 50)),
+            "b": float(rng.uniform(0, 9)), "u": {"c": float(rng.normal()), "n": int(rng.integers(0, 9))},
+            "v": None if i % 7 == 0 else [float(x) for x in rng.normal(size=int(rng.integers(0, 5)))],
+            "w": [int(x) for x in rng.integers(-2, 3, size=int(rng.integers(0, 4)))],
+            "s": None if i % 6 == 0 else str(rng.choice(words)), "o": str(rng.choice(words)),
+            "l": [str(x) for x in rng.choice(words, size=int(rng.integers(0, 4)))],
+            "t": " ".join(str(x) for x in rng.choice(words, size=int(rng.integers(0, 6)))),
+            "h": f"id{int(rng.integers(0, 30))}", "y": i % 2,
+        })
+    return out
+
+
+def _odd_records() -> list:
+    """One record per (field, odd value): every column leaves its fast path."""
+    out: list = ["notadict", None]
+    for name in ("a", "b", "v", "w", "s", "o", "l", "t", "h", "y"):
+        for v in ODD_VALUES:
+            out.append({**_clean_records(1)[0], name: v})
+            out.append({**_clean_records(1)[0], name: [v, "z"]})
+    for v in ODD_VALUES:
+        out.append({**_clean_records(1)[0], "u": {"c": v, "n": v}})
+    out.append({**_clean_records(1)[0], "u": 5})
+    return out
+
+
+def _assert_same_batch(x, y):
+    assert [(r.index, r.field, r.reason) for r in x.rejections] == [(r.index, r.field, r.reason) for r in y.rejections]
+    np.testing.assert_array_equal(x.keep, y.keep)
+    assert list(x.columns) == list(y.columns)
+    for k, (kind, v) in x.columns.items():
+        assert y.columns[k][0] == kind
+        if kind == "string":
+            assert v == y.columns[k][1]
+        else:
+            assert v.dtype == y.columns[k][1].dtype
+            np.testing.assert_array_equal(v, y.columns[k][1])
+
+
+def test_add_prepared_equals_record_by_record_analysis_on_any_values():
+    c = parse_config(PREP_CFG)
+    recs = _clean_records(60) + _odd_records()
+    rows = np.arange(len(recs)) % 3 != 1  # the "training" rows
+    for batch in (recs[:60], recs):  # fast paths only, then every per-value path
+        mask = rows[: len(batch)]
+        ref = Analyzer(c)
+        ref.add_records([r for r, m in zip(batch, mask, strict=True) if m])
+        fast = Analyzer(c)
+        fast.add_prepared(Vectorizer(c, ref.result()).prepare(batch, analyze=True), mask)
+        assert fast.result().to_json() == ref.result().to_json()
+
+
+def test_fast_paths_and_per_value_paths_give_the_same_columns():
+    """A batch with one odd value in a column takes that column's per-value
+    path; the clean rows must come out exactly as in an all-clean batch."""
+    c = parse_config(PREP_CFG)
+    clean = _clean_records(60)
+    analysis = analyze(c, clean)
+    vec = Vectorizer(c, analysis)
+    alone = vec.vectorize(clean)
+    for odd in _odd_records():
+        mixed = vec.vectorize(clean + [odd])
+        assert mixed.keep[:60].all()
+        for k, (kind, v) in alone.columns.items():
+            got = mixed.columns[k][1][:60]
+            if kind == "string":
+                assert got == v
+            else:
+                np.testing.assert_array_equal(got, v, err_msg=f"{k} with {odd!r}")
+
+
+def test_prepared_batch_pickles_and_finishes_like_vectorize():
+    c = parse_config(PREP_CFG)
+    recs = _clean_records(40) + _odd_records()
+    vec = Vectorizer(c, analyze(c, recs))
+    pb = vec.prepare(recs, analyze=True)
+    assert pb.analysis is not None
+    pb.analysis = None  # what the pipeline stores
+    again = pickle.loads(pickle.dumps(pb, protocol=pickle.HIGHEST_PROTOCOL))
+    _assert_same_batch(vec.finish(again), vec.vectorize(recs))
+    with pytest.raises(ValueError, match="analyze=True"):
+        Analyzer(c).add_prepared(again, np.ones(again.rows, dtype=bool))
+
+
+def test_hash_in_bulk_equals_stable_hash():
+    c = cfg({"name": "h", "transform": "hash", "buckets": 1000})
+    vals = ["", "a", "caf\u00e9", "\U0001f600", "x" * 300, None]
+    vb, _ = run(c, [{"h": v} for v in vals])
+    assert col(vb, "h")[:, 0].tolist() == [1 + stable_hash(v) % 1000 for v in vals[:-1]] + [0]
+    ints = [0, -5, 2**63 - 1, 12345678901]
+    vb, _ = run(c, [{"h": v} for v in ints])
+    assert col(vb, "h")[:, 0].tolist() == [1 + stable_hash(str(v)) % 1000 for v in ints]
