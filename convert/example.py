@@ -23,9 +23,6 @@ Wire format (protobuf)::
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Sequence
-
 import numpy as np
 
 _THRESHOLDS = np.array([1 << (7 * k) for k in range(1, 10)], dtype=np.uint64)
@@ -39,28 +36,34 @@ def varint_len(values: np.ndarray) -> np.ndarray:
     return 1 + (v[..., None] >= _THRESHOLDS).sum(axis=-1)
 
 
-def _varint_rows(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Varints of a ``(B, n)`` int array: (bytes of each row concatenated, row lengths)."""
+def _varint_matrix(values: np.ndarray) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
+    """Varints of a ``(B, n)`` int array laid out as a ``(B, n * width)`` byte block.
+
+    Returns ``(block, mask, row_lengths)``: value ``j`` of row ``i`` occupies
+    ``block[i, j*width : j*width + len]``; ``mask`` marks the bytes in use
+    (``None`` when every value has the same length).
+    """
     v = np.ascontiguousarray(values, dtype=np.int64).view(np.uint64)
     b, n = v.shape
     if v.size == 0:
-        return np.empty(0, np.uint8), np.zeros(b, np.int64)
+        return np.empty((b, 0), np.uint8), None, np.zeros(b, np.int64)
     # Only as many 7-bit groups as the largest value needs (ids and lengths
     # are small): this is the encoder's hot loop.
     width = 1 + int((v.max() >= _THRESHOLDS).sum())
-    thresholds, shifts, group = _THRESHOLDS[: width - 1], _SHIFTS[:width], _GROUP[:width]
     if width == 1:
-        return v.astype(np.uint8).reshape(-1), np.full(b, n, dtype=np.int64)
+        return v.astype(np.uint8), None, np.full(b, n, dtype=np.int64)
+    thresholds, shifts, group = _THRESHOLDS[: width - 1], _SHIFTS[:width], _GROUP[:width]
     lens = 1 + (v[..., None] >= thresholds).sum(axis=-1, dtype=np.int64)  # (B, n)
     groups = ((v[..., None] >> shifts) & np.uint64(0x7F)).astype(np.uint8)  # (B, n, width)
     groups |= ((group < (lens[..., None] - 1)) * 0x80).astype(np.uint8)
     mask = group < lens[..., None]
-    flat = groups.reshape(b, n * width)[mask.reshape(b, n * width)]
-    return flat, lens.sum(axis=1)
+    return groups.reshape(b, n * width), mask.reshape(b, n * width), lens.sum(axis=1)
 
 
-def _varint_col(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    return _varint_rows(np.asarray(values).reshape(-1, 1))
+def _varint_rows(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Varints of a ``(B, n)`` int array: (bytes of each row concatenated, row lengths)."""
+    block, mask, lens = _varint_matrix(values)
+    return (block.reshape(-1) if mask is None else block[mask]), lens
 
 
 def _key_bytes(name: str) -> bytes:
@@ -80,88 +83,108 @@ def _varint_scalar(n: int) -> bytes:
             return bytes(out)
 
 
-@dataclasses.dataclass
-class _Ragged:
-    """Per-row byte strings: rows concatenated in ``flat``, sizes in ``lens``."""
+class _Rows:
+    """Every row's bytes as segments of one ``(rows, width)`` byte matrix.
 
-    flat: np.ndarray
-    lens: np.ndarray
+    A segment is the same bytes on every row, a block of the same width on
+    every row, or a block whose rows use only some bytes (a mask). Bytes of
+    consecutive constant segments merge. ``bytes()`` lays the segments side
+    by side and keeps the used bytes in row-major order: every row's bytes
+    back to back, in one boolean-mask copy, with no per-byte index arrays.
+    """
+
+    def __init__(self, rows: int):
+        self.rows = rows
+        self.segments: list[tuple[bytes | np.ndarray, np.ndarray | None]] = []
+        self.lens = np.zeros(rows, dtype=np.int64)  # bytes in use per row
+
+    def const(self, data: bytes) -> None:
+        if data:
+            self.lens += len(data)
+            if self.segments and isinstance(self.segments[-1][0], bytes):
+                data = self.segments.pop()[0] + data  # type: ignore[operator]
+            self.segments.append((data, None))
+
+    def block(self, mat: np.ndarray, mask: np.ndarray | None, lens: np.ndarray) -> None:
+        if mat.shape[1]:
+            self.segments.append((mat, mask))
+            self.lens += lens
+
+    def varint(self, values: np.ndarray) -> None:
+        """The varint of one non-negative value per row."""
+        first = int(values[0])
+        if (values == first).all():
+            self.const(_varint_scalar(first))
+        else:
+            self.block(*_varint_matrix(values.reshape(-1, 1)))
+
+    def extend(self, other: _Rows) -> None:
+        for data, mask in other.segments:
+            if isinstance(data, bytes) and self.segments and isinstance(self.segments[-1][0], bytes):
+                data = self.segments.pop()[0] + data  # type: ignore[operator]
+            self.segments.append((data, mask))
+        self.lens += other.lens
+
+    def bytes(self) -> np.ndarray:
+        widths = [len(d) if isinstance(d, bytes) else d.shape[1] for d, _ in self.segments]
+        out = np.empty((self.rows, sum(widths)), dtype=np.uint8)
+        masked = any(m is not None for _, m in self.segments)
+        keep = np.ones(out.shape, dtype=bool) if masked else None
+        at = 0
+        for (data, mask), w in zip(self.segments, widths, strict=True):
+            out[:, at:at + w] = np.frombuffer(data, dtype=np.uint8) if isinstance(data, bytes) else data
+            if mask is not None:
+                assert keep is not None
+                keep[:, at:at + w] = mask
+            at += w
+        return out.reshape(-1) if keep is None else out[keep]
 
 
-def _const(b: bytes, rows: int) -> _Ragged:
-    arr = np.frombuffer(b, dtype=np.uint8)
-    return _Ragged(np.tile(arr, rows), np.full(rows, len(b), dtype=np.int64))
-
-
-def _fixed(mat: np.ndarray) -> _Ragged:
-    rows = mat.shape[0]
-    m = np.ascontiguousarray(mat).view(np.uint8).reshape(rows, -1)
-    return _Ragged(m.reshape(-1), np.full(rows, m.shape[1], dtype=np.int64))
-
-
-def _concat(parts: Sequence[_Ragged], rows: int) -> _Ragged:
-    """Row-wise concatenation of ragged parts in one scatter per part."""
-    lens = np.zeros(rows, dtype=np.int64)
-    for p in parts:
-        lens += p.lens
-    starts = np.cumsum(lens) - lens
-    out = np.empty(int(lens.sum()), dtype=np.uint8)
-    cursor = starts.copy()
-    for p in parts:
-        if p.flat.size:
-            src_starts = np.cumsum(p.lens) - p.lens
-            dest = np.repeat(cursor - src_starts, p.lens) + np.arange(p.flat.size)
-            out[dest] = p.flat
-        cursor += p.lens
-    return _Ragged(out, lens)
-
-
-def _len_prefixed(tag: bytes, body: list[_Ragged], body_lens: np.ndarray, rows: int) -> list[_Ragged]:
-    vflat, vlens = _varint_col(body_lens)
-    return [_const(tag, rows), _Ragged(vflat, vlens), *body]
-
-
-def _feature_parts(name: str, kind: str, value: np.ndarray | list[bytes], rows: int) -> tuple[list[_Ragged], np.ndarray]:
-    """Parts of one map entry ``feature { key: name value: Feature }``, and its per-row length."""
+def _feature_entry(name: str, kind: str, value: np.ndarray | list[bytes], rows: int) -> _Rows:
+    """The map entry ``feature { key: name value: Feature }`` of every row."""
+    body = _Rows(rows)  # the *List body: `0x0a len payload`
     if kind == "float32":
-        mat = np.asarray(value, dtype="<f4").reshape(rows, -1)
-        payload = _fixed(mat)
-        list_tag, feat_tag = b"\x0a", b"\x12"
+        mat = np.ascontiguousarray(np.asarray(value, dtype="<f4").reshape(rows, -1))
+        feat_tag = b"\x12"
+        if mat.shape[1]:
+            body.const(b"\x0a" + _varint_scalar(4 * mat.shape[1]))
+            body.block(mat.view(np.uint8), None, np.full(rows, 4 * mat.shape[1], dtype=np.int64))
     elif kind == "int64":
-        flat, lens = _varint_rows(np.asarray(value, dtype=np.int64).reshape(rows, -1))
-        payload = _Ragged(flat, lens)
-        list_tag, feat_tag = b"\x0a", b"\x1a"
+        payload = _varint_matrix(np.asarray(value, dtype=np.int64).reshape(rows, -1))
+        feat_tag = b"\x1a"
+        if payload[0].shape[1]:
+            body.const(b"\x0a")
+            body.varint(payload[2])
+            body.block(*payload)
     elif kind == "string":
         # BytesList values are not packed: each is `0x0a len bytes`; one value per row.
         vals = [bytes(v) for v in value]
         vl = np.fromiter((len(v) for v in vals), dtype=np.int64, count=rows)
-        raw = _Ragged(np.frombuffer(b"".join(vals), dtype=np.uint8), vl)
-        vflat, vlens = _varint_col(vl)
-        payload = _concat([_const(b"\x0a", rows), _Ragged(vflat, vlens), raw], rows)
-        # payload is the whole BytesList body; wrap straight into Feature.
-        feat = _len_prefixed(b"\x0a", [payload], payload.lens, rows)
-        feat_len = sum(p.lens for p in feat)
-        return _entry(name, feat, feat_len, rows)
+        feat_tag = b"\x0a"
+        body.const(b"\x0a")
+        body.varint(vl)
+        width = int(vl.max()) if rows else 0
+        mat = np.zeros((rows, width), dtype=np.uint8)
+        mask = np.arange(width)[None, :] < vl[:, None]
+        mat[mask] = np.frombuffer(b"".join(vals), dtype=np.uint8)  # row-major: each row's bytes in order
+        body.block(mat, mask, vl)
     else:
         raise ValueError(f"feature {name!r}: unknown dtype {kind!r}")
-    # *List body = `0x0a len packed` (omitted entirely for an empty list: every
-    # row has the same number of values, so either all rows have it or none).
-    if payload.flat.size == 0:
-        lst, lst_len = [], np.zeros(rows, dtype=np.int64)
-    else:
-        lst = _len_prefixed(list_tag, [payload], payload.lens, rows)
-        lst_len = sum(p.lens for p in lst)
-    feat = _len_prefixed(feat_tag, lst, lst_len, rows)
-    feat_len = sum(p.lens for p in feat)
-    return _entry(name, feat, feat_len, rows)
-
-
-def _entry(name: str, feat: list[_Ragged], feat_len: np.ndarray, rows: int) -> tuple[list[_Ragged], np.ndarray]:
-    key = _key_bytes(name)
-    body = [_const(key, rows), *_len_prefixed(b"\x12", feat, feat_len, rows)]
-    body_len = sum(p.lens for p in body)
-    entry = _len_prefixed(b"\x0a", body, body_len, rows)
-    return entry, sum(p.lens for p in entry)
+    # An empty list has no body at all (every row has the same number of
+    # values, so either all rows have one or none): `tag 0x00`.
+    feat = _Rows(rows)
+    feat.const(feat_tag)
+    feat.varint(body.lens)
+    feat.extend(body)
+    entry_body = _Rows(rows)
+    entry_body.const(_key_bytes(name) + b"\x12")
+    entry_body.varint(feat.lens)
+    entry_body.extend(feat)
+    entry = _Rows(rows)
+    entry.const(b"\x0a")
+    entry.varint(entry_body.lens)
+    entry.extend(entry_body)
+    return entry
 
 
 def _map_key_order(name: str) -> tuple[int, ...]:
@@ -189,16 +212,15 @@ def encode_examples(columns: dict[str, tuple[str, np.ndarray | list[bytes]]], ro
     """
     if rows == 0:
         return np.empty(0, np.uint8), np.empty(0, np.int64)
-    parts: list[_Ragged] = []
-    total = np.zeros(rows, dtype=np.int64)
+    features = _Rows(rows)
     for name in sorted(columns, key=_map_key_order):
         kind, value = columns[name]
-        entry, elen = _feature_parts(name, kind, value, rows)
-        parts.extend(entry)
-        total += elen
-    example = _len_prefixed(b"\x0a", parts, total, rows)
-    out = _concat(example, rows)
-    return out.flat, out.lens
+        features.extend(_feature_entry(name, kind, value, rows))
+    example = _Rows(rows)
+    example.const(b"\x0a")
+    example.varint(features.lens)
+    example.extend(features)
+    return example.bytes(), example.lens
 
 
 def split_buffer(buf: np.ndarray, lengths: np.ndarray) -> list[bytes]:

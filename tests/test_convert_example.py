@@ -217,6 +217,18 @@ def test_examples_are_independent_of_row_neighbours():
         assert single == [whole[r]]
 
 
+@needs_upb
+def test_length_prefixes_of_one_to_three_bytes_in_one_batch_match_tensorflow():
+    """The encoder lays rows out side by side: rows whose length prefixes
+    (Example, map entry, Feature, list) take 1, 2 and 3 bytes share a batch."""
+    strs = [b"", b"a" * 127, b"b" * 128, b"c" * 16383, b"d" * 16384, b"e" * 300]
+    ints = np.array([[0, 1], [127, 128], [2**20, -1], [5, 5], [16384, 0], [-(2**63), 2**63 - 1]], dtype=np.int64)
+    small = np.array([[1], [2], [3], [4], [5], [6]], dtype=np.int64)  # one byte each: a fixed-width entry
+    columns = {"s": ("string", strs), "i": ("int64", ints), "k": ("int64", small),
+               "f": ("float32", np.arange(6 * 40, dtype=np.float32).reshape(6, 40))}
+    assert split_buffer(*encode_examples(columns, 6)) == tf_example_bytes(columns, 6)
+
+
 def test_unknown_dtype_raises_naming_feature():
     with pytest.raises(ValueError, match="'q'.*float64"):
         encode_examples({"q": ("float64", np.zeros((1, 1)))}, 1)
