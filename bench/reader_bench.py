@@ -89,8 +89,30 @@ def _shards(out_dir: str, split: str = "train"):
         from convert.spec import METADATA_FILENAME, DatasetInfo
 
         info = DatasetInfo.loads((Path(out_dir) / METADATA_FILENAME).read_text())
-    paths = [str(Path(out_dir) / s.file) for s in info.split(split).shards]
+    paths = [_join(out_dir, s.file) for s in info.split(split).shards]
     return info, paths
+
+
+def _join(root: str, name: str) -> str:
+    """``root/name`` for local directories and URLs (``gs://b/out``; ``Path`` would eat a slash)."""
+    if "://" in root:
+        return root.rstrip("/") + "/" + name
+    return str(Path(root) / name)
+
+
+def _read_options():
+    """``ReadOptions`` from ``$RECORDPREP_BENCH_READ_OPTIONS`` (JSON of its fields), else None.
+
+    The remote table (:mod:`bench.remote`) measures candidate defaults this way.
+    """
+    raw = os.environ.get("RECORDPREP_BENCH_READ_OPTIONS")
+    if not raw:
+        return None
+    import json
+
+    import readers
+
+    return readers.ReadOptions(**json.loads(raw))
 
 
 def _spec(info) -> dict[str, Any]:
@@ -110,7 +132,7 @@ def build(case: str, out_dir: str, avro_files: list[str], batch: int):
     if case == "train_dataset":
         import readers
 
-        return readers.train_dataset(str(Path(out_dir) / "train-*"), batch, seed=1)
+        return readers.train_dataset(_join(out_dir, "train-*"), batch, seed=1, options=_read_options())
     if case == "mbfd":
         return tf.data.experimental.make_batched_features_dataset(
             paths, batch, _spec(info), reader=tf.data.TFRecordDataset, label_key=info.label_key,

@@ -1,0 +1,257 @@
+"""Remote reader table: the same shards read from emulated GCS through TensorFlow's own GCS file system.
+
+No cloud is reachable from the benchmark machine, so the train shards of a
+recordprep output are uploaded to the local GCS emulator of
+``tests/_remote.py`` and read as ``gs://`` by TensorFlow, through the TLS proxy
+that emulates remote storage: every response waits ``--remote-ttfb-ms``
+(default 100 ms) before its first byte and each connection (TensorFlow opens
+one per request) is capped at ``--remote-mbps`` (default 20 MB/s). The
+emulator, the proxy and the measured process share the machine's cores;
+real GCS would not take CPU from the reader, so these rows are pessimistic
+for every remote row alike.
+
+Rows (each a fresh process, measured like :mod:`bench.reader_bench`):
+
+``readers.train_dataset [local]``
+    The same shards on local disk: the reader's own local rate.
+``readers.train_dataset [gs://]``
+    Its defaults on ``gs://`` (``ReadOptions`` remote defaults).
+``make_batched_features_dataset [gs://]``
+    Its defaults on the same ``gs://`` shard list: the peer.
+tuning rows (``--remote-tune``)
+    ``train_dataset`` on ``gs://`` with one knob changed (cycle length, read
+    buffer, ``GCS_READ_CACHE_BLOCK_SIZE_MB``): the measurements the remote
+    defaults in :mod:`readers.options` were chosen from.
+
+Targets (issue 4): on emulated remote storage ``train_dataset`` reads at
+least 4x ``make_batched_features_dataset``'s defaults, and at least 70% of
+its own local rate.
+
+Standalone: ``python -m bench.remote --size small|default [--remote-tune]``
+(converts the dataset first if no output is given with ``--dir``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import http.client
+import importlib.util
+import json
+import ssl
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+TTFB_MS = 100.0
+MBPS = 20.0
+
+#: (key, label, where, case, ReadOptions overrides, extra environment)
+BASE_ROWS = (
+    ("local:train_dataset", "readers.train_dataset", "local", "train_dataset", {}, {}),
+    ("gs:train_dataset", "readers.train_dataset", "gs", "train_dataset", {}, {}),
+    ("gs:mbfd", "make_batched_features_dataset (defaults)", "gs", "mbfd", {}, {}),
+)
+TUNE_ROWS = (
+    ("gs:train_dataset:cycle4", "train_dataset, cycle_length=4", "gs", "train_dataset", {"cycle_length": 4}, {}),
+    ("gs:train_dataset:cycle8", "train_dataset, cycle_length=8", "gs", "train_dataset", {"cycle_length": 8}, {}),
+    ("gs:train_dataset:buf1m", "train_dataset, read_buffer_bytes=1 MiB", "gs", "train_dataset",
+     {"read_buffer_bytes": 1 << 20}, {}),
+    ("gs:train_dataset:block16", "train_dataset, GCS_READ_CACHE_BLOCK_SIZE_MB=16", "gs", "train_dataset", {},
+     {"GCS_READ_CACHE_BLOCK_SIZE_MB": "16"}),
+    ("gs:train_dataset:block4", "train_dataset, GCS_READ_CACHE_BLOCK_SIZE_MB=4", "gs", "train_dataset", {},
+     {"GCS_READ_CACHE_BLOCK_SIZE_MB": "4"}),
+)
+TARGET_ROWS = ("local:train_dataset", "gs:train_dataset", "gs:mbfd")
+TARGET_REPEATS = 3
+
+
+def load_servers():
+    """``tests/_remote.py`` (the servers and :class:`RemoteStack`), loaded by path."""
+    name = "_remote"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, REPO / "tests" / "_remote.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def probe_link(stack, obj: str, *, repeats: int = 3) -> dict[str, float]:
+    """What one stream sees through the proxy, the way TensorFlow connects (CONNECT + TLS)."""
+    ctx = ssl.create_default_context(cafile=str(stack.certs["ca"]))
+    ttfbs, rates = [], []
+    for _ in range(repeats):
+        conn = http.client.HTTPSConnection("127.0.0.1", stack.proxy.port, context=ctx, timeout=120)
+        conn.set_tunnel("storage.googleapis.com", 443)
+        try:
+            t0 = time.perf_counter()
+            conn.request("GET", f"/{stack.bucket}/{obj}", headers={"Authorization": "Bearer x"})
+            resp = conn.getresponse()
+            first = resp.read(1)
+            t1 = time.perf_counter()
+            n = len(first) + len(resp.read())
+            t2 = time.perf_counter()
+        finally:
+            conn.close()
+        ttfbs.append(t1 - t0)
+        rates.append(n / max(t2 - t1, 1e-9) / 1e6)
+    ttfbs.sort()
+    rates.sort()
+    return {"ttfb_s": round(ttfbs[len(ttfbs) // 2], 3), "stream_mbps": round(rates[len(rates) // 2], 1),
+            "object_mb": round(n / 1e6, 2)}
+
+
+def run_table(dirs: dict[str, str], *, log, log_dir: Path, ttfb_ms: float = TTFB_MS, mbps: float = MBPS,
+              repeats: int = 1, tune: bool = False) -> dict[str, Any]:
+    """``dirs``: compression -> local recordprep output; measured on the first (gzip preferred)."""
+    from bench.measure import run_child
+
+    servers = load_servers()
+    comp = "gzip" if "gzip" in dirs else next(iter(dirs))
+    local_dir = Path(dirs[comp])
+    log_dir.mkdir(parents=True, exist_ok=True)
+    # The GCS stat cache keeps TensorFlow's defaults here (the tests set it to 0).
+    with servers.RemoteStack(workdir=log_dir / "remote-servers", gcs_stat_cache_max_age=None) as stack:
+        upload = [p for p in sorted(local_dir.iterdir()) if p.is_file() and not p.name.startswith("eval-")]
+        t0 = time.perf_counter()
+        bucket = stack.storage_client().bucket(stack.bucket)
+        for p in upload:
+            bucket.blob(f"bench/{comp}/{p.name}").upload_from_filename(str(p))
+        gs_dir = f"gs://{stack.bucket}/bench/{comp}"
+        shard_bytes = sum(p.stat().st_size for p in upload if p.name.startswith("train-"))
+        n_shards = sum(1 for p in upload if p.name.startswith("train-"))
+        log(f"remote: uploaded {len(upload)} files ({shard_bytes / 1e6:.1f} MB of train shards) to {gs_dir} "
+            f"in {time.perf_counter() - t0:.1f} s; emulating {ttfb_ms:g} ms to first byte, {mbps:g} MB/s per connection")
+        stack.set_latency(ttfb_ms, mbps)
+        first_shard = next(p.name for p in upload if p.name.startswith("train-"))
+        link = probe_link(stack, f"bench/{comp}/{first_shard}")
+        log(f"remote: one stream through the proxy: {link['ttfb_s']:.3f} s to first byte, "
+            f"{link['stream_mbps']:.1f} MB/s ({link['object_mb']:.1f} MB shard)")
+        env = {k: v for k, v in stack.env().items()}
+        plan = [(row, max(repeats, TARGET_REPEATS) if row[0] in TARGET_ROWS else repeats)
+                for row in BASE_ROWS + (TUNE_ROWS if tune else ())]
+        runs: dict[str, list[dict[str, Any]]] = {}
+        for rnd in range(max(n for _, n in plan)):
+            for (key, label, where, case, overrides, extra_env), n in plan:
+                if rnd >= n:
+                    continue
+                path = gs_dir if where == "gs" else str(local_dir)
+                row_env = {**env, **extra_env}
+                if overrides:
+                    row_env["RECORDPREP_BENCH_READ_OPTIONS"] = json.dumps(overrides)
+                log(f"remote: {label} [{where}] (run {rnd + 1}/{n})")
+                m = run_child("bench.reader_bench", ["--case", case, "--dir", path], log_dir=log_dir,
+                              timeout=900, env=row_env)
+                runs.setdefault(key, []).append({**m.to_json(), "label": label, "where": where, "case": case,
+                                                 "options": overrides, "env": extra_env, "compression": comp,
+                                                 "step_ms": 0.0})
+                if m.ok:
+                    r = m.result
+                    log(f"  -> {r['examples_per_s']:,.0f} examples/s, first batch {r['time_to_first_batch_s']:.2f} s, "
+                        f"{r['cpu_us_per_example']:.1f} CPU-us/example, peak RSS {m.peak_rss_mb:.0f} MB")
+                else:
+                    log(f"  -> FAILED: {m.error} (log: {m.log})")
+        stats = stack.proxy_stats()
+    from bench.reader_bench import BATCH, WARMUP_S, WINDOW_S, WINDOWS, _summarize
+
+    rows = {}
+    for key, rs in runs.items():
+        row = _summarize(rs)
+        row.update(where=rs[0]["where"], options=rs[0]["options"], env=rs[0]["env"])
+        rows[key] = row
+    return {"rows": rows, "compression": comp, "ttfb_ms": ttfb_ms, "mbps": mbps, "link": link,
+            "shards": n_shards, "shard_mb": round(shard_bytes / 1e6, 1), "proxy": stats["counts"],
+            "batch": BATCH, "warmup_s": WARMUP_S, "windows": {"count": WINDOWS, "seconds": WINDOW_S}}
+
+
+def _rate(rows: dict[str, Any], key: str) -> float | None:
+    r = rows.get(key)
+    return r.get("examples_per_s") if r and r.get("ok") else None
+
+
+def ratios(remote: dict[str, Any] | None) -> dict[str, float | None]:
+    rows = (remote or {}).get("rows", {})
+    gs, mbfd, local = _rate(rows, "gs:train_dataset"), _rate(rows, "gs:mbfd"), _rate(rows, "local:train_dataset")
+    return {"remote_vs_mbfd": gs / mbfd if gs and mbfd else None,
+            "remote_vs_local": gs / local if gs and local else None}
+
+
+def markdown(remote: dict[str, Any] | None) -> list[str]:
+    if not remote:
+        return ["_remote reader table not run_"]
+    rows = remote["rows"]
+    link = remote["link"]
+    lines = [
+        f"The train split's {remote['shards']} {remote['compression']} shards ({remote['shard_mb']} MB) in the local GCS "
+        f"emulator, read as `gs://` by TensorFlow's GCS file system through the latency proxy of `tests/_remote.py`: "
+        f"{remote['ttfb_ms']:g} ms before the first byte of every response, {remote['mbps']:g} MB/s per connection "
+        f"(measured on one stream: {link['ttfb_s']:.2f} s to first byte, {link['stream_mbps']:.1f} MB/s). Batch "
+        f"{remote['batch']}; examples/s = median of {remote['windows']['count']} windows after warm-up; the emulator "
+        "and the proxy run on the same cores as the reader.", "",
+        "| row | storage | examples/s | time to first batch (s) | CPU-µs / example | cores busy | peak RSS (MB) | runs |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows.values():
+        where = "local disk" if r["where"] == "local" else "gs:// (emulated)"
+        if not r["ok"]:
+            lines.append(f"| {r['label']} | {where} | FAILED: {r.get('error')} | | | | | {r['runs']} |")
+            continue
+        lines.append(f"| {r['label']} | {where} | {r['examples_per_s']:,.0f} | {r['time_to_first_batch_s']:.2f} | "
+                     f"{r['cpu_us_per_example']:.1f} | {r['cpu_cores_used']:.2f} | {r['peak_rss_mb']:,.0f} | {r['runs']} |")
+    q = ratios(remote)
+    vs_mbfd = "—" if q["remote_vs_mbfd"] is None else f"{q['remote_vs_mbfd']:.2f}x"
+    vs_local = "—" if q["remote_vs_local"] is None else f"{q['remote_vs_local']:.0%}"
+    lines += ["", "| ratio | measured | target |", "|---|---:|---:|",
+              f"| readers.train_dataset gs:// / make_batched_features_dataset gs:// | {vs_mbfd} | ≥ 4.00x |",
+              f"| readers.train_dataset gs:// / readers.train_dataset local | {vs_local} | ≥ 70% |"]
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    from bench import make_data
+
+    ap = argparse.ArgumentParser(description="remote reader table only (emulated gs://)")
+    ap.add_argument("--size", choices=sorted(make_data.SIZES), default="small")
+    ap.add_argument("--dir", help="an existing recordprep output to read (default: convert the bench dataset)")
+    ap.add_argument("--remote-ttfb-ms", type=float, default=TTFB_MS)
+    ap.add_argument("--remote-mbps", type=float, default=MBPS)
+    ap.add_argument("--remote-tune", action="store_true", help="also the one-knob tuning rows")
+    ap.add_argument("--repeats", type=int, default=1)
+    args = ap.parse_args(argv)
+    t0 = time.perf_counter()
+
+    def log(msg: str) -> None:
+        print(f"[{time.perf_counter() - t0:7.1f}s] {msg}", flush=True)
+
+    stamp = _dt.datetime.now(_dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+    log_dir = make_data.DATA_ROOT / "logs" / f"{stamp}-remote-{args.size}"
+    out = args.dir
+    if out is None:
+        manifest = make_data.ensure_dataset(args.size, log=log)
+        out = str(make_data.dataset_dir(args.size) / "out" / "remote_avro_gzip")
+        if not (Path(out) / "dataset_info.json").exists():
+            from pipelines.job import run_convert
+            from pipelines.options import ConvertOptions
+
+            log(f"converting {manifest['records']:,} records into {out}")
+            run_convert(ConvertOptions(inputs=(str(make_data.dataset_dir(args.size) / "avro" / "*.avro"),),
+                                       config=str(REPO / "bench" / "features.yaml"), output=out, overwrite=True))
+    remote = run_table({"gzip": out}, log=log, log_dir=log_dir, ttfb_ms=args.remote_ttfb_ms,
+                       mbps=args.remote_mbps, repeats=args.repeats, tune=args.remote_tune)
+    md = "\n".join(markdown(remote))
+    print()
+    print(md)
+    results = REPO / "bench" / "results"
+    results.mkdir(parents=True, exist_ok=True)
+    name = args.size if args.dir is None else "custom"
+    (results / f"{stamp}-remote-{name}.json").write_text(json.dumps(remote, indent=1, default=str) + "\n")
+    (results / f"latest-remote-{name}.md").write_text(f"# Remote reader table: `{args.dir or args.size}`\n\n{md}\n")
+    return 0 if all(r["ok"] for r in remote["rows"].values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
