@@ -354,6 +354,27 @@ def test_json_lines_bom_crlf_blank_lines_no_final_newline_big_ints(tmp_path):
     assert all(b.kind == "json" for b in batches)
 
 
+@pytest.mark.parametrize("text, long_int", [
+    (b'{"a": 1234567890123456789}', True),  # 19 digits: maybe beyond int64
+    (b'{"a": -98765432109876543210}', True),
+    (b'[12345678901234567890123]', True),
+    (b'1234567890123456789', True),
+    (b'{"a": 123456789012345678}', False),  # 18 digits: fits orjson's int64
+    (b'{"a": 0.000123456789012345678901}', False),  # a long fraction is not an integer
+    (b'{"a": 1.5e+1234567890123456789}', False),  # nor an exponent
+    (b'{"a": 1.25, "b": 12345678901234567890}', True),  # a later run still counts
+    (b'{"a": 0.1234567890123456789012, "b": 9999999999999999999}', True),
+])
+def test_long_integer_check_finds_integer_literals_of_19_digits(text, long_int):
+    import json
+
+    from convert.sources import _loads, _maybe_long_integer
+
+    assert _maybe_long_integer(text) is long_int
+    want = json.loads(text)  # the stdlib keeps big integers exact
+    assert _loads(text) == want and repr(_loads(text)) == repr(want)
+
+
 def test_json_lines_malformed_and_non_object_lines_go_to_bad_with_line_numbers(tmp_path):
     path = tmp_path / "data.jsonl"
     path.write_bytes(JSONL)
