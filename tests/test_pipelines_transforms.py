@@ -1,130 +1,145 @@
-"""pipelines.transforms: the analysis pass leaves each unit prepared for the
-convert pass (decode once); the output must not depend on which path ran."""
+"""bucketize, timestamp and cross through the real job, read back with
+TensorFlow, checked against values computed independently (numpy quantiles,
+datetime, blake2b)."""
 
 from __future__ import annotations
 
+import datetime as dt
+import hashlib
 import json
 
+import fastavro
 import numpy as np
 import pytest
-from _pipelines_data import make_records, write_dataset
 
-from convert.config import load_config
-from convert.vectorize import Preparer
+from convert.config import ConfigError, parse_config
 from pipelines.job import run_convert
 from pipelines.options import ConvertOptions
-from pipelines.plan import ByteRange, WorkUnit
-from pipelines.transforms import (
-    ANALYSIS_FILENAME,
-    PREPARED_KEY,
-    ConversionFailed,
-    _MergeAnalyzers,
-    _prepare_unit,
-    _PreparedWriter,
-    _read_prepared,
-)
 
 pytestmark = pytest.mark.slow
 
+SCHEMA = {"type": "record", "name": "E", "fields": [
+    {"name": "id", "type": "long"},
+    {"name": "ts", "type": ["null", {"type": "long", "logicalType": "timestamp-millis"}]},
+    {"name": "price", "type": ["null", "double"]},
+    {"name": "country", "type": "string"},
+    {"name": "device", "type": {"type": "record", "name": "D", "fields": [{"name": "os", "type": "string"}]}},
+    {"name": "y", "type": "int"},
+]}
 
-def _files(out) -> dict[str, bytes]:
-    return {p.relative_to(out).as_posix(): p.read_bytes() for p in sorted(out.rglob("*"))
-            if p.is_file() and (p.name.endswith((".tfrecord.gz", ".jsonl")) or p.parent.name == "vocab")}
-
-
-def test_prepared_units_and_preparing_in_the_convert_pass_give_identical_output(tmp_path):
-    paths = write_dataset(tmp_path / "d", make_records(200), bad_json_lines=True)
-    first, second = tmp_path / "first", tmp_path / "second"
-    opts = dict(inputs=(str(paths["json"]),), config=str(paths["config"]), num_shards=3, max_errors=2)
-    run_convert(ConvertOptions(output=str(first), **opts))
-    # --analysis-from: no analysis pass, so nothing prepared; the convert pass prepares itself
-    run_convert(ConvertOptions(output=str(second), analysis_from=str(first), **opts))
-    a, b = _files(first), _files(second)
-    assert any(k.startswith("errors/") for k in a) and sum(k.endswith(".gz") for k in a) == 6
-    assert a == b
-    assert not (first / ".recordprep-tmp").exists()
-    assert PREPARED_KEY not in json.loads((first / ANALYSIS_FILENAME).read_text())
-
-
-def test_prepared_file_round_trip_and_truncation(tmp_path):
-    paths = write_dataset(tmp_path / "d", make_records(400))
-    config = load_config(str(paths["config"]))
-    src = str(tmp_path / "d" / "part-0.avro")
-    opts = ConvertOptions(inputs=(src,), config=str(paths["config"]), output=str(tmp_path / "o"), batch_size=10)
-    unit = WorkUnit(0, (ByteRange(src, 0, None),))
-    items = list(_prepare_unit(unit, opts, Preparer(config)))
-    assert sum(i.read for i in items) == 200 and len(items) > 1
-    path = str(tmp_path / "prepared.bin")
-    with _PreparedWriter(path) as w:
-        for it in items:
-            w.write(it)
-    back = list(_read_prepared(path))
-    assert [(i.path, i.read, i.errors) for i in back] == [(i.path, i.read, i.errors) for i in items]
-    for x, y in zip(back, items, strict=True):
-        np.testing.assert_array_equal(x.split, y.split)
-        assert x.batch.rows == y.batch.rows and [p[:2] for p in x.batch.parts] == [p[:2] for p in y.batch.parts]
-    data = (tmp_path / "prepared.bin").read_bytes()
-    (tmp_path / "prepared.bin").write_bytes(data[:-3])
-    with pytest.raises(ConversionFailed, match="truncated"):
-        list(_read_prepared(path))
+CONFIG = """
+label: y
+features:
+  - {name: id, transform: identity}
+  - {name: ts, transform: timestamp, unit: ms, parts: [hour, day_of_week, month], missing_indicator: true}
+  - {name: price_bucket, source: price, transform: bucketize, num_buckets: 5}
+  - {name: country_x_os, transform: cross, sources: [country, device.os], buckets: 97}
+"""
 
 
-def test_merge_keeps_every_units_prepared_file_and_the_analysis():
-    paths_cfg = {"label": None, "features": [{"name": "x", "transform": "zscore"}]}
-    from convert.config import parse_config
-    from convert.vectorize import Analyzer
-
-    c = parse_config(paths_cfg)
-    fn = _MergeAnalyzers(c)
-    accs = []
-    for unit, xs in enumerate(([1.0, 2.0], [3.0], [])):
-        a = Analyzer(c)
-        a.add_records([{"x": x} for x in xs])
-        accs.append(fn.add_input(fn.create_accumulator(), (unit, a, f"p{unit}" if xs else None)))
-    out = fn.extract_output(fn.merge_accumulators(accs))
-    assert out[PREPARED_KEY] == {0: "p0", 1: "p1", 2: None}
-    assert out["stats"]["x"]["count"] == 3 and out["stats"]["x"]["mean"] == 2.0
-
-
-def test_gzip_writer_thread_writes_the_same_bytes_as_inline_gzip(tmp_path):
-    import gzip
-    import io
-    import threading
-
-    from pipelines.transforms import _Writer
-
-    chunks = [bytes([i % 251]) * (1000 + 7919 * i) for i in range(12)]
-    w = _Writer(str(tmp_path / "a.gz"), "GZIP", 6)
-    assert w._thread is not None
-    for c in chunks:
-        w.write(c, 2)
-    size = w.close()
-    inline = io.BytesIO()
-    with gzip.GzipFile(filename="", fileobj=inline, mode="wb", compresslevel=6, mtime=0) as g:
-        for c in chunks:
-            g.write(c)
-    assert (tmp_path / "a.gz").read_bytes() == inline.getvalue() and size == len(inline.getvalue())
-    assert w.records == 24 and not any(t.name.startswith("recordprep-writer") for t in threading.enumerate())
-
-    plain = _Writer(str(tmp_path / "b"), "NONE", 6)
-    assert plain._thread is None
-    plain.write(b"xy", 1)
-    assert plain.close() == 2
+def _records(n: int = 400) -> list[dict]:
+    rng = np.random.default_rng(5)
+    out = []
+    for i in range(n):
+        out.append({
+            "id": i,
+            # some far outside datetime's range (year 10000+), some before 1970, some null
+            "ts": None if i % 17 == 0 else int(rng.integers(-10**12, 3 * 10**14)) if i % 5 else int(rng.integers(1.6e12, 1.8e12)),
+            "price": None if i % 13 == 0 else float(np.round(rng.lognormal(3, 1), 2)),
+            "country": str(rng.choice(["US", "FR", "", "JP"])),
+            "device": {"os": str(rng.choice(["ios", "android"]))},
+            "y": i % 2,
+        })
+    return out
 
 
-def test_gzip_writer_thread_failure_surfaces_and_abort_stops_it(tmp_path):
-    from pipelines.transforms import _Writer
+def _read(out: str, split: str) -> dict[int, dict[str, np.ndarray]]:
+    import readers
 
-    w = _Writer(str(tmp_path / "a.gz"), "GZIP", 1)
+    rows = {}
+    for batch, label in readers.eval_dataset(f"{out}/{split}-*", batch_size=50).as_numpy_iterator():
+        for i in range(len(batch["id"])):
+            rows[int(batch["id"][i][0])] = {k: v[i] for k, v in batch.items()}
+    return rows
 
-    def boom(data):
-        raise OSError("disk full")
 
-    w.f.write = boom
-    w.write(b"x" * 10, 1)
-    with pytest.raises(OSError, match="disk full"):
-        for _ in range(100):  # the failure shows on a later write, or at close
-            w.write(b"x", 1)
-        w.close()
-    w.abort()
-    assert w._thread is None
+@pytest.fixture(scope="module")
+def converted(tmp_path_factory):
+    root = tmp_path_factory.mktemp("tx")
+    recs = _records()
+    with open(root / "e.avro", "wb") as f:
+        fastavro.writer(f, SCHEMA, recs, codec="deflate", sync_interval=2000)
+    (root / "features.yaml").write_text(CONFIG)
+    out = root / "out"
+    res = run_convert(ConvertOptions(inputs=(str(root / "e.avro"),), config=str(root / "features.yaml"),
+                                     output=str(out), num_shards=2))
+    return recs, root, str(out), res
+
+
+def test_timestamps_are_exact_seconds_and_utc_parts(converted):
+    recs, _, out, _ = converted
+    rows = {**_read(out, "train"), **_read(out, "eval")}
+    assert len(rows) == len(recs)
+    for r in recs:
+        got = rows[r["id"]]
+        if r["ts"] is None:
+            assert got["ts_missing"][0] == 1 and got["ts"][0] == 0 and got["ts_hour"][0] == 0
+            continue
+        secs = r["ts"] // 1000
+        assert got["ts"][0] == secs and got["ts_missing"][0] == 0
+        days, rem = divmod(secs, 86400)
+        assert got["ts_hour"][0] == rem // 3600
+        assert got["ts_day_of_week"][0] == (days + 3) % 7
+        if -62_135_596_800 <= secs <= 253_402_300_799:  # where datetime can check the month
+            assert got["ts_month"][0] == (dt.datetime(1970, 1, 1) + dt.timedelta(seconds=secs)).month
+
+
+def test_bucketize_uses_training_quantiles_only(converted):
+    recs, _, out, res = converted
+    info = json.loads(open(f"{out}/dataset_info.json").read())
+    spec = next(f for f in info["features"] if f["name"] == "price_bucket")
+    train = _read(out, "train")
+    train_prices = np.array([r["price"] for r in recs if r["id"] in train and r["price"] is not None])
+    expected = sorted(set(np.quantile(train_prices, [0.2, 0.4, 0.6, 0.8], method="inverted_cdf").tolist()))
+    assert spec["params"]["boundaries"] == expected
+    assert spec["dtype"] == "int64" and spec["params"]["vocab_size"] == len(expected) + 2
+    rows = {**train, **_read(out, "eval")}
+    for r in recs:
+        want = 0 if r["price"] is None else 1 + int(np.searchsorted(expected, r["price"], side="right"))
+        assert rows[r["id"]]["price_bucket"][0] == want
+
+
+def test_cross_ids_are_stable_hashes_of_the_joined_terms(converted):
+    recs, _, out, _ = converted
+    rows = {**_read(out, "train"), **_read(out, "eval")}
+    for r in recs:
+        key = f"{r['country']}\x1f{r['device']['os']}".encode()
+        want = int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "little") % 97 + 1
+        assert rows[r["id"]]["country_x_os"][0] == want
+
+
+def test_analysis_from_reuses_boundaries(converted, tmp_path):
+    recs, root, out, _ = converted
+    with open(tmp_path / "shifted.avro", "wb") as f:
+        fastavro.writer(f, SCHEMA, [{**r, "price": None if r["price"] is None else r["price"] * 10} for r in recs])
+    res = run_convert(ConvertOptions(inputs=(str(tmp_path / "shifted.avro"),), config=str(root / "features.yaml"),
+                                     output=str(tmp_path / "o2"), num_shards=1, analysis_from=out))
+    a = json.loads(open(f"{out}/analysis.json").read())
+    b = json.loads(open(tmp_path / "o2" / "analysis.json").read())
+    assert a["stats"]["price_bucket"]["boundaries"] == b["stats"]["price_bucket"]["boundaries"]
+    assert res.info["counts"]["read"] == len(recs)
+
+
+@pytest.mark.parametrize("feature, message", [
+    ({"name": "t", "transform": "timestamp", "unit": "minutes"}, "'unit' must be one of"),
+    ({"name": "t", "transform": "timestamp", "parts": ["week"]}, "'parts' must be a list"),
+    ({"name": "b", "transform": "bucketize", "num_buckets": 1}, "'num_buckets' must be an integer >= 2"),
+    ({"name": "b", "transform": "bucketize", "fill": 3}, "does not take 'fill'"),
+    ({"name": "c", "transform": "cross", "sources": ["a"], "buckets": 9}, "two or more"),
+    ({"name": "c", "transform": "cross", "sources": ["a", "b"]}, "needs 'buckets"),
+    ({"name": "z", "transform": "zscore", "unit": "ms"}, "'unit' applies to transform timestamp"),
+])
+def test_config_errors_name_the_feature_and_the_fix(feature, message):
+    with pytest.raises(ConfigError, match=message) as e:
+        parse_config({"features": [feature]})
+    assert repr(feature["name"]) in str(e.value)
