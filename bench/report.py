@@ -20,6 +20,10 @@ TARGETS = {
     "reader_vs_mbfd_none": ("readers / make_batched_features_dataset (uncompressed)", ">=", 2.0, "x", None),
     "reader_ttfb_gzip": ("readers time to first batch (gzip shards)", "<=", 0.5, "s", None),
     "reader_ttfb_none": ("readers time to first batch (uncompressed)", "<=", 0.5, "s", None),
+    "remote_vs_mbfd_gzip": ("gs:// (emulated): readers / make_batched_features_dataset (gzip)", ">=", 4.0, "x", None),
+    "remote_vs_mbfd_none": ("gs:// (emulated): readers / make_batched_features_dataset (uncompressed)", ">=", 4.0, "x", None),
+    "remote_vs_local_gzip": ("gs:// (emulated): readers / readers on local disk (gzip)", ">=", 0.7, "x", None),
+    "remote_vs_local_none": ("gs:// (emulated): readers / readers on local disk (uncompressed)", ">=", 0.7, "x", None),
 }
 
 
@@ -57,6 +61,12 @@ def evaluate_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
         "reader_ttfb_gzip": _row_get(rd, "train_dataset:gzip", "time_to_first_batch_s"),
         "reader_ttfb_none": _row_get(rd, "train_dataset:none", "time_to_first_batch_s"),
     }
+    from bench import remote as _remote_table
+
+    for comp in ("gzip", "none"):
+        q = _remote_table.ratios(results.get("remote"), comp)
+        values[f"remote_vs_mbfd_{comp}"] = q["remote_vs_mbfd"]
+        values[f"remote_vs_local_{comp}"] = q["remote_vs_local"]
     out = []
     for key, (desc, op, thr, unit, sizes) in TARGETS.items():
         v = values[key]
@@ -241,6 +251,10 @@ def markdown(results: dict[str, Any]) -> str:
     if results.get("scaling"):
         lines += ["## Scaling (recordprep AVRO -> gzip)", "", *scaling_md(results), ""]
     lines += ["## Readers", "", *readers_md(results), ""]
+    if results.get("remote"):
+        from bench import remote as _remote_table
+
+        lines += ["## Readers on emulated remote storage (gs://)", "", *_remote_table.markdown(results["remote"]), ""]
     if results.get("notes"):
         lines += ["## Notes", "", *[f"- {n}" for n in results["notes"]], ""]
     return "\n".join(lines)

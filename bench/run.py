@@ -27,7 +27,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from bench import convert_bench, make_data, reader_bench, report
+from bench import convert_bench, make_data, reader_bench, remote, report
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -76,6 +76,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--step-ms", type=float, default=5.0, help="simulated training step per batch (0: skip those rows)")
     ap.add_argument("--skip-naive", action="store_true", help="leave the naive Beam pipeline out")
     ap.add_argument("--skip-readers", action="store_true", help="leave the reader table out")
+    ap.add_argument("--skip-remote", action="store_true",
+                    help="leave the remote reader table (emulated gs://, bench/remote.py) out")
+    ap.add_argument("--remote-ttfb-ms", type=float, default=remote.TTFB_MS,
+                    help="emulated time to first byte of every gs:// response")
+    ap.add_argument("--remote-mbps", type=float, default=remote.MBPS, help="emulated MB/s per gs:// connection")
+    ap.add_argument("--remote-tune", action="store_true",
+                    help="add the one-knob tuning rows (cycle length, buffers, GCS block size) to the remote table")
     args = ap.parse_args(argv)
 
     started = _dt.datetime.now(_dt.UTC)
@@ -111,6 +118,14 @@ def main(argv: list[str] | None = None) -> int:
                                                         log_dir=log_dir, step_ms=args.step_ms, repeats=args.repeats)
         else:
             results["notes"].append("reader table skipped: no recordprep output to read (conversions failed)")
+        if dirs and not args.skip_remote:
+            try:
+                results["remote"] = remote.run_table(dirs, log=log, log_dir=log_dir, ttfb_ms=args.remote_ttfb_ms,
+                                                     mbps=args.remote_mbps, repeats=args.repeats,
+                                                     tune=args.remote_tune)
+            except Exception as e:  # servers missing or broken: the other tables still count
+                results["notes"].append(f"remote reader table failed: {type(e).__name__}: {e}")
+                log(f"remote reader table FAILED: {e}")
 
     if args.size == "large" or args.scaling:
         known = {}
@@ -122,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     results["machine"]["loadavg_end"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
     results["elapsed_s"] = round(time.perf_counter() - t0, 1)
     results["targets"] = report.evaluate_targets(results)
-    others = [run["others_cores"] for table in ("conversion", "readers")
+    others = [run["others_cores"] for table in ("conversion", "readers", "remote")
               for row in (results.get(table) or {}).get("rows", {}).values() for run in row.get("raw", [])]
     if others:
         results["machine"]["others_cores"] = {"median": sorted(others)[len(others) // 2], "max": max(others)}
@@ -142,7 +157,8 @@ def main(argv: list[str] | None = None) -> int:
     print(md)
     log(f"done in {results['elapsed_s']:.0f} s: {raw_path.relative_to(RESULTS.parent.parent)}, "
         f"bench/results/latest-{args.size}.md")
-    failed = [k for k, r in {**conv["rows"], **(results.get("readers") or {}).get("rows", {})}.items() if not r.get("ok")]
+    failed = [k for k, r in {**conv["rows"], **(results.get("readers") or {}).get("rows", {}),
+                             **(results.get("remote") or {}).get("rows", {})}.items() if not r.get("ok")]
     if failed:
         log(f"rows that failed: {', '.join(failed)} (see their logs under {log_dir})")
     return 1 if failed else 0
