@@ -54,4 +54,7 @@ def check_accounting(out: Path, splits=("train", "eval")) -> dict:
 
 
 def error_rows(out: Path) -> list[dict]:
-    return [json.loads(line) for p in sorted((Path(out) / "errors").glob("*.jsonl")) for line in p.read_text().splitlines()]
+    """Rows of the error output. JSON Lines end at "\n" only: str.splitlines() would also split inside
+    strings holding U+0085 or U+2028, which the converter writes unescaped (valid JSON)."""
+    return [json.loads(line) for p in sorted((Path(out) / "errors").glob("*.jsonl"))
+            for line in p.read_text(encoding="utf-8").split("\n") if line]

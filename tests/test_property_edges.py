@@ -264,3 +264,16 @@ def test_zero_weight_split_is_empty_and_first_split_analyzed(tmp_path):
     counts = check_accounting(out)
     assert counts["written"] == {"train": 20, "eval": 0}
     assert "split 'eval' is empty" in r.output
+
+
+def test_damaged_gzip_input_fails_naming_the_file(tmp_path):
+    """Found by the property tests: a JSON file starting with gzip's magic bytes but holding no gzip stream."""
+    import gzip
+
+    inp = tmp_path / "in.jsonl.gz"
+    data = gzip.compress(b"".join(b'{"x": %d}\n' % (i * 7919 % 100003) for i in range(5000)))
+    inp.write_bytes(data[: len(data) // 2])  # cut inside the deflate stream
+    cfg = _cfg(tmp_path / "c.yaml", ["{name: x, transform: identity}"])
+    r, out = _convert(tmp_path, inp, cfg, "--max-error-fraction", "1")
+    assert r.exit_code == 1 and f"cannot read input {inp}" in r.output and "gzip" in r.output, r.output
+    assert not (out / "dataset_info.json").exists()
