@@ -28,9 +28,11 @@ from typing import Any
 
 import yaml
 
-NUMERIC_TRANSFORMS = ("identity", "zscore", "minmax", "log1p", "clip")
+NUMERIC_TRANSFORMS = ("identity", "zscore", "minmax", "log1p", "clip", "bucketize")
 CATEGORICAL_TRANSFORMS = ("vocabulary", "hash")
-TRANSFORMS = NUMERIC_TRANSFORMS + CATEGORICAL_TRANSFORMS + ("text", "bytes")
+TRANSFORMS = NUMERIC_TRANSFORMS + CATEGORICAL_TRANSFORMS + ("text", "bytes", "timestamp", "cross")
+TIMESTAMP_UNITS = ("s", "ms", "us", "ns", "days")
+TIMESTAMP_PARTS = ("hour", "day_of_week", "month")
 NAN_POLICIES = ("error", "fill", "keep")
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-/]*$")
 
@@ -63,6 +65,11 @@ class FeatureConfig:
       max_len: multi-valued inputs (arrays, text tokens): pad/truncate to this
         many values and write ``{name}_len``. ``None`` means scalar.
       lowercase: ``text``: lower-case before tokenizing.
+      num_buckets: ``bucketize``: buckets cut at training-split quantiles.
+      unit: ``timestamp``: unit of epoch numbers (``s, ms, us, ns, days``;
+        Avro timestamp-millis is ``ms``, date is ``days``).
+      parts: ``timestamp``: calendar parts to add (``hour``, ``day_of_week``, ``month``).
+      sources: ``cross``: the fields (dotted paths) crossed together.
     """
 
     name: str
@@ -79,6 +86,10 @@ class FeatureConfig:
     buckets: int | None = None
     max_len: int | None = None
     lowercase: bool = True
+    num_buckets: int | None = None
+    unit: str | None = None
+    parts: tuple[str, ...] | None = None
+    sources: tuple[str, ...] | None = None
 
     @property
     def is_numeric(self) -> bool:
@@ -91,7 +102,7 @@ class FeatureConfig:
     @property
     def needs_stats(self) -> bool:
         return self.is_numeric and (
-            self.transform in ("zscore", "minmax") or self.fill == "mean"
+            self.transform in ("zscore", "minmax", "bucketize") or self.fill == "mean"
         )
 
     @property
@@ -132,6 +143,7 @@ class Config:
                 names.append(f"{f.name}_len")
             if f.missing_indicator:
                 names.append(f"{f.name}_missing")
+            names.extend(f"{f.name}_{p}" for p in f.parts or ())
         if self.label:
             names.append(self.label.name)
         return names
@@ -174,6 +186,37 @@ def _parse_feature(i: int, raw: Any, src: str) -> FeatureConfig:
     for key, lo in (("top_k", 1), ("min_frequency", 1), ("num_oov_buckets", 1), ("buckets", 1), ("max_len", 1)):
         _int(key, lo)
     numeric = transform in NUMERIC_TRANSFORMS
+    _int("num_buckets", 2)
+    own = {"num_buckets": ("bucketize",), "unit": ("timestamp",), "parts": ("timestamp",), "sources": ("cross",)}
+    for key, allowed in own.items():
+        if key in kw and transform not in allowed:
+            raise _fail(where, f"{key!r} applies to transform {' / '.join(allowed)}, not {transform!r}")
+    if transform == "bucketize":
+        kw.setdefault("num_buckets", 10)
+        for key in ("fill", "max_len"):
+            if key in kw:
+                raise _fail(where, f"'bucketize' does not take {key!r}: a missing value gets id 0, values ids 1..num_buckets")
+    if transform == "timestamp":
+        unit = kw.setdefault("unit", "ms")
+        if unit not in TIMESTAMP_UNITS:
+            raise _fail(where, f"'unit' must be one of {', '.join(TIMESTAMP_UNITS)} (the epoch unit of numeric inputs), found {unit!r}")
+        parts = kw.get("parts", [])
+        if isinstance(parts, str):
+            parts = [parts]
+        if not isinstance(parts, list | tuple) or any(p not in TIMESTAMP_PARTS for p in parts) or len(set(parts)) != len(parts):
+            raise _fail(where, f"'parts' must be a list of distinct {', '.join(TIMESTAMP_PARTS)}, found {kw.get('parts')!r}")
+        kw["parts"] = tuple(parts)
+        if kw.get("max_len"):
+            raise _fail(where, "'timestamp' takes one value per record; remove 'max_len'")
+    if transform == "cross":
+        srcs = kw.get("sources")
+        if not isinstance(srcs, list | tuple) or len(srcs) < 2 or not all(isinstance(x, str) and x for x in srcs):
+            raise _fail(where, f"transform 'cross' needs 'sources: [field_a, field_b, ...]' (two or more dotted paths), found {srcs!r}")
+        kw["sources"] = tuple(srcs)
+        if not kw.get("buckets"):
+            raise _fail(where, "transform 'cross' needs 'buckets: N' (number of hash buckets for the combinations)")
+        if kw.get("max_len"):
+            raise _fail(where, "'cross' combines single values; remove 'max_len'")
     if "fill" in kw and not numeric:
         raise _fail(where, f"'fill' applies to numeric transforms ({', '.join(NUMERIC_TRANSFORMS)}), not {transform!r}")
     if numeric:
@@ -204,8 +247,8 @@ def _parse_feature(i: int, raw: Any, src: str) -> FeatureConfig:
         raise _fail(where, "transform 'bytes' stores one value per record; remove 'max_len'")
     if kw.get("max_len") and numeric and transform not in ("identity", "clip", "log1p"):
         raise _fail(where, f"numeric lists support identity, clip and log1p (per element), not {transform!r}")
-    if kw.get("missing_indicator") and not numeric:
-        raise _fail(where, "'missing_indicator' applies to numeric transforms; categorical features map null to id 0 already")
+    if kw.get("missing_indicator") and not (numeric or transform == "timestamp"):
+        raise _fail(where, "'missing_indicator' applies to numeric and timestamp transforms; categorical features map null to id 0 already")
     return FeatureConfig(**kw)
 
 

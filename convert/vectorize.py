@@ -30,9 +30,12 @@ from typing import Any
 import numpy as np
 
 from convert.config import Config, FeatureConfig, LabelConfig
+from convert.derive import cross_ids, epoch_seconds, timestamp_parts
+from convert.quantiles import QuantileSketch
 from convert.spec import FeatureSpec
 
 _TOKEN_RE = re.compile(r"\w+", re.UNICODE)
+_TOKEN_OR_NUL_RE = re.compile(r"\w+|\x00", re.UNICODE)
 _F32_MAX = float(np.finfo(np.float32).max)
 
 
@@ -106,11 +109,16 @@ class NumericStats:
     min: float = math.inf
     max: float = -math.inf
     missing: int = 0
+    #: ``bucketize`` features also sketch quantiles; merged in the same
+    #: (unit) order as the moments, so boundaries are reproducible.
+    sketch: QuantileSketch | None = None
 
     def add(self, x: np.ndarray, missing: int) -> None:
         self.missing += missing
         if x.size == 0:
             return
+        if self.sketch is not None:
+            self.sketch.add(x)
         other = NumericStats(int(x.size), float(x.mean()), float(((x - x.mean()) ** 2).sum()),
                              float(x.min()), float(x.max()))
         self.merge(other)
@@ -118,6 +126,8 @@ class NumericStats:
     def merge(self, o: NumericStats) -> None:
         """Chan et al. parallel variance: exact-enough and order-insensitive."""
         self.missing += o.missing
+        if self.sketch is not None and o.sketch is not None:
+            self.sketch.merge(o.sketch)
         if o.count == 0:
             return
         n = self.count + o.count
@@ -158,7 +168,10 @@ class Analyzer:
     def __init__(self, config: Config):
         self.config = config
         self.counts: dict[str, Counter] = {f.name: Counter() for f in config.features if f.needs_vocabulary}
-        self.numeric: dict[str, NumericStats] = {f.name: NumericStats() for f in config.features if f.needs_stats}
+        self.numeric: dict[str, NumericStats] = {
+            f.name: NumericStats(sketch=QuantileSketch() if f.transform == "bucketize" else None)
+            for f in config.features if f.needs_stats
+        }
         self._get = {f.name: getter(f.source) for f in config.features}
 
     # Accumulators travel between Beam workers: pickle the counts, not the getters.
@@ -252,7 +265,11 @@ class Analyzer:
             if f.top_k:
                 items = items[: f.top_k]
             vocabs[name] = [t for t, _ in items]
-        return Analysis(vocabularies=vocabs, stats={k: s.to_json() for k, s in self.numeric.items()})
+        stats = {k: s.to_json() for k, s in self.numeric.items()}
+        for k, s in self.numeric.items():
+            if s.sketch is not None:
+                stats[k]["boundaries"] = s.sketch.boundaries(by_name[k].num_buckets or 10)
+        return Analysis(vocabularies=vocabs, stats=stats)
 
 
 # --------------------------------------------------------------- vectorize
@@ -340,6 +357,7 @@ class Preparer:
     def __init__(self, config: Config):
         self.config = config
         self._keys = {f.name: f.source.split(".") for f in config.features}
+        self._cross_keys = {f.name: [s.split(".") for s in f.sources or ()] for f in config.features}
         self._get = {f.name: getter(f.source) for f in config.features}
         self._label_keys = config.label.source.split(".") if config.label else None
 
@@ -381,6 +399,10 @@ class Preparer:
                 parts.append((f.name, "cols", _bytes(f, values, bad)))
             elif f.transform == "hash":
                 parts.append((f.name, "cols", self._hash(f, values, bad)))
+            elif f.transform == "timestamp":
+                parts.append((f.name, "cols", _timestamp(f, values, bad)))
+            elif f.transform == "cross":
+                parts.append((f.name, "cols", self._cross(f, records, all_dicts, bad)))
             else:
                 parts.append((f.name, "vocab", self._terms(f, values, bad, extras)))
         if self._label_keys is not None:
@@ -487,6 +509,21 @@ class Preparer:
             return "num", prepared
         return "cols", _numeric_finish(f, prepared, {})  # nothing left to learn: finish now
 
+    # -- crosses: final ids here (no analysis)
+    def _cross(self, f: FeatureConfig, records: Sequence[Any], all_dicts: bool,
+               bad: dict[int, Rejection]) -> dict[str, tuple[str, Any]]:
+        assert f.sources and f.buckets
+        parts: list[list[str | None]] = []
+        for src, keys in zip(f.sources, self._cross_keys[f.name], strict=True):
+            col: list[str | None] = []
+            for i, v in enumerate(self._extract(records, keys, all_dicts)):
+                if isinstance(v, dict | list):
+                    bad.setdefault(i, Rejection(i, src, f"cross needs single values, found {type(v).__name__} {_short(v)}; cross scalar fields only"))
+                    v = None
+                col.append(None if v is None else term(v))
+            parts.append(col)
+        return {f.name: ("int64", cross_ids(parts, f.buckets).reshape(-1, 1))}
+
     # -- hashed categoricals: final ids here (no analysis)
     def _hash(self, f: FeatureConfig, values: list[Any], bad: dict[int, Rejection]) -> dict[str, tuple[str, Any]]:
         b = len(values)
@@ -535,21 +572,34 @@ class Preparer:
         n = f.max_len or 1
         index: dict[Any, int] = {}
         if f.transform == "text":
-            findall = _TOKEN_RE.findall
             lower = f.lowercase
-            flat: list[str] = []
-            counts = [0] * b
-            for i, v in enumerate(values):
-                if v is None:
-                    continue
-                if not isinstance(v, str):
-                    bad.setdefault(i, Rejection(i, f.source, f"expected text (a string), found {type(v).__name__} {_short(v)}"))
-                    continue
-                toks = findall(v.lower() if lower else v)
-                counts[i] = len(toks)
-                flat += toks
-            fcodes = np.array([index.setdefault(t, len(index)) for t in flat], dtype=np.int32)
-            counts_a = np.array(counts, dtype=np.int64)
+            joined = "\x00".join([v or "" for v in values]) if set(map(type, values)) <= {str, _NONE} else None
+            if joined is not None and joined.count("\x00") == b - 1:
+                # The whole column at once: one lower(), one findall, NUL
+                # between rows (not \w, not cased: tokens and lowercasing,
+                # final sigma included, are those of each row alone).
+                index["\x00"] = -1
+                fcodes = np.array([index.setdefault(t, len(index) - 1)
+                                   for t in _TOKEN_OR_NUL_RE.findall(joined.lower() if lower else joined)], dtype=np.int32)
+                sep = fcodes < 0
+                counts_a = np.bincount(np.cumsum(sep)[~sep], minlength=b).astype(np.int64)
+                fcodes = fcodes[~sep]
+                del index["\x00"]
+            else:
+                findall = _TOKEN_RE.findall
+                flat: list[str] = []
+                counts = [0] * b
+                for i, v in enumerate(values):
+                    if v is None:
+                        continue
+                    if not isinstance(v, str):
+                        bad.setdefault(i, Rejection(i, f.source, f"expected text (a string), found {type(v).__name__} {_short(v)}"))
+                        continue
+                    toks = findall(v.lower() if lower else v)
+                    counts[i] = len(toks)
+                    flat += toks
+                fcodes = np.array([index.setdefault(t, len(index)) for t in flat], dtype=np.int32)
+                counts_a = np.array(counts, dtype=np.int64)
             codes, lens = _gather(fcodes, counts_a, n)
             terms = list(index)
             if extras is not None:
@@ -606,6 +656,14 @@ def _numeric_finish(f: FeatureConfig, prepared: tuple, stats: dict[str, Any]) ->
     """Fill, scale and cast a prepared numeric feature (``stats``: its training statistics)."""
     out, present, lens, missing_row = prepared
     b, n = out.shape
+    if f.transform == "bucketize":
+        # 0 = missing (or NaN with on_nan: fill), 1..B = buckets at the training quantiles.
+        bounds = np.asarray(stats.get("boundaries") or [], dtype=np.float64)
+        ids = np.where(present, 1 + np.searchsorted(bounds, out, side="right"), 0).astype(np.int64)
+        cols_b: dict[str, tuple[str, Any]] = {f.name: ("int64", ids.reshape(b, n))}
+        if f.missing_indicator:
+            cols_b[f"{f.name}_missing"] = ("int64", missing_row.astype(np.int64).reshape(b, 1))
+        return cols_b
     fill = stats.get("mean") if f.fill == "mean" else f.fill
     fill = 0.0 if fill is None else float(fill)
     if f.multi_valued:
@@ -632,6 +690,19 @@ def _numeric_finish(f: FeatureConfig, prepared: tuple, stats: dict[str, Any]) ->
         cols[f"{f.name}_len"] = ("int64", lens.reshape(b, 1))
     if f.missing_indicator:
         cols[f"{f.name}_missing"] = ("int64", missing_row.astype(np.int64).reshape(b, 1))
+    return cols
+
+
+def _timestamp(f: FeatureConfig, values: list[Any], bad: dict[int, Rejection]) -> dict[str, tuple[str, Any]]:
+    secs, present, rejected = epoch_seconds(values, f.unit or "ms")
+    for i, reason in rejected.items():
+        bad.setdefault(i, Rejection(i, f.source, reason))
+    b = len(values)
+    cols: dict[str, tuple[str, Any]] = {f.name: ("int64", secs.reshape(b, 1))}
+    for part, col in timestamp_parts(secs, f.parts or ()).items():
+        cols[f"{f.name}_{part}"] = ("int64", np.where(present, col, 0).reshape(b, 1))
+    if f.missing_indicator:
+        cols[f"{f.name}_missing"] = ("int64", (~present).astype(np.int64).reshape(b, 1))
     return cols
 
 
@@ -719,11 +790,24 @@ class Vectorizer:
                 params["vocabulary_file"] = f"vocab/{f.name}.txt"
                 params["pad_id"] = 0
                 params["oov_ids"] = list(range(1, 1 + f.num_oov_buckets))
-            if f.transform == "hash":
+            if f.transform in ("hash", "cross"):
                 params["vocab_size"] = f.buckets + 1
                 params["pad_id"] = 0
+            if f.transform == "bucketize":
+                bounds = (params.get("stats") or {}).get("boundaries") or []
+                params.update(boundaries=bounds, vocab_size=len(bounds) + 2, pad_id=0)
+            if not f.parts:
+                params.pop("parts", None)
             n = f.max_len or 1
-            if f.is_numeric:
+            if f.transform == "timestamp":
+                specs.append(FeatureSpec(f.name, "int64", (1,), 0, f.source, "timestamp", params))
+                for part in f.parts or ():
+                    size = {"hour": 24, "day_of_week": 7, "month": 13}[part]
+                    specs.append(FeatureSpec(f"{f.name}_{part}", "int64", (1,), 0, f.source, f"timestamp_{part}",
+                                             {"of": f.name, "vocab_size": size}, role="aux"))
+            elif f.transform == "bucketize":
+                specs.append(FeatureSpec(f.name, "int64", (1,), 0, f.source, "bucketize", params))
+            elif f.is_numeric:
                 specs.append(FeatureSpec(f.name, "float32", (n,), 0.0, f.source, f.transform, params))
             elif f.transform == "bytes":
                 specs.append(FeatureSpec(f.name, "string", (1,), "", f.source, "bytes", params))
