@@ -33,7 +33,7 @@ class UnitProgress:
         self.records = 0
         self.bytes = 0
         self._every = every
-        self._last = 0.0
+        self._last = time.monotonic()
 
     def add(self, records: int, nbytes: int = 0) -> None:
         self.records += records
