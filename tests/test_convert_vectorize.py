@@ -12,6 +12,7 @@ import os
 import pickle
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -679,3 +680,25 @@ def test_hash_in_bulk_equals_stable_hash():
     ints = [0, -5, 2**63 - 1, 12345678901]
     vb, _ = run(c, [{"h": v} for v in ints])
     assert col(vb, "h")[:, 0].tolist() == [1 + stable_hash(str(v)) % 1000 for v in ints]
+
+
+def test_text_column_at_once_tokenizes_each_row_as_alone():
+    """Texts are lowercased and tokenized as one string per batch (NUL between
+    rows); every row must get exactly the tokens of ``tokenize(row)``."""
+    texts = ["\u039f\u0394\u039f\u03a3", "\u03a3", "\u0391\u03a3'", "'\u03a3\u03b1 x", "\u0130stanbul", "stra\u00dfe \ufb01",
+             "", None, "a\u0301\u03a3", "A b  C", "x\x00y"]  # final sigma, case-ignorables, İ, a NUL inside a text
+    c = cfg({"name": "t", "transform": "text", "max_len": 6, "top_k": 100})
+    recs = [{"t": t} for t in texts]
+    vb, analysis = run(c, recs)
+    want = Counter(tok for t in texts if t is not None for tok in tokenize(t))
+    assert analysis.vocabularies["t"] == sorted(want, key=lambda t: (-want[t], t))
+    vec = Vectorizer(c, analysis)
+    for i, t in enumerate(texts):
+        alone = vec.vectorize([{"t": t}])
+        np.testing.assert_array_equal(col(vb, "t")[i], col(alone, "t")[0], err_msg=repr(t))
+    no_nul = [{"t": t} for t in texts if t != "x\x00y"]  # the one-string path (no NUL in any text)
+    whole = vec.vectorize(no_nul)
+    for i, r in enumerate(no_nul):
+        np.testing.assert_array_equal(col(whole, "t")[i], col(vec.vectorize([r]), "t")[0])
+        ids = [vec._vocab_ids["t"][tok] for tok in tokenize(r["t"] or "")][:6]
+        assert col(whole, "t")[i, : len(ids)].tolist() == ids
