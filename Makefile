@@ -40,5 +40,13 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m bench.run --size $(SIZE)
 
+## Fuzz the record -> features -> Example path (hypothesis) for a while:
+## make fuzz [FUZZ_SECONDS=300] [FUZZ_EXAMPLES=300] [FUZZ_ARGS="--target avro-bytes --seed 1"]
+FUZZ_SECONDS  ?= 300
+FUZZ_EXAMPLES ?= 300
+FUZZ_ARGS     ?=
+fuzz: $(STAMP)
+	$(BIN)/python tests/fuzz_records.py --seconds $(FUZZ_SECONDS) --examples-per-round $(FUZZ_EXAMPLES) $(FUZZ_ARGS)
+
 clean:
 	rm -rf $(VENV) demo-out .pytest_cache

@@ -36,6 +36,11 @@ _SYNC_SIZE = 16
 #: Avro blocks claiming more than this are rejected before allocation (guards
 #: against corrupt headers asking for gigabytes).
 MAX_AVRO_BLOCK_BYTES = 256 * 1024 * 1024
+#: A block claiming more records than it has (decompressed) bytes holds records
+#: that encode to zero bytes (no fields, only nulls); more of those than this
+#: in one block is taken for a corrupt count (it would decode into an
+#: unbounded list of empty records).
+MAX_AVRO_EMPTY_RECORDS = 1 << 20
 
 
 class InputFileError(ValueError):
@@ -216,6 +221,10 @@ def iter_avro(f: IO[bytes], path: str, start: int = 0, end: int | None = None,
         except Exception as e:
             what = "truncated Avro block (the file ends inside it)" if isinstance(e, EOFError) else "corrupt Avro block"
             error, cause = InputFileError(path, f"{what} ({type(e).__name__}: {e})", next_block), e
+            break
+        nbytes = len(block.bytes_.getbuffer()) if hasattr(block.bytes_, "getbuffer") else len(block.bytes_)
+        if block.num_records > max(nbytes, MAX_AVRO_EMPTY_RECORDS):
+            error = InputFileError(path, f"Avro block claims {block.num_records} records in {nbytes} bytes; the file is corrupt", block.offset)
             break
         recs = []
         try:

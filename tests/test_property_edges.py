@@ -277,3 +277,22 @@ def test_damaged_gzip_input_fails_naming_the_file(tmp_path):
     r, out = _convert(tmp_path, inp, cfg, "--max-error-fraction", "1")
     assert r.exit_code == 1 and f"cannot read input {inp}" in r.output and "gzip" in r.output, r.output
     assert not (out / "dataset_info.json").exists()
+
+
+def test_block_claiming_huge_count_of_empty_records_is_refused(tmp_path):
+    """Records with no fields encode to 0 bytes: a corrupt count of 2**40 would decode into an endless list."""
+    import io
+
+    buf = io.BytesIO()
+    fastavro.writer(buf, {"type": "record", "name": "Empty", "fields": []}, [{}, {}, {}], codec="null")
+    data = buf.getvalue()
+    block = next(iter(fastavro.block_reader(io.BytesIO(data))))
+    assert data[block.offset] == _varint(3)[0]
+    path = tmp_path / "bomb.avro"
+    path.write_bytes(data[: block.offset] + _varint(2**40) + data[block.offset + 1:])
+    cfg = _cfg(tmp_path / "c.yaml", ["{name: x, transform: identity}"])
+    r, out = _convert(tmp_path, path, cfg, "--max-error-fraction", "1")
+    assert r.exit_code == 1 and f"{path} at byte {block.offset}" in r.output and str(2**40) in r.output, r.output
+    path.write_bytes(data)  # the real count converts: three empty records
+    r, out = _convert(tmp_path, path, cfg, name="ok")
+    assert r.exit_code == 0 and check_accounting(out, ("all",))["read"] == 3, r.output

@@ -1,0 +1,169 @@
+"""Fuzz the record -> features -> Example path at scale with hypothesis: ``make fuzz``.
+
+    python tests/fuzz_records.py [--seconds 300] [--examples-per-round 500] [--target NAME ...] [--seed N]
+
+Targets (each a property; rounds of fresh random examples run until the time is up):
+
+- ``avro``: random schemas/records within the supported types -> Avro file ->
+  ``convert.sources`` -> ``Analyzer`` -> ``Vectorizer`` -> bulk Example encoder ->
+  TensorFlow's parser; values must match the README's rules (tests/_expected_values.py).
+- ``json``: random JSON documents and garbage lines never crash the path;
+  every record is accepted or rejected with a field and a reason.
+- ``numbers``: any number (NaN, +-inf, beyond float32, huge ints) under each ``on_nan`` policy.
+- ``avro-bytes``: valid Avro files with flipped bytes, truncations and inserted
+  garbage: the reader yields records or raises ``InputFileError`` naming the
+  file, nothing else, in bounded time and memory.
+- ``json-bytes``: arbitrary bytes as a JSON input: records, bad lines, or ``InputFileError``.
+
+A failure prints the falsifying example (shrunk) and exits 1. ``tests/test_property_fuzz.py``
+runs a few seconds of it in the normal suite.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import io
+import resource
+import signal
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE), str(HERE.parent)]
+
+import test_property_roundtrip as props  # noqa: E402
+from _record_strategies import avro_bytes, avro_cases  # noqa: E402
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from convert.sources import InputFileError, iter_avro, iter_json  # noqa: E402
+
+#: One example may take this long before it counts as a hang.
+EXAMPLE_SECONDS = 20.0
+#: The reader must stay under this address space (a corrupt header must not allocate gigabytes).
+MEMORY_LIMIT = 4 << 30
+
+
+class Hang(Exception):
+    pass
+
+
+def _alarm(*_):
+    raise Hang(f"one example ran for more than {EXAMPLE_SECONDS} s")
+
+
+def bounded(fn):
+    """Run one example under a per-example time limit (SIGALRM)."""
+
+    @functools.wraps(fn)  # hypothesis reads the wrapped signature
+    def run(*args, **kwargs):
+        old = signal.signal(signal.SIGALRM, _alarm)
+        signal.setitimer(signal.ITIMER_REAL, EXAMPLE_SECONDS)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, old)
+
+    return run
+
+
+# ------------------------------------------------------------------ targets
+
+
+def _inner(test):
+    return test.hypothesis.inner_test
+
+
+@st.composite
+def damaged_avro(draw):
+    data = bytearray(avro_bytes(draw(avro_cases(max_records=30)), sync_interval=draw(st.sampled_from([16, 64, 512]))))
+    for _ in range(draw(st.integers(1, 4))):
+        kind = draw(st.sampled_from(["flip", "flip", "truncate", "insert", "varint"]))
+        if not data:
+            break
+        i = draw(st.integers(0, len(data) - 1))
+        if kind == "flip":
+            data[i] ^= draw(st.integers(1, 255))
+        elif kind == "truncate":
+            del data[i:]
+        elif kind == "insert":
+            data[i:i] = draw(st.binary(min_size=1, max_size=8))
+        else:  # a large varint where a count or length may be
+            data[i:i] = draw(st.sampled_from([b"\xfe\xff\xff\xff\x0f", b"\x80\x80\x80\x80\x80\x80\x80\x80\x01", b"\xff\x01"]))
+    return bytes(data)
+
+
+def avro_bytes_target(data: bytes) -> None:
+    try:
+        for batch in iter_avro(io.BytesIO(data), "fuzz.avro", batch_size=64):
+            assert len(batch.records) == len(batch.offsets) == len(batch.indexes)
+    except InputFileError as e:
+        assert "fuzz.avro" in str(e)
+
+
+def json_bytes_target(data: bytes) -> None:
+    try:
+        for batch in iter_json(io.BytesIO(data), "fuzz.jsonl", batch_size=64):
+            assert len(batch.records) == len(batch.offsets) == len(batch.indexes)
+            for off, _line, reason, raw in batch.bad:
+                assert off >= 0 and reason and isinstance(raw, str)
+    except InputFileError as e:
+        assert "fuzz.jsonl" in str(e)
+
+
+TARGETS = {  # name: (strategies for the arguments, body)
+    "avro": ((avro_cases(),), _inner(props.test_random_avro_schema_and_records_vectorize_as_documented)),
+    "json": ((props.json_files,), _inner(props.test_random_json_never_crashes_the_record_path)),
+    "numbers": ((st.lists(props.NUMBERS, min_size=1, max_size=30), st.sampled_from(["error", "fill", "keep"]),
+                 st.sampled_from(["identity", "zscore", "minmax", "clip"])),
+                _inner(props.test_non_finite_policy_holds_for_any_number)),
+    "avro-bytes": ((damaged_avro(),), avro_bytes_target),
+    "json-bytes": ((st.one_of(st.binary(max_size=400),
+                              props.json_files.map(lambda b: b[: len(b) // 2] + b"\xff" + b[len(b) // 2:])),),
+                   json_bytes_target),
+}
+
+
+def run(targets: list[str], seconds: float, per_round: int, seed: int | None) -> int:
+    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
+    end = time.monotonic() + seconds
+    rounds = examples = 0
+    base = settings(max_examples=per_round, deadline=None, database=None, derandomize=False,
+                    suppress_health_check=list(HealthCheck), print_blob=True)
+    while True:
+        for name in targets:
+            strategies, body = TARGETS[name]
+            test = base(given(*strategies)(bounded(body)))
+            if seed is not None:
+                from hypothesis import seed as hseed
+
+                test = hseed(seed + rounds)(test)
+            t0 = time.monotonic()
+            try:
+                test()
+            except Exception as e:  # noqa: BLE001 - report and stop
+                print(f"FAIL {name} (round {rounds}): {type(e).__name__}: {e}", file=sys.stderr)
+                return 1
+            examples += per_round
+            print(f"ok   {name:<11} round {rounds}: {per_round} examples in {time.monotonic() - t0:.1f} s", flush=True)
+        rounds += 1
+        if time.monotonic() >= end:  # every target runs at least one round
+            print(f"fuzz: {examples} examples over {len(targets)} target(s) in {rounds} round(s), no failure")
+            return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seconds", type=float, default=300.0, help="stop after the round that is running when this much time has passed")
+    ap.add_argument("--examples-per-round", type=int, default=300)
+    ap.add_argument("--target", action="append", choices=sorted(TARGETS), help="repeatable; default: all")
+    ap.add_argument("--seed", type=int, default=None, help="reproducible rounds")
+    a = ap.parse_args(argv)
+    return run(a.target or list(TARGETS), a.seconds, a.examples_per_round, a.seed)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
