@@ -75,11 +75,16 @@ class Splits:
             get = getter(self.key)
             blobs = [_key_blob(get(r)) for r in records]
         else:
-            blobs = [_canonical(r) for r in records]
-        h = np.fromiter(
-            (int.from_bytes(hashlib.blake2b(b, digest_size=8).digest(), "little") >> 11 for b in blobs),
-            dtype=np.float64, count=len(blobs),
-        ) / float(1 << 53)
+            try:  # one orjson call per record, no per-record try (see _canonical)
+                dumps, opt = orjson.dumps, _SORTED
+                blobs = [dumps(r, option=opt, default=_default) for r in records]
+            except TypeError:
+                blobs = [_canonical(r) for r in records]
+        # 53 high-order bits of each little-endian 64-bit digest as a float in
+        # [0, 1); digests joined and converted in numpy, not int by int.
+        b2 = hashlib.blake2b
+        digests = b"".join([b2(b, digest_size=8).digest() for b in blobs])
+        h = (np.frombuffer(digests, dtype="<u8") >> np.uint64(11)).astype(np.float64) / float(1 << 53)
         idx = np.searchsorted(self.bounds, h, side="right")
         return np.minimum(idx, len(self.names) - 1).astype(np.uint8)
 
@@ -92,9 +97,12 @@ def _key_blob(v: Any) -> bytes:
     return b"k" + term(v).encode("utf-8", "surrogatepass")
 
 
+_SORTED = orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS
+
+
 def _canonical(r: Any) -> bytes:
     try:
-        return orjson.dumps(r, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS, default=_default)
+        return orjson.dumps(r, option=_SORTED, default=_default)
     except TypeError:  # integers beyond 64 bits
         return json.dumps(r, sort_keys=True, default=_default).encode()
 
