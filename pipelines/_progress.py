@@ -84,7 +84,8 @@ def format_line(totals: dict[str, tuple[int, int]], total_bytes: int, elapsed: f
         records, nbytes = totals.get(p, (0, 0))
         pct = f" {min(100.0, 100.0 * nbytes / total_bytes):5.1f}%" if total_bytes > 0 else ""
         parts.append(f"{p}: {records:,} records, {nbytes / 1e6:,.1f}/{total_bytes / 1e6:,.1f} MB{pct}")
-    records = sum(totals.get(p, (0, 0))[0] for p in passes)
+    # Each record goes through every pass: this rate ends equal to the summary's.
+    records = sum(totals.get(p, (0, 0))[0] for p in passes) / max(1, len(passes))
     rate = records / elapsed if elapsed > 0 else 0.0
     return f"[{elapsed:6.0f} s] " + "  |  ".join(parts) + f"  ({rate:,.0f} records/s)"
 
@@ -113,5 +114,8 @@ class ProgressReporter:
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval):
-            line = format_line(read_totals(self.root), self.total_bytes, self.clock() - self._t0, self.passes)
+            totals = read_totals(self.root)
+            if not any(r for r, _ in totals.values()):
+                continue  # nothing reported yet (or the commit already removed the files)
+            line = format_line(totals, self.total_bytes, self.clock() - self._t0, self.passes)
             print(line, file=self.stream, flush=True)

@@ -11,6 +11,7 @@ comes from the Beam flags passed through (``-- --runner DataflowRunner ...``).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as _dt
 import json
@@ -29,6 +30,7 @@ from convert.sources import InputFileError
 from convert.spec import FAILURE_FILENAME, METADATA_FILENAME, DatasetInfo
 from pipelines import remote
 from pipelines._loopback import bind_loopback_only
+from pipelines._progress import PASSES, PROGRESS_DIR, ProgressReporter
 from pipelines.options import ConvertOptions
 from pipelines.plan import default_num_shards, discover, input_fingerprint, plan_units
 from pipelines.staging import LOCAL_RUNNERS, staging_args
@@ -37,6 +39,7 @@ from pipelines.transforms import (
     AnalyzeUnits,
     CommitContext,
     CommitOutput,
+    TMP_DIR,
     ConversionFailed,
     ConvertUnits,
 )
@@ -199,8 +202,14 @@ def run_convert(opts: ConvertOptions) -> ConvertResult:
         analysis = unit_pc | "Analyze" >> AnalyzeUnits(config, opts)
     results = unit_pc | "Convert" >> ConvertUnits(config, opts, analysis)
     _ = results | "Commit" >> CommitOutput(config, opts, ctx, analysis)
+    local = runner_name is None or str(runner_name).split(".")[-1] in LOCAL_RUNNERS or str(runner_name).startswith("FnApiRunner")
+    progress = opts.progress and local and "://" not in opts.output
+    reporter = (ProgressReporter(FileSystems.join(opts.output, TMP_DIR, PROGRESS_DIR), p["total_bytes"],
+                                 ("convert",) if opts.analysis_from else PASSES)
+                if progress else contextlib.nullcontext())
     try:
-        pipeline.run().wait_until_finish()
+        with reporter:
+            pipeline.run().wait_until_finish()
     except Exception as e:
         raise _unwrap(e) from e
     info = read_existing(opts.output)

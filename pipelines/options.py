@@ -36,6 +36,7 @@ class ConvertOptions:
       analysis_from: earlier output whose vocabularies/statistics to reuse.
       overwrite: replace an existing output made from other inputs/config.
       beam_args: extra Beam pipeline flags, passed through untouched.
+      progress: print progress lines while a local run goes (the CLI's default).
     """
 
     inputs: tuple[str, ...]
@@ -53,6 +54,7 @@ class ConvertOptions:
     analysis_from: str | None = None
     overwrite: bool = False
     beam_args: tuple[str, ...] = ()
+    progress: bool = False
 
     def __post_init__(self) -> None:
         if not self.inputs:

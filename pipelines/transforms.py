@@ -45,6 +45,7 @@ from convert.sources import InputFileError, iter_records
 from convert.spec import FAILURE_FILENAME, FORMAT_VERSION, METADATA_FILENAME, DatasetInfo, FeatureSpec, ShardInfo, SplitInfo, shard_name
 from convert.tfrecord import frame_records
 from convert.vectorize import Analysis, Analyzer, PreparedBatch, Preparer, Vectorizer
+from pipelines._progress import PROGRESS_DIR, UnitProgress
 from pipelines.options import ConvertOptions
 from pipelines.plan import InputFile, WorkUnit
 
@@ -67,6 +68,25 @@ class ConversionFailed(RuntimeError):
         self.message = message
 
 
+def _unit_bytes(unit: WorkUnit) -> int:
+    total = 0
+    for r in unit.ranges:
+        end = r.end
+        if end is None:  # to the end of the file
+            try:
+                end = FileSystems.match([r.path])[0].metadata_list[0].size_in_bytes
+            except Exception:  # progress only: never fail a unit over it
+                end = r.start
+        total += max(0, end - r.start)
+    return total
+
+
+def _unit_progress(options: ConvertOptions, pass_name: str, unit: WorkUnit) -> UnitProgress:
+    """Progress files for the launcher (local runs with ``options.progress`` only)."""
+    root = FileSystems.join(options.output, TMP_DIR, PROGRESS_DIR) if options.progress else None
+    return UnitProgress(root, pass_name, unit.index)
+
+
 # --------------------------------------------------------------- analysis
 
 
@@ -81,9 +101,13 @@ class _AnalyzeUnit(beam.DoFn):
             # The unit's prepared batches go to a temp file the convert pass
             # reads instead of decoding and preparing the input again.
             path = FileSystems.join(self.options.output, TMP_DIR, f"prepared-{unit.index:05d}-{uuid.uuid4().hex[:8]}.bin")
+            prog = _unit_progress(self.options, "analyze", unit)
             with _PreparedWriter(path) as out, _relaxed_gc():
                 for item in _prepare_unit(unit, self.options, Preparer(self.config), acc):
                     out.write(item)
+                    prog.add(item.read)
+            prog.add(0, _unit_bytes(unit))
+            prog.close()
         yield unit.index, acc, path
 
 
@@ -379,11 +403,13 @@ class _ConvertUnit(beam.DoFn):
         # (--analysis-from) there is no analysis pass: prepare here.
         cached = (analysis_json.get(PREPARED_KEY) or {}).get(unit.index)
         items = _read_prepared(cached) if cached else _prepare_unit(unit, opts, vec.preparer)
+        prog = _unit_progress(opts, "convert", unit)
         with _relaxed_gc():
             try:
                 for item in items:
                     counts = per_file[item.path]
                     counts["read"] += item.read
+                    prog.add(item.read)
                     if item.errors:
                         if err_f is None:
                             err_f = FileSystems.create(err_path, mime_type="application/x-ndjson", compression_type="uncompressed")
@@ -415,6 +441,8 @@ class _ConvertUnit(beam.DoFn):
                 raise
         if err_f is not None:
             err_f.close()
+        prog.add(0, _unit_bytes(unit))
+        prog.close()
         read = sum(c["read"] for c in per_file.values())
         self.records_read.inc(read)
         self.records_written.inc(sum(w.records for w in writers))
