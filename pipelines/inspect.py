@@ -10,6 +10,7 @@ from apache_beam.io.filesystems import FileSystems
 from convert.example import decode_example
 from convert.spec import METADATA_FILENAME, DatasetInfo, SpecError
 from convert.tfrecord import iter_records
+from pipelines import remote
 
 
 class InspectError(RuntimeError):
@@ -23,6 +24,7 @@ def _output_dir(path: str) -> str:
 
 
 def load(output: str) -> DatasetInfo:
+    remote.use_paths(output)  # hdfs:// needs Beam's --hdfs_* flags (derived)
     meta = FileSystems.join(output, METADATA_FILENAME)
     if not FileSystems.exists(meta):
         raise InspectError(f"{output}: no {METADATA_FILENAME}; the conversion has not finished (or failed). "

@@ -89,3 +89,16 @@ def pipeline_options(opts):
     options = PipelineOptions(beam_args_for(opts))
     FileSystems.set_options(options)
     return options
+
+
+def use_paths(*paths: str | None) -> None:
+    """Set ``FileSystems``' options for reading ``paths`` outside a pipeline (``inspect``, ``verify``).
+
+    Only when one of them is on HDFS; other file systems need no options here.
+    """
+    flags = hdfs_beam_args(paths, [])
+    if flags:
+        from apache_beam.io.filesystems import FileSystems
+        from apache_beam.options.pipeline_options import PipelineOptions
+
+        FileSystems.set_options(PipelineOptions(flags))

@@ -97,6 +97,18 @@ def test_readers_on_hdfs_match_local(hdfs_dataset, remote_stack, tmp_path, monke
 
 
 @pytest.mark.slow
+def test_inspect_and_verify_on_hdfs(hdfs_dataset, remote_stack):  # noqa: F811
+    if not (hdfs_dataset["ns"] / "out" / METADATA_FILENAME).exists():
+        test_cli_converts_hdfs_to_hdfs_like_a_local_run(hdfs_dataset, remote_stack)
+    url = hdfs_dataset["url"] + "/out"
+    for cmd in (["inspect", url, "--examples", "1"], ["verify", url]):
+        res = subprocess.run([str(RECORDPREP), *cmd], capture_output=True, text=True, timeout=300,
+                             env=os.environ.copy())
+        assert res.returncode == 0, (cmd, res.stdout + res.stderr)
+        assert ("train" if cmd[0] == "inspect" else "OK") in res.stdout
+
+
+@pytest.mark.slow
 def test_explicit_beam_flags_and_overwrite(hdfs_dataset, remote_stack):  # noqa: F811
     url = "hdfs://other-name/hdfs-e2e"  # the server part is ignored by Beam with --hdfs_full_urls
     opts = _opts(f"{url}/in/part-0.avro", hdfs_dataset["paths"]["config"], f"{url}/flags-out",
