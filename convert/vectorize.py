@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
+import itertools
 import math
 import operator
 import re
@@ -174,14 +175,17 @@ class Analyzer:
             for f in config.features if f.needs_stats
         }
         self._get = {f.name: getter(f.source) for f in config.features}
+        self._pending: dict[str, tuple[list[str], np.ndarray]] = {}
 
     # Accumulators travel between Beam workers: pickle the counts, not the getters.
     def __getstate__(self) -> dict[str, Any]:
+        self.flush()
         return {"config": self.config, "counts": self.counts, "numeric": self.numeric}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._get = {f.name: getter(f.source) for f in self.config.features}
+        self._pending = {}
 
     def add_records(self, records: Sequence[Any]) -> None:
         """Accumulate ``records`` (every one counts: pass the training split only).
@@ -210,18 +214,55 @@ class Analyzer:
             kind = extra[0]
             if kind == "values":  # a batch the fast paths did not cover
                 self._add_values(f, [v for v, keep in zip(extra[1], rows.tolist(), strict=True) if keep])
+                if len(extra) > 2:  # a term feature: its term indexes still advance
+                    self._sync_terms(f.name, extra[2], extra[3])
             elif kind == "terms":
-                _, terms, codes, row_of = extra
+                _, first, new_terms, codes, row_of = extra
+                terms, counts = self._sync_terms(f.name, first, new_terms)
                 sel = codes[rows if row_of is None else rows[row_of]]
                 sel = sel[sel >= 0]
                 if sel.size:
-                    n = np.bincount(sel, minlength=len(terms))
-                    c = self.counts[f.name]
-                    for i in np.flatnonzero(n).tolist():
-                        c[terms[i]] += int(n[i])
+                    counts += np.bincount(sel, minlength=len(terms))
             else:  # "numbers": valid values, the row of each, null rows
                 _, values, row_of, missing = extra
                 self.numeric[f.name].add(values[rows[row_of]], int(np.count_nonzero(missing & rows)))
+
+    def _sync_terms(self, name: str, first: int, new_terms: list[str]) -> tuple[list[str], np.ndarray]:
+        """The feature's terms and counts per term index, after a batch added ``new_terms``.
+
+        Counts accumulate in numpy while the indexes carry over (one unit:
+        ``Preparer(unit_terms=True)``); ``flush()`` turns them into Counter
+        entries. ``first == 0`` starts new indexes (a new unit, or a batch
+        prepared on its own).
+        """
+        if first == 0:
+            self._flush(name)
+        terms, counts = self._pending.get(name) or ([], np.zeros(0, dtype=np.int64))
+        if len(terms) != first:
+            raise ValueError(f"feature {name!r}: prepared batches out of order (term index {first}, expected {len(terms)})")
+        terms.extend(new_terms)
+        if counts.size < len(terms):
+            counts = np.concatenate([counts, np.zeros(len(terms) - counts.size, dtype=np.int64)])
+        self._pending[name] = (terms, counts)
+        return terms, counts
+
+    def flush(self) -> None:
+        """Move term counts kept per term index (``add_prepared``) into ``counts``."""
+        for name in list(self._pending):
+            self._flush(name)
+
+    def _flush(self, name: str) -> None:
+        pending = self._pending.pop(name, None)
+        if pending is None:
+            return
+        terms, counts = pending
+        nz = np.flatnonzero(counts)
+        c = self.counts[name]
+        if not c:  # dict.update at C speed into an empty Counter
+            c.update(dict(zip([terms[i] for i in nz.tolist()], counts[nz].tolist(), strict=True)))
+        else:
+            for i, k in zip(nz.tolist(), counts[nz].tolist(), strict=True):
+                c[terms[i]] += k
 
     def _add_values(self, f: FeatureConfig, values: list[Any]) -> None:
         if f.name in self.counts:
@@ -250,6 +291,8 @@ class Analyzer:
             self.numeric[f.name].add(np.asarray(flat, dtype=np.float64), missing)
 
     def merge(self, other: Analyzer) -> Analyzer:
+        self.flush()
+        other.flush()
         for k, c in other.counts.items():
             self.counts[k].update(c)
         for k, s in other.numeric.items():
@@ -257,6 +300,7 @@ class Analyzer:
         return self
 
     def result(self) -> Analysis:
+        self.flush()
         vocabs = {}
         by_name = {f.name: f for f in self.config.features}
         for name, c in self.counts.items():
@@ -308,10 +352,13 @@ class PreparedBatch:
 
     ``parts`` holds, per feature in config order (then the label), one of
     ``("cols", columns)`` (final columns), ``("num", (values, present, lens,
-    missing_row))`` (numerics before fill and scaling) or ``("vocab", (terms,
-    codes, lens))`` (the batch's distinct terms and, per row, ``max_len``
-    indexes into them, ``-1`` = padding/missing). ``analysis`` holds what
-    ``Analyzer.add_prepared`` needs per analyzed feature.
+    missing_row))`` (numerics before fill and scaling) or ``("vocab", (first,
+    new_terms, codes, lens))`` (per row, ``max_len`` indexes into the terms,
+    ``-1`` = padding/missing; the batch added ``new_terms`` at indexes
+    ``first, first + 1, ...``: with ``Preparer(unit_terms=True)`` indexes
+    carry over from the previous batches of the unit, so batches must be
+    finished in order). ``analysis`` holds what ``Analyzer.add_prepared``
+    needs per analyzed feature.
     """
 
     rows: int
@@ -355,8 +402,13 @@ class Preparer:
     path, which defines the behaviour (rejections, term forms) both follow.
     """
 
-    def __init__(self, config: Config):
+    def __init__(self, config: Config, unit_terms: bool = False):
         self.config = config
+        #: Keep term indexes across batches (the pipeline: one Preparer per
+        #: unit), so each batch's distinct terms are looked up and counted once
+        #: per unit, not once per batch; else every batch starts afresh.
+        self.unit_terms = unit_terms
+        self._index: dict[str, dict[Any, int]] = {}
         self._keys = {f.name: f.source.split(".") for f in config.features}
         self._cross_keys = {f.name: [s.split(".") for s in f.sources or ()] for f in config.features}
         self._get = {f.name: getter(f.source) for f in config.features}
@@ -364,10 +416,10 @@ class Preparer:
         self._top_keys = sorted({k[0] for k in self._keys.values()} | ({self._label_keys[0]} if self._label_keys else set()))
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"config": self.config}
+        return {"config": self.config, "unit_terms": self.unit_terms}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["config"])
+        self.__init__(state["config"], state.get("unit_terms", False))  # term indexes start afresh
 
     def _top_columns(self, records: Sequence[Any]) -> dict[str, list[Any]] | None:
         """Every top-level field the config reads, as columns, when every record
@@ -584,12 +636,27 @@ class Preparer:
             col[i] = to_id(term(v))
         return {f.name: ("int64", out)}
 
-    # -- vocabulary and text: each batch's distinct terms, ids come in ``finish``
+    # -- vocabulary and text: term indexes here, ids come in ``finish``
+    def _term_index(self, f: FeatureConfig) -> dict[Any, int]:
+        """Term -> index for ``f``: the unit's (``unit_terms``) or this batch's.
+
+        It starts with one sentinel that is never a term (``None``; for text
+        ``"\\x00"``, never a token) at -1, so terms get ``len(index) - 1``.
+        """
+        sentinel = "\x00" if f.transform == "text" else None
+        if not self.unit_terms:
+            return {sentinel: -1}
+        return self._index.setdefault(f.name, {sentinel: -1})
+
     def _terms(self, f: FeatureConfig, values: list[Any], bad: dict[int, Rejection],
-               extras: dict[str, tuple] | None) -> tuple[list[str], np.ndarray, np.ndarray | None]:
+               extras: dict[str, tuple] | None) -> tuple[int, list[str], np.ndarray, np.ndarray | None]:
+        """``(first, new_terms, codes, lens)``: codes index the terms; ``new_terms``
+        are the terms this batch added, at indexes ``first, first + 1, ...``."""
         b = len(values)
         n = f.max_len or 1
-        index: dict[Any, int] = {}
+        index = self._term_index(f)
+        first = len(index) - 1
+        row_of: np.ndarray | None = None
         if f.transform == "text":
             lower = f.lowercase
             joined = "\x00".join([v or "" for v in values]) if set(map(type, values)) <= {str, _NONE} else None
@@ -597,13 +664,11 @@ class Preparer:
                 # The whole column at once: one lower(), one findall, NUL
                 # between rows (not \w, not cased: tokens and lowercasing,
                 # final sigma included, are those of each row alone).
-                index["\x00"] = -1
                 fcodes = np.array([index.setdefault(t, len(index) - 1)
                                    for t in _TOKEN_OR_NUL_RE.findall(joined.lower() if lower else joined)], dtype=np.int32)
                 sep = fcodes < 0
                 counts_a = np.bincount(np.cumsum(sep)[~sep], minlength=b).astype(np.int64)
                 fcodes = fcodes[~sep]
-                del index["\x00"]
             else:
                 findall = _TOKEN_RE.findall
                 flat: list[str] = []
@@ -617,58 +682,52 @@ class Preparer:
                     toks = findall(v.lower() if lower else v)
                     counts[i] = len(toks)
                     flat += toks
-                fcodes = np.array([index.setdefault(t, len(index)) for t in flat], dtype=np.int32)
+                fcodes = np.array([index.setdefault(t, len(index) - 1) for t in flat], dtype=np.int32)
                 counts_a = np.array(counts, dtype=np.int64)
             codes, lens = _gather(fcodes, counts_a, n)
-            terms = list(index)
-            if extras is not None:
-                # the analysis counts every token, not only the first max_len
-                extras[f.name] = ("terms", terms, fcodes, np.repeat(np.arange(b), counts_a))
-            return terms, codes, lens
-        types = set(map(type, values))
-        if f.multi_valued:
-            if types <= {list, _NONE}:
+            row_of = np.repeat(np.arange(b), counts_a)  # the analysis counts every token, not only max_len
+        elif f.multi_valued:
+            fast = set(map(type, values)) <= {list, _NONE}
+            if fast:
                 flat = [x for v in values if v for x in v]
-                if set(map(type, flat)) <= {str}:
-                    counts_a = np.array([len(v) if v else 0 for v in values], dtype=np.int64)
-                    fcodes = np.array([index.setdefault(t, len(index)) for t in flat], dtype=np.int32)
-                    codes, lens = _gather(fcodes, counts_a, n)
-                    terms = list(index)
-                    if extras is not None:
-                        extras[f.name] = ("terms", terms, fcodes, np.repeat(np.arange(b), counts_a))
-                    return terms, codes, lens
-            # Per value: the vectorizer keeps the first max_len non-null items and
-            # rejects nested ones among them; the analysis counts every item of a
-            # value without nested ones.
-            codes = np.full((b, n), -1, dtype=np.int32)
-            lens = np.zeros(b, dtype=np.int64)
-            for i, v in enumerate(values):
-                items = [x for x in _as_list(v) if x is not None][:n]
-                if any(isinstance(x, dict | list) for x in items):
-                    bad.setdefault(i, Rejection(i, f.source, "expected a list of scalar values, found nested records/lists; point 'source' at a leaf field"))
-                    continue
-                lens[i] = len(items)
-                codes[i, : len(items)] = [index.setdefault(term(x), len(index)) for x in items]
-            if extras is not None:
-                extras[f.name] = ("values", values)
-            return list(index), codes, lens
-        if types <= {str, _NONE}:
-            index[None] = -1  # null: no term
-            fcodes = np.array([index.setdefault(v, len(index) - 1) for v in values], dtype=np.int32)
-            terms = list(index)[1:]
+                fast = set(map(type, flat)) <= {str}
+            if fast:
+                counts_a = np.array([len(v) if v else 0 for v in values], dtype=np.int64)
+                fcodes = np.array([index.setdefault(t, len(index) - 1) for t in flat], dtype=np.int32)
+                codes, lens = _gather(fcodes, counts_a, n)
+                row_of = np.repeat(np.arange(b), counts_a)
+            else:
+                # Per value: the vectorizer keeps the first max_len non-null items and
+                # rejects nested ones among them; the analysis counts every item of a
+                # value without nested ones.
+                codes = np.full((b, n), -1, dtype=np.int32)
+                lens = np.zeros(b, dtype=np.int64)
+                for i, v in enumerate(values):
+                    items = [x for x in _as_list(v) if x is not None][:n]
+                    if any(isinstance(x, dict | list) for x in items):
+                        bad.setdefault(i, Rejection(i, f.source, "expected a list of scalar values, found nested records/lists; point 'source' at a leaf field"))
+                        continue
+                    lens[i] = len(items)
+                    codes[i, : len(items)] = [index.setdefault(term(x), len(index) - 1) for x in items]
+                fcodes = None
         else:
-            fcodes = np.full(b, -1, dtype=np.int32)
-            for i, v in enumerate(values):
-                if v is None:
-                    continue
-                if isinstance(v, dict | list):
-                    bad.setdefault(i, Rejection(i, f.source, f"expected a scalar value, found {type(v).__name__}; set max_len for lists or point 'source' at a leaf field"))
-                    continue
-                fcodes[i] = index.setdefault(term(v), len(index))
-            terms = list(index)
+            lens = None
+            if set(map(type, values)) <= {str, _NONE}:
+                fcodes = np.array([index.setdefault(v, len(index) - 1) for v in values], dtype=np.int32)
+            else:
+                fcodes = np.full(b, -1, dtype=np.int32)
+                for i, v in enumerate(values):
+                    if v is None:
+                        continue
+                    if isinstance(v, dict | list):
+                        bad.setdefault(i, Rejection(i, f.source, f"expected a scalar value, found {type(v).__name__}; set max_len for lists or point 'source' at a leaf field"))
+                        continue
+                    fcodes[i] = index.setdefault(term(v), len(index) - 1)
+            codes = fcodes.reshape(b, 1)
+        new_terms = list(itertools.islice(index, first + 1, None))
         if extras is not None:
-            extras[f.name] = ("terms", terms, fcodes, None)
-        return terms, fcodes.reshape(b, 1), None
+            extras[f.name] = ("values", values, first, new_terms) if fcodes is None else ("terms", first, new_terms, fcodes, row_of)
+        return first, new_terms, codes, lens
 
 
 def _numeric_finish(f: FeatureConfig, prepared: tuple, stats: dict[str, Any]) -> dict[str, tuple[str, Any]]:
@@ -795,6 +854,7 @@ class Vectorizer:
                     raise ValueError(f"feature {f.name!r}: the analysis has no vocabulary for it (was it computed with another config?)")
                 base = 1 + f.num_oov_buckets
                 self._vocab_ids[f.name] = {t: base + i for i, t in enumerate(terms)}
+        self._tables: dict[str, np.ndarray] = {}
 
     # -- the feature spec this vectorizer produces
     def feature_specs(self) -> list[FeatureSpec]:
@@ -871,19 +931,27 @@ class Vectorizer:
         """Columns for ``records``; rejected rows are masked out of every column."""
         return self.finish(self.prepare(records))
 
-    def _vocab_finish(self, f: FeatureConfig, terms: list[str], codes: np.ndarray,
+    def _vocab_finish(self, f: FeatureConfig, first: int, new_terms: list[str], codes: np.ndarray,
                       lens: np.ndarray | None) -> dict[str, tuple[str, Any]]:
-        """Ids of the batch's distinct terms (one lookup each), then one gather."""
+        """Ids of the terms new in this batch (one lookup each), then one gather."""
         ids = self._vocab_ids[f.name]
         oov = f.num_oov_buckets
-        table = np.zeros(len(terms) + 1, dtype=np.int64)  # last entry: code -1 (padding) -> 0
-        table[:-1] = [ids.get(t, 0) for t in terms]  # vocabulary ids start at 2: 0 = not in it
-        unknown = np.flatnonzero(table[:-1] == 0)
+        new = np.array([ids.get(t, 0) for t in new_terms], dtype=np.int64)  # vocabulary ids start at 2: 0 = not in it
+        unknown = np.flatnonzero(new == 0)
         if oov > 1:
             for i in unknown.tolist():
-                table[i] = 1 + stable_hash(terms[i]) % oov
+                new[i] = 1 + stable_hash(new_terms[i]) % oov
         else:
-            table[unknown] = 1
+            new[unknown] = 1
+        # Ids per term index, kept while the indexes carry over (a unit);
+        # the last entry (code -1, padding) stays 0.
+        table = self._tables.get(f.name)
+        if first == 0 or table is None:
+            table = np.zeros(1, dtype=np.int64)
+        if table.size - 1 != first:
+            raise ValueError(f"feature {f.name!r}: prepared batches out of order (term index {first}, expected {table.size - 1})")
+        table = np.concatenate([table[:-1], new, table[-1:]])
+        self._tables[f.name] = table
         b = codes.shape[0]
         cols: dict[str, tuple[str, Any]] = {f.name: ("int64", table[codes])}
         if f.multi_valued:

@@ -103,11 +103,12 @@ class _AnalyzeUnit(beam.DoFn):
             path = FileSystems.join(self.options.output, TMP_DIR, f"prepared-{unit.index:05d}-{uuid.uuid4().hex[:8]}.bin")
             prog = _unit_progress(self.options, "analyze", unit)
             with _PreparedWriter(path) as out, _relaxed_gc():
-                for item in _prepare_unit(unit, self.options, Preparer(self.config), acc):
+                for item in _prepare_unit(unit, self.options, Preparer(self.config, unit_terms=True), acc):
                     out.write(item)
                     prog.add(item.read)
             prog.add(0, _unit_bytes(unit))
             prog.close()
+        acc.flush()
         yield unit.index, acc, path
 
 
@@ -128,6 +129,7 @@ class _MergeAnalyzers(beam.CombineFn):
 
     def add_input(self, acc, element):
         unit, analyzer, prepared = element
+        analyzer.flush()
         for k, c in analyzer.counts.items():
             acc[0].counts[k].update(c)
         acc[1][unit] = analyzer.numeric
@@ -402,7 +404,7 @@ class _ConvertUnit(beam.DoFn):
         # The analysis pass left the unit prepared; with a reused analysis
         # (--analysis-from) there is no analysis pass: prepare here.
         cached = (analysis_json.get(PREPARED_KEY) or {}).get(unit.index)
-        items = _read_prepared(cached) if cached else _prepare_unit(unit, opts, vec.preparer)
+        items = _read_prepared(cached) if cached else _prepare_unit(unit, opts, Preparer(self.config, unit_terms=True))
         prog = _unit_progress(opts, "convert", unit)
         with _relaxed_gc():
             try:

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from convert.config import parse_config
-from convert.vectorize import Analysis, Analyzer, Vectorizer, stable_hash, term, tokenize
+from convert.vectorize import Analysis, Analyzer, Preparer, Vectorizer, stable_hash, term, tokenize
 
 E = math.e
 
@@ -702,3 +702,34 @@ def test_text_column_at_once_tokenizes_each_row_as_alone():
         np.testing.assert_array_equal(col(whole, "t")[i], col(vec.vectorize([r]), "t")[0])
         ids = [vec._vocab_ids["t"][tok] for tok in tokenize(r["t"] or "")][:6]
         assert col(whole, "t")[i, : len(ids)].tolist() == ids
+
+
+def test_unit_term_indexes_carry_over_batches_and_give_the_same_result():
+    """Preparer(unit_terms=True), as the pipeline runs it: term indexes carry
+    over a unit's batches; analysis and columns equal batch-by-batch ones."""
+    c = parse_config(PREP_CFG)
+    recs = _clean_records(90, seed=4) + _odd_records() + _clean_records(30, seed=5)
+    chunks = [recs[i:i + 17] for i in range(0, len(recs), 17)]
+    masks = [np.arange(len(ch)) % 4 != 0 for ch in chunks]
+    ref = Analyzer(c)
+    for ch, m in zip(chunks, masks, strict=True):
+        ref.add_records([r for r, k in zip(ch, m, strict=True) if k])
+    unit = Preparer(c, unit_terms=True)
+    got = Analyzer(c)
+    prepared = []
+    for ch, m in zip(chunks, masks, strict=True):
+        pb = unit.prepare(ch, analyze=True)
+        got.add_prepared(pb, m)
+        pb.analysis = None
+        prepared.append(pickle.loads(pickle.dumps(pb)))
+    assert got.result().to_json() == ref.result().to_json()
+    assert prepared[-1].parts[5][2][0] > 0  # later batches index on from earlier ones
+    vec = Vectorizer(c, ref.result())
+    for ch, pb in zip(chunks, prepared, strict=True):
+        _assert_same_batch(vec.finish(pb), Vectorizer(c, ref.result()).vectorize(ch))
+    with pytest.raises(ValueError, match="out of order"):
+        vec.finish(prepared[2])  # the batch after prepared[1], not after the last
+    a = Analyzer(c)
+    a.add_prepared(Preparer(c, unit_terms=True).prepare(chunks[0], analyze=True), masks[0])
+    with pytest.raises(ValueError, match="out of order"):  # a batch of another unit's indexes
+        a.add_prepared(unit.prepare(chunks[1], analyze=True), masks[1])
