@@ -164,3 +164,15 @@ def test_iter_records_without_verify_skips_crc_checks():
     data[12] ^= 0xFF  # first data byte
     got = list(iter_records(io.BytesIO(bytes(data)), "x", verify=False))
     assert got == [bytes([ord("a") ^ 0xFF]) + b"bc", b"defg"]
+
+
+def test_frame_records_header_cache_fills_and_clears_without_changing_bytes(monkeypatch):
+    import convert.tfrecord as tfr
+
+    records = _records() * 3  # repeated lengths: headers come from the cache
+    want = io.BytesIO()
+    write_records(want, records)
+    monkeypatch.setattr(tfr, "_HEADERS", {k: b"stale" for k in range(10**6, 10**6 + (1 << 16))})
+    assert frame_records(*_as_buffer(records)) == want.getvalue()  # full: cleared, then refilled
+    assert len(tfr._HEADERS) == len({len(r) for r in records})
+    assert frame_records(*_as_buffer(records)) == want.getvalue()
