@@ -24,6 +24,12 @@ _LABEL_NAMES = ("label", "target", "y", "clicked", "class", "outcome")
 _DISTINCT_CAP = 5000
 _TOKEN_RE = re.compile(r"\w+", re.UNICODE)
 _F32_MAX = 3.4028234663852886e38
+#: Avro logical types that are instants, and the unit of their raw integers.
+_TIMESTAMP_UNITS = {
+    "date": "days",
+    "timestamp-millis": "ms", "timestamp-micros": "us", "timestamp-nanos": "ns",
+    "local-timestamp-millis": "ms", "local-timestamp-micros": "us", "local-timestamp-nanos": "ns",
+}
 _TIME_TYPES = ("date", "time-millis", "time-micros", "timestamp-millis", "timestamp-micros", "timestamp-nanos",
                "local-timestamp-millis", "local-timestamp-micros", "local-timestamp-nanos")
 
@@ -183,6 +189,14 @@ def _decide(path: str, st: _FieldStats, total: int, logical: str | None = None) 
     if types == {"dict"}:
         return Draft(None, f"{path}: a map (arbitrary keys); pick keys as features with 'source: {path}.<key>'", path)
     # Avro logical types: the converter reads them raw (integers, strings, bytes).
+    if logical in _TIMESTAMP_UNITS and types == {"int"}:
+        # Instants: exact epoch seconds plus the calendar parts models usually want.
+        unit = _TIMESTAMP_UNITS[logical]
+        e = {"transform": "timestamp", "unit": unit,
+             "parts": ["day_of_week", "month"] if unit == "days" else ["hour", "day_of_week"]}
+        if st.nulls or missing_in:
+            e["missing_indicator"] = True
+        return Draft(e, f"{path}: {logical} -> epoch seconds + {', '.join(e['parts'])} (UTC){null_note}", path)
     if logical in _TIME_TYPES and types == {"int"}:
         e = {"transform": "zscore"}
         if st.nulls or missing_in:
@@ -288,6 +302,8 @@ def _yaml_scalar(v: Any) -> str:
         return "true" if v else "false"
     if isinstance(v, int | float):
         return str(v)
+    if isinstance(v, list | tuple):
+        return "[" + ", ".join(_yaml_scalar(x) for x in v) + "]"
     s = str(v)
     return s if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.\-/]*", s) and s.lower() not in ("true", "false", "null", "yes", "no", "on", "off") else json.dumps(s)
 

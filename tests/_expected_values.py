@@ -164,6 +164,17 @@ def _to_float(x: Any) -> float:
         return math.inf if x > 0 else -math.inf
 
 
+def _month(days: int) -> int:
+    """Month of a day count since 1970-01-01: datetime where it reaches, else by 400-year cycles."""
+    import datetime as dt
+
+    days_400y = 146_097  # the Gregorian calendar repeats every 400 years
+    shift = 0
+    if not -719_162 <= days <= 2_932_896:
+        shift = (days // days_400y) * days_400y
+    return (dt.date(1970, 1, 1) + dt.timedelta(days=days - shift)).month
+
+
 def expected_row(record: Any, feature: dict, vocab: list[str] | None) -> dict[str, Any]:
     """Output features of one *accepted* record for one feature spec (``dataset_info.json`` entry)."""
     name, transform, params = feature["name"], feature["transform"], feature["params"]
@@ -190,6 +201,21 @@ def expected_row(record: Any, feature: dict, vocab: list[str] | None) -> dict[st
             out[f"{name}_len"] = np.asarray([len(items)], dtype=np.int64)
         else:
             out[name] = np.asarray([one(v)], dtype=np.float32)
+        if params.get("missing_indicator"):
+            out[f"{name}_missing"] = np.asarray([int(v is None)], dtype=np.int64)
+        return out
+    if transform == "timestamp":
+        # Independent of convert/derive.py: datetime-free integer arithmetic
+        # spelled out per unit, floor towards -inf.
+        per = {"s": 1, "ms": 1000, "us": 10**6, "ns": 10**9}
+        secs = 0 if v is None else v * 86400 if params["unit"] == "days" else v // per[params["unit"]]
+        out[name] = np.asarray([secs], dtype=np.int64)
+        days, rem = divmod(secs, 86400)
+        for part in params.get("parts") or ():
+            val = {"hour": rem // 3600, "day_of_week": (days + 3) % 7}.get(part)
+            if part == "month":
+                val = _month(days)
+            out[f"{name}_{part}"] = np.asarray([0 if v is None else val], dtype=np.int64)
         if params.get("missing_indicator"):
             out[f"{name}_missing"] = np.asarray([int(v is None)], dtype=np.int64)
         return out

@@ -220,7 +220,8 @@ def test_infer_reads_avro_logical_types_raw():
             "-i", REALDATA / "apache__arrow-testing/data/avro/fixed256_decimal.avro")
     assert r.exit_code == 0, r.output
     feats = {f["name"]: f for f in yaml.safe_load(r.stdout)["features"]}
-    assert feats["ts_nanos"]["transform"] == "zscore" and feats["local_ts_millis"]["transform"] == "zscore"
+    assert {k: feats["ts_nanos"][k] for k in ("transform", "unit", "parts")} == {"transform": "timestamp", "unit": "ns", "parts": ["hour", "day_of_week"]}
+    assert feats["local_ts_millis"]["transform"] == "timestamp" and feats["local_ts_millis"]["unit"] == "ms"
     assert feats["uuid_field"]["transform"] == "hash"
     assert feats["value"]["transform"] == "bytes" and "decimal(76,10)" in r.stdout
     assert feats["duration_field"]["transform"] == "bytes"
