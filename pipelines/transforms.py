@@ -236,7 +236,10 @@ def _prepare_unit(unit: WorkUnit, options: ConvertOptions, preparer: Preparer,
                 split = options.splits.assign(batch.records)
                 pb = preparer.prepare(batch.records, analyze=analyzer is not None)
                 if analyzer is not None:
-                    analyzer.add_prepared(pb, split == 0)
+                    train = split == 0
+                    if pb.bad:  # rejected records (error output) teach the analysis nothing
+                        train[list(pb.bad)] = False
+                    analyzer.add_prepared(pb, train)
                     pb.analysis = None
                 for r in sorted(pb.bad.values(), key=lambda r: r.index):
                     errors.append(_error_line(rng.path, batch.kind, batch.offsets[r.index], batch.indexes[r.index],

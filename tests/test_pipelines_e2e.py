@@ -205,3 +205,20 @@ def test_a_new_run_clears_an_old_failure_marker_before_it_starts(tmp_path, monke
     run_convert(_opts(paths["avro"], paths["config"], out, num_shards=1))
     assert seen and seen[0] is False
     assert (out / METADATA_FILENAME).exists()
+
+
+def test_rejected_records_do_not_shape_the_analysis(tmp_path):
+    """A record that goes to the error output (here: no label) must not add
+    terms to vocabularies or values to statistics: the model never sees it."""
+    records = make_records(100)
+    ghosts = [{**r, "id": 5000 + i, "color": "ghost", "x": 1e6, "y": None} for i, r in enumerate(records[:30])]
+    root = tmp_path / "d"
+    paths = write_dataset(root, records)
+    with open(root / "part-1.jsonl", "a") as f:  # Avro could not even hold a null label
+        f.writelines(json.dumps(g) + "\n" for g in ghosts)
+    out = tmp_path / "out"
+    result = run_convert(_opts(paths["json"], paths["config"], out, num_shards=1, max_errors=30))
+    assert result.info["counts"]["errors"] == 30
+    analysis = json.loads((out / "analysis.json").read_text())
+    assert "ghost" not in analysis["vocabularies"]["color"]
+    assert analysis["stats"]["x"]["max"] < 1e6
