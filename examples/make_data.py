@@ -77,9 +77,11 @@ def main() -> None:
         lines = [json.dumps(r) for r in recs[k * half:(k + 1) * half]]
         if k == 1:
             lines[10] = lines[10][:-9]  # truncated line: malformed JSON
-            bad = dict(recs[half + 20]); del bad["clicked"]
+            bad = dict(recs[half + 20])
+            del bad["clicked"]
             lines[20] = json.dumps(bad)  # no label
-            bad = dict(recs[half + 30]); bad["income"] = "n/a"
+            bad = dict(recs[half + 30])
+            bad["income"] = "n/a"
             lines[30] = json.dumps(bad)  # string where a number belongs
         (HERE / f"clicks-{k}.jsonl").write_text("\n".join(lines) + "\n")
 

@@ -15,8 +15,8 @@ import contextlib
 import dataclasses
 import datetime as _dt
 import json
-import re
 import logging
+import re
 import time
 from importlib import metadata
 from typing import Any
@@ -36,10 +36,10 @@ from pipelines.plan import default_num_shards, discover, input_fingerprint, plan
 from pipelines.staging import LOCAL_RUNNERS, staging_args
 from pipelines.transforms import (
     ANALYSIS_FILENAME,
+    TMP_DIR,
     AnalyzeUnits,
     CommitContext,
     CommitOutput,
-    TMP_DIR,
     ConversionFailed,
     ConvertUnits,
 )

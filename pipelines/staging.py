@@ -22,10 +22,10 @@ import base64
 import hashlib
 import io
 import os
+import shutil
 import tempfile
 import zipfile
 from importlib import metadata
-import shutil
 from pathlib import Path
 
 DIST_NAME = "recordprep"

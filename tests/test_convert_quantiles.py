@@ -36,7 +36,7 @@ def test_large_stream_within_one_percent_and_bounded():
     assert s.count == data.size
     assert sum(lv.size for lv in s.levels) <= s.k * len(s.levels)
     assert len(s.levels) <= 12
-    for q, v in zip([0.01, 0.1, 0.25, 0.5, 0.75, 0.9, 0.99], s.quantiles([0.01, 0.1, 0.25, 0.5, 0.75, 0.9, 0.99])):
+    for q, v in zip([0.01, 0.1, 0.25, 0.5, 0.75, 0.9, 0.99], s.quantiles([0.01, 0.1, 0.25, 0.5, 0.75, 0.9, 0.99]), strict=True):
         assert _rank_error(data, v, q) < 0.01, (q, v)
 
 
@@ -46,7 +46,7 @@ def test_deterministic_and_merge_matches_rank_accuracy():
 
     def run():
         sk = [QuantileSketch(k=256) for _ in parts]
-        for s, p in zip(sk, parts):
+        for s, p in zip(sk, parts, strict=True):
             s.add(p)
         m = sk[0]
         for s in sk[1:]:

@@ -57,7 +57,7 @@ def _read(out: str, split: str) -> dict[int, dict[str, np.ndarray]]:
     import readers
 
     rows = {}
-    for batch, label in readers.eval_dataset(f"{out}/{split}-*", batch_size=50).as_numpy_iterator():
+    for batch, _label in readers.eval_dataset(f"{out}/{split}-*", batch_size=50).as_numpy_iterator():
         for i in range(len(batch["id"])):
             rows[int(batch["id"][i][0])] = {k: v[i] for k, v in batch.items()}
     return rows
