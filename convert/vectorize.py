@@ -383,6 +383,26 @@ def _gather(flat: np.ndarray, counts: np.ndarray, n: int) -> tuple[np.ndarray, n
     return np.where(mask, flat[src], -1).astype(flat.dtype, copy=False), lens
 
 
+def _index_all(index: dict[Any, int], items: list[Any]) -> np.ndarray:
+    """``index[item]`` for every item (int32), new items getting ``len(index) - 1``
+    in order of first occurrence (``index`` starts with a sentinel at -1).
+
+    Known items are looked up by a C-level ``map``; only the positions of new
+    ones (found with ``list.index``) take a Python step: 1.06 -> 0.84 us per
+    record on the bench's text column, against ``setdefault`` per item.
+    """
+    codes = list(map(index.get, items))
+    i = 0
+    while True:
+        try:
+            i = codes.index(None, i)
+        except ValueError:
+            break
+        codes[i] = index.setdefault(items[i], len(index) - 1)
+        i += 1
+    return np.array(codes, dtype=np.int32)
+
+
 def _blake_ids(terms: Sequence[str], buckets: int) -> np.ndarray:
     """``1 + stable_hash(t) % buckets`` for every term, in bulk: one digest per term,
     the modulo in numpy (uint64, exact)."""
@@ -664,8 +684,7 @@ class Preparer:
                 # The whole column at once: one lower(), one findall, NUL
                 # between rows (not \w, not cased: tokens and lowercasing,
                 # final sigma included, are those of each row alone).
-                fcodes = np.array([index.setdefault(t, len(index) - 1)
-                                   for t in _TOKEN_OR_NUL_RE.findall(joined.lower() if lower else joined)], dtype=np.int32)
+                fcodes = _index_all(index, _TOKEN_OR_NUL_RE.findall(joined.lower() if lower else joined))
                 sep = fcodes < 0
                 counts_a = np.bincount(np.cumsum(sep)[~sep], minlength=b).astype(np.int64)
                 fcodes = fcodes[~sep]
@@ -682,7 +701,7 @@ class Preparer:
                     toks = findall(v.lower() if lower else v)
                     counts[i] = len(toks)
                     flat += toks
-                fcodes = np.array([index.setdefault(t, len(index) - 1) for t in flat], dtype=np.int32)
+                fcodes = _index_all(index, flat)
                 counts_a = np.array(counts, dtype=np.int64)
             codes, lens = _gather(fcodes, counts_a, n)
             row_of = np.repeat(np.arange(b), counts_a)  # the analysis counts every token, not only max_len
@@ -693,7 +712,7 @@ class Preparer:
                 fast = set(map(type, flat)) <= {str}
             if fast:
                 counts_a = np.array([len(v) if v else 0 for v in values], dtype=np.int64)
-                fcodes = np.array([index.setdefault(t, len(index) - 1) for t in flat], dtype=np.int32)
+                fcodes = _index_all(index, flat)
                 codes, lens = _gather(fcodes, counts_a, n)
                 row_of = np.repeat(np.arange(b), counts_a)
             else:
@@ -713,7 +732,7 @@ class Preparer:
         else:
             lens = None
             if set(map(type, values)) <= {str, _NONE}:
-                fcodes = np.array([index.setdefault(v, len(index) - 1) for v in values], dtype=np.int32)
+                fcodes = _index_all(index, values)
             else:
                 fcodes = np.full(b, -1, dtype=np.int32)
                 for i, v in enumerate(values):
