@@ -29,7 +29,7 @@ import queue
 import struct
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import apache_beam as beam
@@ -250,26 +250,79 @@ def _prepare_unit(unit: WorkUnit, options: ConvertOptions, preparer: Preparer,
 _FRAME = struct.Struct("<Q")
 
 
+class _Serial:
+    """Runs ``fn(item)`` for each submitted item, in order, on a thread of its own.
+
+    For work that releases the GIL (zlib, LZ4, file writes): it runs on
+    another core while the DoFn goes on. The queue is bounded (``queued``
+    items in flight), so memory stays flat; a failure surfaces on the next
+    ``submit`` or at ``close``.
+    """
+
+    def __init__(self, fn: Callable[[Any], Any], name: str, queued: int = 4):
+        self._fn = fn
+        self._error: BaseException | None = None
+        self._queue: queue.Queue[Any] = queue.Queue(queued)
+        self._thread: threading.Thread | None = threading.Thread(target=self._drain, name=name, daemon=True)
+        self._thread.start()
+
+    def _drain(self) -> None:
+        while (item := self._queue.get()) is not None:
+            if self._error is None:  # after a failure, keep draining so submit() never blocks
+                try:
+                    self._fn(item)
+                except BaseException as e:
+                    self._error = e
+
+    def submit(self, item: Any) -> None:
+        if self._error is not None:
+            raise self._error
+        self._queue.put(item)
+
+    def abort(self) -> None:
+        """Stop the thread (after a failure elsewhere)."""
+        if self._thread is not None:
+            self._queue.put(None)
+            self._thread.join()
+            self._thread = None
+
+    def close(self) -> None:
+        self.abort()
+        if self._error is not None:
+            raise self._error
+
+
 class _PreparedWriter:
     """A unit's prepared batches in a temp file: length-prefixed LZ4 frames of pickles.
 
-    LZ4 (level 0) halves the file for about 0.6 us per record; the file lives
-    only until the commit removes the temp directory.
+    LZ4 (level 0) halves the file for about 0.6 us per record; it and the
+    writes run on a ``_Serial`` thread (LZ4 releases the GIL), pickling stays
+    here. The file lives only until the commit removes the temp directory.
     """
 
     def __init__(self, path: str):
         self.f = FileSystems.create(path, mime_type="application/octet-stream", compression_type="uncompressed")
+        self._bg = _Serial(self._compress_and_write, f"recordprep-prepared-{posix_basename(path)}")
 
-    def write(self, item: _Prepared) -> None:
-        data = lz4.frame.compress(pickle.dumps(item, protocol=pickle.HIGHEST_PROTOCOL), compression_level=0)
+    def _compress_and_write(self, data: bytes) -> None:
+        data = lz4.frame.compress(data, compression_level=0)
         self.f.write(_FRAME.pack(len(data)))
         self.f.write(data)
+
+    def write(self, item: _Prepared) -> None:
+        self._bg.submit(pickle.dumps(item, protocol=pickle.HIGHEST_PROTOCOL))
 
     def __enter__(self) -> _PreparedWriter:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
-        self.f.close()
+    def __exit__(self, exc_type: Any, *exc: Any) -> None:
+        try:
+            if exc_type is None:
+                self._bg.close()
+            else:
+                self._bg.abort()
+        finally:
+            self.f.close()
 
 
 def _read_prepared(path: str) -> Iterator[_Prepared]:
@@ -332,47 +385,24 @@ class _Writer:
         # no name, no mtime in the gzip header: same input, same bytes
         self.f = gzip.GzipFile(filename="", fileobj=self.raw, mode="wb", compresslevel=level, mtime=0) if compression == "GZIP" else self.raw
         self.records = 0
-        self._error: BaseException | None = None
-        self._queue: queue.Queue[bytes | None] | None = None
-        self._thread: threading.Thread | None = None
-        if self.f is not self.raw:
-            self._queue = queue.Queue(self._QUEUED)
-            self._thread = threading.Thread(target=self._drain, name=f"recordprep-writer-{posix_basename(path)}", daemon=True)
-            self._thread.start()
-
-    def _drain(self) -> None:
-        assert self._queue is not None
-        while (data := self._queue.get()) is not None:
-            if self._error is None:  # after a failure, keep draining so put() never blocks
-                try:
-                    self.f.write(data)
-                except BaseException as e:
-                    self._error = e
+        self._bg = (_Serial(lambda data: self.f.write(data), f"recordprep-writer-{posix_basename(path)}", self._QUEUED)
+                    if self.f is not self.raw else None)
 
     def write(self, data: bytes, n: int) -> None:
-        if self._error is not None:
-            raise self._error
-        if self._queue is not None:
-            self._queue.put(data)
+        if self._bg is not None:
+            self._bg.submit(data)
         else:
             self.f.write(data)
         self.records += n
 
-    def _stop(self) -> None:
-        if self._thread is not None:
-            assert self._queue is not None
-            self._queue.put(None)
-            self._thread.join()
-            self._thread = None
-
     def abort(self) -> None:
         """Stop the writer thread after a failure elsewhere (the temp file is left to the cleanup)."""
-        self._stop()
+        if self._bg is not None:
+            self._bg.abort()
 
     def close(self) -> int:
-        self._stop()
-        if self._error is not None:
-            raise self._error
+        if self._bg is not None:
+            self._bg.close()
         if self.f is not self.raw:
             self.f.close()
         self.raw.close()

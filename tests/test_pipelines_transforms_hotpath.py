@@ -1,0 +1,167 @@
+"""pipelines.transforms hot path: the analysis pass leaves each unit prepared for
+the convert pass (decode once), writer threads, GC thresholds; the output must
+not depend on which path ran."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from _pipelines_data import make_records, write_dataset
+
+from convert.config import load_config
+from convert.vectorize import Preparer
+from pipelines.job import run_convert
+from pipelines.options import ConvertOptions
+from pipelines.plan import ByteRange, WorkUnit
+from pipelines.transforms import (
+    ANALYSIS_FILENAME,
+    PREPARED_KEY,
+    ConversionFailed,
+    _MergeAnalyzers,
+    _prepare_unit,
+    _PreparedWriter,
+    _read_prepared,
+)
+
+pytestmark = pytest.mark.slow
+
+
+def _files(out) -> dict[str, bytes]:
+    return {p.relative_to(out).as_posix(): p.read_bytes() for p in sorted(out.rglob("*"))
+            if p.is_file() and (p.name.endswith((".tfrecord.gz", ".jsonl")) or p.parent.name == "vocab")}
+
+
+def test_prepared_units_and_preparing_in_the_convert_pass_give_identical_output(tmp_path):
+    paths = write_dataset(tmp_path / "d", make_records(200), bad_json_lines=True)
+    first, second = tmp_path / "first", tmp_path / "second"
+    opts = dict(inputs=(str(paths["json"]),), config=str(paths["config"]), num_shards=3, max_errors=2)
+    run_convert(ConvertOptions(output=str(first), **opts))
+    # --analysis-from: no analysis pass, so nothing prepared; the convert pass prepares itself
+    run_convert(ConvertOptions(output=str(second), analysis_from=str(first), **opts))
+    a, b = _files(first), _files(second)
+    assert any(k.startswith("errors/") for k in a) and sum(k.endswith(".gz") for k in a) == 6
+    assert a == b
+    assert not (first / ".recordprep-tmp").exists()
+    assert PREPARED_KEY not in json.loads((first / ANALYSIS_FILENAME).read_text())
+
+
+def test_prepared_file_round_trip_and_truncation(tmp_path):
+    paths = write_dataset(tmp_path / "d", make_records(400))
+    config = load_config(str(paths["config"]))
+    src = str(tmp_path / "d" / "part-0.avro")
+    opts = ConvertOptions(inputs=(src,), config=str(paths["config"]), output=str(tmp_path / "o"), batch_size=10)
+    unit = WorkUnit(0, (ByteRange(src, 0, None),))
+    items = list(_prepare_unit(unit, opts, Preparer(config)))
+    assert sum(i.read for i in items) == 200 and len(items) > 1
+    path = str(tmp_path / "prepared.bin")
+    with _PreparedWriter(path) as w:
+        for it in items:
+            w.write(it)
+    back = list(_read_prepared(path))
+    assert [(i.path, i.read, i.errors) for i in back] == [(i.path, i.read, i.errors) for i in items]
+    for x, y in zip(back, items, strict=True):
+        np.testing.assert_array_equal(x.split, y.split)
+        assert x.batch.rows == y.batch.rows and [p[:2] for p in x.batch.parts] == [p[:2] for p in y.batch.parts]
+    data = (tmp_path / "prepared.bin").read_bytes()
+    (tmp_path / "prepared.bin").write_bytes(data[:-3])
+    with pytest.raises(ConversionFailed, match="truncated"):
+        list(_read_prepared(path))
+
+
+def test_merge_keeps_every_units_prepared_file_and_the_analysis():
+    paths_cfg = {"label": None, "features": [{"name": "x", "transform": "zscore"}]}
+    from convert.config import parse_config
+    from convert.vectorize import Analyzer
+
+    c = parse_config(paths_cfg)
+    fn = _MergeAnalyzers(c)
+    accs = []
+    for unit, xs in enumerate(([1.0, 2.0], [3.0], [])):
+        a = Analyzer(c)
+        a.add_records([{"x": x} for x in xs])
+        accs.append(fn.add_input(fn.create_accumulator(), (unit, a, f"p{unit}" if xs else None)))
+    out = fn.extract_output(fn.merge_accumulators(accs))
+    assert out[PREPARED_KEY] == {0: "p0", 1: "p1", 2: None}
+    assert out["stats"]["x"]["count"] == 3 and out["stats"]["x"]["mean"] == 2.0
+
+
+def test_gzip_writer_thread_writes_the_same_bytes_as_inline_gzip(tmp_path):
+    import gzip
+    import io
+    import threading
+
+    from pipelines.transforms import _Writer
+
+    chunks = [bytes([i % 251]) * (1000 + 7919 * i) for i in range(12)]
+    w = _Writer(str(tmp_path / "a.gz"), "GZIP", 6)
+    assert w._bg is not None
+    for c in chunks:
+        w.write(c, 2)
+    size = w.close()
+    inline = io.BytesIO()
+    with gzip.GzipFile(filename="", fileobj=inline, mode="wb", compresslevel=6, mtime=0) as g:
+        for c in chunks:
+            g.write(c)
+    assert (tmp_path / "a.gz").read_bytes() == inline.getvalue() and size == len(inline.getvalue())
+    assert w.records == 24 and not any(t.name.startswith("recordprep-writer") for t in threading.enumerate())
+
+    plain = _Writer(str(tmp_path / "b"), "NONE", 6)
+    assert plain._bg is None
+    plain.write(b"xy", 1)
+    assert plain.close() == 2
+
+
+def test_gzip_writer_thread_failure_surfaces_and_abort_stops_it(tmp_path):
+    from pipelines.transforms import _Writer
+
+    w = _Writer(str(tmp_path / "a.gz"), "GZIP", 1)
+
+    def boom(data):
+        raise OSError("disk full")
+
+    w.f.write = boom
+    w.write(b"x" * 10, 1)
+    with pytest.raises(OSError, match="disk full"):
+        for _ in range(100):  # the failure shows on a later write, or at close
+            w.write(b"x", 1)
+        w.close()
+    w.abort()
+    assert w._bg._thread is None
+
+
+def test_prepared_writer_failure_surfaces_and_leaves_no_thread(tmp_path):
+    import threading
+
+    from pipelines.transforms import _PreparedWriter
+
+    with pytest.raises(OSError, match="disk full"), _PreparedWriter(str(tmp_path / "p.bin")) as w:
+        def boom(data):
+            raise OSError("disk full")
+
+        w.f.write = boom
+        for _ in range(100):  # on a later write, or when the with block ends
+            w.write(b"x" * 1000)
+    with pytest.raises(RuntimeError, match="unit failed"), _PreparedWriter(str(tmp_path / "q.bin")) as w:
+        w.write(b"y")
+        raise RuntimeError("unit failed")
+    assert not any(t.name.startswith("recordprep-prepared") for t in threading.enumerate())
+
+
+def test_relaxed_gc_raises_thresholds_while_any_unit_runs_then_restores_them():
+    import gc
+
+    from pipelines.transforms import _relaxed_gc
+
+    before = gc.get_threshold()
+    with _relaxed_gc():
+        inside = gc.get_threshold()
+        assert inside[0] >= 50_000 and inside[0] >= before[0]
+        with _relaxed_gc():  # a second unit (another thread) overlapping
+            assert gc.get_threshold() == inside
+        assert gc.get_threshold() == inside  # the first is still running
+    assert gc.get_threshold() == before
+    with pytest.raises(RuntimeError), _relaxed_gc():
+        raise RuntimeError("unit failed")
+    assert gc.get_threshold() == before
