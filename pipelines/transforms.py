@@ -9,8 +9,14 @@
 
 Each element is a ``WorkUnit`` (byte ranges of input files), so every step
 works on batches of thousands of records and Beam's per-element cost is paid
-per unit. Both passes read the input (like tf.Transform) instead of holding
-decoded records between stages: memory stays flat however large the input.
+per unit. The input is decoded once: the analysis pass prepares each batch
+(split, field access, checks, tokens, hashes; ``convert.vectorize.Preparer``)
+and streams it to ``<output>/.recordprep-tmp/prepared-<unit>-*.bin`` (LZ4,
+about as large as deflate Avro input; removed at commit); the convert pass
+streams that file back and only applies the analysis. Nothing is held in
+memory between stages, so memory stays flat however large the input; the
+temp files need disk next to the output. With ``--analysis-from`` there is
+no analysis pass and the convert pass reads and prepares the input itself.
 """
 
 from __future__ import annotations
