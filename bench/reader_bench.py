@@ -237,12 +237,16 @@ def _measure(args: argparse.Namespace) -> dict[str, Any]:
                 time.sleep(step)
         return n, time.perf_counter() - ws, wait
 
-    window(WARMUP_BATCHES, WARMUP_S)
+    # bench/remote.py lengthens both: remote rows must get past what the first requests
+    # buffered (a whole shard per open file) to show the storage's steady state.
+    warmup_s = float(os.environ.get("RECORDPREP_BENCH_WARMUP_S", WARMUP_S))
+    window_s = float(os.environ.get("RECORDPREP_BENCH_WINDOW_S", WINDOW_S))
+    window(WARMUP_BATCHES, warmup_s)
     rates, waits = [], []
     n_total = 0
     cpu0, tw0 = cpu(), time.perf_counter()
     for _ in range(WINDOWS):
-        n, dt, wait = window(WINDOW_MIN_BATCHES, WINDOW_S)
+        n, dt, wait = window(WINDOW_MIN_BATCHES, window_s)
         rates.append(n / dt)
         waits.append(wait / dt)
         n_total += n
