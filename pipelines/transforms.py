@@ -44,6 +44,9 @@ import numpy as np
 from apache_beam.io.filesystem import BeamIOError
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
+from apache_beam.transforms.window import GlobalWindow
+from apache_beam.utils.timestamp import MIN_TIMESTAMP
+from apache_beam.utils.windowed_value import WindowedValue
 
 from convert.config import Config
 from convert.example import encode_examples
@@ -416,15 +419,52 @@ class _Writer:
 
 
 class _ConvertUnit(beam.DoFn):
-    """Read, vectorize, encode and write one unit into one temp shard per split."""
+    """Read, vectorize, encode and write one unit into one temp shard per split.
+
+    A unit's shards are closed, and its result emitted, when the next unit of
+    the bundle has been encoded (or at the end of the bundle): the gzip
+    threads of one unit finish while the next one is encoded, instead of the
+    DoFn waiting for them (the convert pass is deflate-bound).
+    """
 
     def __init__(self, config: Config, options: ConvertOptions):
         self.config, self.options = config, options
         self.records_read = Metrics.counter("recordprep", "records_read")
         self.records_written = Metrics.counter("recordprep", "records_written")
         self.records_rejected = Metrics.counter("recordprep", "records_rejected")
+        self._pending: Callable[[], dict] | None = None
+
+    def start_bundle(self) -> None:
+        self._pending = None
+
+    def _finish_pending(self) -> dict | None:
+        finish, self._pending = self._pending, None
+        return finish() if finish is not None else None
 
     def process(self, unit: WorkUnit, analysis_json: dict):
+        try:
+            finish = self._encode(unit, analysis_json)
+            done = self._finish_pending()
+        except BaseException:
+            self.teardown()
+            raise
+        self._pending = finish
+        if done is not None:
+            yield done
+
+    def finish_bundle(self):
+        done = self._finish_pending()
+        if done is not None:
+            yield WindowedValue(done, MIN_TIMESTAMP, [GlobalWindow()])
+
+    def teardown(self) -> None:
+        """A failed bundle: stop the writer threads of the unit left pending."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.abort()  # type: ignore[attr-defined]
+
+    def _encode(self, unit: WorkUnit, analysis_json: dict) -> Callable[[], dict]:
+        """Encode the unit into its writers; returns what closes them and gives the result."""
         opts = self.options
         vec = Vectorizer(self.config, Analysis.from_json(analysis_json))
         names = opts.splits.names
@@ -472,24 +512,37 @@ class _ConvertUnit(beam.DoFn):
                         if sel.size:
                             w.write(frame_records(buf, starts[sel], lens[sel]), int(sel.size))
                             counts[names[s]] += int(sel.size)
-                shards = {}
-                for s, w in zip(names, writers, strict=True):
-                    size = w.close()
-                    shards[s] = {"tmp": w.path, "records": w.records, "bytes": size}
             except BaseException:
                 for w in writers:  # no writer thread outlives a failed attempt
                     w.abort()
                 raise
         if err_f is not None:
             err_f.close()
-        prog.add(0, _unit_bytes(unit))
-        prog.close()
-        read = sum(c["read"] for c in per_file.values())
-        self.records_read.inc(read)
-        self.records_written.inc(sum(w.records for w in writers))
-        self.records_rejected.inc(n_err)
-        yield {"unit": unit.index, "shards": shards, "errors": {"tmp": err_path if n_err else None, "count": n_err},
-               "per_file": per_file}
+
+        def finish() -> dict:
+            try:
+                shards = {}
+                for s, w in zip(names, writers, strict=True):
+                    size = w.close()
+                    shards[s] = {"tmp": w.path, "records": w.records, "bytes": size}
+            except BaseException:
+                abort()
+                raise
+            prog.add(0, _unit_bytes(unit))
+            prog.close()
+            read = sum(c["read"] for c in per_file.values())
+            self.records_read.inc(read)
+            self.records_written.inc(sum(w.records for w in writers))
+            self.records_rejected.inc(n_err)
+            return {"unit": unit.index, "shards": shards, "errors": {"tmp": err_path if n_err else None, "count": n_err},
+                    "per_file": per_file}
+
+        def abort() -> None:
+            for w in writers:
+                w.abort()
+
+        finish.abort = abort  # type: ignore[attr-defined]
+        return finish
 
 
 class ConvertUnits(beam.PTransform):

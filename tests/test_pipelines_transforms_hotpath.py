@@ -5,6 +5,7 @@ not depend on which path ran."""
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -165,3 +166,35 @@ def test_relaxed_gc_raises_thresholds_while_any_unit_runs_then_restores_them():
     with pytest.raises(RuntimeError), _relaxed_gc():
         raise RuntimeError("unit failed")
     assert gc.get_threshold() == before
+
+
+def test_convert_unit_emits_each_result_after_the_next_unit_and_at_bundle_end(tmp_path):
+    import threading
+
+    from convert.vectorize import Analyzer
+    from pipelines.transforms import _ConvertUnit
+
+    paths = write_dataset(tmp_path / "d", make_records(120))
+    config = load_config(str(paths["config"]))
+    files = sorted(str(p) for p in (tmp_path / "d").glob("*.avro"))
+    opts = ConvertOptions(inputs=tuple(files), config=str(paths["config"]), output=str(tmp_path / "o"))
+    a = Analyzer(config)
+    a.add_records(make_records(120))
+    analysis = a.result().to_json()  # no prepared units: the convert pass prepares
+    fn = _ConvertUnit(config, opts)
+    fn.start_bundle()
+    assert list(fn.process(WorkUnit(0, (ByteRange(files[0], 0, None),)), analysis)) == []
+    first = list(fn.process(WorkUnit(1, (ByteRange(files[1], 0, None),)), analysis))
+    assert [r["unit"] for r in first] == [0]
+    last = list(fn.finish_bundle())
+    assert [wv.value["unit"] for wv in last] == [1]
+    for r in first + [wv.value for wv in last]:
+        assert sum(sh["records"] for sh in r["shards"].values()) == 60
+        assert all(os.path.getsize(sh["tmp"]) == sh["bytes"] for sh in r["shards"].values())
+
+    fn.start_bundle()
+    assert list(fn.process(WorkUnit(0, (ByteRange(files[0], 0, None),)), analysis)) == []
+    with pytest.raises(OSError):  # the next unit fails: the pending one's writer threads stop too
+        list(fn.process(WorkUnit(1, (ByteRange(str(tmp_path / "missing.avro"), 0, None),)), analysis))
+    assert fn._pending is None
+    assert not any(t.name.startswith("recordprep-writer") for t in threading.enumerate())
