@@ -825,7 +825,17 @@ class RemoteStack:
         return env
 
     def apply_env(self) -> None:
-        os.environ.update(self.env())
+        env = self.env()
+        self._saved_env = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
+
+    def restore_env(self) -> None:
+        for k, v in getattr(self, "_saved_env", {}).items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        self._saved_env = {}
 
     def hdfs_beam_args(self, user: str = "recordprep") -> list[str]:
         return ["--hdfs_host", "127.0.0.1", "--hdfs_port", str(self.webhdfs.port), "--hdfs_user", user,
@@ -914,6 +924,9 @@ try:
             pytest.skip(f"remote-storage servers unavailable: {e} (install the dev extra: "
                         f"pip install -c constraints.txt -e '.[dev]')")
         yield stack
+        # Other test files must not inherit the proxy or the emulator; TensorFlow keeps the GCS
+        # settings it read, which only gs:// paths use.
+        stack.restore_env()
 except ImportError:  # bench/ without pytest
     pass
 
