@@ -422,6 +422,9 @@ class Preparer:
     path, which defines the behaviour (rejections, term forms) both follow.
     """
 
+    #: A unit's term index starts afresh beyond this many terms of a feature.
+    MAX_UNIT_TERMS = 1 << 20
+
     def __init__(self, config: Config, unit_terms: bool = False):
         self.config = config
         #: Keep term indexes across batches (the pipeline: one Preparer per
@@ -664,9 +667,14 @@ class Preparer:
         ``"\\x00"``, never a token) at -1, so terms get ``len(index) - 1``.
         """
         sentinel = "\x00" if f.transform == "text" else None
-        if not self.unit_terms:
-            return {sentinel: -1}
-        return self._index.setdefault(f.name, {sentinel: -1})
+        index = self._index.get(f.name) if self.unit_terms else None
+        if index is None or len(index) > self.MAX_UNIT_TERMS:
+            # Afresh (a batch with first index 0 restarts the consumers'
+            # tables too): bounds memory for very high-cardinality features.
+            index = {sentinel: -1}
+            if self.unit_terms:
+                self._index[f.name] = index
+        return index
 
     def _terms(self, f: FeatureConfig, values: list[Any], bad: dict[int, Rejection],
                extras: dict[str, tuple] | None) -> tuple[int, list[str], np.ndarray, np.ndarray | None]:

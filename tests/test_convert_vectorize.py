@@ -733,3 +733,26 @@ def test_unit_term_indexes_carry_over_batches_and_give_the_same_result():
     a.add_prepared(Preparer(c, unit_terms=True).prepare(chunks[0], analyze=True), masks[0])
     with pytest.raises(ValueError, match="out of order"):  # a batch of another unit's indexes
         a.add_prepared(unit.prepare(chunks[1], analyze=True), masks[1])
+
+
+def test_unit_term_index_starts_afresh_beyond_its_cap(monkeypatch):
+    """Very high-cardinality features: the unit's index restarts (first index
+    0) instead of growing without bound; results stay the same."""
+    monkeypatch.setattr(Preparer, "MAX_UNIT_TERMS", 3)
+    c = parse_config(PREP_CFG)
+    recs = _clean_records(80, seed=6)
+    chunks = [recs[i:i + 10] for i in range(0, len(recs), 10)]
+    ref = Analyzer(c)
+    for ch in chunks:  # statistics merge per batch, like the prepared path
+        ref.add_records(ch)
+    unit, got, prepared = Preparer(c, unit_terms=True), Analyzer(c), []
+    for ch in chunks:
+        pb = unit.prepare(ch, analyze=True)
+        got.add_prepared(pb, np.ones(len(ch), dtype=bool))
+        prepared.append(pb)
+    assert got.result().to_json() == ref.result().to_json()
+    firsts = [pb.parts[8][2][0] for pb in prepared]  # feature "t" (text): restarts at 0
+    assert firsts.count(0) > 1 and max(len(ix) for ix in unit._index.values()) <= 3 + 60
+    vec = Vectorizer(c, ref.result())
+    for ch, pb in zip(chunks, prepared, strict=True):
+        _assert_same_batch(vec.finish(pb), vec.vectorize(ch))
