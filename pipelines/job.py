@@ -16,6 +16,7 @@ import dataclasses
 import datetime as _dt
 import json
 import logging
+import os
 import re
 import time
 from importlib import metadata
@@ -113,6 +114,31 @@ def _load_analysis(old_output: str) -> dict[str, Any]:
         return json.loads(f.read())
 
 
+#: Below this much input, starting worker processes (each loads Beam, ~3 s
+#: and ~180 MB) costs more than a second core gains; measured with bench/.
+MULTIPROCESS_MIN_BYTES = 32 * 1024 * 1024
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def local_workers(opts: ConvertOptions, total_bytes: int, num_units: int, beam_args: tuple[str, ...] = ()) -> int:
+    """Worker processes for a local run: ``opts.workers`` if given; else one
+    per core (at most one per work unit) when the input repays their start-up.
+    Beam flags ``--direct_num_workers``/``--direct_running_mode`` win."""
+    if any(a.startswith(("--direct_num_workers", "--direct_running_mode")) for a in beam_args):
+        return 1  # the user's Beam flags decide; leave them untouched
+    if opts.workers is not None:
+        return opts.workers
+    if total_bytes < MULTIPROCESS_MIN_BYTES:
+        return 1
+    return max(1, min(_cores(), num_units))
+
+
 def plan(opts: ConvertOptions) -> dict[str, Any]:
     """Everything the run will do, without running it (``--dry-run``)."""
     remote.pipeline_options(opts)  # hdfs:// flags, set on FileSystems before listing inputs
@@ -184,8 +210,13 @@ def run_convert(opts: ConvertOptions) -> ConvertResult:
     if runner_name is None:
         from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
+        workers = local_workers(opts, p["total_bytes"], len(units), beam_args=opts.beam_args)
+        if workers > 1:
+            beam_opts = PipelineOptions([*remote.beam_args_for(opts), "--direct_num_workers", str(workers),
+                                         "--direct_running_mode", "multi_processing"])
         runner: Any = FnApiRunner()
-        runner_name = "FnApiRunner (local, in-process)"
+        runner_name = ("FnApiRunner (local, in-process)" if workers == 1
+                       else f"FnApiRunner (local, {workers} worker processes)")
     else:
         runner = None
 

@@ -37,6 +37,9 @@ class ConvertOptions:
       overwrite: replace an existing output made from other inputs/config.
       beam_args: extra Beam pipeline flags, passed through untouched.
       progress: print progress lines while a local run goes (the CLI's default).
+      workers: local runs: worker processes; ``None`` = one per core when the
+        input is large enough to repay their start-up (see ``pipelines.job``),
+        1 = in-process (least memory).
     """
 
     inputs: tuple[str, ...]
@@ -55,12 +58,15 @@ class ConvertOptions:
     overwrite: bool = False
     beam_args: tuple[str, ...] = ()
     progress: bool = False
+    workers: int | None = None
 
     def __post_init__(self) -> None:
         if not self.inputs:
             raise OptionsError("no --input given; pass one or more paths or glob patterns")
         if self.num_shards is not None and not 1 <= self.num_shards <= 100_000:
             raise OptionsError(f"--num-shards must be between 1 and 100000, found {self.num_shards}")
+        if self.workers is not None and not 1 <= self.workers <= 256:
+            raise OptionsError(f"--workers must be between 1 and 256, found {self.workers}")
         if self.target_shard_mb <= 0:
             raise OptionsError(f"--target-shard-mb must be > 0, found {self.target_shard_mb}")
         if self.compression not in COMPRESSIONS:
