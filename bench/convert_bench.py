@@ -4,12 +4,13 @@ Rows (each one fresh subprocess, see :mod:`bench.measure`):
 
 ``recordprep AVRO -> gzip``
     ``pipelines.job.run_convert`` with the default options (train/eval
-    0.9/0.1, gzip level 6, default shard count, FnApiRunner) on all AVRO files:
-    the headline number. Reads the input twice (analysis pass, then convert).
-``recordprep AVRO -> gzip (N workers)``
-    The same job with the Beam flags ``--direct_num_workers N
-    --direct_running_mode multi_processing`` (N = cores): what the in-process
-    runner gives when told to use every core; its peak RSS sums the workers.
+    0.9/0.1, gzip level 6, default shard count, FnApiRunner with its default
+    worker choice: one process per core above 32 MB of input) on all AVRO
+    files: the headline number. Decodes each record once (the analysis pass
+    leaves the prepared batches for the convert pass).
+``recordprep AVRO -> gzip (--workers 1, in-process)``
+    The same job in one process: the least memory; peak RSS of the default
+    row sums its worker processes.
 ``recordprep AVRO -> none``
     The same with ``compression="none"`` (the reader table reads both).
 ``recordprep JSON -> gzip``
@@ -54,11 +55,8 @@ def _recordprep(args: argparse.Namespace) -> dict[str, Any]:
     from pipelines.options import ConvertOptions
 
     shutil.rmtree(args.output, ignore_errors=True)
-    beam_args: tuple[str, ...] = ()
-    if args.workers > 1:  # FnApiRunner reads these from the pipeline options
-        beam_args = ("--direct_num_workers", str(args.workers), "--direct_running_mode", "multi_processing")
     opts = ConvertOptions(inputs=tuple(args.inputs), config=args.config, output=args.output,
-                          compression=args.compression, overwrite=True, beam_args=beam_args)
+                          compression=args.compression, overwrite=True, workers=args.workers or None)
     with WorkTimer() as t:
         res = run_convert(opts)
     info = res.info
@@ -129,8 +127,8 @@ def _add_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--output", default=None)
     ap.add_argument("--compression", choices=("gzip", "none"), default="gzip")
     ap.add_argument("--records", type=int, default=0, help="records in --inputs (naive: for the rate)")
-    ap.add_argument("--workers", type=int, default=1,
-                    help="recordprep: FnApiRunner workers (>1: --direct_running_mode multi_processing)")
+    ap.add_argument("--workers", type=int, default=0,
+                    help="recordprep --workers (0: recordprep's default choice)")
 
 
 def main() -> None:
@@ -173,10 +171,9 @@ def run_table(size: str, manifest: dict[str, Any], *, repeats: int, log, out_roo
         ("recordprep_json_gzip", "recordprep JSON -> gzip",
          ["--case", "recordprep", "--inputs", *jsonl, "--output", str(outputs["recordprep_json_gzip"])]),
     ]
-    cores = os.cpu_count() or 1
-    if cores > 1:
-        plan.append(("recordprep_avro_gzip_workers", f"recordprep AVRO -> gzip ({cores} workers, multi_processing)",
-                     ["--case", "recordprep", "--inputs", *avro, "--workers", str(cores),
+    if (os.cpu_count() or 1) > 1:
+        plan.append(("recordprep_avro_gzip_workers", "recordprep AVRO -> gzip (--workers 1, in-process)",
+                     ["--case", "recordprep", "--inputs", *avro, "--workers", "1",
                       "--output", str(outputs["recordprep_avro_gzip_workers"])]))
     if not skip_naive:
         plan.append(("naive", "naive Beam AVRO -> gzip" + ("" if subset == avro else f" ({len(subset)} of {len(avro)} files)"),
