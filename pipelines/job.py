@@ -101,6 +101,11 @@ def _clear_output(output: str) -> None:
     if matched:
         FileSystems.delete([m.path for m in matched])
     for sub in ("vocab", "errors"):
+        # Object stores have no directories: delete what is under the prefix,
+        # then the directory where there is one (local, HDFS).
+        inner = FileSystems.match([FileSystems.join(output, sub, "*")])[0].metadata_list
+        if inner:
+            FileSystems.delete([m.path for m in inner])
         d = FileSystems.join(output, sub)
         if FileSystems.exists(d):
             FileSystems.delete([d])

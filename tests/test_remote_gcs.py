@@ -192,8 +192,15 @@ def test_rerun_is_a_no_op_and_overwrite_replaces(gcs_dataset, remote_stack):  # 
     assert run_convert(opts).skipped  # same inputs (gs:// sizes and mtimes) and config
     out = f"gs://{remote_stack.bucket}/rerun/out"
     run_convert(_opts(f"{gcs_dataset['gs_in']}/*.avro", paths["config"], out, num_shards=3))
+    from apache_beam.io.filesystems import FileSystems
+
+    for stale in ("vocab/gone_feature.txt", "errors/errors-00000.jsonl"):  # from an older dataset
+        with FileSystems.create(f"{out}/{stale}") as f:
+            f.write(b"old\n")
     result = run_convert(_opts(f"{gcs_dataset['gs_in']}/*.avro", paths["config"], out, num_shards=2,
                                overwrite=True))
     assert not result.skipped
     shards = [n for n in remote_stack.gcs_names("rerun/out") if ".tfrecord" in n]
     assert shards and all("-of-00002" in n for n in shards)
+    names = remote_stack.gcs_names("rerun/out")
+    assert not [n for n in names if "gone_feature" in n or "errors/" in n], names  # --overwrite leaves nothing old
