@@ -23,6 +23,7 @@ from importlib import metadata
 from typing import Any
 
 import apache_beam as beam
+from apache_beam.io.filesystem import BeamIOError
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
@@ -103,7 +104,10 @@ def _clear_output(output: str) -> None:
     for sub in ("vocab", "errors"):
         # Object stores have no directories: delete what is under the prefix,
         # then the directory where there is one (local, HDFS).
-        inner = FileSystems.match([FileSystems.join(output, sub, "*")])[0].metadata_list
+        try:
+            inner = FileSystems.match([FileSystems.join(output, sub, "*")])[0].metadata_list
+        except BeamIOError:  # HDFS: listing a missing directory fails
+            inner = []
         if inner:
             FileSystems.delete([m.path for m in inner])
         d = FileSystems.join(output, sub)
