@@ -25,7 +25,7 @@ Rows (each one fresh subprocess, see :mod:`bench.measure`):
 ``limit: fastavro decode`` / ``limit: JSON lines + orjson``
     Decoding every input record once, in one process, doing nothing else:
     what any converter reading these files in one Python process cannot beat
-    (recordprep decodes twice).
+    (recordprep decodes once; the analysis pass leaves prepared batches for the convert pass).
 
 Columns: records/s of the work phase (``run_convert`` call, pipeline run, or
 decode loop: the child's interpreter start and imports excluded), CPU seconds
