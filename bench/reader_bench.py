@@ -296,7 +296,7 @@ TARGET_REPEATS = 3
 
 
 def run_table(dirs: dict[str, str], avro_files: list[str], *, log, log_dir: Path,
-              step_ms: float = 5.0, repeats: int = 1) -> dict[str, Any]:
+              step_ms: float = 5.0, repeats: int = 1, target_repeats: int = TARGET_REPEATS) -> dict[str, Any]:
     """``dirs``: compression ("gzip"/"none") -> recordprep output directory.
 
     Every row runs ``repeats`` times, the rows of :data:`TARGET_CASES` at least
@@ -306,7 +306,7 @@ def run_table(dirs: dict[str, str], avro_files: list[str], *, log, log_dir: Path
     from bench.measure import run_child
 
     plan: list[tuple[str, str, str, float, int]] = []  # key, case, compression, step, runs
-    target_runs = max(repeats, TARGET_REPEATS)
+    target_runs = max(repeats, target_repeats)
     for comp in ("gzip", "none"):
         if comp not in dirs:
             continue

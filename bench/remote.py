@@ -111,7 +111,7 @@ def probe_link(stack, obj: str, *, repeats: int = 3) -> dict[str, float]:
 
 
 def run_table(dirs: dict[str, str], *, log, log_dir: Path, ttfb_ms: float = TTFB_MS, mbps: float = MBPS,
-              repeats: int = 1, tune: bool = False) -> dict[str, Any]:
+              repeats: int = 1, tune: bool = False, target_repeats: int = TARGET_REPEATS) -> dict[str, Any]:
     """``dirs``: compression ("gzip"/"none") -> local recordprep output; every one is measured.
 
     Rows are keyed ``<compression>:<row key>``; the tuning rows run on the
@@ -150,7 +150,7 @@ def run_table(dirs: dict[str, str], *, log, log_dir: Path, ttfb_ms: float = TTFB
         plan = []
         for comp in comps:
             for row in BASE_ROWS + (TUNE_ROWS if tune and comp == comps[0] else ()):
-                plan.append((comp, row, max(repeats, TARGET_REPEATS) if row[0] in TARGET_ROWS else repeats))
+                plan.append((comp, row, max(repeats, target_repeats) if row[0] in TARGET_ROWS else repeats))
         runs: dict[str, list[dict[str, Any]]] = {}
         for rnd in range(max(n for *_, n in plan)):
             for comp, (key, label, where, case, overrides, extra_env), n in plan:

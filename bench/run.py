@@ -104,6 +104,9 @@ def main(argv: list[str] | None = None) -> int:
                           "avro_mb": manifest["avro"]["bytes"] / 1e6, "json_mb": manifest["json"]["bytes"] / 1e6}
 
     out_root = make_data.dataset_dir(args.size) / "out"
+    # `small` is the quick look (a few minutes): the target rows run once instead
+    # of three times; use --repeats for medians.
+    target_repeats = 1 if args.size == "small" else reader_bench.TARGET_REPEATS
     conv = convert_bench.run_table(args.size, manifest, repeats=args.repeats, log=log, out_root=out_root,
                                    log_dir=log_dir, skip_naive=args.skip_naive)
     results["conversion"] = conv
@@ -115,14 +118,15 @@ def main(argv: list[str] | None = None) -> int:
                 dirs[comp] = conv["outputs"][key]
         if dirs:
             results["readers"] = reader_bench.run_table(dirs, make_data.avro_files(args.size, manifest), log=log,
-                                                        log_dir=log_dir, step_ms=args.step_ms, repeats=args.repeats)
+                                                        log_dir=log_dir, step_ms=args.step_ms, repeats=args.repeats,
+                                                        target_repeats=target_repeats)
         else:
             results["notes"].append("reader table skipped: no recordprep output to read (conversions failed)")
         if dirs and not args.skip_remote:
             try:
                 results["remote"] = remote.run_table(dirs, log=log, log_dir=log_dir, ttfb_ms=args.remote_ttfb_ms,
                                                      mbps=args.remote_mbps, repeats=args.repeats,
-                                                     tune=args.remote_tune)
+                                                     tune=args.remote_tune, target_repeats=target_repeats)
             except Exception as e:  # servers missing or broken: the other tables still count
                 results["notes"].append(f"remote reader table failed: {type(e).__name__}: {e}")
                 log(f"remote reader table FAILED: {e}")
