@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import sys
-from pathlib import Path
 
+import _readers_fixtures as fx
 import pytest
 import tensorflow as tf
 
@@ -17,19 +15,6 @@ from readers import (
     eval_dataset,
     train_dataset,
 )
-
-
-def _fixtures():
-    name = "_readers_fixtures"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(f"{name}.py"))
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-fx = _fixtures()
 
 
 def _train(o, **kw):

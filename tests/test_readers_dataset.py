@@ -2,32 +2,17 @@
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 import math
-import sys
 from collections import Counter
-from pathlib import Path
 
+import _readers_fixtures as fx
 import numpy as np
 import pytest
 import tensorflow as tf
 
 import readers
 from readers import ReadOptions, ShardSelectionError, eval_dataset, train_dataset
-
-
-def _fixtures():
-    name = "_readers_fixtures"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(f"{name}.py"))
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-fx = _fixtures()
 
 
 @pytest.fixture(params=["NONE", "GZIP"])

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import json
 import os
 import subprocess
@@ -12,6 +11,7 @@ import threading
 import time
 from pathlib import Path
 
+import _readers_fixtures as fx
 import pytest
 
 import readers
@@ -26,18 +26,6 @@ from readers import (
 )
 from readers.info import locate, select_shards
 
-
-def _fixtures():
-    name = "_readers_fixtures"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(f"{name}.py"))
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-fx = _fixtures()
 REPO = Path(__file__).resolve().parents[1]
 
 

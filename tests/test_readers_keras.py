@@ -2,28 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
-from pathlib import Path
 
+import _readers_fixtures as fx
 import numpy as np
 import tensorflow as tf
 
 import readers
-
-
-def _fixtures():
-    name = "_readers_fixtures"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(f"{name}.py"))
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-fx = _fixtures()
 
 
 def test_keras_fit_and_evaluate(tmp_path):

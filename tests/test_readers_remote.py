@@ -4,35 +4,21 @@ against an in-process fake WebHDFS server, and unsupported schemes."""
 from __future__ import annotations
 
 import http.server
-import importlib.util
 import json
 import logging
 import os
 import socket
-import sys
 import threading
 import urllib.parse
 from collections import Counter
 from pathlib import Path
 
+import _readers_fixtures as fx
 import pytest
 import tensorflow as tf
 
 import readers
 from readers import ShardNotFoundError, StagingError, _staging
-
-
-def _fixtures():
-    name = "_readers_fixtures"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(f"{name}.py"))
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-fx = _fixtures()
 
 
 class FakeWebHdfs:
