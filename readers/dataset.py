@@ -373,6 +373,25 @@ def _stage_if_hdfs(sel: ShardSelection, shards: Sequence[Any], opts: ReadOptions
     )
 
 
+def _open_shards(sel: ShardSelection, shards: Sequence[Any], opts: ReadOptions, skip_corrupt: bool):
+    """Where to read ``shards`` and how: ``(paths, counts, remote, cycle_length,
+    num_parallel_calls, read_buffer_bytes)``. HDFS shards are staged to local
+    disk first (then read as local); shard files are checked against the
+    metadata when ``opts.verify_files``."""
+    remote = opts.is_remote(sel.root)
+    root = _stage_if_hdfs(sel, shards, opts)
+    if root != sel.root:
+        remote = False  # staged: read from local disk
+    paths = [_io.join(root, s.file) for s in shards]
+    counts = [s.num_records for s in shards]
+    if opts.verify_files:
+        _verify_shards(paths, [s.num_bytes for s in shards], remote=remote,
+                       threads=opts.staging_threads, skip_corrupt=skip_corrupt)
+    cycle_length = opts.resolved_cycle_length(len(paths), remote=remote)
+    parallel = opts.resolved_num_parallel_calls(cycle_length, remote=remote)
+    return paths, counts, remote, cycle_length, parallel, opts.resolved_read_buffer_bytes(remote=remote)
+
+
 def _tf_options(
     *, deterministic: bool, sharded_by_reader: bool, opts: ReadOptions
 ) -> tf.data.Options:
@@ -600,24 +619,7 @@ def train_dataset(
                 num_pipelines,
             )
 
-    remote = opts.is_remote(sel.root)
-    root = _stage_if_hdfs(sel, shards, opts)
-    if root != sel.root:
-        remote = False  # staged: read from local disk
-    paths = [_io.join(root, s.file) for s in shards]
-    counts = [s.num_records for s in shards]
-    if opts.verify_files:
-        _verify_shards(
-            paths,
-            [s.num_bytes for s in shards],
-            remote=remote,
-            threads=opts.staging_threads,
-            skip_corrupt=skip_corrupt,
-        )
-
-    cycle_length = opts.resolved_cycle_length(len(paths), remote=remote)
-    parallel = opts.resolved_num_parallel_calls(cycle_length, remote=remote)
-    buffer_bytes = opts.resolved_read_buffer_bytes(remote=remote)
+    paths, counts, remote, cycle_length, parallel, buffer_bytes = _open_shards(sel, shards, opts, skip_corrupt)
     # Record-level sharding needs the same record order in every pipeline.
     interleave_det = det or record_level_shard
     shuffle_files = opts.shuffle_files and len(paths) > 1
@@ -754,24 +756,7 @@ def eval_dataset(
     parse_spec = feature_spec(sel.info, parse_names)
 
     shards = list(sel.shards)
-    remote = opts.is_remote(sel.root)
-    root = _stage_if_hdfs(sel, shards, opts)
-    if root != sel.root:
-        remote = False  # staged: read from local disk
-    paths = [_io.join(root, s.file) for s in shards]
-    counts = [s.num_records for s in shards]
-    if opts.verify_files:
-        _verify_shards(
-            paths,
-            [s.num_bytes for s in shards],
-            remote=remote,
-            threads=opts.staging_threads,
-            skip_corrupt=False,
-        )
-
-    cycle_length = opts.resolved_cycle_length(len(paths), remote=remote)
-    parallel = opts.resolved_num_parallel_calls(cycle_length, remote=remote)
-    buffer_bytes = opts.resolved_read_buffer_bytes(remote=remote)
+    paths, counts, remote, cycle_length, parallel, buffer_bytes = _open_shards(sel, shards, opts, False)
     files = _shard_list(paths, counts)
     records = _in_order_interleave(
         files,
