@@ -207,13 +207,13 @@ def run_convert(opts: ConvertOptions) -> ConvertResult:
     if FileSystems.exists(stale):
         FileSystems.delete([stale])
 
-    beam_opts = remote.pipeline_options(opts)
-    runner_name = beam_opts.view_as(StandardOptions).runner
+    remote.pipeline_options(opts)  # also hands the hdfs:// flags to FileSystems
+    args = remote.beam_args_for(opts)
+    runner_name = PipelineOptions(args).view_as(StandardOptions).runner
+    local = runner_name is None or runner_name.split(".")[-1] in LOCAL_RUNNERS
     # Remote workers get this package as a wheel (no setup.py, no TensorFlow).
-    stage = staging_args(runner_name, opts.beam_args)
-    if stage:
-        beam_opts = PipelineOptions(remote.beam_args_for(opts) + stage)
-    if runner_name is None or runner_name.split(".")[-1] in LOCAL_RUNNERS:
+    args += staging_args(runner_name, opts.beam_args)
+    if local:
         # Beam's local gRPC servers would otherwise listen on every interface.
         bind_loopback_only()
     if runner_name is None:
@@ -221,13 +221,13 @@ def run_convert(opts: ConvertOptions) -> ConvertResult:
 
         workers = local_workers(opts, p["total_bytes"], len(units), beam_args=opts.beam_args)
         if workers > 1:
-            beam_opts = PipelineOptions([*remote.beam_args_for(opts), "--direct_num_workers", str(workers),
-                                         "--direct_running_mode", "multi_processing"])
+            args += ["--direct_num_workers", str(workers), "--direct_running_mode", "multi_processing"]
         runner: Any = FnApiRunner()
         runner_name = ("FnApiRunner (local, in-process)" if workers == 1
                        else f"FnApiRunner (local, {workers} worker processes)")
     else:
         runner = None
+    beam_opts = PipelineOptions(args)
 
     ctx = CommitContext(
         inputs=files, num_shards=len(units), fingerprint=fingerprint, config_json=config.to_json(),
@@ -242,7 +242,6 @@ def run_convert(opts: ConvertOptions) -> ConvertResult:
         analysis = unit_pc | "Analyze" >> AnalyzeUnits(config, opts)
     results = unit_pc | "Convert" >> ConvertUnits(config, opts, analysis)
     _ = results | "Commit" >> CommitOutput(config, opts, ctx, analysis)
-    local = runner_name is None or str(runner_name).split(".")[-1] in LOCAL_RUNNERS or str(runner_name).startswith("FnApiRunner")
     progress = opts.progress and local and "://" not in opts.output
     reporter = (ProgressReporter(FileSystems.join(opts.output, TMP_DIR, PROGRESS_DIR), p["total_bytes"],
                                  ("convert",) if opts.analysis_from else PASSES)
