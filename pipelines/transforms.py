@@ -50,8 +50,17 @@ from apache_beam.utils.windowed_value import WindowedValue
 
 from convert.config import Config
 from convert.example import encode_examples
-from convert.sources import InputFileError, iter_records
-from convert.spec import FAILURE_FILENAME, FORMAT_VERSION, METADATA_FILENAME, DatasetInfo, FeatureSpec, ShardInfo, SplitInfo, shard_name
+from convert.sources import iter_records
+from convert.spec import (
+    FAILURE_FILENAME,
+    FORMAT_VERSION,
+    METADATA_FILENAME,
+    DatasetInfo,
+    FeatureSpec,
+    ShardInfo,
+    SplitInfo,
+    shard_name,
+)
 from convert.tfrecord import frame_records
 from convert.vectorize import Analysis, Analyzer, PreparedBatch, Preparer, Vectorizer
 from pipelines._progress import PROGRESS_DIR, UnitProgress
