@@ -186,6 +186,17 @@ def _make_parse_fn(parse_spec: dict[str, tf.io.FixedLenFeature], label_key: str 
     return parse
 
 
+def _batch_and_parse(records: tf.data.Dataset, batch_size: int, drop_remainder: bool,
+                     parse_spec: dict[str, tf.io.FixedLenFeature], label: str | None,
+                     deterministic: bool, prefetch: int) -> tf.data.Dataset:
+    """Batch, then parse the whole batch with one ``parse_example`` (fused
+    map-and-batch), then prefetch: the tail both readers share."""
+    batches = records.batch(batch_size, drop_remainder=drop_remainder)
+    batches = batches.map(_make_parse_fn(parse_spec, label), num_parallel_calls=tf.data.AUTOTUNE,
+                          deterministic=deterministic)
+    return batches.prefetch(prefetch)
+
+
 def _glob_escape(path: str) -> str:
     """``path`` as a ``tf.io.matching_files`` pattern that matches only itself."""
     return re.sub(r"([*?\[\]\\])", r"\\\1", path)
@@ -692,13 +703,7 @@ def train_dataset(
     elif num_epochs > 1:
         records = records.repeat(num_epochs)
 
-    batches = records.batch(batch_size, drop_remainder=drop_remainder)
-    batches = batches.map(
-        _make_parse_fn(parse_spec, label),
-        num_parallel_calls=tf.data.AUTOTUNE,
-        deterministic=det,
-    )
-    batches = batches.prefetch(opts.prefetch)
+    batches = _batch_and_parse(records, batch_size, drop_remainder, parse_spec, label, det, opts.prefetch)
     _describe(
         "train_dataset",
         sel,
@@ -767,13 +772,7 @@ def eval_dataset(
     ).unbatch()
     total = sum(counts)
     records = records.apply(tf.data.experimental.assert_cardinality(total))
-    batches = records.batch(batch_size, drop_remainder=False)
-    batches = batches.map(
-        _make_parse_fn(parse_spec, label),
-        num_parallel_calls=tf.data.AUTOTUNE,
-        deterministic=True,
-    )
-    batches = batches.prefetch(opts.prefetch)
+    batches = _batch_and_parse(records, batch_size, False, parse_spec, label, True, opts.prefetch)
     _describe(
         "eval_dataset",
         sel,
