@@ -644,7 +644,7 @@ class Preparer:
             for i, v in enumerate(values):
                 items = [x for x in _as_list(v) if x is not None][:n]
                 if any(isinstance(x, dict | list) for x in items):
-                    bad.setdefault(i, Rejection(i, f.source, "expected a list of scalar values, found nested records/lists; point 'source' at a leaf field"))
+                    _reject_nested_list(f, i, bad)
                     continue
                 lens[i] = len(items)
                 out[i, : len(items)] = [to_id(term(x)) for x in items]
@@ -654,7 +654,7 @@ class Preparer:
             if v is None:
                 continue
             if isinstance(v, dict | list):
-                bad.setdefault(i, Rejection(i, f.source, f"expected a scalar value, found {type(v).__name__}; set max_len for lists or point 'source' at a leaf field"))
+                _reject_non_scalar(f, i, v, bad)
                 continue
             col[i] = to_id(term(v))
         return {f.name: ("int64", out)}
@@ -732,7 +732,7 @@ class Preparer:
                 for i, v in enumerate(values):
                     items = [x for x in _as_list(v) if x is not None][:n]
                     if any(isinstance(x, dict | list) for x in items):
-                        bad.setdefault(i, Rejection(i, f.source, "expected a list of scalar values, found nested records/lists; point 'source' at a leaf field"))
+                        _reject_nested_list(f, i, bad)
                         continue
                     lens[i] = len(items)
                     codes[i, : len(items)] = [index.setdefault(term(x), len(index) - 1) for x in items]
@@ -747,7 +747,7 @@ class Preparer:
                     if v is None:
                         continue
                     if isinstance(v, dict | list):
-                        bad.setdefault(i, Rejection(i, f.source, f"expected a scalar value, found {type(v).__name__}; set max_len for lists or point 'source' at a leaf field"))
+                        _reject_non_scalar(f, i, v, bad)
                         continue
                     fcodes[i] = index.setdefault(term(v), len(index) - 1)
             codes = fcodes.reshape(b, 1)
@@ -755,6 +755,15 @@ class Preparer:
         if extras is not None:
             extras[f.name] = ("values", values, first, new_terms) if fcodes is None else ("terms", first, new_terms, fcodes, row_of)
         return first, new_terms, codes, lens
+
+
+# Categorical features (hash and vocabulary paths) reject non-leaf values alike.
+def _reject_nested_list(f: FeatureConfig, i: int, bad: dict[int, Rejection]) -> None:
+    bad.setdefault(i, Rejection(i, f.source, "expected a list of scalar values, found nested records/lists; point 'source' at a leaf field"))
+
+
+def _reject_non_scalar(f: FeatureConfig, i: int, v: Any, bad: dict[int, Rejection]) -> None:
+    bad.setdefault(i, Rejection(i, f.source, f"expected a scalar value, found {type(v).__name__}; set max_len for lists or point 'source' at a leaf field"))
 
 
 def _numeric_finish(f: FeatureConfig, prepared: tuple, stats: dict[str, Any]) -> dict[str, tuple[str, Any]]:
