@@ -63,3 +63,14 @@ def test_argument_checks():
         timestamp_parts(np.zeros(1, dtype=np.int64), ["week"])
     with pytest.raises(ValueError, match="buckets"):
         cross_ids([["a"]], 0)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(st.none(), st.integers(min_value=-(2**63), max_value=2**63 - 1)), max_size=30),
+       st.sampled_from(["s", "ms", "us", "ns"]))
+def test_integer_fast_path_is_python_floor_division(values, unit):
+    per = {"s": 1, "ms": 1000, "us": 10**6, "ns": 10**9}[unit]
+    secs, present, bad = epoch_seconds(values, unit)
+    assert not bad
+    assert present.tolist() == [v is not None for v in values]
+    assert secs.tolist() == [0 if v is None else v // per for v in values]
