@@ -33,6 +33,7 @@ from convert.spec import FAILURE_FILENAME, METADATA_FILENAME, DatasetInfo
 from pipelines import remote
 from pipelines._loopback import bind_loopback_only
 from pipelines._progress import PASSES, PROGRESS_DIR, ProgressReporter
+from pipelines._worker import command as worker_command
 from pipelines.options import ConvertOptions
 from pipelines.plan import default_num_shards, discover, input_fingerprint, plan_units
 from pipelines.staging import LOCAL_RUNNERS, staging_args
@@ -148,6 +149,30 @@ def local_workers(opts: ConvertOptions, total_bytes: int, num_units: int, beam_a
     return max(1, min(_cores(), num_units))
 
 
+class _DropModeWarning(logging.Filter):
+    """Beam warns that ``direct_num_workers`` > 1 wants a multi-process running
+    mode; ours is multi-process through its own worker environment."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("If direct_num_workers is not equal to 1")
+
+
+_DROP_MODE_WARNING = _DropModeWarning()
+
+
+def _multiprocess_runner(fn_api_runner: Any) -> Any:
+    """An FnApiRunner whose workers are ``python -m pipelines._worker`` processes.
+
+    The same as ``--direct_running_mode multi_processing`` (which hard-codes
+    Beam's own worker command) with our worker entry point: less memory per
+    worker, loopback-only gRPC (see :mod:`pipelines._worker`).
+    """
+    from apache_beam.transforms.environments import SubprocessSDKEnvironment
+
+    logging.getLogger("apache_beam.runners.portability.fn_api_runner.fn_runner").addFilter(_DROP_MODE_WARNING)
+    return fn_api_runner(default_environment=SubprocessSDKEnvironment.from_command_string(worker_command()))
+
+
 def plan(opts: ConvertOptions) -> dict[str, Any]:
     """Everything the run will do, without running it (``--dry-run``)."""
     remote.pipeline_options(opts)  # hdfs:// flags, set on FileSystems before listing inputs
@@ -220,9 +245,10 @@ def run_convert(opts: ConvertOptions) -> ConvertResult:
         from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
         workers = local_workers(opts, p["total_bytes"], len(units), beam_args=opts.beam_args)
-        if workers > 1:
-            args += ["--direct_num_workers", str(workers), "--direct_running_mode", "multi_processing"]
         runner: Any = FnApiRunner()
+        if workers > 1:
+            runner = _multiprocess_runner(FnApiRunner)
+            args += ["--direct_num_workers", str(workers)]
         runner_name = ("FnApiRunner (local, in-process)" if workers == 1
                        else f"FnApiRunner (local, {workers} worker processes)")
     else:

@@ -38,3 +38,37 @@ def test_worker_processes_write_the_same_bytes(tmp_path):
     for split in res[1].info["splits"].values():
         for shard in split["shards"]:
             assert (tmp_path / "w1" / shard["file"]).read_bytes() == (tmp_path / "w2" / shard["file"]).read_bytes()
+
+
+def test_worker_entry_point_skips_unused_connectors_and_keeps_gcs(tmp_path):
+    """What ``python -m pipelines._worker`` sets up before Beam's worker runs."""
+    import json
+    import subprocess
+    import sys
+
+    from pipelines import _worker
+
+    probe = (
+        "import json, sys\n"
+        "from pipelines import _worker\n"
+        "_worker.prepare()\n"
+        "import apache_beam.runners.worker.sdk_worker_main, pipelines.transforms\n"
+        "from apache_beam.io.filesystems import FileSystems\n"
+        "from grpc import _server\n"
+        "print(json.dumps({'loaded': [m for m in _worker.UNUSED_MODULES if sys.modules.get(m) is not None],\n"
+        "                  'gcs': type(FileSystems.get_filesystem('gs://bucket/x')).__name__,\n"
+        "                  'malloc': _worker._tune_malloc(),\n"
+        "                  'loopback': getattr(_server._Server.add_insecure_port, '_recordprep_loopback', False)}))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["loaded"] == []  # BigQuery, MongoDB and pyarrow stay out of the worker
+    assert got["gcs"] == "GCSFileSystem"  # Cloud Storage still loads on demand
+    assert got["loopback"]
+    if sys.platform.startswith("linux"):
+        assert got["malloc"]
+    assert _worker.command().endswith("-m pipelines._worker")
+    # Without prepare(), Beam loads them: the probe would catch a Beam that stopped doing so.
+    plain = subprocess.run([sys.executable, "-c", "import sys, apache_beam; print('pyarrow' in sys.modules)"],
+                           capture_output=True, text=True, timeout=120, check=True)
+    assert plain.stdout.strip().splitlines()[-1] == "True"

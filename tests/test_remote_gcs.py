@@ -85,6 +85,18 @@ def test_cli_converts_gs_to_gs_like_a_local_run(gcs_dataset, remote_stack):  # n
     assert "train" in gcs_dataset["cli"].stdout
 
 
+def test_worker_processes_convert_gs_to_gs_like_a_local_run(gcs_dataset, remote_stack):  # noqa: F811
+    """Multi-process workers (``pipelines._worker``, unused Beam connectors not loaded) read and write gs://."""
+    out = f"gs://{remote_stack.bucket}/workers/out"
+    result = run_convert(_opts(f"{gcs_dataset['gs_in']}/*.avro", gcs_dataset["paths"]["config"], out,
+                               num_shards=3, workers=2))
+    assert "2 worker processes" in result.info["runner"]
+    files = _local_files(remote_stack, "workers/out")
+    for p in gcs_dataset["local"].rglob("*.tfrecord.gz"):
+        name = str(p.relative_to(gcs_dataset["local"]))
+        assert files[name] == p.read_bytes(), name
+
+
 def test_metadata_is_written_last(gcs_dataset, remote_stack):  # noqa: F811
     blobs = list(remote_stack.storage_client().list_blobs(remote_stack.bucket, prefix="e2e/out/"))
     meta = next(b for b in blobs if b.name.endswith("/" + METADATA_FILENAME))
