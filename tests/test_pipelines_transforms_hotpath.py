@@ -93,6 +93,8 @@ def test_gzip_writer_thread_writes_the_same_bytes_as_inline_gzip(tmp_path):
     import io
     import threading
 
+    from zlib_ng.gzip_ng import GzipNGFile
+
     from pipelines.transforms import _Writer
 
     chunks = [bytes([i % 251]) * (1000 + 7919 * i) for i in range(12)]
@@ -102,10 +104,11 @@ def test_gzip_writer_thread_writes_the_same_bytes_as_inline_gzip(tmp_path):
         w.write(c, 2)
     size = w.close()
     inline = io.BytesIO()
-    with gzip.GzipFile(filename="", fileobj=inline, mode="wb", compresslevel=6, mtime=0) as g:
+    with GzipNGFile(filename="", fileobj=inline, mode="wb", compresslevel=6, mtime=0) as g:
         for c in chunks:
             g.write(c)
     assert (tmp_path / "a.gz").read_bytes() == inline.getvalue() and size == len(inline.getvalue())
+    assert gzip.decompress(inline.getvalue()) == b"".join(chunks)  # plain gzip, whatever wrote it
     assert w.records == 24 and not any(t.name.startswith("recordprep-writer") for t in threading.enumerate())
 
     plain = _Writer(str(tmp_path / "b"), "NONE", 6)
