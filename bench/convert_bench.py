@@ -56,7 +56,8 @@ def _recordprep(args: argparse.Namespace) -> dict[str, Any]:
 
     shutil.rmtree(args.output, ignore_errors=True)
     opts = ConvertOptions(inputs=tuple(args.inputs), config=args.config, output=args.output,
-                          compression=args.compression, overwrite=True, workers=args.workers or None)
+                          compression=args.compression, overwrite=True, workers=args.workers or None,
+                          layout=args.layout)
     with WorkTimer() as t:
         res = run_convert(opts)
     info = res.info
@@ -122,6 +123,7 @@ CASES = {
 
 def _add_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--case", choices=sorted(CASES), required=True)
+    ap.add_argument("--layout", choices=("features", "packed"), default="features")
     ap.add_argument("--inputs", nargs="+", required=True)
     ap.add_argument("--config", default=CONFIG)
     ap.add_argument("--output", default=None)
@@ -158,6 +160,7 @@ def run_table(size: str, manifest: dict[str, Any], *, repeats: int, log, out_roo
     outputs = {
         "recordprep_avro_gzip": out_root / "recordprep-avro-gzip",
         "recordprep_avro_none": out_root / "recordprep-avro-none",
+        "recordprep_avro_gzip_packed": out_root / "recordprep-avro-gzip-packed",
         "recordprep_json_gzip": out_root / "recordprep-json-gzip",
         "recordprep_subset_gzip": out_root / "recordprep-subset-gzip",
         "recordprep_avro_gzip_workers": out_root / "recordprep-avro-gzip-workers",
@@ -186,13 +189,17 @@ def run_table(size: str, manifest: dict[str, Any], *, repeats: int, log, out_roo
                     ["--case", "recordprep", "--inputs", *avro, "--compression", "none",
                      "--output", str(outputs["recordprep_avro_none"])])
 
+    packed = ("recordprep_avro_gzip_packed", "recordprep AVRO -> gzip (--layout packed)",
+              ["--case", "recordprep", "--inputs", *avro, "--layout", "packed",
+               "--output", str(outputs["recordprep_avro_gzip_packed"])])
+
     runs: dict[str, list[dict[str, Any]]] = {}
     labels: dict[str, str] = {}
     # Interleave repeats (A B C A B C ...) so a noisy minute hits every row alike.
     for rep in range(repeats):
-        for key, label, argv in plan + ([uncompressed] if rep == 0 else []):
+        for key, label, argv in plan + ([uncompressed, packed] if rep == 0 else []):
             labels[key] = label
-            log(f"convert: {label} (run {rep + 1}/{repeats if key != uncompressed[0] else 1})")
+            log(f"convert: {label} (run {rep + 1}/{repeats if key not in (uncompressed[0], packed[0]) else 1})")
             m = run_child("bench.convert_bench", argv, log_dir=log_dir, timeout=4 * 3600)
             runs.setdefault(key, []).append(m.to_json())
             log(f"  -> {_one_line(m)}")

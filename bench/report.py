@@ -181,6 +181,13 @@ def readers_md(results: dict[str, Any]) -> list[str]:
             (f"readers / naive per-record ({comp})", _ratio(g(f"train_dataset:{comp}"), g(f"naive:{comp}"))),
             (f"readers / limit raw read ({comp})", _ratio(g(f"train_dataset:{comp}"), g(f"raw:{comp}"))),
         ]
+    if "train_dataset:gzip, packed" in rows:
+        ratio_lines += [
+            ("readers / make_batched_features_dataset (gzip, packed; both unpack)",
+             _ratio(g("train_dataset:gzip, packed"), g("mbfd:gzip, packed"))),
+            ("readers on packed / readers on one Feature per column (gzip)",
+             _ratio(g("train_dataset:gzip, packed"), g("train_dataset:gzip"))),
+        ]
     ratio_lines += [
         ("readers (none) / limit parse only", _ratio(g("train_dataset:none"), g("parse"))),
         ("readers (gzip) / AVRO via from_generator", _ratio(g("train_dataset:gzip"), g("avro_gen"))),

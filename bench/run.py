@@ -113,7 +113,8 @@ def main(argv: list[str] | None = None) -> int:
 
     if not args.skip_readers:
         dirs = {}
-        for comp, key in (("gzip", "recordprep_avro_gzip"), ("none", "recordprep_avro_none")):
+        for comp, key in (("gzip", "recordprep_avro_gzip"), ("none", "recordprep_avro_none"),
+                          ("gzip, packed", "recordprep_avro_gzip_packed")):
             if conv["rows"].get(key, {}).get("ok"):
                 dirs[comp] = conv["outputs"][key]
         if dirs:

@@ -223,6 +223,49 @@ def encode_examples(columns: dict[str, tuple[str, np.ndarray | list[bytes]]], ro
     return example.bytes(), example.lens
 
 
+def pack_columns(columns: dict[str, tuple[str, np.ndarray | list[bytes]]], rows: int,
+                 slices: dict[str, list[tuple[str, int, int]]],
+                 keys: dict[str, str]) -> dict[str, tuple[str, np.ndarray | list[bytes]]]:
+    """``columns`` in the packed layout: the float32 and int64 columns listed in
+    ``slices`` (``convert.spec.packed_slices``) concatenated, in that order, into
+    one ``(rows, total)`` column each under ``keys[dtype]``; string columns as they are."""
+    out = {name: col for name, col in columns.items() if col[0] == "string"}
+    for dtype, parts in slices.items():
+        if not parts:
+            continue
+        arrays = []
+        for name, _offset, width in parts:
+            kind, values = columns[name]
+            a = np.asarray(values).reshape(rows, -1)
+            if kind != dtype or a.shape[1] != width:
+                raise ValueError(f"feature {name!r}: expected {dtype} of width {width}, found {kind} {a.shape}")
+            arrays.append(a)
+        out[keys[dtype]] = (dtype, np.concatenate(arrays, axis=1) if len(arrays) > 1 else arrays[0])
+    return out
+
+
+def unpack_decoded(decoded: dict[str, tuple[str, list]], slices: dict[str, list[tuple[str, int, int]]],
+                   keys: dict[str, str]) -> dict[str, tuple[str, list]]:
+    """``decode_example`` output of a packed-layout Example, one entry per feature again.
+
+    Raises ``ValueError`` if a packed Feature is missing or has the wrong dtype or length.
+    """
+    out = {name: v for name, v in decoded.items() if name not in keys.values()}
+    for dtype, parts in slices.items():
+        if not parts:
+            continue
+        key = keys[dtype]
+        total = sum(w for *_, w in parts)
+        if key not in decoded:
+            raise ValueError(f"packed feature {key!r} is missing")
+        kind, values = decoded[key]
+        if kind != dtype or len(values) != total:
+            raise ValueError(f"packed feature {key!r} is {kind}[{len(values)}], expected {dtype}[{total}]")
+        for name, off, width in parts:
+            out[name] = (dtype, values[off:off + width])
+    return out
+
+
 def split_buffer(buf: np.ndarray, lengths: np.ndarray) -> list[bytes]:
     """Individual serialized Examples from ``encode_examples`` output."""
     data = buf.tobytes()

@@ -18,7 +18,11 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-FORMAT_VERSION = 1
+#: Newest metadata version this code reads and writes. 1: one Feature per
+#: column. 2: adds ``layout``; ``"packed"`` outputs are written as version 2 so
+#: that older readers refuse them with "upgrade recordprep" instead of failing
+#: to parse; ``"features"`` outputs are still written as version 1.
+FORMAT_VERSION = 2
 METADATA_FILENAME = "dataset_info.json"
 #: Written instead of the metadata by a run that failed (``{"reason": ..., "counts": ...}``);
 #: removed when a later run starts, so waiters do not see an old failure.
@@ -31,6 +35,35 @@ DTYPES = ("float32", "int64", "string")
 
 class SpecError(ValueError):
     """The metadata is missing, malformed, or from an unsupported version."""
+
+
+#: How features are laid out in each Example. ``"features"``: one Feature per
+#: column (what ``tf.io.parse_example`` users expect). ``"packed"``: every
+#: float32 column concatenated into one float_list Feature and every int64
+#: column into one int64_list Feature (keys ``PACKED_KEYS``; string columns
+#: keep their own Feature); readers slice them back. Parsing then handles two
+#: Features instead of dozens: on the bench's 27 features, 2.9 instead of 23
+#: CPU-us per example in ``parse_example`` and 172 instead of 619 bytes per
+#: record before compression.
+LAYOUTS = ("features", "packed")
+#: Packed Feature keys; ':' cannot appear in a configured feature name.
+PACKED_KEYS = {"float32": "recordprep:float32", "int64": "recordprep:int64"}
+
+
+def packed_slices(features: Any) -> dict[str, list[tuple[str, int, int]]]:
+    """Where each float32/int64 feature sits in its packed Feature.
+
+    ``{dtype: [(name, offset, width), ...]}`` in the metadata's feature order,
+    width = the feature's flattened size. The one definition both the
+    converter and the readers use.
+    """
+    out: dict[str, list[tuple[str, int, int]]] = {"float32": [], "int64": []}
+    offsets = {"float32": 0, "int64": 0}
+    for f in features:
+        if f.dtype in out:
+            out[f.dtype].append((f.name, offsets[f.dtype], f.size))
+            offsets[f.dtype] += f.size
+    return out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -130,6 +163,7 @@ class DatasetInfo:
     compression: str  # "NONE" or "GZIP"
     splits: Mapping[str, SplitInfo]
     extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    layout: str = "features"
 
     def feature(self, name: str) -> FeatureSpec:
         for f in self.features:
@@ -152,6 +186,7 @@ class DatasetInfo:
             "format_version": self.format_version,
             "label_key": self.label_key,
             "compression": self.compression,
+            **({"layout": self.layout} if self.layout != "features" else {}),
             "features": [f.to_json() for f in self.features],
             "splits": {
                 name: {
@@ -198,7 +233,10 @@ class DatasetInfo:
             raise SpecError(f"{source}: malformed metadata ({e!r}); re-run the conversion") from e
         if compression not in ("NONE", "GZIP"):
             raise SpecError(f"{source}: compression {compression!r} is not NONE or GZIP")
-        core = {"format_version", "features", "label_key", "compression", "splits"}
+        layout = d.get("layout", "features")
+        if layout not in LAYOUTS:
+            raise SpecError(f"{source}: layout {layout!r} is not one of {LAYOUTS}; upgrade recordprep to read it")
+        core = {"format_version", "features", "label_key", "compression", "splits", "layout"}
         return cls(
             format_version=version,
             features=features,
@@ -206,6 +244,7 @@ class DatasetInfo:
             compression=compression,
             splits=splits,
             extra={k: v for k, v in d.items() if k not in core},
+            layout=layout,
         )
 
     @classmethod

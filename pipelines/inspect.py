@@ -7,8 +7,8 @@ from collections.abc import Iterator
 
 from apache_beam.io.filesystems import FileSystems
 
-from convert.example import decode_example
-from convert.spec import METADATA_FILENAME, DatasetInfo, SpecError
+from convert.example import decode_example, unpack_decoded
+from convert.spec import METADATA_FILENAME, PACKED_KEYS, DatasetInfo, SpecError, packed_slices
 from convert.tfrecord import iter_records
 from pipelines import remote
 
@@ -44,6 +44,8 @@ def inspect_output(path: str, n_examples: int = 3, split: str | None = None) -> 
     yield f"  format_version {info.format_version}, tool {extra.get('tool', {}).get('version')}, created {extra.get('created')}"
     counts = extra.get("counts", {})
     yield f"  records read {counts.get('read')}, rejected {counts.get('errors')}, compression {info.compression}"
+    if info.layout != "features":
+        yield f"  layout {info.layout}: float32 and int64 features packed into {sorted(PACKED_KEYS.values())}"
     for name, sp in info.splits.items():
         yield f"  split {name}: {sp.num_records} records in {len(sp.shards)} shards, {sp.num_bytes / 1e6:.2f} MB"
     yield f"features ({len(info.features)}):"
@@ -69,7 +71,10 @@ def inspect_output(path: str, n_examples: int = 3, split: str | None = None) -> 
             stream = gzip.GzipFile(fileobj=raw) if info.compression == "GZIP" else raw
             for rec in iter_records(stream, shard_path):
                 yield f"example {shown} ({sp.name}, {shard.file}):"
-                for name, (_, vals) in sorted(decode_example(rec).items()):
+                feats = decode_example(rec)
+                if info.layout == "packed":
+                    feats = unpack_decoded(feats, packed_slices(info.features), PACKED_KEYS)
+                for name, (_, vals) in sorted(feats.items()):
                     shown_vals = [round(v, 5) if isinstance(v, float) else v for v in vals]
                     yield f"  {name}: {shown_vals}"
                 shown += 1

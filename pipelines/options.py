@@ -6,6 +6,7 @@ import dataclasses
 import re
 from collections.abc import Sequence
 
+from convert.spec import LAYOUTS
 from convert.splits import Splits
 
 COMPRESSIONS = ("none", "gzip")
@@ -29,6 +30,9 @@ class ConvertOptions:
         readers to interleave when the input is large enough).
       compression: ``gzip`` or ``none``.
       gzip_level: 1 (fast) .. 9 (small).
+      layout: ``features`` (one Feature per column) or ``packed`` (float32 and
+        int64 columns concatenated into one Feature each; ``readers`` unpacks
+        them, other tools must slice them; see ``convert.spec.LAYOUTS``).
       batch_size: records per vectorized batch inside workers.
       max_errors / max_error_fraction: rejected records tolerated before the
         run fails (the error output is written either way). Default: none.
@@ -50,6 +54,7 @@ class ConvertOptions:
     target_shard_mb: float = 128.0
     compression: str = "gzip"
     gzip_level: int = 6
+    layout: str = "features"
     batch_size: int = 4096
     max_errors: int | None = None
     max_error_fraction: float | None = None
@@ -73,6 +78,8 @@ class ConvertOptions:
             raise OptionsError(f"--compression must be one of {COMPRESSIONS}, found {self.compression!r}")
         if not 0 <= self.gzip_level <= 9:
             raise OptionsError(f"--gzip-level must be 0..9, found {self.gzip_level}")
+        if self.layout not in LAYOUTS:
+            raise OptionsError(f"--layout must be one of {LAYOUTS}, found {self.layout!r}")
         if not 1 <= self.batch_size <= 1_000_000:
             raise OptionsError(f"--batch-size must be 1..1000000, found {self.batch_size}")
         if self.max_errors is not None and self.max_errors < 0:
@@ -107,6 +114,8 @@ class ConvertOptions:
             "gzip_level": self.gzip_level,
             "json_records_path": self.json_records_path,
             "analysis_from": self.analysis_from,
+            # only when not the default, so outputs written before the option existed keep their fingerprint
+            **({"layout": self.layout} if self.layout != "features" else {}),
         }
 
 

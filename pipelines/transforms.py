@@ -49,16 +49,18 @@ from apache_beam.utils.windowed_value import WindowedValue
 from zlib_ng.gzip_ng import GzipNGFile
 
 from convert.config import Config
-from convert.example import encode_examples
+from convert.example import encode_examples, pack_columns
 from convert.sources import iter_records
 from convert.spec import (
     FAILURE_FILENAME,
     FORMAT_VERSION,
     METADATA_FILENAME,
+    PACKED_KEYS,
     DatasetInfo,
     FeatureSpec,
     ShardInfo,
     SplitInfo,
+    packed_slices,
     shard_name,
 )
 from convert.tfrecord import frame_records
@@ -479,6 +481,7 @@ class _ConvertUnit(beam.DoFn):
         """Encode the unit into its writers; returns what closes them and gives the result."""
         opts = self.options
         vec = Vectorizer(self.config, Analysis.from_json(analysis_json))
+        slices = packed_slices(vec.feature_specs()) if opts.layout == "packed" else None
         names = opts.splits.names
         tmp = FileSystems.join(opts.output, TMP_DIR)
         attempt = uuid.uuid4().hex[:8]
@@ -517,7 +520,8 @@ class _ConvertUnit(beam.DoFn):
                     rows = int(vb.keep.sum())
                     if rows == 0:
                         continue
-                    buf, lens = encode_examples(vb.columns, rows)
+                    columns = vb.columns if slices is None else pack_columns(vb.columns, rows, slices, PACKED_KEYS)
+                    buf, lens = encode_examples(columns, rows)
                     starts = np.cumsum(lens) - lens
                     for s, w in enumerate(writers):
                         sel = np.nonzero(kept_split == s)[0]
@@ -702,7 +706,8 @@ class _Commit(beam.DoFn):
 
         features: list[FeatureSpec] = vec.feature_specs()
         info = DatasetInfo(
-            format_version=FORMAT_VERSION,
+            format_version=FORMAT_VERSION if opts.layout == "packed" else 1,
+            layout=opts.layout,
             features=tuple(features),
             label_key=self.config.label.name if self.config.label else None,
             compression=opts.compression_type,

@@ -14,8 +14,8 @@ import zlib
 
 from apache_beam.io.filesystems import FileSystems
 
-from convert.example import decode_example
-from convert.spec import DatasetInfo
+from convert.example import decode_example, unpack_decoded
+from convert.spec import PACKED_KEYS, DatasetInfo, packed_slices
 from convert.tfrecord import iter_records
 from pipelines.inspect import load
 
@@ -36,6 +36,11 @@ def _check_example(rec: bytes, info: DatasetInfo, where: str) -> str | None:
         feats = decode_example(rec)
     except (ValueError, UnicodeDecodeError) as e:
         return f"{where}: not a parseable tf.train.Example ({e})"
+    if info.layout == "packed":
+        try:
+            feats = unpack_decoded(feats, packed_slices(info.features), PACKED_KEYS)
+        except ValueError as e:
+            return f"{where}: {e} (layout 'packed')"
     want = {f.name: f for f in info.features}
     if set(feats) != set(want):
         missing, extra = sorted(set(want) - set(feats)), sorted(set(feats) - set(want))

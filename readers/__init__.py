@@ -34,7 +34,7 @@ from readers.info import keras_inputs, load_info, wait_for_dataset
 from readers.options import ReadOptions
 
 if TYPE_CHECKING:  # pragma: no cover
-    from readers.dataset import eval_dataset, train_dataset
+    from readers.dataset import eval_dataset, parse_plan, train_dataset
 
 __all__ = [
     "DatasetFailedError",
@@ -48,11 +48,12 @@ __all__ = [
     "eval_dataset",
     "keras_inputs",
     "load_info",
+    "parse_plan",
     "train_dataset",
     "wait_for_dataset",
 ]
 
-_LAZY = {"train_dataset": "readers.dataset", "eval_dataset": "readers.dataset"}
+_LAZY = {"train_dataset": "readers.dataset", "eval_dataset": "readers.dataset", "parse_plan": "readers.dataset"}
 
 
 def __getattr__(name: str) -> Any:

@@ -35,7 +35,9 @@ Pipeline (training), in this order, following the tf.data performance guide
    ``tf.io.parse_example`` (``FixedLenFeature`` per feature, no string work),
    ``num_parallel_calls=AUTOTUNE``. Parsing a batch is several times cheaper
    per record than parsing records one by one (``parallel_batch`` also lets
-   the batch copy run in parallel).
+   the batch copy run in parallel). With the ``packed`` layout the parse
+   handles one Feature per dtype and one ``tf.split`` per packed Feature gives
+   the features back (:func:`parse_plan`).
 9. Split the label out, **prefetch** (``AUTOTUNE``).
 
 ``tf.data.Options`` are set deliberately: autotuning on, ``deterministic``
@@ -123,7 +125,14 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from convert.spec import METADATA_FILENAME, DatasetInfo, FeatureSpec, SpecError
+from convert.spec import (
+    METADATA_FILENAME,
+    PACKED_KEYS,
+    DatasetInfo,
+    FeatureSpec,
+    SpecError,
+    packed_slices,
+)
 from readers import _io, _staging
 from readers.errors import ShardMismatchError, ShardNotFoundError
 from readers.info import ShardSelection, label_and_features, select_shards
@@ -174,10 +183,52 @@ def feature_spec(info: DatasetInfo, names: Sequence[str]) -> dict[str, tf.io.Fix
 _plain = tf.autograph.experimental.do_not_convert
 
 
-def _make_parse_fn(parse_spec: dict[str, tf.io.FixedLenFeature], label_key: str | None):
+def parse_plan(info: DatasetInfo, names: Sequence[str]) -> tuple[dict[str, tf.io.FixedLenFeature], Any]:
+    """How to get ``names`` out of a batch of serialized Examples.
+
+    Returns ``(spec, unpack)``: the ``tf.io.parse_example`` spec of what is on
+    disk, and a function from that parse's result to one tensor per name
+    (shape ``(batch, *feature.shape)``). With the ``features`` layout the spec
+    is :func:`feature_spec` and ``unpack`` returns its input; with ``packed``
+    the spec holds the packed Features (``convert.spec.PACKED_KEYS``) and
+    ``unpack`` slices each feature out of them.
+    """
+    if info.layout != "packed":
+        return feature_spec(info, names), (lambda parsed: parsed)
+    slices = packed_slices(info.features)
+    where = {name: (dtype, i) for dtype, parts in slices.items() for i, (name, _, _) in enumerate(parts)}
+    spec: dict[str, tf.io.FixedLenFeature] = {}
+    for name in names:
+        if name in where:
+            dtype = where[name][0]
+            spec[PACKED_KEYS[dtype]] = tf.io.FixedLenFeature([sum(w for *_, w in slices[dtype])], _TF_DTYPES[dtype])
+        else:
+            spec[name] = _fixed_len_feature(info.feature(name))
+    shapes = {name: info.feature(name).shape for name in names}
+
+    def unpack(parsed: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+        # One split per packed Feature (not a slice per feature): fewer ops to
+        # trace, so building the pipeline stays quick.
+        pieces = {dtype: tf.split(parsed[PACKED_KEYS[dtype]], [w for *_, w in slices[dtype]], axis=1)
+                  for dtype in slices if PACKED_KEYS[dtype] in parsed}
+        out = {}
+        for name in names:
+            if name not in where:
+                out[name] = parsed[name]
+                continue
+            t = pieces[where[name][0]][where[name][1]]
+            out[name] = t if len(shapes[name]) == 1 else tf.reshape(t, [-1, *shapes[name]])
+        return out
+
+    return spec, unpack
+
+
+def _make_parse_fn(info: DatasetInfo, names: Sequence[str], label_key: str | None):
+    parse_spec, unpack = parse_plan(info, names)
+
     @_plain
     def parse(serialized: tf.Tensor):
-        parsed = tf.io.parse_example(serialized, parse_spec)
+        parsed = unpack(tf.io.parse_example(serialized, parse_spec))
         if label_key is None:
             return parsed
         label = parsed.pop(label_key)
@@ -187,12 +238,12 @@ def _make_parse_fn(parse_spec: dict[str, tf.io.FixedLenFeature], label_key: str 
 
 
 def _batch_and_parse(records: tf.data.Dataset, batch_size: int, drop_remainder: bool,
-                     parse_spec: dict[str, tf.io.FixedLenFeature], label: str | None,
+                     info: DatasetInfo, names: Sequence[str], label: str | None,
                      deterministic: bool, prefetch: int) -> tf.data.Dataset:
     """Batch, then parse the whole batch with one ``parse_example`` (fused
     map-and-batch), then prefetch: the tail both readers share."""
     batches = records.batch(batch_size, drop_remainder=drop_remainder)
-    batches = batches.map(_make_parse_fn(parse_spec, label), num_parallel_calls=tf.data.AUTOTUNE,
+    batches = batches.map(_make_parse_fn(info, names, label), num_parallel_calls=tf.data.AUTOTUNE,
                           deterministic=deterministic)
     return batches.prefetch(prefetch)
 
@@ -595,7 +646,7 @@ def train_dataset(
     sel = select_shards(str(pattern), split)
     label, specs = _resolve_label(sel.info, label_key, features)
     parse_names = [s.name for s in specs] + ([label] if label is not None else [])
-    parse_spec = feature_spec(sel.info, parse_names)
+    parse_plan(sel.info, parse_names)  # unknown names fail here, before any reading
 
     shards = list(sel.shards)
     num_pipelines, pipeline_id = 1, 0
@@ -703,7 +754,8 @@ def train_dataset(
     elif num_epochs > 1:
         records = records.repeat(num_epochs)
 
-    batches = _batch_and_parse(records, batch_size, drop_remainder, parse_spec, label, det, opts.prefetch)
+    batches = _batch_and_parse(records, batch_size, drop_remainder, sel.info, parse_names, label, det,
+                               opts.prefetch)
     _describe(
         "train_dataset",
         sel,
@@ -758,7 +810,7 @@ def eval_dataset(
     sel = select_shards(str(pattern), split)
     label, specs = _resolve_label(sel.info, label_key, features)
     parse_names = [s.name for s in specs] + ([label] if label is not None else [])
-    parse_spec = feature_spec(sel.info, parse_names)
+    parse_plan(sel.info, parse_names)  # unknown names fail here, before any reading
 
     shards = list(sel.shards)
     paths, counts, remote, cycle_length, parallel, buffer_bytes = _open_shards(sel, shards, opts, False)
@@ -772,7 +824,7 @@ def eval_dataset(
     ).unbatch()
     total = sum(counts)
     records = records.apply(tf.data.experimental.assert_cardinality(total))
-    batches = _batch_and_parse(records, batch_size, False, parse_spec, label, True, opts.prefetch)
+    batches = _batch_and_parse(records, batch_size, False, sel.info, parse_names, label, True, opts.prefetch)
     _describe(
         "eval_dataset",
         sel,

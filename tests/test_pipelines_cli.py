@@ -94,3 +94,9 @@ def test_verify_finds_damage(data, tmp_path):
     (out / "eval-00001-of-00002.tfrecord").unlink()
     r = runner.invoke(app, ["verify", str(out)])
     assert "eval-00001-of-00002.tfrecord: listed in the metadata but missing" in r.output
+
+
+def test_unknown_layout_is_a_one_line_error(tmp_path, data):
+    r = runner.invoke(app, ["convert", "-i", str(data["avro"]), "-c", str(data["config"]), "-o", str(tmp_path / "o"),
+                            "--layout", "columnar"])
+    assert r.exit_code == 2 and "--layout must be one of" in r.output and "Traceback" not in r.output
