@@ -105,7 +105,8 @@ def conversion_md(results: dict[str, Any]) -> list[str]:
     if not conv:
         return ["_conversion table not run_"]
     rows = conv["rows"]
-    order = ["recordprep_avro_gzip", "recordprep_avro_gzip_workers", "recordprep_avro_none", "recordprep_json_gzip", "recordprep_subset_gzip",
+    order = ["recordprep_avro_gzip", "recordprep_avro_gzip_workers", "recordprep_avro_none", "recordprep_avro_gzip_packed",
+             "recordprep_json_gzip", "recordprep_subset_gzip",
              "naive", "limit_avro", "limit_json"]
     lines = ["| row | records | records/s | CPU-s / 1k records | peak RSS (MB) | runs |",
              "|---|---:|---:|---:|---:|---:|"]
