@@ -139,9 +139,14 @@ def build(case: str, out_dir: str, avro_files: list[str], batch: int):
 
             spec, unpack = readers.parse_plan(info, [f.name for f in info.features])
             label = info.label_key
+
+            def features_and_label(parsed):
+                features = unpack(parsed)
+                return (features, features.pop(label)) if label else features
+
             ds = tf.data.experimental.make_batched_features_dataset(
                 paths, batch, spec, reader=tf.data.TFRecordDataset, reader_args=[comp] if comp else None)
-            return ds.map(lambda p: (lambda u: (u, u.pop(label)) if label else u)(unpack(p)))
+            return ds.map(features_and_label)
         return tf.data.experimental.make_batched_features_dataset(
             paths, batch, _spec(info), reader=tf.data.TFRecordDataset, label_key=info.label_key,
             reader_args=[comp] if comp else None)

@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from convert.spec import PACKED_KEYS
+
 _THRESHOLDS = np.array([1 << (7 * k) for k in range(1, 10)], dtype=np.uint64)
 _SHIFTS = np.arange(0, 70, 7, dtype=np.uint64)
 _GROUP = np.arange(10)
@@ -224,11 +226,10 @@ def encode_examples(columns: dict[str, tuple[str, np.ndarray | list[bytes]]], ro
 
 
 def pack_columns(columns: dict[str, tuple[str, np.ndarray | list[bytes]]], rows: int,
-                 slices: dict[str, list[tuple[str, int, int]]],
-                 keys: dict[str, str]) -> dict[str, tuple[str, np.ndarray | list[bytes]]]:
+                 slices: dict[str, list[tuple[str, int, int]]]) -> dict[str, tuple[str, np.ndarray | list[bytes]]]:
     """``columns`` in the packed layout: the float32 and int64 columns listed in
     ``slices`` (``convert.spec.packed_slices``) concatenated, in that order, into
-    one ``(rows, total)`` column each under ``keys[dtype]``; string columns as they are."""
+    one ``(rows, total)`` column each under ``PACKED_KEYS[dtype]``; string columns as they are."""
     out = {name: col for name, col in columns.items() if col[0] == "string"}
     for dtype, parts in slices.items():
         if not parts:
@@ -240,21 +241,21 @@ def pack_columns(columns: dict[str, tuple[str, np.ndarray | list[bytes]]], rows:
             if kind != dtype or a.shape[1] != width:
                 raise ValueError(f"feature {name!r}: expected {dtype} of width {width}, found {kind} {a.shape}")
             arrays.append(a)
-        out[keys[dtype]] = (dtype, np.concatenate(arrays, axis=1) if len(arrays) > 1 else arrays[0])
+        out[PACKED_KEYS[dtype]] = (dtype, np.concatenate(arrays, axis=1) if len(arrays) > 1 else arrays[0])
     return out
 
 
-def unpack_decoded(decoded: dict[str, tuple[str, list]], slices: dict[str, list[tuple[str, int, int]]],
-                   keys: dict[str, str]) -> dict[str, tuple[str, list]]:
+def unpack_decoded(decoded: dict[str, tuple[str, list]],
+                   slices: dict[str, list[tuple[str, int, int]]]) -> dict[str, tuple[str, list]]:
     """``decode_example`` output of a packed-layout Example, one entry per feature again.
 
     Raises ``ValueError`` if a packed Feature is missing or has the wrong dtype or length.
     """
-    out = {name: v for name, v in decoded.items() if name not in keys.values()}
+    out = {name: v for name, v in decoded.items() if name not in PACKED_KEYS.values()}
     for dtype, parts in slices.items():
         if not parts:
             continue
-        key = keys[dtype]
+        key = PACKED_KEYS[dtype]
         total = sum(w for *_, w in parts)
         if key not in decoded:
             raise ValueError(f"packed feature {key!r} is missing")

@@ -14,6 +14,7 @@ tools such as ``recordprep inspect``, share one definition.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 from collections.abc import Mapping
 from typing import Any
@@ -164,6 +165,11 @@ class DatasetInfo:
     splits: Mapping[str, SplitInfo]
     extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     layout: str = "features"
+
+    @functools.cached_property
+    def packing(self) -> dict[str, list[tuple[str, int, int]]] | None:
+        """:func:`packed_slices` of the features for the ``packed`` layout, else None."""
+        return packed_slices(self.features) if self.layout == "packed" else None
 
     def feature(self, name: str) -> FeatureSpec:
         for f in self.features:

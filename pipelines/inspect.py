@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from apache_beam.io.filesystems import FileSystems
 
 from convert.example import decode_example, unpack_decoded
-from convert.spec import METADATA_FILENAME, PACKED_KEYS, DatasetInfo, SpecError, packed_slices
+from convert.spec import METADATA_FILENAME, PACKED_KEYS, DatasetInfo, SpecError
 from convert.tfrecord import iter_records
 from pipelines import remote
 
@@ -72,8 +72,8 @@ def inspect_output(path: str, n_examples: int = 3, split: str | None = None) -> 
             for rec in iter_records(stream, shard_path):
                 yield f"example {shown} ({sp.name}, {shard.file}):"
                 feats = decode_example(rec)
-                if info.layout == "packed":
-                    feats = unpack_decoded(feats, packed_slices(info.features), PACKED_KEYS)
+                if info.packing is not None:
+                    feats = unpack_decoded(feats, info.packing)
                 for name, (_, vals) in sorted(feats.items()):
                     shown_vals = [round(v, 5) if isinstance(v, float) else v for v in vals]
                     yield f"  {name}: {shown_vals}"

@@ -55,7 +55,6 @@ from convert.spec import (
     FAILURE_FILENAME,
     FORMAT_VERSION,
     METADATA_FILENAME,
-    PACKED_KEYS,
     DatasetInfo,
     FeatureSpec,
     ShardInfo,
@@ -520,7 +519,7 @@ class _ConvertUnit(beam.DoFn):
                     rows = int(vb.keep.sum())
                     if rows == 0:
                         continue
-                    columns = vb.columns if slices is None else pack_columns(vb.columns, rows, slices, PACKED_KEYS)
+                    columns = vb.columns if slices is None else pack_columns(vb.columns, rows, slices)
                     buf, lens = encode_examples(columns, rows)
                     starts = np.cumsum(lens) - lens
                     for s, w in enumerate(writers):

@@ -15,7 +15,7 @@ import zlib
 from apache_beam.io.filesystems import FileSystems
 
 from convert.example import decode_example, unpack_decoded
-from convert.spec import PACKED_KEYS, DatasetInfo, packed_slices
+from convert.spec import DatasetInfo
 from convert.tfrecord import iter_records
 from pipelines.inspect import load
 
@@ -36,9 +36,9 @@ def _check_example(rec: bytes, info: DatasetInfo, where: str) -> str | None:
         feats = decode_example(rec)
     except (ValueError, UnicodeDecodeError) as e:
         return f"{where}: not a parseable tf.train.Example ({e})"
-    if info.layout == "packed":
+    if info.packing is not None:
         try:
-            feats = unpack_decoded(feats, packed_slices(info.features), PACKED_KEYS)
+            feats = unpack_decoded(feats, info.packing)
         except ValueError as e:
             return f"{where}: {e} (layout 'packed')"
     want = {f.name: f for f in info.features}

@@ -131,7 +131,6 @@ from convert.spec import (
     DatasetInfo,
     FeatureSpec,
     SpecError,
-    packed_slices,
 )
 from readers import _io, _staging
 from readers.errors import ShardMismatchError, ShardNotFoundError
@@ -193,9 +192,9 @@ def parse_plan(info: DatasetInfo, names: Sequence[str]) -> tuple[dict[str, tf.io
     the spec holds the packed Features (``convert.spec.PACKED_KEYS``) and
     ``unpack`` slices each feature out of them.
     """
-    if info.layout != "packed":
+    slices = info.packing
+    if slices is None:
         return feature_spec(info, names), (lambda parsed: parsed)
-    slices = packed_slices(info.features)
     where = {name: (dtype, i) for dtype, parts in slices.items() for i, (name, _, _) in enumerate(parts)}
     spec: dict[str, tf.io.FixedLenFeature] = {}
     for name in names:
@@ -223,8 +222,8 @@ def parse_plan(info: DatasetInfo, names: Sequence[str]) -> tuple[dict[str, tf.io
     return spec, unpack
 
 
-def _make_parse_fn(info: DatasetInfo, names: Sequence[str], label_key: str | None):
-    parse_spec, unpack = parse_plan(info, names)
+def _make_parse_fn(plan: tuple[dict[str, tf.io.FixedLenFeature], Any], label_key: str | None):
+    parse_spec, unpack = plan
 
     @_plain
     def parse(serialized: tf.Tensor):
@@ -238,12 +237,12 @@ def _make_parse_fn(info: DatasetInfo, names: Sequence[str], label_key: str | Non
 
 
 def _batch_and_parse(records: tf.data.Dataset, batch_size: int, drop_remainder: bool,
-                     info: DatasetInfo, names: Sequence[str], label: str | None,
+                     plan: tuple[dict[str, tf.io.FixedLenFeature], Any], label: str | None,
                      deterministic: bool, prefetch: int) -> tf.data.Dataset:
     """Batch, then parse the whole batch with one ``parse_example`` (fused
     map-and-batch), then prefetch: the tail both readers share."""
     batches = records.batch(batch_size, drop_remainder=drop_remainder)
-    batches = batches.map(_make_parse_fn(info, names, label), num_parallel_calls=tf.data.AUTOTUNE,
+    batches = batches.map(_make_parse_fn(plan, label), num_parallel_calls=tf.data.AUTOTUNE,
                           deterministic=deterministic)
     return batches.prefetch(prefetch)
 
@@ -646,7 +645,7 @@ def train_dataset(
     sel = select_shards(str(pattern), split)
     label, specs = _resolve_label(sel.info, label_key, features)
     parse_names = [s.name for s in specs] + ([label] if label is not None else [])
-    parse_plan(sel.info, parse_names)  # unknown names fail here, before any reading
+    plan = parse_plan(sel.info, parse_names)  # unknown names fail here, before any reading
 
     shards = list(sel.shards)
     num_pipelines, pipeline_id = 1, 0
@@ -754,8 +753,7 @@ def train_dataset(
     elif num_epochs > 1:
         records = records.repeat(num_epochs)
 
-    batches = _batch_and_parse(records, batch_size, drop_remainder, sel.info, parse_names, label, det,
-                               opts.prefetch)
+    batches = _batch_and_parse(records, batch_size, drop_remainder, plan, label, det, opts.prefetch)
     _describe(
         "train_dataset",
         sel,
@@ -810,7 +808,7 @@ def eval_dataset(
     sel = select_shards(str(pattern), split)
     label, specs = _resolve_label(sel.info, label_key, features)
     parse_names = [s.name for s in specs] + ([label] if label is not None else [])
-    parse_plan(sel.info, parse_names)  # unknown names fail here, before any reading
+    plan = parse_plan(sel.info, parse_names)  # unknown names fail here, before any reading
 
     shards = list(sel.shards)
     paths, counts, remote, cycle_length, parallel, buffer_bytes = _open_shards(sel, shards, opts, False)
@@ -824,7 +822,7 @@ def eval_dataset(
     ).unbatch()
     total = sum(counts)
     records = records.apply(tf.data.experimental.assert_cardinality(total))
-    batches = _batch_and_parse(records, batch_size, False, sel.info, parse_names, label, True, opts.prefetch)
+    batches = _batch_and_parse(records, batch_size, False, plan, label, True, opts.prefetch)
     _describe(
         "eval_dataset",
         sel,
