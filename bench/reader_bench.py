@@ -9,6 +9,10 @@ caches and autotuner state otherwise bleed between measurements):
     ``readers.train_dataset(<out>/train-*, 1024, seed=1)`` with its defaults
     (file shuffle, parallel interleave, 10 000-record shuffle buffer, repeat,
     batch-then-parse, prefetch).
+``readers.train_dataset (shuffle_mode=buffer)``
+    The same with ``ReadOptions(shuffle_mode="buffer")``: tf.data's sliding
+    record shuffle buffer instead of the default window shuffle (gzip only),
+    to show what the default's choice buys.
 ``make_batched_features_dataset``
     ``tf.data.experimental.make_batched_features_dataset`` with its defaults
     (1 reader thread, 2 parser threads, 10 000-record shuffle, repeat,
@@ -67,7 +71,7 @@ WARMUP_BATCHES, WARMUP_S = 2, 1.0
 WINDOWS, WINDOW_MIN_BATCHES, WINDOW_S = 7, 1, 0.4
 PARSE_LIMIT_BATCHES = 16
 
-CASES = ("train_dataset", "mbfd", "naive", "raw", "parse", "avro_gen")
+CASES = ("train_dataset", "train_dataset_buffer", "mbfd", "naive", "raw", "parse", "avro_gen")
 
 
 # ------------------------------------------------------------------ datasets
@@ -133,6 +137,11 @@ def build(case: str, out_dir: str, avro_files: list[str], batch: int):
         import readers
 
         return readers.train_dataset(_join(out_dir, "train-*"), batch, seed=1, options=_read_options())
+    if case == "train_dataset_buffer":
+        import readers
+
+        return readers.train_dataset(_join(out_dir, "train-*"), batch, seed=1,
+                                     options=readers.ReadOptions(shuffle_mode="buffer"))
     if case == "mbfd":
         if info.layout == "packed":  # the same job: parse what is on disk, then unpack (readers.parse_plan)
             import readers
@@ -294,6 +303,7 @@ def main() -> None:
 
 LABELS = {
     "train_dataset": "readers.train_dataset",
+    "train_dataset_buffer": "readers.train_dataset (shuffle_mode=buffer)",
     "mbfd": "make_batched_features_dataset (defaults)",
     "naive": "naive per-record (map parse_single_example)",
     "raw": "limit: raw read (TFRecordDataset, batched)",
@@ -304,7 +314,7 @@ LABELS = {
 
 #: Rows the targets and the main ratios are computed from: measured at least this many
 #: times (interleaved, median), because one run on a shared 2-core machine can be off by 1.5x.
-TARGET_CASES = ("train_dataset", "mbfd", "raw")
+TARGET_CASES = ("train_dataset", "train_dataset_buffer", "mbfd", "raw")
 TARGET_REPEATS = 3
 
 
@@ -325,6 +335,8 @@ def run_table(dirs: dict[str, str], avro_files: list[str], *, log, log_dir: Path
             continue
         # The packed layout (an option): only the rows that show what it changes.
         cases = ("train_dataset", "mbfd") if comp == "gzip, packed" else ("train_dataset", "mbfd", "naive", "raw")
+        if comp == "gzip":  # what the default window shuffle buys over tf.data's shuffle buffer
+            cases += ("train_dataset_buffer",)
         for case in cases:
             plan.append((f"{case}:{comp}", case, comp, 0.0, target_runs if case in TARGET_CASES else repeats))
     any_comp = "none" if "none" in dirs else "gzip"

@@ -182,6 +182,13 @@ def readers_md(results: dict[str, Any]) -> list[str]:
             (f"readers / naive per-record ({comp})", _ratio(g(f"train_dataset:{comp}"), g(f"naive:{comp}"))),
             (f"readers / limit raw read ({comp})", _ratio(g(f"train_dataset:{comp}"), g(f"raw:{comp}"))),
         ]
+    if "train_dataset_buffer:gzip" in rows:
+        ratio_lines += [
+            ("readers with shuffle_mode=buffer / make_batched_features_dataset (gzip)",
+             _ratio(g("train_dataset_buffer:gzip"), g("mbfd:gzip"))),
+            ("readers: window shuffle / buffer shuffle (gzip)",
+             _ratio(g("train_dataset:gzip"), g("train_dataset_buffer:gzip"))),
+        ]
     if "train_dataset:gzip, packed" in rows:
         ratio_lines += [
             ("readers / make_batched_features_dataset (gzip, packed; both unpack)",

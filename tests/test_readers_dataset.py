@@ -25,6 +25,12 @@ def plain(tmp_path):
     return fx.write_output(tmp_path / "out")
 
 
+@pytest.fixture(params=["window", "buffer"])
+def mode(request):
+    """Both shuffle modes (ReadOptions.shuffle_mode) must keep every guarantee."""
+    return ReadOptions(shuffle_mode=request.param)
+
+
 def _pattern(o, split="train"):
     return str(o.root / f"{split}-*")
 
@@ -54,14 +60,33 @@ def test_train_values_shapes_and_dtypes(out):
     assert seen == 40
 
 
-def test_every_record_exactly_once_per_epoch(out):
-    ds = train_dataset(_pattern(out), 7, num_epochs=1, drop_remainder=False)
+def test_every_record_exactly_once_per_epoch(out, mode):
+    ds = train_dataset(_pattern(out), 7, num_epochs=1, drop_remainder=False, options=mode)
     assert sorted(fx.ids_of(ds)) == out.all_ids("train")
     assert int(ds.cardinality()) == math.ceil(40 / 7)
 
-    two = train_dataset(_pattern(out), 8, num_epochs=2, drop_remainder=False, seed=3)
-    counts = Counter(fx.ids_of(two))
-    assert set(counts) == set(out.all_ids("train")) and set(counts.values()) == {2}
+    two = train_dataset(_pattern(out), 8, num_epochs=2, drop_remainder=False, seed=3,
+                        shuffle_buffer=16, options=mode)
+    ids = fx.ids_of(two)
+    # shuffle before repeat: each epoch is one whole pass, never mixed with the next
+    assert sorted(ids[:40]) == sorted(ids[40:]) == out.all_ids("train")
+    assert int(two.cardinality()) == 10
+
+
+def test_window_shuffle_permutes_each_window_of_the_stream(plain):
+    # One shard at a time, no file shuffle: the stream is the metadata order, so
+    # each window of 16 output records is a permutation of 16 consecutive ids.
+    opts = ReadOptions(cycle_length=1, shuffle_files=False, shuffle_buffer=16)
+    ids = fx.ids_of(train_dataset(_pattern(plain), 4, num_epochs=2, seed=2, deterministic=True,
+                                  drop_remainder=False, options=opts))
+    stream = plain.all_ids("train")
+    for epoch in range(2):
+        got = ids[epoch * 40:(epoch + 1) * 40]
+        windows = [(0, 16), (16, 32), (32, 40)]  # the last window of an epoch is short
+        for a, b in windows:
+            assert sorted(got[a:b]) == sorted(stream[a:b])
+        assert got != stream
+    assert ids[:40] != ids[40:]  # new permutations every epoch
 
 
 def test_drop_remainder_gives_full_batches_and_known_cardinality(plain):
@@ -70,24 +95,26 @@ def test_drop_remainder_gives_full_batches_and_known_cardinality(plain):
     assert sizes == [6] * 6 and int(ds.cardinality()) == 6  # 40 // 6
 
 
-def test_forever_by_default(plain):
-    ds = train_dataset(_pattern(plain), 16)
+def test_forever_by_default(plain, mode):
+    ds = train_dataset(_pattern(plain), 16, options=mode)
     assert ds.cardinality() == tf.data.INFINITE_CARDINALITY
     assert len(fx.ids_of(ds.take(10))) == 160  # 4 epochs worth, no end
 
 
-def test_seeded_deterministic_order_reproduces_and_shuffles(plain):
-    def run(seed):
-        ds = train_dataset(
-            _pattern(plain), 4, num_epochs=2, seed=seed, deterministic=True, shuffle_buffer=16
+def test_seeded_deterministic_order_reproduces_and_shuffles(plain, mode):
+    def build(seed):
+        return train_dataset(
+            _pattern(plain), 4, num_epochs=2, seed=seed, deterministic=True, shuffle_buffer=16,
+            options=mode,
         )
-        return fx.ids_of(ds)
 
-    first, again, other = run(11), run(11), run(12)
+    ds = build(11)
+    first, again, other = fx.ids_of(ds), fx.ids_of(build(11)), fx.ids_of(build(12))
     assert first == again
     assert first != other
     assert first[:40] != sorted(first[:40])  # actually shuffled
     assert first[:40] != first[40:]  # reshuffled each epoch
+    assert fx.ids_of(ds) != first  # a second iteration (a new Keras epoch) is reshuffled too
 
 
 def test_shard_pattern_and_directory_with_split_select_the_same(plain):
@@ -160,7 +187,7 @@ def test_eval_order_without_the_private_interleave_class(plain, monkeypatch):
 
 
 @pytest.mark.parametrize("cache", ["memory", "dir"])
-def test_cache_gives_the_same_data(plain, tmp_path, cache):
+def test_cache_gives_the_same_data(plain, tmp_path, cache, mode):
     cache_arg = "memory" if cache == "memory" else str(tmp_path / "cache")
 
     def run(c):
@@ -173,6 +200,7 @@ def test_cache_gives_the_same_data(plain, tmp_path, cache):
                 deterministic=True,
                 drop_remainder=False,
                 cache=c,
+                options=mode,
             )
         )
 
@@ -193,6 +221,7 @@ def test_cache_gives_the_same_data(plain, tmp_path, cache):
                     deterministic=True,
                     drop_remainder=False,
                     cache=cache_arg,
+                    options=mode,
                 )
             )
             == cached[:40]
@@ -203,7 +232,7 @@ def test_cache_gives_the_same_data(plain, tmp_path, cache):
 
 
 @pytest.mark.parametrize("cache", [None, "memory"])
-def test_checkpoint_mid_epoch_resumes_exactly(plain, tmp_path, cache):
+def test_checkpoint_mid_epoch_resumes_exactly(plain, tmp_path, cache, mode):
     def build():
         return train_dataset(
             _pattern(plain),
@@ -213,6 +242,7 @@ def test_checkpoint_mid_epoch_resumes_exactly(plain, tmp_path, cache):
             deterministic=True,
             shuffle_buffer=16,
             cache=cache,
+            options=mode,
         )
 
     reference = fx.ids_of(build().take(14))
@@ -282,6 +312,8 @@ def test_argument_validation(plain):
         train_dataset(_pattern(plain), 4, options={"cycle_length": 2})
     with pytest.raises(ValueError, match="batch_size"):
         eval_dataset(_pattern(plain, "eval"), -1)
+    with pytest.raises(ValueError, match="shuffle_mode must be one of 'window', 'buffer', found 'x'"):
+        ReadOptions(shuffle_mode="x")
 
 
 def test_explicit_options_are_honoured(plain):
