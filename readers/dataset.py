@@ -228,12 +228,49 @@ def parse_plan(info: DatasetInfo, names: Sequence[str]) -> tuple[dict[str, tf.io
     return spec, unpack
 
 
+def _parse_fixed(serialized: tf.Tensor, spec: dict[str, tf.io.FixedLenFeature]) -> dict[str, tf.Tensor]:
+    """``tf.io.parse_example(serialized, spec)`` for a spec of ``FixedLenFeature``s only.
+
+    The same ``ParseExampleV2`` op that function builds, called directly so
+    that features without a default share one empty default per dtype: its
+    wrapper makes a graph constant per feature, which was ~60 ms of the
+    ~0.5 s to the first batch (27 features, bench/). Same results
+    (tests/test_readers_dataset.py compares the two).
+    """
+    keys = sorted(spec)
+    empty: dict[tf.DType, tf.Tensor] = {}
+    defaults = []
+    for k in keys:
+        f = spec[k]
+        if f.default_value is None:
+            if f.dtype not in empty:
+                empty[f.dtype] = tf.constant([], f.dtype)
+            defaults.append(empty[f.dtype])
+        else:
+            defaults.append(tf.reshape(tf.constant(f.default_value, f.dtype), f.shape))
+    no_keys = tf.constant([], tf.string)
+    out = tf.raw_ops.ParseExampleV2(
+        serialized=serialized,
+        names=no_keys,
+        sparse_keys=no_keys,
+        dense_keys=tf.constant(keys, tf.string),
+        ragged_keys=no_keys,
+        dense_defaults=defaults,
+        num_sparse=0,
+        sparse_types=[],
+        ragged_value_types=[],
+        ragged_split_types=[],
+        dense_shapes=[spec[k].shape for k in keys],
+    )
+    return dict(zip(keys, out.dense_values, strict=True))
+
+
 def _make_parse_fn(plan: tuple[dict[str, tf.io.FixedLenFeature], Any], label_key: str | None):
     parse_spec, unpack = plan
 
     @_plain
     def parse(serialized: tf.Tensor):
-        parsed = unpack(tf.io.parse_example(serialized, parse_spec))
+        parsed = unpack(_parse_fixed(serialized, parse_spec))
         if label_key is None:
             return parsed
         label = parsed.pop(label_key)
@@ -287,6 +324,32 @@ def _shard_list(paths: Sequence[str], counts: Sequence[int]) -> tf.data.Dataset:
             tf.constant(list(counts), tf.int64),
         )
     )
+
+
+def _tfrecords(files: tf.Tensor, compression_type: str, buffer_bytes: int) -> tf.data.Dataset:
+    """The records of ``files`` (a vector), read one file after the other.
+
+    ``tf.data.TFRecordDataset`` reads a vector of names through a traced
+    ``flat_map``; the op under it takes the vector directly. Two of those
+    traces per shard function were ~0.14 s of the time to the first batch in
+    a fresh process (bench/), so the op's dataset class is used when this
+    TensorFlow has it.
+    """
+    private = _private_tfrecord_class()
+    if private is not None:
+        try:
+            return private(files, compression_type, buffer_bytes)
+        except TypeError as e:  # its signature changed
+            logger.debug("private _TFRecordDataset unusable (%s); using TFRecordDataset", e)
+    return tf.data.TFRecordDataset(files, compression_type=compression_type, buffer_size=buffer_bytes)
+
+
+def _private_tfrecord_class() -> Any:
+    try:
+        from tensorflow.python.data.ops.readers import _TFRecordDataset
+    except ImportError:
+        return None
+    return _TFRecordDataset
 
 
 def _read_shard_fn(compression: str, buffer_bytes: int, skip_corrupt: bool, block: int):
@@ -373,9 +436,7 @@ def _read_shard_fn(compression: str, buffer_bytes: int, skip_corrupt: bool, bloc
         files = tf.boolean_mask(tf.reshape(path, [1]), tf.reshape(present, [1]))
 
         def open_records(log: bool) -> tf.data.Dataset:
-            return tf.data.TFRecordDataset(
-                files, compression_type=compression_type, buffer_size=buffer_bytes
-            ).ignore_errors(log_warning=log)
+            return _tfrecords(files, compression_type, buffer_bytes).ignore_errors(log_warning=log)
 
         # The tail: one element, the sizes of 1024-record chunks of a second read.
         recount = (

@@ -183,6 +183,62 @@ def test_eval_order_without_the_private_interleave_class(plain, monkeypatch):
     assert int(ds.cardinality()) == 10
 
 
+def test_train_without_the_private_tfrecord_class(plain, monkeypatch):
+    # Shards are read through TensorFlow's private _TFRecordDataset (quicker to
+    # build); without it the public TFRecordDataset must give the same records.
+    import readers.dataset
+
+    public, calls = tf.data.TFRecordDataset, []
+
+    def spy(*args, **kwargs):
+        calls.append(args)
+        return public(*args, **kwargs)
+
+    monkeypatch.setattr(readers.dataset, "_private_tfrecord_class", lambda: None)
+    monkeypatch.setattr(tf.data, "TFRecordDataset", spy)
+    ds = train_dataset(_pattern(plain), 5, num_epochs=1, drop_remainder=False)
+    assert sorted(fx.ids_of(ds)) == plain.all_ids("train")
+    assert calls  # the public class read the shards
+
+
+def test_fixed_len_parse_matches_tf_io_parse_example():
+    from readers.dataset import _parse_fixed
+
+    def example(**features):
+        def feature(v):
+            if isinstance(v[0], bytes):
+                return tf.train.Feature(bytes_list=tf.train.BytesList(value=v))
+            if isinstance(v[0], float):
+                return tf.train.Feature(float_list=tf.train.FloatList(value=v))
+            return tf.train.Feature(int64_list=tf.train.Int64List(value=v))
+
+        return tf.train.Example(
+            features=tf.train.Features(feature={k: feature(v) for k, v in features.items()})
+        ).SerializeToString()
+
+    spec = {
+        "x": tf.io.FixedLenFeature([], tf.float32),
+        "ids": tf.io.FixedLenFeature([3], tf.int64),
+        "grid": tf.io.FixedLenFeature([2, 2], tf.float32),
+        "s": tf.io.FixedLenFeature([], tf.string),
+        "d": tf.io.FixedLenFeature([2], tf.int64, default_value=[7, 8]),
+        "e": tf.io.FixedLenFeature([], tf.float32, default_value=-1.0),
+    }
+    rows = tf.constant([
+        example(x=[1.5], ids=[1, 2, 3], grid=[1.0, 2.0, 3.0, 4.0], s=[b"a"], d=[4, 5]),
+        example(x=[-2.0], ids=[9, 8, 7], grid=[0.5, 0.5, 0.5, 0.5], s=[b""], e=[3.0]),
+    ])
+    got, want = _parse_fixed(rows, spec), tf.io.parse_example(rows, spec)
+    assert set(got) == set(want)
+    for k in spec:
+        assert got[k].dtype == want[k].dtype and got[k].shape == want[k].shape, k
+        assert got[k].numpy().tolist() == want[k].numpy().tolist(), k
+    missing = tf.constant([example(x=[1.0])])
+    for parse in (_parse_fixed, tf.io.parse_example):
+        with pytest.raises(tf.errors.InvalidArgumentError, match="ids"):
+            parse(missing, {"ids": spec["ids"]})
+
+
 # ---------------------------------------------------------------- cache
 
 
