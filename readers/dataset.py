@@ -35,7 +35,7 @@ Pipeline (training), in this order, following the tf.data performance guide
    stream is cut into windows of ``shuffle_buffer`` (10 000) records and each
    window is permuted as one tensor, with a seed per window drawn from a
    seeded, per-epoch stream; ``"buffer"`` uses ``Dataset.shuffle`` (a sliding
-   buffer, one tf.data element per record, about 1.3x slower on 2 cores).
+   buffer, one tf.data element per record, 0.8x the examples/s on 2 cores, bench/).
    ``rebatch`` then cuts the records into batches.
 8. **Batch, then parse the whole batch** with one vectorized
    ``tf.io.parse_example`` (``FixedLenFeature`` per feature, no string work),

@@ -122,7 +122,7 @@ class ReadOptions:
         ``shuffle_buffer`` consecutive records and each window is permuted at
         random as one tensor (``stateless_shuffle``, seeded per window and
         epoch). Records stay in vectors from the shard reader to the parse, so
-        no stage of the pipeline handles single records: about 1.3x the
+        no stage of the pipeline handles single records: about 1.25x the
         examples/s of ``"buffer"`` (bench/, 2 cores). A record mixes only with
         the records of its window.
         ``"buffer"``: ``Dataset.shuffle(shuffle_buffer)``, tf.data's sliding
