@@ -288,11 +288,6 @@ def _parse_batches(batches: tf.data.Dataset, plan: tuple[dict[str, tf.io.FixedLe
     return batches.prefetch(prefetch)
 
 
-def _windows(blocks: tf.data.Dataset, window: int) -> tf.data.Dataset:
-    """Record vectors in, vectors of ``window`` consecutive records out (the last may be short)."""
-    return blocks.rebatch(window)
-
-
 def _permute_windows(windows: tf.data.Dataset, seed: int | None) -> tf.data.Dataset:
     """Each window permuted at random as one tensor (``ReadOptions.shuffle_mode="window"``).
 
@@ -843,7 +838,8 @@ def train_dataset(
     buffer = min(opts.shuffle_buffer, total)
     window_shuffle = window_mode and buffer > 1
     if window_shuffle:
-        records = _windows(records, buffer)  # windows end at epoch ends: epochs stay apart
+        # Windows of `buffer` consecutive records; an epoch's last one is short, so epochs stay apart.
+        records = records.rebatch(buffer)
     elif buffer > 1:
         records = records.shuffle(buffer, seed=seed, reshuffle_each_iteration=True)
     if num_epochs is None:
