@@ -664,8 +664,10 @@ def train_dataset(
         ``label_key``; ``None`` yields only the features dict.
       features: subset of features to parse (default: all but the label).
         Unparsed features cost no parse time.
-      shuffle_buffer: records in the shuffle buffer; default
-        ``options.shuffle_buffer`` (10 000); 0 disables record shuffling.
+      shuffle_buffer: records shuffled together (the window, or with
+        ``options.shuffle_mode="buffer"`` the buffer; see
+        :class:`ReadOptions`); default ``options.shuffle_buffer`` (10 000); 0
+        disables record shuffling.
       seed: seeds the shard and record shuffles. With ``deterministic=True``
         the order is then identical on every run.
       num_epochs: passes over the data; ``None`` repeats forever (give
