@@ -17,8 +17,10 @@ Pipeline (training), in this order, following the tf.data performance guide
    explicit ``num_parallel_calls``; see :mod:`readers.options` for the
    local/remote defaults. Records cross the interleave in blocks of
    ``ReadOptions.block_length`` (64) consecutive records of one shard, so the
-   interleave's per-element cost is paid per block, and they stay in vectors
-   down to the parse (no stage handles single records). The shuffle mixes
+   interleave's per-element cost is paid per block, and in the default window
+   shuffle mode they stay in vectors down to the parse (no stage handles
+   single records; ``"buffer"`` mode and record-level sharding unbatch
+   them). The shuffle mixes
    the blocks, so nothing of this shows in the batches (with
    ``shuffle_buffer=0``, set ``block_length=1`` for record-level alternation
    between shards).
@@ -28,20 +30,24 @@ Pipeline (training), in this order, following the tf.data performance guide
 6. Optional **cache** of the serialized records (in memory, or in a local
    file). It sits *before* the shuffle so every epoch is still reshuffled;
    note that from the second epoch on the shard order is the cached one and
-   only the record shuffle mixes records.
+   only the record shuffle mixes records: in window mode each window then
+   holds the same records every epoch (only their order within it changes),
+   a weaker mix than the sliding buffer of ``shuffle_mode="buffer"``.
 7. **Shuffle** of records, then **repeat** (``num_epochs``), so epochs stay
    apart and batches span epoch boundaries (no partial batch appears
    mid-training). By default (``ReadOptions.shuffle_mode="window"``) the
    stream is cut into windows of ``shuffle_buffer`` (10 000) records and each
    window is permuted as one tensor, with a seed per window drawn from a
-   seeded, per-epoch stream; ``"buffer"`` uses ``Dataset.shuffle`` (a sliding
+   seeded stream that runs across epochs (one per iterator); ``"buffer"`` uses ``Dataset.shuffle`` (a sliding
    buffer, one tf.data element per record, 0.8x the examples/s on 2 cores, bench/).
    ``rebatch`` then cuts the records into batches.
-8. **Batch, then parse the whole batch** with one vectorized
-   ``tf.io.parse_example`` (``FixedLenFeature`` per feature, no string work),
-   ``num_parallel_calls=AUTOTUNE``. Parsing a batch is several times cheaper
-   per record than parsing records one by one (``parallel_batch`` also lets
-   the batch copy run in parallel). With the ``packed`` layout the parse
+8. **Batch, then parse the whole batch** with one vectorized parse (the
+   ``ParseExampleV2`` op of ``tf.io.parse_example``, ``FixedLenFeature`` per
+   feature, no string work), ``num_parallel_calls=AUTOTUNE``. Parsing a batch
+   is several times cheaper per record than parsing records one by one.
+   Batches come from ``rebatch`` (window mode, eval) or ``batch`` (buffer
+   mode, where ``parallel_batch`` lets the batch copy run in parallel). With
+   the ``packed`` layout the parse
    handles one Feature per dtype and one ``tf.split`` per packed Feature gives
    the features back (:func:`parse_plan`).
 9. Split the label out, **prefetch** (``AUTOTUNE``).
@@ -111,8 +117,10 @@ The returned datasets can be saved mid-epoch with
 ``tf.train.Checkpoint(iterator=it)`` and restored into a fresh iterator of an
 identically built dataset; with ``deterministic=True`` and a ``seed`` the
 restored iterator yields exactly what the uninterrupted one would have. The
-checkpoint stores the shuffle buffer (``shuffle_buffer`` serialized records)
-and, with ``cache="memory"``, the cached records, so large buffers make large
+checkpoint stores the records being shuffled (the buffer, or in window mode
+the window being cut into batches and any windows queued ahead of it: about
+``shuffle_buffer`` serialized records or a few times that) and, with
+``cache="memory"``, the cached records, so large buffers make large
 checkpoints.
 """
 
@@ -281,8 +289,9 @@ def _make_parse_fn(plan: tuple[dict[str, tf.io.FixedLenFeature], Any], label_key
 
 def _parse_batches(batches: tf.data.Dataset, plan: tuple[dict[str, tf.io.FixedLenFeature], Any],
                    label: str | None, deterministic: bool, prefetch: int) -> tf.data.Dataset:
-    """Parse each batch of serialized records with one ``parse_example`` (fused
-    map-and-batch), then prefetch: the tail both readers share."""
+    """Parse each batch of serialized records with one vectorized parse (the
+    batch-then-parse form of map-and-batch), then prefetch: the tail both
+    readers share."""
     batches = batches.map(_make_parse_fn(plan, label), num_parallel_calls=tf.data.AUTOTUNE,
                           deterministic=deterministic)
     return batches.prefetch(prefetch)
@@ -853,12 +862,13 @@ def train_dataset(
 
     if window_mode:
         batches = records.rebatch(batch_size, drop_remainder=drop_remainder)
-        if not skip_corrupt:  # rebatch cannot infer it; the counts are exact (see above)
-            if num_epochs is None:
-                known = tf.data.INFINITE_CARDINALITY
-            else:
-                n = total * num_epochs
-                known = n // batch_size if drop_remainder else -(-n // batch_size)
+        # rebatch cannot infer the cardinality; state it as buffer mode's batch() does.
+        if num_epochs is None:
+            if total > 0:  # a pipeline left without records (record-level sharding) is empty
+                batches = batches.apply(tf.data.experimental.assert_cardinality(tf.data.INFINITE_CARDINALITY))
+        elif not skip_corrupt:  # the counts are exact (see above)
+            n = total * num_epochs
+            known = n // batch_size if drop_remainder else -(-n // batch_size)
             batches = batches.apply(tf.data.experimental.assert_cardinality(known))
     else:
         batches = records.batch(batch_size, drop_remainder=drop_remainder)

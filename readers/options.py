@@ -107,7 +107,7 @@ class ReadOptions:
       block_length: consecutive records taken from one shard before the
         interleave moves to the next (training only). They cross the
         interleave as one element, which amortizes its per-element cost
-        (about 20% less CPU per record at 64 than at 1); the shuffle buffer
+        (about 20% less CPU per record at 64 than at 1); the record shuffle
         mixes them afterwards. Use 1 with a tiny ``shuffle_buffer`` if
         record-level alternation between shards matters. Each open shard
         buffers up to ``3 * block_length`` records.

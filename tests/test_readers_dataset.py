@@ -99,6 +99,16 @@ def test_forever_by_default(plain, mode):
     ds = train_dataset(_pattern(plain), 16, options=mode)
     assert ds.cardinality() == tf.data.INFINITE_CARDINALITY
     assert len(fx.ids_of(ds.take(10))) == 160  # 4 epochs worth, no end
+    skipping = train_dataset(_pattern(plain), 16, options=mode, skip_corrupt=True)
+    assert skipping.cardinality() == tf.data.INFINITE_CARDINALITY
+
+
+def test_pipeline_left_without_records_is_empty_not_an_error(tmp_path, mode):
+    # Record-level sharding with more pipelines than records: the last ones get none.
+    o = fx.write_output(tmp_path / "tiny", {"train": (2,)})
+    ctx = tf.distribute.InputContext(num_input_pipelines=3, input_pipeline_id=2)
+    ds = train_dataset(str(o.root / "train-*"), 2, input_context=ctx, seed=1, options=mode)
+    assert fx.ids_of(ds.take(3)) == []
 
 
 def test_seeded_deterministic_order_reproduces_and_shuffles(plain, mode):
