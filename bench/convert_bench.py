@@ -13,6 +13,9 @@ Rows (each one fresh subprocess, see :mod:`bench.measure`):
     row sums its worker processes.
 ``recordprep AVRO -> none``
     The same with ``compression="none"`` (the reader table reads both).
+``recordprep AVRO -> gzip (--avro-decoder fastavro)``
+    The same with the Avro fast path off (every block decoded by fastavro):
+    what the polars decode buys end to end.
 ``recordprep JSON -> gzip``
     The same records as JSON Lines.
 ``naive Beam (AVRO -> gzip)``
@@ -22,10 +25,12 @@ Rows (each one fresh subprocess, see :mod:`bench.measure`):
     For ``default``/``large`` it runs on the first files only (a subset) and is
     compared per record with ``recordprep (same subset)``: recordprep run on
     exactly those files, so both pay the same fixed start-up cost per record.
-``limit: fastavro decode`` / ``limit: JSON lines + orjson``
+``limit: fastavro decode`` / ``limit: polars decode`` / ``limit: JSON lines + orjson``
     Decoding every input record once, in one process, doing nothing else:
-    what any converter reading these files in one Python process cannot beat
-    (recordprep decodes once; the analysis pass leaves prepared batches for the convert pass).
+    fastavro to Python dicts, polars (``read_avro``) to a DataFrame, orjson
+    per line. What a converter reading these files in one Python process with
+    that decoder cannot beat (recordprep decodes once; the analysis pass
+    leaves prepared batches for the convert pass).
 
 Columns: records/s of the work phase (``run_convert`` call, pipeline run, or
 decode loop: the child's interpreter start and imports excluded), CPU seconds
@@ -57,7 +62,7 @@ def _recordprep(args: argparse.Namespace) -> dict[str, Any]:
     shutil.rmtree(args.output, ignore_errors=True)
     opts = ConvertOptions(inputs=tuple(args.inputs), config=args.config, output=args.output,
                           compression=args.compression, overwrite=True, workers=args.workers or None,
-                          layout=args.layout)
+                          layout=args.layout, avro_decoder=args.avro_decoder)
     with WorkTimer() as t:
         res = run_convert(opts)
     info = res.info
@@ -98,6 +103,16 @@ def _avro_decode(args: argparse.Namespace) -> dict[str, Any]:
     return {**t.to_json(), "records": n}
 
 
+def _polars_decode(args: argparse.Namespace) -> dict[str, Any]:
+    import polars as pl
+
+    n = 0
+    with WorkTimer() as t:
+        for path in args.inputs:
+            n += pl.read_avro(path).height
+    return {**t.to_json(), "records": n}
+
+
 def _json_decode(args: argparse.Namespace) -> dict[str, Any]:
     import orjson
 
@@ -117,6 +132,7 @@ CASES = {
     "naive": _naive,
     "naive-verify": _naive_verify,
     "avro-decode": _avro_decode,
+    "polars-decode": _polars_decode,
     "json-decode": _json_decode,
 }
 
@@ -129,6 +145,7 @@ def _add_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--output", default=None)
     ap.add_argument("--compression", choices=("gzip", "none"), default="gzip")
     ap.add_argument("--records", type=int, default=0, help="records in --inputs (naive: for the rate)")
+    ap.add_argument("--avro-decoder", choices=("auto", "fastavro"), default="auto")
     ap.add_argument("--workers", type=int, default=0,
                     help="recordprep --workers (0: recordprep's default choice)")
 
@@ -164,10 +181,12 @@ def run_table(size: str, manifest: dict[str, Any], *, repeats: int, log, out_roo
         "recordprep_json_gzip": out_root / "recordprep-json-gzip",
         "recordprep_subset_gzip": out_root / "recordprep-subset-gzip",
         "recordprep_avro_gzip_workers": out_root / "recordprep-avro-gzip-workers",
+        "recordprep_avro_gzip_fastavro": out_root / "recordprep-avro-gzip-fastavro",
         "naive": out_root / "naive",
     }
     plan: list[tuple[str, str, list[str]]] = [
         ("limit_avro", "limit: fastavro decode (AVRO)", ["--case", "avro-decode", "--inputs", *avro]),
+        ("limit_polars", "limit: polars decode (AVRO)", ["--case", "polars-decode", "--inputs", *avro]),
         ("limit_json", "limit: JSON lines + orjson.loads", ["--case", "json-decode", "--inputs", *jsonl]),
         ("recordprep_avro_gzip", "recordprep AVRO -> gzip",
          ["--case", "recordprep", "--inputs", *avro, "--output", str(outputs["recordprep_avro_gzip"])]),
@@ -193,13 +212,18 @@ def run_table(size: str, manifest: dict[str, Any], *, repeats: int, log, out_roo
               ["--case", "recordprep", "--inputs", *avro, "--layout", "packed",
                "--output", str(outputs["recordprep_avro_gzip_packed"])])
 
+    fastavro_only = ("recordprep_avro_gzip_fastavro", "recordprep AVRO -> gzip (--avro-decoder fastavro)",
+                     ["--case", "recordprep", "--inputs", *avro, "--avro-decoder", "fastavro",
+                      "--output", str(outputs["recordprep_avro_gzip_fastavro"])])
+    once = [uncompressed, packed, fastavro_only]
+
     runs: dict[str, list[dict[str, Any]]] = {}
     labels: dict[str, str] = {}
     # Interleave repeats (A B C A B C ...) so a noisy minute hits every row alike.
     for rep in range(repeats):
-        for key, label, argv in plan + ([uncompressed, packed] if rep == 0 else []):
+        for key, label, argv in plan + (once if rep == 0 else []):
             labels[key] = label
-            log(f"convert: {label} (run {rep + 1}/{repeats if key not in (uncompressed[0], packed[0]) else 1})")
+            log(f"convert: {label} (run {rep + 1}/{repeats if key not in {o[0] for o in once} else 1})")
             m = run_child("bench.convert_bench", argv, log_dir=log_dir, timeout=4 * 3600)
             runs.setdefault(key, []).append(m.to_json())
             log(f"  -> {_one_line(m)}")

@@ -106,8 +106,8 @@ def conversion_md(results: dict[str, Any]) -> list[str]:
         return ["_conversion table not run_"]
     rows = conv["rows"]
     order = ["recordprep_avro_gzip", "recordprep_avro_gzip_workers", "recordprep_avro_none", "recordprep_avro_gzip_packed",
-             "recordprep_json_gzip", "recordprep_subset_gzip",
-             "naive", "limit_avro", "limit_json"]
+             "recordprep_avro_gzip_fastavro", "recordprep_json_gzip", "recordprep_subset_gzip",
+             "naive", "limit_avro", "limit_polars", "limit_json"]
     lines = ["| row | records | records/s | CPU-s / 1k records | peak RSS (MB) | runs |",
              "|---|---:|---:|---:|---:|---:|"]
     for key in order:
@@ -127,6 +127,8 @@ def conversion_md(results: dict[str, Any]) -> list[str]:
         ("naive / recordprep, CPU-s per record (same input)", _ratio(g("naive", "cpu_s_per_1k"), g(naive_peer, "cpu_s_per_1k"))),
         ("naive / recordprep, peak RSS (same input)", _ratio(g("naive", "peak_rss_mb"), g(naive_peer, "peak_rss_mb"))),
         ("recordprep AVRO / limit fastavro decode, records/s", _ratio(g("recordprep_avro_gzip", "records_per_s"), g("limit_avro", "records_per_s"))),
+        ("recordprep AVRO / limit polars decode, records/s", _ratio(g("recordprep_avro_gzip", "records_per_s"), g("limit_polars", "records_per_s"))),
+        ("recordprep default / --avro-decoder fastavro, records/s", _ratio(g("recordprep_avro_gzip", "records_per_s"), g("recordprep_avro_gzip_fastavro", "records_per_s"))),
         ("recordprep JSON / limit JSON decode, records/s", _ratio(g("recordprep_json_gzip", "records_per_s"), g("limit_json", "records_per_s"))),
         ("recordprep JSON / recordprep AVRO, records/s", _ratio(g("recordprep_json_gzip", "records_per_s"), g("recordprep_avro_gzip", "records_per_s"))),
         ("recordprep default / --workers 1 (in-process), records/s", _ratio(g("recordprep_avro_gzip", "records_per_s"), g("recordprep_avro_gzip_workers", "records_per_s"))),

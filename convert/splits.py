@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import orjson
 
+from convert.sources import ColumnRecords
 from convert.vectorize import getter, term
 
 
@@ -72,8 +73,15 @@ class Splits:
         if len(self.names) == 1:
             return np.zeros(len(records), dtype=np.uint8)
         if self.key:
-            get = getter(self.key)
-            blobs = [_key_blob(get(r)) for r in records]
+            keys = self.key.split(".")
+            if isinstance(records, ColumnRecords):  # the key's column, no dicts built
+                values = records.columns.get(keys[0]) or [None] * len(records)
+                for k in keys[1:]:
+                    values = [v.get(k) if isinstance(v, dict) else None for v in values]
+            else:
+                get = getter(self.key)
+                values = [get(r) for r in records]
+            blobs = [_key_blob(v) for v in values]
         else:
             try:  # one orjson call per record, no per-record try (see _canonical)
                 dumps, opt = orjson.dumps, _SORTED

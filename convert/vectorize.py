@@ -34,11 +34,15 @@ import numpy as np
 from convert.config import Config, FeatureConfig, LabelConfig
 from convert.derive import cross_ids, epoch_seconds, timestamp_parts
 from convert.quantiles import QuantileSketch
+from convert.sources import ColumnRecords
 from convert.spec import FeatureSpec
 
 _TOKEN_RE = re.compile(r"\w+", re.UNICODE)
 _TOKEN_OR_NUL_RE = re.compile(r"\w+|\x00", re.UNICODE)
+#: ASCII characters that are not ``\w`` (NUL, the row separator, kept) -> space.
+_ASCII_NON_WORD_TO_SPACE = str.maketrans({c: " " for c in range(1, 128) if not (chr(c).isalnum() or chr(c) == "_")})
 _F32_MAX = float(np.finfo(np.float32).max)
+_BOOL_TERMS = {True: "true", False: "false"}  # term() of booleans; None stays None (missing)
 
 
 # ------------------------------------------------------------------ helpers
@@ -436,7 +440,9 @@ class Preparer:
         self._cross_keys = {f.name: [s.split(".") for s in f.sources or ()] for f in config.features}
         self._get = {f.name: getter(f.source) for f in config.features}
         self._label_keys = config.label.source.split(".") if config.label else None
-        self._top_keys = sorted({k[0] for k in self._keys.values()} | ({self._label_keys[0]} if self._label_keys else set()))
+        self._top_keys = sorted({k[0] for k in self._keys.values()}
+                                | {k[0] for ks in self._cross_keys.values() for k in ks}
+                                | ({self._label_keys[0]} if self._label_keys else set()))
 
     def __getstate__(self) -> dict[str, Any]:
         return {"config": self.config, "unit_terms": self.unit_terms}
@@ -476,13 +482,18 @@ class Preparer:
         """Prepare a batch; ``analyze``: also keep what ``Analyzer.add_prepared`` needs."""
         b = len(records)
         bad: dict[int, Rejection] = {}
-        rtypes = set(map(type, records))
-        all_dicts = rtypes <= {dict}
-        if not all_dicts:
-            for i, r in enumerate(records):
-                if not isinstance(r, dict):
-                    bad[i] = Rejection(i, "<record>", f"expected a record (object), found {type(r).__name__}")
-        top = self._top_columns(records) if all_dicts else None
+        top: dict[str, list[Any]] | None
+        if isinstance(records, ColumnRecords):  # the Avro fast path: already columns
+            all_dicts = True
+            missing = [None] * b
+            top = {k: records.columns.get(k, missing) for k in self._top_keys}
+        else:
+            all_dicts = set(map(type, records)) <= {dict}
+            if not all_dicts:
+                for i, r in enumerate(records):
+                    if not isinstance(r, dict):
+                        bad[i] = Rejection(i, "<record>", f"expected a record (object), found {type(r).__name__}")
+            top = self._top_columns(records) if all_dicts else None
         extras: dict[str, tuple] | None = {} if analyze else None
         parts: list[tuple[str, str, Any]] = []
         for f in self.config.features:
@@ -496,7 +507,7 @@ class Preparer:
             elif f.transform == "timestamp":
                 parts.append((f.name, "cols", _timestamp(f, values, bad)))
             elif f.transform == "cross":
-                parts.append((f.name, "cols", self._cross(f, records, all_dicts, bad)))
+                parts.append((f.name, "cols", self._cross(f, records, all_dicts, bad, top)))
             else:
                 parts.append((f.name, "vocab", self._terms(f, values, bad, extras)))
         if self._label_keys is not None:
@@ -605,12 +616,12 @@ class Preparer:
 
     # -- crosses: final ids here (no analysis)
     def _cross(self, f: FeatureConfig, records: Sequence[Any], all_dicts: bool,
-               bad: dict[int, Rejection]) -> dict[str, tuple[str, Any]]:
+               bad: dict[int, Rejection], top: dict[str, list[Any]] | None = None) -> dict[str, tuple[str, Any]]:
         assert f.sources and f.buckets
         parts: list[list[str | None]] = []
         for src, keys in zip(f.sources, self._cross_keys[f.name], strict=True):
             col: list[str | None] = []
-            for i, v in enumerate(self._extract(records, keys, all_dicts)):
+            for i, v in enumerate(self._extract(records, keys, all_dicts, top)):
                 if isinstance(v, dict | list):
                     bad.setdefault(i, Rejection(i, src, f"cross needs single values, found {type(v).__name__} {_short(v)}; cross scalar fields only"))
                     v = None
@@ -631,7 +642,7 @@ class Preparer:
                 terms = uniq if str in types else [str(u) for u in uniq]
                 table = dict(zip(uniq, _blake_ids(terms, buckets).tolist(), strict=True))
                 table[None] = 0
-                out = np.array([table[v] for v in values], dtype=np.int64).reshape(b, 1)
+                out = np.fromiter(map(table.__getitem__, values), dtype=np.int64, count=b).reshape(b, 1)
                 return {f.name: ("int64", out)}
         n = f.max_len or 1
         out = np.zeros((b, n), dtype=np.int64)
@@ -687,12 +698,20 @@ class Preparer:
         row_of: np.ndarray | None = None
         if f.transform == "text":
             lower = f.lowercase
-            joined = "\x00".join([v or "" for v in values]) if set(map(type, values)) <= {str, _NONE} else None
+            joined = " \x00 ".join([v or "" for v in values]) if set(map(type, values)) <= {str, _NONE} else None
             if joined is not None and joined.count("\x00") == b - 1:
-                # The whole column at once: one lower(), one findall, NUL
-                # between rows (not \w, not cased: tokens and lowercasing,
-                # final sigma included, are those of each row alone).
-                fcodes = _index_all(index, _TOKEN_OR_NUL_RE.findall(joined.lower() if lower else joined))
+                # The whole column at once: one lower(), one tokenizing pass, a
+                # NUL token between rows (space and NUL are not \w, not cased:
+                # tokens and lowercasing, final sigma included, are those of
+                # each row alone).
+                text = joined.lower() if lower else joined
+                if text.isascii():
+                    # On ASCII, \w is [A-Za-z0-9_]: a translate and a split give
+                    # the regex's tokens at 4.7x its speed (measured, bench text).
+                    tokens = text.translate(_ASCII_NON_WORD_TO_SPACE).split()
+                else:
+                    tokens = _TOKEN_OR_NUL_RE.findall(text)
+                fcodes = _index_all(index, tokens)
                 sep = fcodes < 0
                 counts_a = np.bincount(np.cumsum(sep)[~sep], minlength=b).astype(np.int64)
                 fcodes = fcodes[~sep]
@@ -739,8 +758,11 @@ class Preparer:
                 fcodes = None
         else:
             lens = None
-            if set(map(type, values)) <= {str, _NONE}:
+            types = set(map(type, values))
+            if types <= {str, _NONE}:
                 fcodes = _index_all(index, values)
+            elif types <= {bool, _NONE}:  # term() of each, by a C-level map
+                fcodes = _index_all(index, list(map(_BOOL_TERMS.get, values)))
             else:
                 fcodes = np.full(b, -1, dtype=np.int32)
                 for i, v in enumerate(values):

@@ -6,6 +6,7 @@ import dataclasses
 import re
 from collections.abc import Sequence
 
+from convert.sources import AVRO_DECODERS
 from convert.spec import LAYOUTS
 from convert.splits import Splits
 
@@ -34,6 +35,9 @@ class ConvertOptions:
         int64 columns concatenated into one Feature each; ``readers`` unpacks
         them, other tools must slice them; see ``convert.spec.LAYOUTS``).
       batch_size: records per vectorized batch inside workers.
+      avro_decoder: ``auto`` (polars where it gives fastavro's values, the
+        rest with fastavro; see ``convert.sources``) or ``fastavro`` (always);
+        the output is the same either way.
       max_errors / max_error_fraction: rejected records tolerated before the
         run fails (the error output is written either way). Default: none.
       json_records_path: dotted key holding the record array in JSON documents.
@@ -56,6 +60,7 @@ class ConvertOptions:
     gzip_level: int = 6
     layout: str = "features"
     batch_size: int = 4096
+    avro_decoder: str = "auto"
     max_errors: int | None = None
     max_error_fraction: float | None = None
     json_records_path: str | None = None
@@ -82,6 +87,8 @@ class ConvertOptions:
             raise OptionsError(f"--layout must be one of {LAYOUTS}, found {self.layout!r}")
         if not 1 <= self.batch_size <= 1_000_000:
             raise OptionsError(f"--batch-size must be 1..1000000, found {self.batch_size}")
+        if self.avro_decoder not in AVRO_DECODERS:
+            raise OptionsError(f"--avro-decoder must be one of {', '.join(AVRO_DECODERS)}, found {self.avro_decoder!r}")
         if self.max_errors is not None and self.max_errors < 0:
             raise OptionsError("--max-errors must be >= 0")
         if self.max_error_fraction is not None and not 0 <= self.max_error_fraction <= 1:

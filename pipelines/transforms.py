@@ -246,7 +246,8 @@ def _prepare_unit(unit: WorkUnit, options: ConvertOptions, preparer: Preparer,
     """Read and prepare a unit's batches; with ``analyzer``, also analyze the training split."""
     for rng in unit.ranges:
         with FileSystems.open(rng.path, compression_type="uncompressed") as f:
-            for batch in iter_records(f, rng.path, rng.start, rng.end, options.batch_size, options.json_records_path):
+            for batch in iter_records(f, rng.path, rng.start, rng.end, options.batch_size, options.json_records_path,
+                                      options.avro_decoder):
                 errors = [_error_line(rng.path, batch.kind, off, idx, "<record>", reason, raw)
                           for off, idx, reason, raw in batch.bad]
                 if not batch.records:

@@ -704,6 +704,25 @@ def test_text_column_at_once_tokenizes_each_row_as_alone():
         assert col(whole, "t")[i, : len(ids)].tolist() == ids
 
 
+def test_ascii_column_tokens_equal_the_regexs_for_every_ascii_character():
+    """An all-ASCII column is tokenized by translate + split instead of the
+    regex: every ASCII character, in every position, splits or joins tokens
+    exactly as ``tokenize`` does."""
+    texts = []
+    for c in map(chr, range(1, 128)):
+        texts += [f"a{c}b", f"{c}{c}Xy{c}", f"_{c}9 {c}", c]
+    texts += ["", None, "What's up?  IT'S 9:30\tnow\r\n", "a_b-c.d/e"]
+    for lowercase in (True, False):
+        c = cfg({"name": "t", "transform": "text", "max_len": 8, "top_k": 10_000, "lowercase": lowercase})
+        vb, analysis = run(c, [{"t": t} for t in texts])
+        want = Counter(tok for t in texts if t is not None for tok in tokenize(t, lowercase))
+        assert analysis.vocabularies["t"] == sorted(want, key=lambda t: (-want[t], t))
+        ids = Vectorizer(c, analysis)._vocab_ids["t"]
+        for i, t in enumerate(texts):
+            toks = [ids[tok] for tok in tokenize(t or "", lowercase)][:8]
+            assert col(vb, "t")[i].tolist() == toks + [0] * (8 - len(toks)), repr(t)
+
+
 def test_unit_term_indexes_carry_over_batches_and_give_the_same_result():
     """Preparer(unit_terms=True), as the pipeline runs it: term indexes carry
     over a unit's batches; analysis and columns equal batch-by-batch ones."""

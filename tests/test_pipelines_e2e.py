@@ -222,3 +222,27 @@ def test_rejected_records_do_not_shape_the_analysis(tmp_path):
     analysis = json.loads((out / "analysis.json").read_text())
     assert "ghost" not in analysis["vocabularies"]["color"]
     assert analysis["stats"]["x"]["max"] < 1e6
+
+
+@pytest.mark.parametrize("split_key", [None, "user.name"])
+def test_avro_fast_path_writes_the_fastavro_paths_bytes(tmp_path, split_key):
+    """The polars decode (default) and fastavro give byte-identical shards, error
+    output and counts, rejected records and both split rules included."""
+    from convert.splits import Splits
+
+    paths = write_dataset(tmp_path / "d", make_records(400))
+    config = tmp_path / "features.yaml"  # log1p rejects x <= -1: some records go to the error output
+    config.write_text(paths["config"].read_text().replace("transform: zscore, missing_indicator: true", "transform: log1p"))
+    outs = {}
+    for decoder in ("auto", "fastavro"):
+        out = tmp_path / decoder
+        res = run_convert(_opts(paths["avro"], config, out, num_shards=2, avro_decoder=decoder, max_error_fraction=1.0,
+                                splits=Splits.parse("train=0.8,eval=0.2", split_key)))
+        files = {p.relative_to(out).as_posix(): p.read_bytes() for p in sorted(out.rglob("*"))
+                 if p.is_file() and (p.suffix in (".gz", ".jsonl") or ".tfrecord" in p.name)}
+        outs[decoder] = (files, res.info["counts"])
+    fast, slow = outs["auto"], outs["fastavro"]
+    assert fast[1] == slow[1] and 0 < fast[1]["errors"] < 400
+    assert fast[0].keys() == slow[0].keys() and any(k.startswith("errors/") for k in fast[0])
+    for k in fast[0]:
+        assert fast[0][k] == slow[0][k], k

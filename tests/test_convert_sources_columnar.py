@@ -1,0 +1,249 @@
+"""convert.sources: the Avro fast path (polars) gives exactly the fastavro path's records.
+
+The contract: with ``decoder="auto"`` every batch holds the same records, with
+the same Python types (float bits included), offsets, indexes and errors as
+with ``decoder="fastavro"``; the fast path is taken only for whitelisted
+schemas and codecs, and any block it cannot decode goes to fastavro.
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+import math
+import struct
+from pathlib import Path
+
+import fastavro
+import pytest
+from _record_strategies import avro_bytes, avro_cases
+from hypothesis import HealthCheck, given, settings
+
+from convert import sources
+from convert.sources import ColumnRecords, InputFileError, _columnar_schema, iter_avro
+
+REALDATA = Path(__file__).resolve().parents[2] / "shared" / "realdata"
+
+
+def _same(a, b) -> bool:
+    """Equal values of the same types (``1 == 1.0 == True`` is not enough), NaN and -0.0 included."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return list(a) == list(b) and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(map(_same, a, b))
+    if isinstance(a, float):
+        return struct.pack("<d", a) == struct.pack("<d", b) or (math.isnan(a) and math.isnan(b))
+    return a == b
+
+
+def _read(data: bytes, decoder: str, start: int = 0, end: int | None = None, batch_size: int = 5):
+    """(records, offsets, indexes, batch record types, error or None)."""
+    recs, offs, idxs, kinds, err = [], [], [], [], None
+    try:
+        for b in iter_avro(io.BytesIO(data), "mem.avro", start, end, batch_size=batch_size, decoder=decoder):
+            kinds.append(type(b.records))
+            recs.extend(b.records)
+            offs.extend(b.offsets)
+            idxs.extend(b.indexes)
+    except InputFileError as e:
+        err = str(e)
+    return recs, offs, idxs, kinds, err
+
+
+def _assert_same_reads(data: bytes, **kw) -> list[type]:
+    fast = _read(data, "auto", **kw)
+    slow = _read(data, "fastavro", **kw)
+    assert len(fast[0]) == len(slow[0])
+    assert all(map(_same, fast[0], slow[0])), next((a, b) for a, b in zip(fast[0], slow[0], strict=True) if not _same(a, b))
+    assert fast[1:3] == slow[1:3]
+    assert fast[4] == slow[4]
+    assert all(k is list for k in slow[3])
+    return fast[3]
+
+
+def _avro(schema: dict, records: list[dict], codec: str = "null", sync_interval: int = 60) -> bytes:
+    buf = io.BytesIO()
+    fastavro.writer(buf, fastavro.parse_schema(copy.deepcopy(schema)), records, codec=codec, sync_interval=sync_interval)
+    return buf.getvalue()
+
+
+def _rec(*fields: dict) -> dict:
+    return {"type": "record", "name": "R", "namespace": "t", "fields": list(fields)}
+
+
+# Every whitelisted shape, with the values that tell types apart.
+WIDE = _rec(
+    {"name": "b", "type": "boolean"},
+    {"name": "i", "type": "int"},
+    {"name": "l", "type": "long"},
+    {"name": "f", "type": "float"},
+    {"name": "d", "type": "double"},
+    {"name": "s", "type": "string"},
+    {"name": "by", "type": "bytes"},
+    {"name": "fx", "type": {"type": "fixed", "name": "F3", "size": 3}},
+    {"name": "e", "type": {"type": "enum", "name": "E", "symbols": ["A", "B", "C"]}},
+    {"name": "ni", "type": ["null", "int"]},
+    {"name": "ns", "type": ["string", "null"]},
+    {"name": "nb", "type": ["null", "bytes"]},
+    {"name": "ts", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+    {"name": "tu", "type": ["null", {"type": "long", "logicalType": "timestamp-micros"}]},
+    {"name": "dt", "type": {"type": "int", "logicalType": "date"}},
+    {"name": "uu", "type": {"type": "string", "logicalType": "uuid"}},
+    {"name": "al", "type": {"type": "array", "items": "long"}},
+    {"name": "an", "type": {"type": "array", "items": ["null", "string"]}},
+    {"name": "na", "type": ["null", {"type": "array", "items": "double"}]},
+    {"name": "u", "type": ["null", {"type": "record", "name": "U", "fields": [
+        {"name": "seg", "type": ["null", "string"]},
+        {"name": "t", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+        {"name": "inner", "type": {"type": "record", "name": "V", "fields": [{"name": "x", "type": "float"}]}},
+    ]}]},
+    {"name": "ar", "type": {"type": "array", "items": {"type": "record", "name": "I", "fields": [
+        {"name": "k", "type": "string"}, {"name": "v", "type": ["null", "double"]}]}}},
+)
+
+
+def _wide_records(n: int) -> list[dict]:
+    out = []
+    for k in range(n):
+        odd = k % 2 == 1
+        out.append({
+            "b": odd, "i": [-(2**31), 0, 2**31 - 1][k % 3], "l": [-(2**63), 0, 2**63 - 1, 2**53 + 1][k % 4],
+            "f": [0.0, -0.0, float("nan"), 1.1, float("inf"), 3.4e38][k % 6], "d": [-0.0, 1e-310, float("-inf"), 0.1][k % 4],
+            "s": ["", "é\u0000😀", "x" * 50][k % 3], "by": [b"", b"\x00\xff", b"abc"][k % 3], "fx": b"\x00\x01\x02",
+            "e": "ABC"[k % 3], "ni": None if odd else k, "ns": None if k % 3 == 0 else "" if k % 3 == 1 else "v",
+            "nb": None if odd else b"", "ts": [-62_135_596_800_000 * 10, 0, 253_402_300_799_999 * 5][k % 3],
+            "tu": None if k % 3 == 0 else 2**62, "dt": [-1_000_000, 0, 3_000_000][k % 3],
+            "uu": "a5e4f2a0-0000-4000-8000-000000000000",
+            "al": list(range(k % 4)), "an": [None, "a", ""][: k % 4], "na": None if odd else [0.5] * (k % 3),
+            "u": None if k % 4 == 3 else {"seg": None if odd else "s", "t": k, "inner": {"x": 0.25}},
+            "ar": [{"k": "a", "v": None}, {"k": "", "v": -1.5}][: k % 3],
+        })
+    return out
+
+
+@pytest.mark.parametrize("codec", ["null", "deflate", "snappy"])
+def test_every_whitelisted_type_decodes_to_fastavros_values(codec):
+    data = _avro(WIDE, _wide_records(37), codec)
+    kinds = _assert_same_reads(data, batch_size=8)
+    assert kinds and all(k is ColumnRecords for k in kinds)  # the fast path was taken
+
+
+def test_byte_ranges_partition_the_records_as_on_the_fastavro_path():
+    data = _avro(WIDE, _wide_records(60), "deflate", sync_interval=200)
+    whole = _read(data, "auto")[0]
+    for cuts in ([0, len(data) // 3, 2 * len(data) // 3, len(data)], [0, 1, 5000, len(data)]):
+        got = []
+        for a, b in zip(cuts, cuts[1:], strict=False):
+            _assert_same_reads(data, start=a, end=b, batch_size=7)
+            got += _read(data, "auto", a, b, 7)[0]
+        assert all(map(_same, got, whole)) and len(got) == len(whole) == 60
+
+
+_ENUM = {"type": "enum", "name": "NE", "symbols": ["A", "B"]}
+
+
+@pytest.mark.parametrize(("field_type", "values"), [
+    ({"type": "map", "values": "int"}, [{"k": 1}, {}]),
+    (["null", "int", "string"], ["s", 3]),
+    (["null", _ENUM], ["A", None]),
+    ({"type": "array", "items": _ENUM}, [["A", "B"], []]),
+    ({"type": "record", "name": "S", "fields": [{"name": "e", "type": _ENUM}]}, [{"e": "B"}, {"e": "A"}]),
+    ("null", [None, None]),
+    ({"type": "int", "logicalType": "time-millis"}, [86_400_000, 0]),  # 24:00, which polars turns into null
+    ({"type": "bytes", "logicalType": "decimal", "precision": 5, "scale": 2}, [b"\x01", b""]),
+    ({"type": "long", "logicalType": "timestamp-nanos"}, [2**62, -1]),
+    ({"type": "long", "logicalType": "local-timestamp-millis"}, [2**50, 0]),
+    (["null", "t.R"], [{"a": 2, "x": None}, None]),  # a named-type reference (here: recursion)
+])
+def test_schemas_off_the_whitelist_take_the_fastavro_path(field_type, values):
+    schema = _rec({"name": "a", "type": "int"}, {"name": "x", "type": field_type})
+    assert not _columnar_schema(schema)
+    kinds = _assert_same_reads(_avro(schema, [{"a": i, "x": v} for i, v in enumerate(values)]))
+    assert kinds and all(k is list for k in kinds)
+
+
+def test_a_record_with_no_fields_is_off_the_whitelist():
+    assert not _columnar_schema(_rec())  # polars decodes it as zero rows
+
+
+@pytest.mark.parametrize("codec", ["zstandard", "bzip2", "xz"])
+def test_codecs_off_the_whitelist_take_the_fastavro_path(codec):
+    kinds = _assert_same_reads(_avro(WIDE, _wide_records(9), codec))
+    assert all(k is list for k in kinds)
+
+
+def test_a_corrupt_block_gives_the_fastavro_paths_records_then_error():
+    data = bytearray(_avro(WIDE, _wide_records(40), "deflate", sync_interval=100))
+    offsets = sorted(set(_read(bytes(data), "fastavro")[1]))
+    assert len(offsets) >= 4
+    data[offsets[2] + 8: offsets[2] + 20] = b"\xff" * 12  # inside the third block's compressed data
+    _assert_same_reads(bytes(data), batch_size=4)
+    data2 = bytes(data[: offsets[3] + 5])  # and a file that ends inside a block
+    _assert_same_reads(data2, batch_size=4)
+    assert _read(data2, "auto")[4] is not None
+
+
+def test_when_polars_fails_on_a_batch_fastavro_reads_from_that_block_on(monkeypatch):
+    import polars as pl
+
+    real = pl.read_avro
+    calls = {"n": 0}
+
+    class FakePanic(BaseException):  # what pyo3 raises for a Rust panic (not an Exception)
+        pass
+
+    def flaky(src, *a, **kw):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise FakePanic("internal error: entered unreachable code")
+        return real(src, *a, **kw)
+
+    monkeypatch.setattr(pl, "read_avro", flaky)
+    data = _avro(WIDE, _wide_records(50), "deflate", sync_interval=100)
+    kinds = _assert_same_reads(data, batch_size=6)
+    assert kinds[0] is ColumnRecords and list in kinds  # fast, then fastavro from the failing batch on
+    monkeypatch.setattr(pl, "read_avro", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt()))
+    with pytest.raises(KeyboardInterrupt):  # never swallowed
+        _read(data, "auto")
+
+
+def test_column_records_behave_as_the_list_of_records():
+    cr = ColumnRecords({"a": [1, 2, 3], "b": ["x", None, "z"]}, 3)
+    assert len(cr) == 3 and cr[1] == {"a": 2, "b": None} and cr[-1] == {"a": 3, "b": "z"}
+    assert cr == [{"a": 1, "b": "x"}, {"a": 2, "b": None}, {"a": 3, "b": "z"}] and cr[1:] == list(cr)[1:]
+    with pytest.raises(IndexError):
+        cr[3]
+    with pytest.raises(ValueError, match="one value per record"):
+        ColumnRecords({"a": [1]}, 2)
+
+
+def test_unknown_decoder_is_refused():
+    with pytest.raises(ValueError, match="auto, fastavro"):
+        list(iter_avro(io.BytesIO(_avro(WIDE, _wide_records(1))), "x.avro", decoder="polars"))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(avro_cases())
+def test_random_schemas_and_records_decode_alike(case):
+    _assert_same_reads(avro_bytes(case, sync_interval=50), batch_size=3)
+
+
+def _realdata_avro() -> list[Path]:
+    return sorted(REALDATA.rglob("*.avro*")) if REALDATA.is_dir() else []
+
+
+@pytest.mark.skipif(not _realdata_avro(), reason="../shared/realdata is not beside the project")
+def test_real_files_from_other_writers_decode_alike():
+    fast_files = 0
+    for path in _realdata_avro():
+        data = path.read_bytes()
+        kinds = _assert_same_reads(data, batch_size=100)
+        fast_files += ColumnRecords in kinds
+    assert fast_files >= 5  # the fast path did run on real files (Java, Go, JS, Spark writers)
+
+
+def test_the_whitelist_is_what_the_decoder_sees():
+    assert _columnar_schema(WIDE)
+    assert sources._COLUMNAR_CODECS == {"null", "deflate", "snappy"}
