@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import gzip
 import io
+import itertools
 import json
 import logging
 import re
@@ -92,38 +93,32 @@ class ColumnRecords(Sequence[dict[str, Any]]):
     What the Avro fast path yields: the values are exactly those the
     fastavro path puts in its dicts (same types, logical types as raw
     integers), and consumers that work column-wise (``Preparer``) read
-    ``columns`` directly instead of transposing dicts. Indexing or iterating
-    builds the dicts (once, on first use), so it still behaves as the list of
-    records it stands for.
+    ``columns`` directly instead of transposing dicts. Iterating builds each
+    record's dict as it goes (none is kept: a batch of dicts next to its
+    columns raised the workers' peak memory), so it still behaves as the list
+    of records it stands for.
     """
 
-    __slots__ = ("columns", "_n", "_rows")
+    __slots__ = ("columns", "_n")
 
     def __init__(self, columns: dict[str, list[Any]], n: int):
         if any(len(c) != n for c in columns.values()):
             raise ValueError("every column needs one value per record")
-        self.columns, self._n, self._rows = columns, n, None
-
-    def rows(self) -> list[dict[str, Any]]:
-        """The records as dicts (fields in schema order), built once."""
-        if self._rows is None:
-            keys = list(self.columns)
-            # strict=False: lengths are checked in __init__, and strict zips cost 1 us per record here
-            self._rows = [dict(zip(keys, row, strict=False)) for row in zip(*self.columns.values(), strict=False)]
-        return self._rows
+        self.columns, self._n = columns, n
 
     def __len__(self) -> int:
         return self._n
 
     def __getitem__(self, i):  # type: ignore[override]
-        if self._rows is None and isinstance(i, int):  # one record (an error line): no need for all
-            if not -self._n <= i < self._n:
-                raise IndexError(i)
-            return {k: c[i] for k, c in self.columns.items()}
-        return self.rows()[i]
+        if isinstance(i, slice):
+            return [self[k] for k in range(*i.indices(self._n))]
+        if not -self._n <= i < self._n:
+            raise IndexError(i)
+        return {k: c[i] for k, c in self.columns.items()}
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        return iter(self.rows())
+        # C-level map chain, no strict zips (lengths are checked in __init__): 3.7 us per record for 21 fields
+        return map(dict, map(zip, itertools.repeat(list(self.columns)), zip(*self.columns.values(), strict=False)))
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, ColumnRecords | list | tuple):
@@ -366,6 +361,7 @@ def _iter_avro_columnar(f: IO[bytes], path: str, header: bytes, sync: bytes, pos
             if any(raw[c] != t for c, t in df.schema.items()):
                 df = df.cast(raw)
             columns = {c: df.get_column(c).to_list() for c in df.columns}
+            del df  # its Arrow buffers are not kept while the batch is processed
         except (KeyboardInterrupt, SystemExit, GeneratorExit):
             raise
         except BaseException as e:  # noqa: BLE001 - polars' Rust panics are BaseExceptions
@@ -378,6 +374,7 @@ def _iter_avro_columnar(f: IO[bytes], path: str, header: bytes, sync: bytes, pos
         for off, c in zip(offsets, counts, strict=True):
             rec_offsets.extend([off] * c)
             indexes.extend(range(c))
+        parts.clear()
         yield RecordBatch(path, "avro", ColumnRecords(columns, n), rec_offsets, indexes)
     return None
 

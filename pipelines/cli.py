@@ -286,6 +286,9 @@ def _records_key_hint(paths: list[str]) -> str:
 
 
 def main() -> None:
+    from pipelines._worker import prepare_launcher
+
+    prepare_launcher(sys.argv[1:])  # a local convert loads no more of Beam than its workers
     try:
         app()
     except KeyboardInterrupt:

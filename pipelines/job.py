@@ -34,6 +34,7 @@ from pipelines import remote
 from pipelines._loopback import bind_loopback_only
 from pipelines._progress import PASSES, PROGRESS_DIR, ProgressReporter
 from pipelines._worker import command as worker_command
+from pipelines._worker import schemes_of
 from pipelines.options import ConvertOptions
 from pipelines.plan import default_num_shards, discover, input_fingerprint, plan_units
 from pipelines.staging import LOCAL_RUNNERS, staging_args
@@ -160,17 +161,18 @@ class _DropModeWarning(logging.Filter):
 _DROP_MODE_WARNING = _DropModeWarning()
 
 
-def _multiprocess_runner(fn_api_runner: Any) -> Any:
+def _multiprocess_runner(fn_api_runner: Any, paths: list[str]) -> Any:
     """An FnApiRunner whose workers are ``python -m pipelines._worker`` processes.
 
     The same as ``--direct_running_mode multi_processing`` (which hard-codes
     Beam's own worker command) with our worker entry point: less memory per
-    worker, loopback-only gRPC (see :mod:`pipelines._worker`).
+    worker, loopback-only gRPC (see :mod:`pipelines._worker`); ``paths``:
+    every path the workers open, so they load only the file systems needed.
     """
     from apache_beam.transforms.environments import SubprocessSDKEnvironment
 
     logging.getLogger("apache_beam.runners.portability.fn_api_runner.fn_runner").addFilter(_DROP_MODE_WARNING)
-    return fn_api_runner(default_environment=SubprocessSDKEnvironment.from_command_string(worker_command()))
+    return fn_api_runner(default_environment=SubprocessSDKEnvironment.from_command_string(worker_command(schemes_of(paths))))
 
 
 def plan(opts: ConvertOptions) -> dict[str, Any]:
@@ -247,7 +249,8 @@ def run_convert(opts: ConvertOptions) -> ConvertResult:
         workers = local_workers(opts, p["total_bytes"], len(units), beam_args=opts.beam_args)
         runner: Any = FnApiRunner()
         if workers > 1:
-            runner = _multiprocess_runner(FnApiRunner)
+            paths = [f.path for f in files] + [opts.output] + ([opts.analysis_from] if opts.analysis_from else [])
+            runner = _multiprocess_runner(FnApiRunner, paths)
             args += ["--direct_num_workers", str(workers)]
         runner_name = ("FnApiRunner (local, in-process)" if workers == 1
                        else f"FnApiRunner (local, {workers} worker processes)")

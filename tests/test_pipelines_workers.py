@@ -67,8 +67,46 @@ def test_worker_entry_point_skips_unused_connectors_and_keeps_gcs(tmp_path):
     assert got["loopback"]
     if sys.platform.startswith("linux"):
         assert got["malloc"]
-    assert _worker.command().endswith("-m pipelines._worker")
+    assert _worker.command().endswith("-m pipelines._worker --recordprep-schemes=gs,hdfs")
+    assert _worker.command(_worker.schemes_of(["/data/x.avro", "gs://b/in/*.avro"])).endswith("--recordprep-schemes=gs")
     # Without prepare(), Beam loads them: the probe would catch a Beam that stopped doing so.
     plain = subprocess.run([sys.executable, "-c", "import sys, apache_beam; print('pyarrow' in sys.modules)"],
                            capture_output=True, text=True, timeout=120, check=True)
     assert plain.stdout.strip().splitlines()[-1] == "True"
+
+
+def test_a_local_job_without_remote_paths_loads_no_remote_file_system(tmp_path):
+    """Workers (and the CLI's launcher) of a local run on local paths load neither
+    Cloud Storage, HDFS nor Dataflow's API client; a path's scheme brings its file system back."""
+    import json
+    import subprocess
+    import sys
+
+    from pipelines import _worker
+
+    probe = (
+        "import json, sys\n"
+        "from pipelines import _worker\n"
+        "_worker.prepare(sys.argv[1].split(',') if sys.argv[1] else [])\n"
+        "import apache_beam.runners.worker.sdk_worker_main, pipelines.transforms\n"
+        "from apache_beam.io.filesystems import FileSystems\n"
+        "def fs(p):\n"
+        "    try:\n"
+        "        return type(FileSystems.get_filesystem(p)).__name__\n"
+        "    except ValueError as e:\n"
+        "        return 'none'\n"
+        "print(json.dumps({'gs': fs('gs://b/x'), 'hdfs': fs('hdfs://h/x'), 'local': fs('/tmp/x'),\n"
+        "                  'dataflow': sys.modules.get('google.cloud.dataflow') is not None}))\n"
+    )
+    for schemes, want in (("", {"gs": "none", "hdfs": "none"}), ("gs", {"gs": "GCSFileSystem", "hdfs": "none"})):
+        out = subprocess.run([sys.executable, "-c", probe, schemes], capture_output=True, text=True, timeout=120, check=True)
+        got = json.loads(out.stdout.strip().splitlines()[-1])
+        assert {k: got[k] for k in want} == want and got["local"] == "LocalFileSystem" and not got["dataflow"]
+
+    assert _worker.schemes_of(["-i", "hdfs://nn/x/*.avro", "-o", "/out"]) == {"hdfs"}
+    # the launcher: a local convert only; Dataflow and other commands keep everything
+    for argv, applies in ((["convert", "-i", "x"], True), (["convert", "-i", "x", "--", "--runner", "DirectRunner"], True),
+                          (["convert", "-i", "x", "--", "--runner=DataflowRunner"], False), (["infer", "-i", "x"], False)):
+        code = f"import sys; from pipelines import _worker; print(_worker.prepare_launcher({argv!r}), 'google.cloud.dataflow' in sys.modules)"
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+        assert out.stdout.split() == [str(applies), str(applies)]  # applied: marked absent (a None entry)
