@@ -30,6 +30,7 @@ from collections.abc import Generator, Iterator, Sequence
 from typing import IO, Any
 
 import fastavro
+import numpy as np
 import orjson
 
 _log = logging.getLogger("recordprep")
@@ -99,12 +100,14 @@ class ColumnRecords(Sequence[dict[str, Any]]):
     of records it stands for.
     """
 
-    __slots__ = ("columns", "_n")
+    __slots__ = ("columns", "arrays", "_n")
 
-    def __init__(self, columns: dict[str, list[Any]], n: int):
+    def __init__(self, columns: dict[str, list[Any]], n: int, arrays: dict[str, tuple] | None = None):
         if any(len(c) != n for c in columns.values()):
             raise ValueError("every column needs one value per record")
         self.columns, self._n = columns, n
+        #: Numeric columns also as numpy (``_numeric_arrays``), the same values.
+        self.arrays: dict[str, tuple] = arrays or {}
 
     def __len__(self) -> int:
         return self._n
@@ -321,6 +324,27 @@ def _raw_dtype(dtype: Any) -> Any:
     return dtype
 
 
+def _numeric_arrays(df: Any) -> dict[str, tuple]:
+    """Integer and float columns as ``("scalar", float64 values (NaN where null),
+    null mask)``, lists of them without null items as ``("list", flat float64
+    values, items per row, null mask)``: what the vectorizer's numeric fast
+    paths build from Python lists, made in Rust (the same float64 values:
+    both round integers to the nearest double)."""
+    import polars as pl
+
+    out: dict[str, tuple] = {}
+    for s in df.get_columns():
+        dt = s.dtype
+        if dt.is_integer() or dt.is_float():
+            out[s.name] = ("scalar", s.cast(pl.Float64).to_numpy(), s.is_null().to_numpy())
+        elif isinstance(dt, pl.List) and (dt.inner.is_integer() or dt.inner.is_float()):
+            flat = s.explode(empty_as_null=False, keep_nulls=False)
+            if flat.null_count() == 0:
+                out[s.name] = ("list", flat.cast(pl.Float64).to_numpy(),
+                               s.list.len().fill_null(0).to_numpy().astype(np.int64), s.is_null().to_numpy())
+    return out
+
+
 def _iter_avro_columnar(f: IO[bytes], path: str, header: bytes, sync: bytes, pos: int, end: int | None,
                         batch_size: int) -> Generator[RecordBatch, None, int | None]:
     """The Avro fast path: whole blocks of ``[pos, end)`` decoded by polars, a
@@ -361,6 +385,7 @@ def _iter_avro_columnar(f: IO[bytes], path: str, header: bytes, sync: bytes, pos
             if any(raw[c] != t for c, t in df.schema.items()):
                 df = df.cast(raw)
             columns = {c: df.get_column(c).to_list() for c in df.columns}
+            arrays = _numeric_arrays(df)
             del df  # its Arrow buffers are not kept while the batch is processed
         except (KeyboardInterrupt, SystemExit, GeneratorExit):
             raise
@@ -375,7 +400,7 @@ def _iter_avro_columnar(f: IO[bytes], path: str, header: bytes, sync: bytes, pos
             rec_offsets.extend([off] * c)
             indexes.extend(range(c))
         parts.clear()
-        yield RecordBatch(path, "avro", ColumnRecords(columns, n), rec_offsets, indexes)
+        yield RecordBatch(path, "avro", ColumnRecords(columns, n, arrays), rec_offsets, indexes)
     return None
 
 

@@ -15,6 +15,7 @@ import struct
 from pathlib import Path
 
 import fastavro
+import numpy as np
 import pytest
 from _record_strategies import avro_bytes, avro_cases
 from hypothesis import HealthCheck, given, settings
@@ -247,3 +248,74 @@ def test_real_files_from_other_writers_decode_alike():
 def test_the_whitelist_is_what_the_decoder_sees():
     assert _columnar_schema(WIDE)
     assert sources._COLUMNAR_CODECS == {"null", "deflate", "snappy"}
+
+
+NUMERIC = _rec(
+    {"name": "i", "type": "int"},
+    {"name": "l", "type": ["null", "long"]},
+    {"name": "f", "type": "float"},
+    {"name": "d", "type": ["null", "double"]},
+    {"name": "ts", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+    {"name": "dt", "type": ["null", {"type": "int", "logicalType": "date"}]},
+    {"name": "fl", "type": {"type": "array", "items": "float"}},
+    {"name": "nl", "type": ["null", {"type": "array", "items": "long"}]},
+    {"name": "hole", "type": {"type": "array", "items": ["null", "double"]}},  # null items: the per-value path
+    {"name": "b", "type": "boolean"},
+    {"name": "s", "type": ["null", "string"]},
+)
+
+
+def _numeric_records(n: int) -> list[dict]:
+    big = [2**53 + 1, -(2**63), 2**63 - 1, 0, 7]
+    return [{
+        "i": k - 3, "l": None if k % 5 == 0 else big[k % 5], "f": [0.5, float("nan"), float("inf"), -0.0, 3.4e38][k % 5],
+        "d": None if k % 4 == 1 else [1e300, -1e-300, float("-inf"), 2.5][k % 4], "ts": [253_402_300_799_999 * 3, -1, 0][k % 3],
+        "dt": None if k % 3 == 0 else k * 1000, "fl": [float(j) / 3 for j in range(k % 7)],
+        "nl": None if k % 2 else [2**60 + j for j in range(k % 4)], "hole": [None, 1.5][: k % 3],
+        "b": k % 2 == 0, "s": None if k % 3 else f"s{k % 4}",
+    } for k in range(n)]
+
+
+def test_the_vectorizer_gives_the_same_columns_from_column_batches():
+    """The numeric fast paths read ``ColumnRecords.arrays`` (numpy from polars) instead
+    of the Python values: columns, rejections and analysis equal the dict path's."""
+    from convert.config import parse_config
+    from convert.vectorize import Analyzer, Preparer, Vectorizer
+
+    config = parse_config({"features": [
+        {"name": "i", "transform": "zscore"}, {"name": "l", "transform": "identity", "missing_indicator": True},
+        {"name": "f", "transform": "minmax", "on_nan": "fill"}, {"name": "d", "transform": "log1p", "missing_indicator": True},
+        {"name": "ts", "transform": "identity"}, {"name": "dt", "transform": "zscore", "fill": "mean"},
+        {"name": "fl", "transform": "identity", "max_len": 4}, {"name": "nl", "transform": "clip", "clip_min": 0.0, "max_len": 3},
+        {"name": "hole", "transform": "identity", "max_len": 2}, {"name": "b", "transform": "identity"},
+        {"name": "s", "transform": "vocabulary"},
+    ]})
+    data = _avro(NUMERIC, _numeric_records(97), "deflate", sync_interval=300)
+    results = {}
+    for decoder in ("auto", "fastavro"):
+        batches = list(iter_avro(io.BytesIO(data), "n.avro", batch_size=40, decoder=decoder))
+        assert (type(batches[0].records) is ColumnRecords) == (decoder == "auto")
+        if decoder == "auto":
+            assert {"i", "l", "f", "d", "ts", "dt", "fl", "nl"} <= set(batches[0].records.arrays)
+            assert "hole" not in batches[0].records.arrays and "b" not in batches[0].records.arrays
+        prep, acc = Preparer(config, unit_terms=True), Analyzer(config)
+        prepared = []
+        for b in batches:
+            pb = prep.prepare(b.records, analyze=True)
+            acc.add_prepared(pb, np.ones(len(b), dtype=bool))
+            pb.analysis = None
+            prepared.append(pb)
+        acc.flush()
+        analysis = acc.result()
+        vec = Vectorizer(config, analysis)
+        results[decoder] = (analysis.to_json(), [vec.finish(pb) for pb in prepared])
+    (a_json, a_vbs), (f_json, f_vbs) = results["auto"], results["fastavro"]
+    assert a_json == f_json
+    for va, vf in zip(a_vbs, f_vbs, strict=True):
+        assert [(r.index, r.field, r.reason) for r in va.rejections] == [(r.index, r.field, r.reason) for r in vf.rejections]
+        np.testing.assert_array_equal(va.keep, vf.keep)
+        assert va.columns.keys() == vf.columns.keys()
+        for k in va.columns:
+            assert va.columns[k][0] == vf.columns[k][0]
+            np.testing.assert_array_equal(va.columns[k][1], vf.columns[k][1], err_msg=k)
+    assert any(vb.rejections for vb in f_vbs)  # the data does reach the rejection paths
