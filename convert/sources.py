@@ -14,6 +14,11 @@ Avro logical types are read from their raw integers/bytes (records are decoded
 with the writer schema minus ``logicalType``): real files hold timestamps in
 year 0 or 10000 and ``time-millis`` of 24:00, which crash ``datetime``
 conversion.
+
+Two Avro decoders give the same records: polars (``_iter_avro_columnar``,
+about 6x faster, columns out: ``ColumnRecords``) for the schemas and codecs
+of ``_columnar_schema``'s whitelist, fastavro (dicts) for everything else and
+from any block polars cannot read.
 """
 
 from __future__ import annotations
