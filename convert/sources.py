@@ -206,12 +206,9 @@ def read_avro_schema(f: IO[bytes], path: str) -> dict[str, Any]:
         raise InputFileError(path, f"not a readable Avro file ({type(e).__name__}: {e}); check the file is an Avro object container", 0) from e
 
 
-def _peek_block_header(f: IO[bytes]) -> tuple[int, int] | None:
-    """``(record count, byte size)`` of the block at ``f``'s position, ``f`` left
-    where it was; ``None`` when no complete header is there (EOF)."""
-    pos = f.tell()
-    head = f.read(20)
-    f.seek(pos)
+def _block_header(head: bytes) -> tuple[int, int, int] | None:
+    """``(record count, byte size, header length)`` from the first bytes of an
+    Avro block (two zigzag varints); ``None`` when they are incomplete."""
     out, i = [], 0
     for _ in range(2):
         n = shift = 0
@@ -225,7 +222,17 @@ def _peek_block_header(f: IO[bytes]) -> tuple[int, int] | None:
                 break
             shift += 7
         out.append((n >> 1) ^ -(n & 1))  # zigzag
-    return out[0], out[1]
+    return out[0], out[1], i
+
+
+def _peek_block_header(f: IO[bytes]) -> tuple[int, int] | None:
+    """``(record count, byte size)`` of the block at ``f``'s position, ``f`` left
+    where it was; ``None`` when no complete header is there (EOF)."""
+    pos = f.tell()
+    head = f.read(20)
+    f.seek(pos)
+    h = _block_header(head)
+    return None if h is None else (h[0], h[1])
 
 
 #: Avro decoders: ``auto`` decodes with polars where it is known to give
@@ -290,21 +297,10 @@ def _read_raw_block(f: IO[bytes], sync: bytes) -> tuple[int, bytes] | None:
     position, ``f`` left after it; ``None`` at the end of the file or when the
     block does not look intact (the fastavro path then reads it and says why)."""
     pos = f.tell()
-    head = f.read(20)
-    vals, i = [], 0
-    for _ in range(2):
-        n = shift = 0
-        while True:
-            if i >= len(head) or shift > 63:
-                return None
-            b = head[i]
-            i += 1
-            n |= (b & 0x7F) << shift
-            if not b & 0x80:
-                break
-            shift += 7
-        vals.append((n >> 1) ^ -(n & 1))
-    count, size = vals
+    h = _block_header(f.read(20))
+    if h is None:
+        return None
+    count, size, i = h
     if not 0 <= count <= MAX_AVRO_EMPTY_RECORDS or not 0 <= size <= MAX_AVRO_BLOCK_BYTES:
         return None
     f.seek(pos)
