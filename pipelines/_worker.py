@@ -3,10 +3,8 @@
 Beam's multi-process ``FnApiRunner`` starts each worker as
 ``python -m apache_beam.runners.worker.sdk_worker_main``. A local run of
 ``recordprep convert`` starts ``python -m pipelines._worker`` instead: it sets
-the process up, then runs that same Beam module's ``main`` unchanged, or hands
-the work over to a warm process started earlier (:mod:`pipelines._warm`). What
-the setup does, each measured on the bench's default workload (2 workers, 400k
-records):
+the process up, then runs that same Beam module unchanged. Three things,
+each measured on the bench's default workload (2 workers, 400k records):
 
 - **Beam's unused connectors are not loaded.** ``import apache_beam`` eagerly
   imports BigQuery (and with it the Google Cloud client stack), MongoDB
@@ -15,8 +13,7 @@ records):
   (Cloud Storage comes through ``gcsfilesystem``, which still loads on
   demand), and Beam already treats each as optional, importing it inside
   ``try ... except ImportError``: marking them absent here is what Beam does on
-  a machine where they are not installed. So are Dataflow's API client and
-  the ``gs://``/``hdfs://`` file systems when no path of the job uses them.
+  a machine where they are not installed.
 - **glibc malloc keeps less.** At most two arenas (the gRPC, gzip and LZ4
   threads would otherwise each get one) and a fixed mmap threshold, so the
   large batch buffers are returned to the system when freed instead of
@@ -32,14 +29,13 @@ applies to them.
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import ctypes.util
 import logging
 import os
+import runpy
 import shlex
 import sys
-import traceback
 from collections.abc import Iterable, Sequence
 
 from pipelines._loopback import bind_loopback_only
@@ -70,12 +66,10 @@ def schemes_of(paths: Iterable[str]) -> set[str]:
     return {s for s in FILESYSTEM_MODULES if any(f"{s}://" in p for p in paths)}
 
 
-def command(schemes: Iterable[str] = tuple(FILESYSTEM_MODULES), pool: str | None = None) -> str:
+def command(schemes: Iterable[str] = tuple(FILESYSTEM_MODULES)) -> str:
     """The shell command Beam runs to start one worker (it uses ``shell=True``);
-    ``schemes``: the remote file systems the job's paths use (the others are not
-    loaded); ``pool``: a ``pipelines._warm.WarmPool``'s ``command_args()``."""
-    cmd = f"{shlex.quote(sys.executable)} -m pipelines._worker {_SCHEMES_FLAG}{','.join(sorted(schemes))}"
-    return f"{cmd} {pool}" if pool else cmd
+    ``schemes``: the remote file systems the job's paths use (the others are not loaded)."""
+    return f"{shlex.quote(sys.executable)} -m pipelines._worker {_SCHEMES_FLAG}{','.join(sorted(schemes))}"
 
 
 def _tune_malloc() -> bool:
@@ -141,42 +135,12 @@ def prepare(schemes: Iterable[str] = tuple(FILESYSTEM_MODULES)) -> None:
     bind_loopback_only()
 
 
-def _flag(args: list[str], flag: str) -> str | None:
-    return next((a[len(flag):] for a in args if a.startswith(flag)), None)
-
-
 def _main() -> None:
-    from pipelines import _warm
-
-    args = sys.argv[1:]
-    rest = [a for a in args if not a.startswith("--recordprep-")]
-    pool = _flag(args, _warm.POOL_FLAG)
-    if pool is not None:  # a worker started by the runner: hand over to a warm process if one is left
-        status = _warm.hand_over(pool, rest)
-        if status is not None:
-            os._exit(status)
-    given = _flag(args, _SCHEMES_FLAG)
-    prepare(FILESYSTEM_MODULES if given is None else [s for s in given.split(",") if s])
-    conn = None
-    warm = _flag(args, _warm.WARM_FLAG)
-    if warm is not None:
-        got = _warm.serve(warm, [m for m in (_flag(args, _warm.PRELOAD_FLAG) or "").split(",") if m])
-        if got is None:
-            os._exit(0)
-        _, rest, conn = got
-    sys.argv = ["apache_beam.runners.worker.sdk_worker_main", *rest]
-    status = 0
-    try:
-        # What `python -m apache_beam.runners.worker.sdk_worker_main` runs (a warm
-        # process imported the module already: calling main() runs it once).
-        from apache_beam.runners.worker import sdk_worker_main
-
-        sdk_worker_main.main(sys.argv)
-    except SystemExit as e:
-        status = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-    except BaseException:
-        traceback.print_exc()
-        status = 1
+    ours = [a for a in sys.argv[1:] if a.startswith(_SCHEMES_FLAG)]
+    schemes = [s for a in ours for s in a[len(_SCHEMES_FLAG):].split(",") if s] if ours else FILESYSTEM_MODULES
+    prepare(schemes)
+    sys.argv = ["apache_beam.runners.worker.sdk_worker_main", *(a for a in sys.argv[1:] if a not in ours)]
+    runpy.run_module("apache_beam.runners.worker.sdk_worker_main", run_name="__main__", alter_sys=True)
     # The harness returned: the runner closed the control stream, every bundle
     # is done and its files closed. Skip the interpreter's teardown (module
     # and thread finalization, 0.3-0.4 s per worker), which the runner waits
@@ -184,11 +148,7 @@ def _main() -> None:
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
-    if conn is not None:
-        with contextlib.suppress(OSError):
-            conn.sendall(str(status).encode())
-            conn.close()
-    os._exit(status)
+    os._exit(0)
 
 
 if __name__ == "__main__":

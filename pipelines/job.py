@@ -33,7 +33,6 @@ from convert.spec import FAILURE_FILENAME, METADATA_FILENAME, DatasetInfo
 from pipelines import remote
 from pipelines._loopback import bind_loopback_only
 from pipelines._progress import PASSES, PROGRESS_DIR, ProgressReporter
-from pipelines._warm import WarmPool
 from pipelines._worker import command as worker_command
 from pipelines._worker import schemes_of
 from pipelines.options import ConvertOptions
@@ -162,20 +161,18 @@ class _DropModeWarning(logging.Filter):
 _DROP_MODE_WARNING = _DropModeWarning()
 
 
-def _multiprocess_runner(fn_api_runner: Any, paths: list[str], pool: WarmPool | None = None) -> Any:
+def _multiprocess_runner(fn_api_runner: Any, paths: list[str]) -> Any:
     """An FnApiRunner whose workers are ``python -m pipelines._worker`` processes.
 
     The same as ``--direct_running_mode multi_processing`` (which hard-codes
     Beam's own worker command) with our worker entry point: less memory per
     worker, loopback-only gRPC (see :mod:`pipelines._worker`); ``paths``:
-    every path the workers open, so they load only the file systems needed;
-    ``pool``: warm worker processes the worker commands hand over to.
+    every path the workers open, so they load only the file systems needed.
     """
     from apache_beam.transforms.environments import SubprocessSDKEnvironment
 
     logging.getLogger("apache_beam.runners.portability.fn_api_runner.fn_runner").addFilter(_DROP_MODE_WARNING)
-    return fn_api_runner(default_environment=SubprocessSDKEnvironment.from_command_string(
-        worker_command(schemes_of(paths), pool.command_args() if pool else None)))
+    return fn_api_runner(default_environment=SubprocessSDKEnvironment.from_command_string(worker_command(schemes_of(paths))))
 
 
 def plan(opts: ConvertOptions) -> dict[str, Any]:
@@ -215,7 +212,7 @@ def run_convert(opts: ConvertOptions) -> ConvertResult:
     """
     t0 = time.perf_counter()
     p = plan(opts)
-    files, units = p["files"], p["unit_objs"]
+    config, files, units = p["config"], p["files"], p["unit_objs"]
     fingerprint = p["fingerprint"]
 
     existing = read_existing(opts.output)
@@ -246,7 +243,6 @@ def run_convert(opts: ConvertOptions) -> ConvertResult:
     if local:
         # Beam's local gRPC servers would otherwise listen on every interface.
         bind_loopback_only()
-    pool: WarmPool | None = None
     if runner_name is None:
         from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
@@ -254,30 +250,17 @@ def run_convert(opts: ConvertOptions) -> ConvertResult:
         runner: Any = FnApiRunner()
         if workers > 1:
             paths = [f.path for f in files] + [opts.output] + ([opts.analysis_from] if opts.analysis_from else [])
-            # Started now, the workers import Beam while this process builds the pipeline.
-            pool = WarmPool(workers, schemes_of(paths),
-                            preload=["polars"] if any(f.path.lower().endswith(".avro") for f in files) else [])
-            runner = _multiprocess_runner(FnApiRunner, paths, pool)
+            runner = _multiprocess_runner(FnApiRunner, paths)
             args += ["--direct_num_workers", str(workers)]
         runner_name = ("FnApiRunner (local, in-process)" if workers == 1
                        else f"FnApiRunner (local, {workers} worker processes)")
     else:
         runner = None
-    try:
-        return _run(opts, p, PipelineOptions(args), runner, str(runner_name), local, t0)
-    finally:
-        if pool is not None:
-            log.info("worker processes: %d started early, %d used", len(pool), pool.claimed())
-            pool.close()
+    beam_opts = PipelineOptions(args)
 
-
-def _run(opts: ConvertOptions, p: dict[str, Any], beam_opts: PipelineOptions, runner: Any, runner_name: str,
-         local: bool, t0: float) -> ConvertResult:
-    """Build and run the pipeline of ``run_convert``."""
-    config, files, units, fingerprint = p["config"], p["files"], p["unit_objs"], p["fingerprint"]
     ctx = CommitContext(
         inputs=files, num_shards=len(units), fingerprint=fingerprint, config_json=config.to_json(),
-        config_hash=config.hash, runner=runner_name, tool_version=tool_version(),
+        config_hash=config.hash, runner=str(runner_name), tool_version=tool_version(),
         started=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
     )
     pipeline = beam.Pipeline(runner=runner, options=beam_opts)
