@@ -259,13 +259,11 @@ def _columnar_schema(schema: Any) -> bool:
     ``time-millis`` of 24:00 (silently null), decimals and the other logical
     types (other values).
     """
-    if not isinstance(schema, dict) or schema.get("type") != "record":
-        return False
-    fields = schema.get("fields")
-    return bool(fields) and all(isinstance(x, dict) and _columnar_type(x.get("type"), 1, enum_ok=True) for x in fields)
+    return isinstance(schema, dict) and schema.get("type") == "record" and _columnar_type(schema, 0, top=True)
 
 
-def _columnar_type(schema: Any, depth: int, enum_ok: bool = False) -> bool:
+def _columnar_type(schema: Any, depth: int, enum_ok: bool = False, top: bool = False) -> bool:
+    """``top``: the file's record, whose fields may be enums."""
     if depth > 32:
         return False
     if isinstance(schema, str):
@@ -284,7 +282,8 @@ def _columnar_type(schema: Any, depth: int, enum_ok: bool = False) -> bool:
         return True
     if t == "record":
         fields = schema.get("fields")
-        return bool(fields) and all(isinstance(x, dict) and _columnar_type(x.get("type"), depth + 1) for x in fields)
+        return bool(fields) and all(isinstance(x, dict) and _columnar_type(x.get("type"), depth + 1, enum_ok=top)
+                                    for x in fields)
     if t == "array":
         return _columnar_type(schema.get("items"), depth + 1)
     if t == "enum":

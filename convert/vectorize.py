@@ -573,7 +573,8 @@ class Preparer:
         else:
             # Fast path: lists of numbers (no null items) and nulls.
             if arr is not None and arr[0] == "list":
-                flat_a, fast = arr[1], True
+                _, flat_a, counts, missing_row = arr
+                missing_row, fast = missing_row.copy(), True
             elif set(map(type, values)) <= {list, _NONE}:
                 flat = [x for v in values if v for x in v]
                 if set(map(type, flat)) <= {int, float}:
@@ -582,12 +583,10 @@ class Preparer:
                         fast = True
                     except OverflowError:
                         pass
-            if fast:
-                if arr is not None and arr[0] == "list":
-                    counts, missing_row = arr[2], arr[3].copy()
-                else:
+                if fast:
                     counts = np.array([len(v) if v else 0 for v in values], dtype=np.int64)
                     missing_row = np.array([v is None for v in values], dtype=bool)
+            if fast:
                 pos, lens = _gather(np.arange(flat_a.size), counts, n)
                 present = pos >= 0
                 if flat_a.size:
