@@ -53,7 +53,10 @@ Pipeline (training), in this order, following the tf.data performance guide
 9. Split the label out, **prefetch** (``AUTOTUNE``).
 
 ``tf.data.Options`` are set deliberately: autotuning on, ``deterministic``
-as requested, ``map_parallelization`` and ``parallel_batch`` on; auto-sharding
+on for every stage but the shard interleave (the one stage where overtaking
+rides out a slow file; a reordered batch would instead carry records of the
+next epoch ahead of the current one), ``map_parallelization`` and
+``parallel_batch`` on; auto-sharding
 is ``OFF`` when ``input_context`` is given (the reader already sharded by
 file) and ``DATA`` otherwise (under a multi-worker ``tf.distribute`` strategy
 without ``input_context`` every worker then reads all shards and keeps its
@@ -288,12 +291,18 @@ def _make_parse_fn(plan: tuple[dict[str, tf.io.FixedLenFeature], Any], label_key
 
 
 def _parse_batches(batches: tf.data.Dataset, plan: tuple[dict[str, tf.io.FixedLenFeature], Any],
-                   label: str | None, deterministic: bool, prefetch: int) -> tf.data.Dataset:
+                   label: str | None, prefetch: int) -> tf.data.Dataset:
     """Parse each batch of serialized records with one vectorized parse (the
     batch-then-parse form of map-and-batch), then prefetch: the tail both
-    readers share."""
+    readers share.
+
+    The parse keeps batch order even for ``deterministic=False`` reads: every
+    batch costs the same to parse, so overtaking buys nothing here, while
+    reordered batches would carry records of the next epoch ahead of the
+    current one's last batches (shuffle before repeat must keep epochs apart).
+    """
     batches = batches.map(_make_parse_fn(plan, label), num_parallel_calls=tf.data.AUTOTUNE,
-                          deterministic=deterministic)
+                          deterministic=True)
     return batches.prefetch(prefetch)
 
 
@@ -544,11 +553,12 @@ def _open_shards(sel: ShardSelection, shards: Sequence[Any], opts: ReadOptions, 
     return paths, counts, remote, cycle_length, parallel, opts.resolved_read_buffer_bytes(remote=remote)
 
 
-def _tf_options(
-    *, deterministic: bool, sharded_by_reader: bool, opts: ReadOptions
-) -> tf.data.Options:
+def _tf_options(*, sharded_by_reader: bool, opts: ReadOptions) -> tf.data.Options:
     o = tf.data.Options()
-    o.deterministic = deterministic
+    # Only the shard interleave may overtake (it states its own `deterministic`):
+    # every other stage, including maps that map_parallelization makes parallel,
+    # keeps its order, so epochs stay apart in both shuffle modes.
+    o.deterministic = True
     o.autotune.enabled = True
     o.experimental_optimization.map_parallelization = True
     o.experimental_optimization.parallel_batch = True
@@ -872,7 +882,7 @@ def train_dataset(
             batches = batches.apply(tf.data.experimental.assert_cardinality(known))
     else:
         batches = records.batch(batch_size, drop_remainder=drop_remainder)
-    batches = _parse_batches(batches, plan, label, det, opts.prefetch)
+    batches = _parse_batches(batches, plan, label, opts.prefetch)
     _describe(
         "train_dataset",
         sel,
@@ -889,7 +899,7 @@ def train_dataset(
         + (" (record-level)" if record_level_shard else ""),
     )
     return batches.with_options(
-        _tf_options(deterministic=det, sharded_by_reader=input_context is not None, opts=opts)
+        _tf_options(sharded_by_reader=input_context is not None, opts=opts)
     )
 
 
@@ -944,7 +954,7 @@ def eval_dataset(
     # rebatch slices the 256-record blocks into batches without a per-record element.
     batches = records.rebatch(batch_size).apply(
         tf.data.experimental.assert_cardinality(-(-total // batch_size)))
-    batches = _parse_batches(batches, plan, label, True, opts.prefetch)
+    batches = _parse_batches(batches, plan, label, opts.prefetch)
     _describe(
         "eval_dataset",
         sel,
@@ -955,4 +965,4 @@ def eval_dataset(
         read_buffer=buffer_bytes,
         batches=math.ceil(total / batch_size),
     )
-    return batches.with_options(_tf_options(deterministic=True, sharded_by_reader=False, opts=opts))
+    return batches.with_options(_tf_options(sharded_by_reader=False, opts=opts))

@@ -136,8 +136,10 @@ class ReadOptions:
       prefetch: batches prefetched at the end; ``tf.data.AUTOTUNE`` (-1) by
         default.
       deterministic: produce the same order on every run (given a seed). Costs
-        throughput: a slow shard or batch stalls the pipeline instead of being
-        overtaken. ``train_dataset(deterministic=...)`` overrides it.
+        throughput: a slow shard stalls the pipeline instead of being
+        overtaken. It governs the shard interleave only; the stages after it
+        (shuffle, batch, parse) keep their order either way, so epochs never
+        mix. ``train_dataset(deterministic=...)`` overrides it.
       verify_files: before reading, stat every shard listed in the metadata
         (in parallel on remote storage), so a missing shard, or one whose size
         differs from the metadata's ``num_bytes`` (truncated or replaced),

@@ -70,6 +70,10 @@ def test_every_record_exactly_once_per_epoch(out, mode):
     ids = fx.ids_of(two)
     # shuffle before repeat: each epoch is one whole pass, never mixed with the next
     assert sorted(ids[:40]) == sorted(ids[40:]) == out.all_ids("train")
+    # which the order above only shows when the timing goes wrong: a reordered
+    # batch (non-deterministic parse) could carry epoch 2 ahead of epoch 1's end.
+    # Only the shard interleave may overtake; every later stage keeps order.
+    assert two.options().deterministic is True
     assert int(two.cardinality()) == 10
 
 
