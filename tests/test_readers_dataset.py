@@ -237,10 +237,16 @@ def test_fixed_len_parse_matches_tf_io_parse_example():
         "s": tf.io.FixedLenFeature([], tf.string),
         "d": tf.io.FixedLenFeature([2], tf.int64, default_value=[7, 8]),
         "e": tf.io.FixedLenFeature([], tf.float32, default_value=-1.0),
+        # defaults are made once per distinct value: d2 shares d's, d3 differs only in dtype
+        "d2": tf.io.FixedLenFeature([2], tf.int64, default_value=[7, 8]),
+        "d3": tf.io.FixedLenFeature([2], tf.float32, default_value=[7.0, 8.0]),
+        "g2": tf.io.FixedLenFeature([2, 2], tf.float32, default_value=[1.0, 2.0, 3.0, 4.0]),
+        "s2": tf.io.FixedLenFeature([], tf.string, default_value=b"zz"),
     }
     rows = tf.constant([
         example(x=[1.5], ids=[1, 2, 3], grid=[1.0, 2.0, 3.0, 4.0], s=[b"a"], d=[4, 5]),
-        example(x=[-2.0], ids=[9, 8, 7], grid=[0.5, 0.5, 0.5, 0.5], s=[b""], e=[3.0]),
+        example(x=[-2.0], ids=[9, 8, 7], grid=[0.5, 0.5, 0.5, 0.5], s=[b""], e=[3.0], d2=[1, 2],
+                s2=[b"y"]),
     ])
     got, want = _parse_fixed(rows, spec), tf.io.parse_example(rows, spec)
     assert set(got) == set(want)
