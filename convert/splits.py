@@ -19,7 +19,7 @@ import numpy as np
 import orjson
 
 from convert.sources import ColumnRecords
-from convert.vectorize import digest8, getter, term
+from convert.vectorize import digest8, extract, term
 
 
 class SplitError(ValueError):
@@ -73,14 +73,10 @@ class Splits:
             return np.zeros(len(records), dtype=np.uint8)
         if self.key:
             keys = self.key.split(".")
+            top = None
             if isinstance(records, ColumnRecords):  # the key's column, no dicts built
-                values = records.columns.get(keys[0]) or [None] * len(records)
-                for k in keys[1:]:
-                    values = [v.get(k) if isinstance(v, dict) else None for v in values]
-            else:
-                get = getter(self.key)
-                values = [get(r) for r in records]
-            blobs = [_key_blob(v) for v in values]
+                top = {keys[0]: records.columns.get(keys[0], [None] * len(records))}
+            blobs = [_key_blob(v) for v in extract(records, keys, top=top)]
         else:
             blobs = _canonical_batch(records) if isinstance(records, ColumnRecords) else None
             if blobs is None:

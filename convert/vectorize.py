@@ -65,6 +65,23 @@ def getter(path: str) -> Callable[[Any], Any]:
     return get
 
 
+def extract(records: Sequence[Any], keys: list[str], all_dicts: bool = False,
+            top: dict[str, list[Any]] | None = None) -> list[Any]:
+    """``getter(".".join(keys))`` over a batch, a level at a time (a list
+    comprehension per level instead of a call per record). ``all_dicts``: every
+    record is a dict; ``top``: the batch's top-level columns, when it has them."""
+    k = keys[0]
+    if top is not None:
+        values = top[k]
+    elif all_dicts:
+        values = [r.get(k) for r in records]
+    else:
+        values = [r.get(k) if isinstance(r, dict) else None for r in records]
+    for k in keys[1:]:
+        values = [v.get(k) if isinstance(v, dict) else None for v in values]
+    return values
+
+
 def term(v: Any) -> str:
     """Canonical string form of a categorical value (vocabulary key)."""
     if isinstance(v, str):
@@ -473,21 +490,6 @@ class Preparer:
             return None
         return dict(zip(keys, map(list, zip(*rows, strict=True)), strict=True))
 
-    @staticmethod
-    def _extract(records: Sequence[Any], keys: list[str], all_dicts: bool,
-                 top: dict[str, list[Any]] | None = None) -> list[Any]:
-        """``getter(path)`` over the batch, a level at a time (``top``: ``_top_columns``)."""
-        k = keys[0]
-        if top is not None:
-            values = top[k]
-        elif all_dicts:
-            values = [r.get(k) for r in records]
-        else:
-            values = [r.get(k) if isinstance(r, dict) else None for r in records]
-        for k in keys[1:]:
-            values = [v.get(k) if isinstance(v, dict) else None for v in values]
-        return values
-
     def prepare(self, records: Sequence[Any], analyze: bool = False) -> PreparedBatch:
         """Prepare a batch; ``analyze``: also keep what ``Analyzer.add_prepared`` needs."""
         b = len(records)
@@ -507,7 +509,7 @@ class Preparer:
         extras: dict[str, tuple] | None = {} if analyze else None
         parts: list[tuple[str, str, Any]] = []
         for f in self.config.features:
-            values = self._extract(records, self._keys[f.name], all_dicts, top)
+            values = extract(records, self._keys[f.name], all_dicts, top)
             if f.is_numeric:
                 arr = records.arrays.get(f.source) if isinstance(records, ColumnRecords) else None
                 parts.append((f.name, *self._numeric(f, values, bad, extras, arr)))
@@ -524,7 +526,7 @@ class Preparer:
         if self._label_keys is not None:
             lab = self.config.label
             assert lab is not None
-            parts.append((lab.name, "cols", _label(lab, self._extract(records, self._label_keys, all_dicts, top), bad)))
+            parts.append((lab.name, "cols", _label(lab, extract(records, self._label_keys, all_dicts, top), bad)))
         return PreparedBatch(b, parts, bad, extras)
 
     # -- numerics
@@ -642,7 +644,7 @@ class Preparer:
         parts: list[list[str | None]] = []
         for src, keys in zip(f.sources, self._cross_keys[f.name], strict=True):
             col: list[str | None] = []
-            for i, v in enumerate(self._extract(records, keys, all_dicts, top)):
+            for i, v in enumerate(extract(records, keys, all_dicts, top)):
                 if isinstance(v, dict | list):
                     bad.setdefault(i, Rejection(i, src, f"cross needs single values, found {type(v).__name__} {_short(v)}; cross scalar fields only"))
                     v = None

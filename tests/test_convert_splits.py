@@ -193,3 +193,16 @@ def test_column_batches_get_the_splits_of_their_records(case):
 
         from convert.splits import _SORTED, _default
         assert batch == [orjson.dumps(r, option=_SORTED, default=_default) for r in recs]
+
+
+@pytest.mark.parametrize("key", ["uid", "user.id", "user.id.deep", "absent", "absent.x"])
+def test_column_batches_split_by_key_as_their_records(key):
+    """``--split-key`` on a column batch reads the key's column (no dicts built)
+    and gives every record the split of its dict, also when the path meets a
+    null, a non-record value, or a field the batch does not have."""
+    users = [{"id": 3}, None, {"id": "x"}, {"id": {"deep": 1.5}}, 7, {"other": 1}]
+    recs = [{"uid": i % 11, "user": users[i % len(users)]} for i in range(300)]
+    s = Splits.parse("train=0.5,eval=0.3,test=0.2", key=key)
+    np.testing.assert_array_equal(s.assign(_columns(recs)), s.assign(recs))
+    if key == "user.id":
+        assert len(set(s.assign(recs).tolist())) > 1  # the key really varies the split
