@@ -25,6 +25,11 @@ Rows (each one fresh subprocess, see :mod:`bench.measure`):
     For ``default``/``large`` it runs on the first files only (a subset) and is
     compared per record with ``recordprep (same subset)``: recordprep run on
     exactly those files, so both pay the same fixed start-up cost per record.
+``recordprep JSON input stage``
+    What a worker runs on JSON before preparing: ``convert.sources.iter_records``
+    over every JSON Lines file (Beam's file objects, the job's batch size and
+    its GC setting), in one process. Against ``limit: JSON lines + orjson``:
+    the issue's "JSON input at least half of the plain orjson parse rate".
 ``limit: fastavro decode`` / ``limit: polars decode`` / ``limit: JSON lines + orjson``
     Decoding every input record once, in one process, doing nothing else:
     fastavro to Python dicts, polars (``read_avro``) to a DataFrame, orjson
@@ -131,6 +136,27 @@ def _json_decode(args: argparse.Namespace) -> dict[str, Any]:
     return {**t.to_json(), "records": n}
 
 
+def _json_read(args: argparse.Namespace) -> dict[str, Any]:
+    import dataclasses
+
+    from apache_beam.io.filesystems import FileSystems
+
+    from convert.sources import iter_records
+    from pipelines.options import ConvertOptions
+    from pipelines.transforms import _relaxed_gc
+
+    batch_size = {f.name: f.default for f in dataclasses.fields(ConvertOptions)}["batch_size"]
+    n = 0
+    # As a worker reads its ranges: Beam's file object, the job's batch size,
+    # the job's GC setting while a unit runs.
+    with WorkTimer() as t, _relaxed_gc():
+        for path in args.inputs:
+            with FileSystems.open(path, compression_type="uncompressed") as f:
+                for batch in iter_records(f, path, 0, None, batch_size):
+                    n += len(batch.records) + len(batch.bad)
+    return {**t.to_json(), "records": n}
+
+
 CASES = {
     "recordprep": _recordprep,
     "naive": _naive,
@@ -138,6 +164,7 @@ CASES = {
     "avro-decode": _avro_decode,
     "polars-decode": _polars_decode,
     "json-decode": _json_decode,
+    "json-read": _json_read,
 }
 
 
@@ -192,6 +219,8 @@ def run_table(size: str, manifest: dict[str, Any], *, repeats: int, log, out_roo
         ("limit_avro", "limit: fastavro decode (AVRO)", ["--case", "avro-decode", "--inputs", *avro]),
         ("limit_polars", "limit: polars decode (AVRO)", ["--case", "polars-decode", "--inputs", *avro]),
         ("limit_json", "limit: JSON lines + orjson.loads", ["--case", "json-decode", "--inputs", *jsonl]),
+        ("recordprep_json_read", "recordprep JSON input stage (read + parse into batches, one process)",
+         ["--case", "json-read", "--inputs", *jsonl]),
         ("recordprep_avro_gzip", "recordprep AVRO -> gzip",
          ["--case", "recordprep", "--inputs", *avro, "--output", str(outputs["recordprep_avro_gzip"])]),
         ("recordprep_json_gzip", "recordprep JSON -> gzip",

@@ -16,6 +16,8 @@ TARGETS = {
     "convert_vs_naive": ("recordprep / naive Beam, records/s on the same input", ">=", 15.0, "x", ("default",)),
     "convert_peak_rss": ("recordprep AVRO -> gzip peak RSS", "<=", 600.0, "MB", ("default",)),
     "convert_rate": ("recordprep AVRO -> gzip end-to-end", ">=", 27_000.0, "records/s", None),
+    "json_input_vs_orjson": ("recordprep JSON input stage / plain orjson parse, records/s", ">=", 0.5, "x", None),
+    "json_convert_vs_orjson": ("recordprep JSON -> gzip end-to-end / plain orjson parse, records/s", ">=", 0.5, "x", None),
     "reader_vs_mbfd_gzip": ("readers / make_batched_features_dataset (gzip shards)", ">=", 2.0, "x", None),
     "reader_vs_mbfd_none": ("readers / make_batched_features_dataset (uncompressed)", ">=", 2.0, "x", None),
     "reader_ttfb_gzip": ("readers time to first batch (gzip shards)", "<=", 0.5, "s", None),
@@ -56,6 +58,8 @@ def evaluate_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
         "convert_vs_naive": _ratio(_row_get(conv, naive_peer, "records_per_s"), _row_get(conv, "naive", "records_per_s")),
         "convert_peak_rss": _row_get(conv, "recordprep_avro_gzip", "peak_rss_mb"),
         "convert_rate": _row_get(conv, "recordprep_avro_gzip", "records_per_s"),
+        "json_input_vs_orjson": _ratio(_row_get(conv, "recordprep_json_read", "records_per_s"), _row_get(conv, "limit_json", "records_per_s")),
+        "json_convert_vs_orjson": _ratio(_row_get(conv, "recordprep_json_gzip", "records_per_s"), _row_get(conv, "limit_json", "records_per_s")),
         "reader_vs_mbfd_gzip": _ratio(_row_get(rd, "train_dataset:gzip", "examples_per_s"), _row_get(rd, "mbfd:gzip", "examples_per_s")),
         "reader_vs_mbfd_none": _ratio(_row_get(rd, "train_dataset:none", "examples_per_s"), _row_get(rd, "mbfd:none", "examples_per_s")),
         "reader_ttfb_gzip": _row_get(rd, "train_dataset:gzip", "time_to_first_batch_s"),
@@ -107,7 +111,7 @@ def conversion_md(results: dict[str, Any]) -> list[str]:
     rows = conv["rows"]
     order = ["recordprep_avro_gzip", "recordprep_avro_gzip_workers", "recordprep_avro_none", "recordprep_avro_gzip_packed",
              "recordprep_avro_gzip_fastavro", "recordprep_json_gzip", "recordprep_subset_gzip",
-             "naive", "limit_avro", "limit_polars", "limit_json"]
+             "naive", "recordprep_json_read", "limit_avro", "limit_polars", "limit_json"]
     lines = ["| row | records | records/s | CPU-s / 1k records | peak RSS (MB) | runs |",
              "|---|---:|---:|---:|---:|---:|"]
     for key in order:
@@ -130,6 +134,7 @@ def conversion_md(results: dict[str, Any]) -> list[str]:
         ("recordprep AVRO / limit polars decode, records/s", _ratio(g("recordprep_avro_gzip", "records_per_s"), g("limit_polars", "records_per_s"))),
         ("recordprep default / --avro-decoder fastavro, records/s", _ratio(g("recordprep_avro_gzip", "records_per_s"), g("recordprep_avro_gzip_fastavro", "records_per_s"))),
         ("recordprep JSON / limit JSON decode, records/s", _ratio(g("recordprep_json_gzip", "records_per_s"), g("limit_json", "records_per_s"))),
+        ("recordprep JSON input stage / limit JSON decode, records/s", _ratio(g("recordprep_json_read", "records_per_s"), g("limit_json", "records_per_s"))),
         ("recordprep JSON / recordprep AVRO, records/s", _ratio(g("recordprep_json_gzip", "records_per_s"), g("recordprep_avro_gzip", "records_per_s"))),
         ("recordprep default / --workers 1 (in-process), records/s", _ratio(g("recordprep_avro_gzip", "records_per_s"), g("recordprep_avro_gzip_workers", "records_per_s"))),
         ("recordprep gzip / uncompressed, records/s", _ratio(g("recordprep_avro_gzip", "records_per_s"), g("recordprep_avro_none", "records_per_s"))),

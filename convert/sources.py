@@ -510,18 +510,22 @@ _LONG_RUN = b"0" * 19
 _NOT_AN_INTEGER_BEFORE = frozenset(b".eE+")
 
 
-def _maybe_long_integer(line: bytes) -> bool:
-    """Whether ``line`` may hold an integer literal of 19 or more digits."""
-    t = line.translate(_DIGITS_TO_ZERO)
+def _long_integer_runs(data: bytes) -> Iterator[int]:
+    """Start of every run of 19+ digits in ``data`` that may be an integer literal."""
+    t = data.translate(_DIGITS_TO_ZERO)
     i = t.find(_LONG_RUN)
     while i >= 0:
         if i == 0 or t[i - 1] not in _NOT_AN_INTEGER_BEFORE:
-            return True
+            yield i
         i += len(_LONG_RUN)
         while i < len(t) and t[i] == 0x30:  # the rest of this run
             i += 1
         i = t.find(_LONG_RUN, i)
-    return False
+
+
+def _maybe_long_integer(line: bytes) -> bool:
+    """Whether ``line`` may hold an integer literal of 19 or more digits."""
+    return next(_long_integer_runs(line), None) is not None
 
 
 #: A ``\uD800``-``\uDFFF`` escape: maybe a lone surrogate, which is not Unicode
@@ -620,35 +624,75 @@ def iter_json(f: IO[bytes], path: str, start: int = 0, end: int | None = None,
         pos = start - 1
         first = buffered.readline()
         pos += len(first)
-    line_no = 0 if start > 0 else 1  # 0: unknown (range starts mid-file)
+    yield from _iter_json_lines(buffered, path, pos, 0 if start > 0 else 1, end, batch_size)
+
+
+#: JSON Lines are read in blocks of about this many bytes (completed to the
+#: next newline): one C-level split and one long-integer scan per block
+#: instead of a Python iteration and a scan per line.
+_JSONL_BLOCK_BYTES = 1 << 20
+
+
+def _iter_json_lines(buffered: IO[bytes], path: str, pos: int, line_no: int, end: int | None,
+                     batch_size: int) -> Iterator[RecordBatch]:
+    """JSON Lines from byte ``pos`` (a line start), lines starting before ``end``.
+
+    ``line_no`` is the 1-based number of the line at ``pos``, 0 when unknown.
+    Per-line work is kept to ``orjson.loads``: blocks are split in C and the
+    scan for integers orjson would round (``_long_integer_runs``) runs once per
+    block. A line orjson refuses, or that may hold a long integer, goes
+    through ``_loads`` (stripped), as every line did before.
+    """
     batch = RecordBatch(path, "json", [], [], [])
-    for line in buffered:
-        off = pos
-        pos += len(line)
-        this_line = line_no
-        if line_no:
-            line_no += 1
-        if end is not None and off >= end:
+    loads, decode_error = orjson.loads, orjson.JSONDecodeError
+    while end is None or pos < end:  # (a line starting before ``end`` may run past it)
+        block = buffered.read(_JSONL_BLOCK_BYTES)
+        if not block:
             break
-        if off == 0 and line.startswith(b"\xef\xbb\xbf"):
-            line = line[3:]
-        text = line.strip()
-        if not text:
-            continue
-        try:
-            rec = _loads(text)
-        except ValueError as e:
-            batch.bad.append((off, this_line, f"malformed JSON: {e}", text.decode("utf-8", "replace")))
-            continue
-        if not isinstance(rec, dict):
-            batch.bad.append((off, this_line, f"expected a JSON object per line, found {type(rec).__name__}", text.decode("utf-8", "replace")))
-            continue
-        batch.records.append(rec)
-        batch.offsets.append(off)
-        batch.indexes.append(this_line)
-        if len(batch.records) >= batch_size:
-            yield batch
-            batch = RecordBatch(path, "json", [], [], [])
+        if not block.endswith(b"\n"):
+            block += buffered.readline()  # complete the last line (unless at EOF)
+        long_runs = list(_long_integer_runs(block))
+        lines = block.split(b"\n")
+        if block.endswith(b"\n"):
+            lines.pop()  # the empty piece after the last newline is not a line
+        rel = 0  # offset of the current line in the block
+        run = 0  # next entry of long_runs at or after the current line
+        for line in lines:
+            off, line_start = pos + rel, rel
+            rel += len(line) + 1
+            this_line = line_no
+            if line_no:
+                line_no += 1
+            if end is not None and off >= end:
+                break
+            if off == 0 and line.startswith(b"\xef\xbb\xbf"):
+                line = line[3:]
+            if not line or line.isspace():
+                continue
+            while run < len(long_runs) and long_runs[run] < line_start:
+                run += 1
+            try:
+                if run < len(long_runs) and long_runs[run] < rel:
+                    rec = _loads(line.strip())
+                else:
+                    try:
+                        rec = loads(line)
+                    except decode_error:
+                        rec = _loads(line.strip())
+            except ValueError as e:
+                batch.bad.append((off, this_line, f"malformed JSON: {e}", line.strip().decode("utf-8", "replace")))
+                continue
+            if not isinstance(rec, dict):
+                batch.bad.append((off, this_line, f"expected a JSON object per line, found {type(rec).__name__}",
+                                  line.strip().decode("utf-8", "replace")))
+                continue
+            batch.records.append(rec)
+            batch.offsets.append(off)
+            batch.indexes.append(this_line)
+            if len(batch.records) >= batch_size:
+                yield batch
+                batch = RecordBatch(path, "json", [], [], [])
+        pos += len(block)
     if batch.records or batch.bad:
         yield batch
 

@@ -415,6 +415,49 @@ def test_json_lines_many_records_ranges_and_small_batches(tmp_path):
         assert recs == rows
 
 
+@pytest.mark.parametrize("block_bytes", [1, 7, 64, 1 << 20])
+def test_json_lines_read_in_blocks_of_any_size_give_every_line_as_parsed_alone(tmp_path, monkeypatch, block_bytes):
+    """Lines are cut from blocks and scanned for long integers per block: any block size
+    (lines split across blocks, many lines per block) gives each line what parsing that
+    line alone gives, with its own line number and offset."""
+    import convert.sources as sources
+
+    monkeypatch.setattr(sources, "_JSONL_BLOCK_BYTES", block_bytes)
+    lines = [
+        b'{"i": 0, "x": 0.0012345678901234567890123}',  # long fraction: not a long integer
+        b'{"i": 1, "big": 123456789012345678901234567890}',  # long integer: kept exact
+        b'{"i": 2, "near": 12345678901234567, "f": 1e300}',
+        b'  {"i": 3, "spaced": true}  \r',
+        b"",
+        b'{"i": 4, "neg": -98765432109876543210, "s": "9999999999999999999"}',
+        b'{"i": 5, "bad": }',
+        b'{"i": 6, "u": "\u65e5\u672c"}',
+        b'99999999999999999999',  # a long integer alone on its line: not an object
+        b'{"i": 7}',
+    ]
+    data = b"\n".join(lines)
+    path = tmp_path / "blocks.jsonl"
+    path.write_bytes(data)
+    want, want_bad, off = [], [], 0
+    for n, line in enumerate(lines, 1):
+        if line.strip():
+            try:
+                v = json.loads(line)
+                (want if isinstance(v, dict) else want_bad).append((n, off, v))
+            except ValueError:
+                want_bad.append((n, off, None))
+        off += len(line) + 1
+    batches = read_all(path, batch_size=3)
+    got = [(i, o, r) for b in batches for i, o, r in zip(b.indexes, b.offsets, b.records)]
+    assert got == want
+    assert [repr(r) for _, _, r in got] == [repr(v) for _, _, v in want]  # ints stay ints
+    assert [(x[1], x[0]) for b in batches for x in b.bad] == [(n, o) for n, o, _ in want_bad]
+    for cuts in cut_sets(len(data), seed=5):
+        recs, bad = read_in_ranges(path, cuts, batch_size=2)
+        assert recs == [v for _, _, v in want], cuts
+        assert sorted(x[0] for x in bad) == [o for _, o, _ in want_bad], cuts
+
+
 def test_json_lines_range_starting_mid_file_has_unknown_line_numbers(tmp_path):
     path = tmp_path / "x.jsonl"
     path.write_bytes(b'{"a":1}\n{"a":2}\n{"a":3}\n')
