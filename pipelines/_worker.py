@@ -19,6 +19,8 @@ each measured on the bench's default workload (2 workers, 400k records):
   large batch buffers are returned to the system when freed instead of
   staying in the heap: about 10 MB per worker.
 - **gRPC binds loopback only**, as in the launcher (:mod:`pipelines._loopback`).
+- **Bundles end promptly** (``shorten_bundle_end_waits``, also applied to
+  in-process runs).
 - **It exits at once** when the harness returns (``os._exit`` after flushing
   logs): the runner stops its workers one after the other, each waiting for
   the interpreter's teardown, which added 0.6-0.7 s to the end of every job.
@@ -128,11 +130,40 @@ def prepare_launcher(argv: Sequence[str]) -> bool:
     return True
 
 
+#: Longest sleep of Beam's per-bundle state sampler in local runs (Beam: 200 ms).
+STATE_SAMPLING_PERIOD_MS = 20
+
+
+def shorten_bundle_end_waits() -> bool:
+    """Cap the sleep of Beam's state sampler at ``STATE_SAMPLING_PERIOD_MS``.
+
+    Every bundle starts a sampler thread that sleeps between samples, ramping
+    up to 200 ms, and the bundle's end joins that thread: it waits out the
+    current sleep, on average ~100 ms per bundle once the bundle ran a second
+    (the sampler's own comment: "may have to wait up to sampling_period_ms").
+    Measured on a 50k-record in-process job: 0.08-0.25 s of the ~4 s spent in
+    these joins, 0.04-0.06 s at 20 ms. The sampler only times the running
+    step for metrics; a shorter period samples finer, at 50 wake-ups per second
+    (each a lock and a clock read). Beam takes the period as a constructor
+    default, so that default is what changes; returns False (and changes
+    nothing) if Beam's sampler no longer looks as expected.
+    """
+    from apache_beam.runners.worker import statesampler
+
+    init = getattr(statesampler.StateSampler, "__init__", None)
+    default = getattr(statesampler, "DEFAULT_SAMPLING_PERIOD_MS", None)
+    if getattr(init, "__defaults__", None) not in ((default,), (STATE_SAMPLING_PERIOD_MS,)):
+        return False
+    init.__defaults__ = (STATE_SAMPLING_PERIOD_MS,)  # type: ignore[union-attr]
+    return True
+
+
 def prepare(schemes: Iterable[str] = tuple(FILESYSTEM_MODULES)) -> None:
     """Set this process up as a worker; call before anything imports Beam."""
     _tune_malloc()
     block_unused_modules(schemes)
     bind_loopback_only()
+    shorten_bundle_end_waits()
 
 
 def _main() -> None:

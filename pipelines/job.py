@@ -34,13 +34,14 @@ from pipelines import remote
 from pipelines._loopback import bind_loopback_only
 from pipelines._progress import PASSES, PROGRESS_DIR, ProgressReporter
 from pipelines._worker import command as worker_command
-from pipelines._worker import schemes_of
+from pipelines._worker import schemes_of, shorten_bundle_end_waits
 from pipelines.options import ConvertOptions
 from pipelines.plan import default_num_shards, discover, input_fingerprint, plan_units
 from pipelines.staging import LOCAL_RUNNERS, staging_args
 from pipelines.transforms import (
     ANALYSIS_FILENAME,
     TMP_DIR,
+    AnalysisValue,
     AnalyzeUnits,
     CommitContext,
     CommitOutput,
@@ -243,6 +244,7 @@ def run_convert(opts: ConvertOptions) -> ConvertResult:
     if local:
         # Beam's local gRPC servers would otherwise listen on every interface.
         bind_loopback_only()
+        shorten_bundle_end_waits()  # in-process bundles (workers do it themselves)
     if runner_name is None:
         from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
@@ -266,7 +268,7 @@ def run_convert(opts: ConvertOptions) -> ConvertResult:
     pipeline = beam.Pipeline(runner=runner, options=beam_opts)
     unit_pc = pipeline | "Units" >> beam.Create(units, reshuffle=True)
     if opts.analysis_from:
-        analysis = pipeline | "ReusedAnalysis" >> beam.Create([_load_analysis(opts.analysis_from)])
+        analysis = pipeline | "ReusedAnalysis" >> beam.Create([AnalysisValue(_load_analysis(opts.analysis_from))])
     else:
         analysis = unit_pc | "Analyze" >> AnalyzeUnits(config, opts)
     results = unit_pc | "Convert" >> ConvertUnits(config, opts, analysis)

@@ -83,7 +83,8 @@ def test_merge_keeps_every_units_prepared_file_and_the_analysis():
         a = Analyzer(c)
         a.add_records([{"x": x} for x in xs])
         accs.append(fn.add_input(fn.create_accumulator(), (unit, a, f"p{unit}" if xs else None)))
-    out = fn.extract_output(fn.merge_accumulators(accs))
+    value = fn.extract_output(fn.merge_accumulators(accs))
+    out = value.json
     assert out[PREPARED_KEY] == {0: "p0", 1: "p1", 2: None}
     assert out["stats"]["x"]["count"] == 3 and out["stats"]["x"]["mean"] == 2.0
 
@@ -175,7 +176,7 @@ def test_convert_unit_emits_each_result_after_the_next_unit_and_at_bundle_end(tm
     import threading
 
     from convert.vectorize import Analyzer
-    from pipelines.transforms import _ConvertUnit
+    from pipelines.transforms import AnalysisValue, _ConvertUnit
 
     paths = write_dataset(tmp_path / "d", make_records(120))
     config = load_config(str(paths["config"]))
@@ -183,7 +184,7 @@ def test_convert_unit_emits_each_result_after_the_next_unit_and_at_bundle_end(tm
     opts = ConvertOptions(inputs=tuple(files), config=str(paths["config"]), output=str(tmp_path / "o"))
     a = Analyzer(config)
     a.add_records(make_records(120))
-    analysis = a.result().to_json()  # no prepared units: the convert pass prepares
+    analysis = AnalysisValue(a.result().to_json())  # no prepared units: the convert pass prepares
     fn = _ConvertUnit(config, opts)
     fn.start_bundle()
     assert list(fn.process(WorkUnit(0, (ByteRange(files[0], 0, None),)), analysis)) == []
@@ -201,3 +202,30 @@ def test_convert_unit_emits_each_result_after_the_next_unit_and_at_bundle_end(tm
         list(fn.process(WorkUnit(1, (ByteRange(str(tmp_path / "missing.avro"), 0, None),)), analysis))
     assert fn._pending is None
     assert not any(t.name.startswith("recordprep-writer") for t in threading.enumerate())
+
+
+def test_analysis_side_input_is_weighed_once_not_walked_by_beams_state_cache(monkeypatch):
+    """Beam's state cache weighs each loaded side input with objsize; the analysis
+    carries its weight (measured once) and the cache's walk stops at it."""
+    import pickle
+
+    from apache_beam.runners.worker import statecache
+
+    from pipelines.transforms import AnalysisValue
+
+    analysis = {"vocabularies": {"q": [f"term{i}" for i in range(5000)]}, "stats": {"x": {"mean": 1.0}}}
+    value = pickle.loads(pickle.dumps(AnalysisValue(analysis)))  # as a worker receives it
+    assert value.json == analysis
+    walked = statecache.get_deep_size(analysis)
+    assert value.weight == walked > 5000 * 50
+    seen = []
+    real = statecache._get_referents_func
+
+    def counting(*objs):
+        seen.extend(objs)
+        return real(*objs)
+
+    monkeypatch.setattr(statecache, "_get_referents_func", counting)
+    weighed = statecache.get_deep_size(value)
+    assert len(seen) <= 1  # the wrapper only, not the 5 000 terms
+    assert weighed >= walked  # the cache still accounts for the whole analysis

@@ -53,18 +53,22 @@ def test_worker_entry_point_skips_unused_connectors_and_keeps_gcs(tmp_path):
         "from pipelines import _worker\n"
         "_worker.prepare()\n"
         "import apache_beam.runners.worker.sdk_worker_main, pipelines.transforms\n"
+        "from apache_beam.runners.worker import statesampler\n"
+        "from apache_beam.utils.counters import CounterFactory\n"
         "from apache_beam.io.filesystems import FileSystems\n"
         "from grpc import _server\n"
         "print(json.dumps({'loaded': [m for m in _worker.UNUSED_MODULES if sys.modules.get(m) is not None],\n"
         "                  'gcs': type(FileSystems.get_filesystem('gs://bucket/x')).__name__,\n"
         "                  'malloc': _worker._tune_malloc(),\n"
-        "                  'loopback': getattr(_server._Server.add_insecure_port, '_recordprep_loopback', False)}))\n"
+        "                  'loopback': getattr(_server._Server.add_insecure_port, '_recordprep_loopback', False),\n"
+        "                  'sampling_ms': statesampler.StateSampler('p', CounterFactory()).sampling_period_ms}))\n"
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
     got = json.loads(out.stdout.strip().splitlines()[-1])
     assert got["loaded"] == []  # BigQuery, MongoDB and pyarrow stay out of the worker
     assert got["gcs"] == "GCSFileSystem"  # Cloud Storage still loads on demand
     assert got["loopback"]
+    assert got["sampling_ms"] == _worker.STATE_SAMPLING_PERIOD_MS < 200  # bundles end without a 200 ms wait
     if sys.platform.startswith("linux"):
         assert got["malloc"]
     assert _worker.command().endswith("-m pipelines._worker --recordprep-schemes=gs,hdfs")
