@@ -63,6 +63,12 @@ class Splits:
         return cls(tuple(names), tuple(weights), key)
 
     @property
+    def hashes_whole_records(self) -> bool:
+        """Whether ``assign`` hashes each record's canonical JSON (readers can
+        supply it: ``ColumnRecords.record_json``)."""
+        return self.key is None and len(self.names) > 1
+
+    @property
     def bounds(self) -> np.ndarray:
         w = np.asarray(self.weights, dtype=np.float64)
         return np.cumsum(w / w.sum())
@@ -78,7 +84,9 @@ class Splits:
                 top = {keys[0]: records.columns.get(keys[0], [None] * len(records))}
             blobs = [_key_blob(v) for v in extract(records, keys, top=top)]
         else:
-            blobs = _canonical_batch(records) if isinstance(records, ColumnRecords) else None
+            blobs = None
+            if isinstance(records, ColumnRecords):  # made by the reader, or from its columns
+                blobs = records.record_json if records.record_json is not None else _canonical_batch(records)
             if blobs is None:
                 try:  # one orjson call per record, no per-record try (see _canonical)
                     dumps, opt = orjson.dumps, _SORTED

@@ -272,7 +272,7 @@ def _prepare_unit(unit: WorkUnit, options: ConvertOptions, preparer: Preparer,
     for rng in unit.ranges:
         with FileSystems.open(rng.path, compression_type="uncompressed") as f:
             for batch in iter_records(f, rng.path, rng.start, rng.end, options.batch_size, options.json_records_path,
-                                      options.avro_decoder):
+                                      options.avro_decoder, record_json=options.splits.hashes_whole_records):
                 errors = [_error_line(rng.path, batch.kind, off, idx, "<record>", reason, raw)
                           for off, idx, reason, raw in batch.bad]
                 if not batch.records:

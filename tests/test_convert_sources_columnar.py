@@ -19,9 +19,11 @@ import numpy as np
 import pytest
 from _record_strategies import avro_bytes, avro_cases
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from convert import sources
 from convert.sources import ColumnRecords, InputFileError, _columnar_schema, iter_avro
+from convert.splits import _canonical
 
 REALDATA = Path(__file__).resolve().parents[2] / "shared" / "realdata"
 
@@ -39,12 +41,16 @@ def _same(a, b) -> bool:
     return a == b
 
 
-def _read(data: bytes, decoder: str, start: int = 0, end: int | None = None, batch_size: int = 5):
-    """(records, offsets, indexes, batch record types, error or None)."""
+def _read(data: bytes, decoder: str, start: int = 0, end: int | None = None, batch_size: int = 5, jsons=None):
+    """(records, offsets, indexes, batch record types, error or None); ``jsons``
+    (a list) gets each record's ``record_json`` (None where the batch has none)."""
     recs, offs, idxs, kinds, err = [], [], [], [], None
     try:
-        for b in iter_avro(io.BytesIO(data), "mem.avro", start, end, batch_size=batch_size, decoder=decoder):
+        for b in iter_avro(io.BytesIO(data), "mem.avro", start, end, batch_size=batch_size, decoder=decoder,
+                           record_json=jsons is not None):
             kinds.append(type(b.records))
+            if jsons is not None:
+                jsons.extend(getattr(b.records, "record_json", None) or [None] * len(b.records))
             recs.extend(b.records)
             offs.extend(b.offsets)
             idxs.extend(b.indexes)
@@ -54,13 +60,20 @@ def _read(data: bytes, decoder: str, start: int = 0, end: int | None = None, bat
 
 
 def _assert_same_reads(data: bytes, **kw) -> list[type]:
-    fast = _read(data, "auto", **kw)
+    """Same records either way; the fast path's ``record_json`` is what the
+    split would make from the fastavro path's dict (``splits._canonical``)."""
+    jsons: list = []
+    fast = _read(data, "auto", jsons=jsons, **kw)
     slow = _read(data, "fastavro", **kw)
     assert len(fast[0]) == len(slow[0])
     assert all(map(_same, fast[0], slow[0])), next((a, b) for a, b in zip(fast[0], slow[0], strict=True) if not _same(a, b))
     assert fast[1:3] == slow[1:3]
     assert fast[4] == slow[4]
     assert all(k is list for k in slow[3])
+    made = [(j, r) for j, r in zip(jsons, slow[0], strict=True) if j is not None]
+    assert [j for j, _ in made] == [_canonical(r) for _, r in made]
+    if ColumnRecords in fast[3]:
+        assert made  # the fast path gave them (no silent fallback)
     return fast[3]
 
 
@@ -319,3 +332,24 @@ def test_the_vectorizer_gives_the_same_columns_from_column_batches():
             assert va.columns[k][0] == vf.columns[k][0]
             np.testing.assert_array_equal(va.columns[k][1], vf.columns[k][1], err_msg=k)
     assert any(vb.rejections for vb in f_vbs)  # the data does reach the rejection paths
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.floats(), st.floats(width=32), st.text(), st.binary(max_size=6), st.integers(-(2**63), 2**63 - 1),
+                          st.lists(st.floats(width=32, allow_nan=False), max_size=3)), min_size=1, max_size=40))
+def test_record_json_from_polars_is_what_the_split_makes_from_dicts(rows):
+    """Every double (NaN, infinities, subnormals, -0.0), float32, string (controls,
+    astral characters), bytes and int64, alone and in lists and a nullable struct:
+    polars writes the bytes orjson writes for the record's dict."""
+    import polars as pl
+
+    from convert.sources import _records_json
+
+    df = pl.DataFrame(
+        {"d": [r[0] for r in rows], "f": [r[1] for r in rows], "s": [r[2] for r in rows], "b": [r[3] for r in rows],
+         "i": [r[4] for r in rows], "fl": [r[5] for r in rows],
+         "st": [None if k % 3 == 0 else {"z": r[2], "a": r[1]} for k, r in enumerate(rows)]},
+        schema={"d": pl.Float64, "f": pl.Float32, "s": pl.String, "b": pl.Binary, "i": pl.Int64,
+                "fl": pl.List(pl.Float32), "st": pl.Struct({"z": pl.String, "a": pl.Float32})},
+    )
+    assert _records_json(df) == [_canonical(r) for r in df.to_dicts()]
