@@ -30,7 +30,11 @@ class ConvertOptions:
         (``target_shard_mb`` of input per shard, at least enough shards for
         readers to interleave when the input is large enough).
       compression: ``gzip`` or ``none``.
-      gzip_level: 1 (fast) .. 9 (small).
+      gzip_level: 1 (fast) .. 9 (small). Default 5: zlib-ng's 5 writes smaller
+        shards than zlib's default 6 (what TensorFlow's and Beam's writers use)
+        with 24% less deflate time than zlib-ng's 6, for 1.2% more bytes than it
+        (measured on the bench's shards: 11.90 / 11.76 / 12.07 MB for zlib-ng 5,
+        zlib-ng 6 and zlib 6).
       layout: ``features`` (one Feature per column) or ``packed`` (float32 and
         int64 columns concatenated into one Feature each; ``readers`` unpacks
         them, other tools must slice them; see ``convert.spec.LAYOUTS``).
@@ -57,7 +61,7 @@ class ConvertOptions:
     num_shards: int | None = None
     target_shard_mb: float = 128.0
     compression: str = "gzip"
-    gzip_level: int = 6
+    gzip_level: int = 5
     layout: str = "features"
     batch_size: int = 4096
     avro_decoder: str = "auto"
