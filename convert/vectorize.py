@@ -445,6 +445,19 @@ def _blake_ids(terms: Sequence[str], buckets: int) -> np.ndarray:
     return (h % np.uint64(buckets)).astype(np.int64) + 1
 
 
+class _RowCount:
+    """Stands for a column whose values nobody reads (``Preparer._array_only``):
+    it has a length and nothing else, so a use of its values fails loudly."""
+
+    __slots__ = ("_n",)
+
+    def __init__(self, n: int):
+        self._n = n
+
+    def __len__(self) -> int:
+        return self._n
+
+
 class Preparer:
     """The analysis-independent half of vectorizing; see ``PreparedBatch``.
 
@@ -470,6 +483,20 @@ class Preparer:
         self._top_keys = sorted({k[0] for k in self._keys.values()}
                                 | {k[0] for ks in self._cross_keys.values() for k in ks}
                                 | ({self._label_keys[0]} if self._label_keys else set()))
+        #: Top-level fields read only by numeric features that take a column's
+        #: numpy form (``ColumnRecords.arrays``) of this kind without its values.
+        self._array_only: dict[str, str] = {}
+        uses: dict[str, list[FeatureConfig | None]] = {}
+        for f in config.features:
+            for keys in [self._keys[f.name], *self._cross_keys[f.name]]:
+                uses.setdefault(keys[0], []).append(f if len(keys) == 1 and not f.sources else None)
+        if self._label_keys:
+            uses.setdefault(self._label_keys[0], []).append(None)
+        for k, fs in uses.items():
+            kinds = {("list" if f.multi_valued else "scalar") if f is not None and f.is_numeric
+                     and not (f.multi_valued and f.needs_stats) else None for f in fs}
+            if len(kinds) == 1 and None not in kinds:
+                self._array_only[k] = kinds.pop()  # type: ignore[assignment]
 
     def __getstate__(self) -> dict[str, Any]:
         return {"config": self.config, "unit_terms": self.unit_terms}
@@ -498,7 +525,10 @@ class Preparer:
         if isinstance(records, ColumnRecords):  # the Avro fast path: already columns
             all_dicts = True
             missing = [None] * b
-            top = {k: records.columns.get(k, missing) for k in self._top_keys}
+            top = {}
+            for k in self._top_keys:
+                arr = records.arrays.get(k) if k in self._array_only else None
+                top[k] = _RowCount(b) if arr is not None and arr[0] == self._array_only[k] else records.column(k, missing)
         else:
             all_dicts = set(map(type, records)) <= {dict}
             if not all_dicts:

@@ -233,6 +233,24 @@ def test_column_records_behave_as_the_list_of_records():
         ColumnRecords({"a": [1]}, 2)
 
 
+def test_deferred_columns_are_made_on_first_use_in_field_order():
+    made = []
+
+    def make(values):
+        return lambda: made.append(values) or list(values)
+
+    cr = ColumnRecords({"a": None, "b": ["x", "y"], "c": None}, 2, deferred={"a": make([1, 2]), "c": make([0.5, None])})
+    assert cr.fields == ["a", "b", "c"] and cr.deferred_fields == ["a", "c"] and made == []
+    assert repr(cr) == "ColumnRecords(2 records, fields ['a', 'b', 'c'])" and made == []
+    assert cr.column("c") == [0.5, None] and cr.deferred_fields == ["a"]
+    assert cr.column("nope", "dflt") == "dflt"
+    assert list(cr) == [{"a": 1, "b": "x", "c": 0.5}, {"a": 2, "b": "y", "c": None}]  # keys in field order
+    assert cr.deferred_fields == [] and len(made) == 2
+    bad = ColumnRecords({"a": None}, 3, deferred={"a": lambda: [1]})
+    with pytest.raises(ValueError, match="1 values for 3 records"):
+        bad.column("a")
+
+
 def test_unknown_decoder_is_refused():
     with pytest.raises(ValueError, match="auto, fastavro"):
         list(iter_avro(io.BytesIO(_avro(WIDE, _wide_records(1))), "x.avro", decoder="polars"))
@@ -315,6 +333,8 @@ def test_the_vectorizer_gives_the_same_columns_from_column_batches():
         prepared = []
         for b in batches:
             pb = prep.prepare(b.records, analyze=True)
+            if decoder == "auto":  # the numeric features read arrays: their lists are never made
+                assert {"i", "l", "f", "d", "ts", "dt", "fl", "nl"} <= set(b.records.deferred_fields)
             acc.add_prepared(pb, np.ones(len(b), dtype=bool))
             pb.analysis = None
             prepared.append(pb)
