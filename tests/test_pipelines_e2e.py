@@ -246,3 +246,23 @@ def test_avro_fast_path_writes_the_fastavro_paths_bytes(tmp_path, split_key):
     assert fast[0].keys() == slow[0].keys() and any(k.startswith("errors/") for k in fast[0])
     for k in fast[0]:
         assert fast[0][k] == slow[0][k], k
+
+
+def test_pipeline_options_views_are_made_once_and_share_values():
+    """The job's options answer Beam's repeated ``view_as`` with one view per class,
+    backed by the same values as a fresh view would be; they pickle without the views."""
+    import pickle
+
+    from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions, TypeOptions
+
+    from pipelines.job import _ViewCachingOptions
+
+    opts = _ViewCachingOptions(["--runner", "DirectRunner", "--type_check_strictness", "ALL_REQUIRED"])
+    plain = PipelineOptions(["--runner", "DirectRunner", "--type_check_strictness", "ALL_REQUIRED"])
+    assert opts.view_as(TypeOptions) is opts.view_as(TypeOptions)
+    assert opts.view_as(TypeOptions).type_check_strictness == plain.view_as(TypeOptions).type_check_strictness == "ALL_REQUIRED"
+    opts.view_as(StandardOptions).streaming = True  # a write through one view is seen by all
+    assert opts.view_as(StandardOptions).streaming and opts.get_all_options()["streaming"]
+    back = pickle.loads(pickle.dumps(opts))
+    assert "_recordprep_views" not in back.__dict__ and back.view_as(StandardOptions).runner == "DirectRunner"
+    assert back.get_all_options() == opts.get_all_options()
