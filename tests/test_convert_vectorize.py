@@ -250,6 +250,20 @@ def test_vocabulary_top_k_and_min_frequency():
     assert analysis.vocabularies["c"] == ["red"]
 
 
+def test_vocabulary_orders_by_count_then_term_with_many_ties():
+    import random
+
+    rng = random.Random(7)
+    words = [f"w{rng.randrange(10**6)}" for _ in range(3000)] + ["", "Z", "a", "\u00e9", "\U0001f600"]
+    recs = [{"c": w} for w in words for _ in range(rng.choice([1, 1, 1, 2, 2, 3, 9]))]
+    counts = Counter(r["c"] for r in recs)
+    for top_k, min_frequency in ((None, 1), (50, 1), (None, 2)):
+        extra = {"top_k": top_k} if top_k else {}
+        _, analysis = run(cfg({"name": "c", "transform": "vocabulary", "min_frequency": min_frequency, **extra}), recs)
+        want = sorted((t for t, n in counts.items() if n >= min_frequency), key=lambda t: (-counts[t], t))
+        assert analysis.vocabularies["c"] == want[:top_k]
+
+
 def test_vocabulary_several_oov_buckets_are_stable_hashes():
     c = cfg({"name": "c", "transform": "vocabulary", "num_oov_buckets": 3})
     unseen = ["zebra", "yak", "xerus", "wolf", "\u00e9l\u00e9phant"]
