@@ -195,6 +195,46 @@ def test_column_batches_get_the_splits_of_their_records(case):
         assert batch == [orjson.dumps(r, option=_SORTED, default=_default) for r in recs]
 
 
+@pytest.mark.parametrize("case", ["plain", "ragged_keys", "missing_first_key", "nested_first_key", "pattern_in_strings",
+                                  "big_int", "not_all_dicts", "empty_dicts", "other_key_types"])
+def test_dict_batches_hashed_in_one_call_are_their_records_bytes_or_go_per_record(case):
+    """JSON batches (dicts, fields may differ per record) take the one-call cut only
+    when every record has the batch's smallest key; the splits never change."""
+    import orjson
+
+    from convert.splits import _SORTED, _canonical, _canonical_batch, _default
+    from convert.vectorize import digest8
+
+    recs: list = _records(300, seed=3)
+    if case == "ragged_keys":  # extra and missing fields, all with the smallest key "a"
+        recs = [{"a": i, **({"b": [i]} if i % 2 else {}), **({"zz": {"q": None}} if i % 3 else {})} for i in range(300)]
+    elif case == "missing_first_key":  # one record lacks "a" while a nested {"a":...} would even out the count
+        recs = [{"a": i, "b": 1} for i in range(300)]
+        recs[5] = {"b": 2}
+        recs[9] = {"a": 9, "b": [0, {"a": 1}]}
+    elif case == "nested_first_key":
+        recs = [{"a": i, "z": [{"a": 1, "b": 2}] * (2 * (i % 2))} for i in range(300)]  # the second one follows a comma
+    elif case == "pattern_in_strings":
+        recs = [{"id": i, "s": '",{"id":' * (i % 3)} for i in range(300)]
+    elif case == "big_int":
+        recs = [{"a": 2**70 + i} for i in range(300)]
+    elif case == "not_all_dicts":
+        recs = [{"a": 1}, [1, 2], {"a": 2}]
+    elif case == "empty_dicts":
+        recs = [{}, {}, {}]
+    elif case == "other_key_types":
+        recs = [{1: "x", "a": 2}, {1: "y", "a": 3}]
+    s = Splits.parse("train=0.5,eval=0.3,test=0.2")
+    per_record = [_canonical(r) for r in recs]
+    batch = _canonical_batch(recs)
+    if case in ("plain", "ragged_keys", "pattern_in_strings"):
+        assert batch == [orjson.dumps(r, option=_SORTED, default=_default) for r in recs] == per_record
+    else:
+        assert batch is None  # per record instead
+    want = (np.frombuffer(b"".join(map(digest8, per_record)), dtype="<u8") >> np.uint64(11)).astype(np.float64) / float(1 << 53)
+    np.testing.assert_array_equal(s.assign(recs), np.minimum(np.searchsorted(s.bounds, want, side="right"), 2))
+
+
 @pytest.mark.parametrize("key", ["uid", "user.id", "user.id.deep", "absent", "absent.x"])
 def test_column_batches_split_by_key_as_their_records(key):
     """``--split-key`` on a column batch reads the key's column (no dicts built)
