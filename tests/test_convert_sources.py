@@ -448,7 +448,7 @@ def test_json_lines_read_in_blocks_of_any_size_give_every_line_as_parsed_alone(t
                 want_bad.append((n, off, None))
         off += len(line) + 1
     batches = read_all(path, batch_size=3)
-    got = [(i, o, r) for b in batches for i, o, r in zip(b.indexes, b.offsets, b.records)]
+    got = [(i, o, r) for b in batches for i, o, r in zip(b.indexes, b.offsets, b.records, strict=True)]
     assert got == want
     assert [repr(r) for _, _, r in got] == [repr(v) for _, _, v in want]  # ints stay ints
     assert [(x[1], x[0]) for b in batches for x in b.bad] == [(n, o) for n, o, _ in want_bad]
