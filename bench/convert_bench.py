@@ -137,15 +137,13 @@ def _json_decode(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _json_read(args: argparse.Namespace) -> dict[str, Any]:
-    import dataclasses
-
     from apache_beam.io.filesystems import FileSystems
 
     from convert.sources import iter_records
     from pipelines.options import ConvertOptions
     from pipelines.transforms import _relaxed_gc
 
-    batch_size = {f.name: f.default for f in dataclasses.fields(ConvertOptions)}["batch_size"]
+    batch_size = ConvertOptions.batch_size  # the default
     n = 0
     # As a worker reads its ranges: Beam's file object, the job's batch size,
     # the job's GC setting while a unit runs.

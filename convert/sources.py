@@ -105,7 +105,8 @@ class ColumnRecords(Sequence[dict[str, Any]]):
     of records it stands for.
 
     Columns given as ``deferred`` (name -> a function making the column's
-    list) are made on first use: the fast path defers the numeric columns it
+    list; their entry in ``columns`` only holds the field's place) are made
+    on first use: the fast path defers the numeric columns it
     also hands over as ``arrays``, whose Python values the vectorizer does not
     need (building the bench's float lists alone cost 1.5 us per record).
     """
