@@ -86,7 +86,6 @@ class Splits:
                 top = {keys[0]: records.column(keys[0], [None] * len(records))}
             blobs = [_key_blob(v) for v in extract(records, keys, top=top)]
         else:
-            blobs = None
             if isinstance(records, ColumnRecords) and records.record_json is not None:
                 blobs = records.record_json  # made by the reader (polars)
             else:
