@@ -103,16 +103,20 @@ unknown.
 
 Remote storage
 --------------
-* ``gs://`` is read by TensorFlow's built-in GCS file system. Each open GCS
-  file keeps a read buffer of ``GCS_READ_CACHE_BLOCK_SIZE_MB`` (64 MB by
-  default in recent builds), on top of the reader's own ``read_buffer_bytes``:
-  with ``cycle_length`` = 16 shards open (plus the interleave's prefetched
-  next ones) that is 1 GB or more of RAM. On memory-tight hosts set
+* ``gs://`` is read by TensorFlow's built-in GCS file system. It keeps a
+  read block of ``GCS_READ_CACHE_BLOCK_SIZE_MB`` (64 MB by default) per open
+  file and zero-fills all of it before each fill, for any read up to that
+  size. So on ``gs://`` the default ``read_buffer_bytes`` is one byte more
+  than that block (:func:`readers.options.gcs_block_bytes`): each read goes
+  straight into the reader's buffer, which holds only what the shard's data
+  fills, with the same requests (one ranged GET per block). Measured on
+  emulated GCS: ~14% more examples/s, first batch 0.9 s instead of
+  1.5-2.7 s (see :mod:`readers.options`). Memory: up to one block per open
+  shard (``cycle_length`` = 16, plus the interleave's prefetched next ones)
+  for shards of 64 MB or more. On memory-tight hosts set
   ``GCS_READ_CACHE_BLOCK_SIZE_MB=16`` (or 8) in the environment before
-  TensorFlow first touches GCS, or lower ``cycle_length``; larger blocks mean
-  fewer requests, so do not go below a few MB. Since the GCS layer already
-  reads in large blocks, ``read_buffer_bytes`` matters less there than on
-  other remote file systems.
+  TensorFlow first touches GCS, or lower ``cycle_length``; smaller blocks
+  mean more requests, each a time to first byte, so do not go below a few MB.
 * ``hdfs://``: TensorFlow 2.21 has no HDFS file system; the selected shards
   are staged to local disk first (see :mod:`readers._staging`).
 * ``s3://`` / ``az://`` need ``tensorflow-io`` imported; otherwise a clear
@@ -585,7 +589,8 @@ def _open_shards(sel: ShardSelection, shards: Sequence[Any], opts: ReadOptions, 
                        threads=opts.staging_threads, skip_corrupt=skip_corrupt)
     cycle_length = opts.resolved_cycle_length(len(paths), remote=remote)
     parallel = opts.resolved_num_parallel_calls(cycle_length, remote=remote)
-    return paths, counts, remote, cycle_length, parallel, opts.resolved_read_buffer_bytes(remote=remote)
+    scheme = _io.path_scheme(root) if remote else ""
+    return paths, counts, remote, cycle_length, parallel, opts.resolved_read_buffer_bytes(remote=remote, scheme=scheme)
 
 
 def _tf_options(*, sharded_by_reader: bool, opts: ReadOptions) -> tf.data.Options:

@@ -16,19 +16,35 @@ knob                local                    remote (gs://, s3://, hdfs://, ...)
 ==================  =======================  ==================================
 cycle_length        min(num_files, 8)        min(num_files, 16)
 num_parallel_calls  min(cycle_length, CPUs)  cycle_length (reads wait on I/O)
-read_buffer_bytes   1 MiB                    8 MiB
+read_buffer_bytes   1 MiB                    8 MiB; on ``gs://`` one byte more
+                                             than TensorFlow's GCS block (64 MiB)
 ==================  =======================  ==================================
 
 ``cycle_length`` is always explicit: ``tf.data.AUTOTUNE`` for the interleave's
 cycle length picks the number of schedulable CPU cores, which is 1 or 2 on
 small training hosts and makes remote reads effectively sequential.
 
+Why one byte more than the GCS block on ``gs://``: TensorFlow's GCS file
+system keeps a read block per open file (``GCS_READ_CACHE_BLOCK_SIZE_MB``,
+64 MB by default) and serves every read of at most that size from it, and it
+zero-fills the whole block (``std::string::resize``) before each fill: 64 MB
+of memset and page faults per shard opened, every epoch, however small the
+shard, and 64 MB resident per open file. A read larger than the block skips
+it and lands straight in the reader's buffer, which is only touched as far as
+data arrives; the requests stay the same (one ranged GET per block). Measured
+on emulated GCS (16 gzip shards of 3 MB, 100 ms to first byte, 12 s of
+training reads): 232-234k -> 264-268k examples/s and the first batch
+1.5-2.7 s -> 0.9 s. With the GCS block cache on (``GCS_READ_CACHE_MAX_SIZE_MB``
+> 0) reads go through that shared cache instead, and the 8 MiB default stays.
+
 Memory: the reader holds about ``cycle_length * read_buffer_bytes`` of read
-buffers (16 * 8 MiB = 128 MiB remote), plus the shuffle buffer
+buffers (16 * 8 MiB = 128 MiB remote; on ``gs://`` up to 16 * 64 MiB, but
+only as much of each as its shard's data fills), plus the shuffle buffer
 (``shuffle_buffer`` serialized records; a few windows of them in the default
 ``window`` shuffle mode: +30 MB peak RSS against ``buffer`` mode on the bench's
-10 000 records of ~620 bytes), plus, on ``gs://``, TensorFlow's own
-per-file GCS read buffer (see :mod:`readers.dataset`).
+10 000 records of ~620 bytes), plus, on ``gs://`` when ``read_buffer_bytes``
+is set at or below the GCS block, TensorFlow's own per-file GCS read block
+(see :mod:`readers.dataset`).
 """
 
 from __future__ import annotations
@@ -48,12 +64,15 @@ LOCAL_SCHEMES = ("", "file", "ram")
 LOCAL_CYCLE_LENGTH = 8
 # Remote defaults checked on emulated GCS (bench/remote.py: 100 ms to first byte, 20 MB/s per
 # connection, 16 gzip shards of 3 MB, 2 shared cores, 2026-11-23): cycle 16 / 8 MiB buffers
-# 130-144k examples/s; cycle 8: 156k, cycle 4: 135k, 1 MiB buffers: 144k (one run each, within
-# the ~15% run-to-run noise), so they were kept. GCS_READ_CACHE_BLOCK_SIZE_MB=16 cut peak RSS from
-# 1.75 to 1.28 GB at 120k, 4 MB to 0.72 GB at 105k: documented as advice, not set.
+# 130-144k examples/s; cycle 8: 156k, cycle 4: 135k (one run each, within the ~15% run-to-run
+# noise), so 16 was kept. 2026-11-24 (Intel host, --remote-tune): with reads one byte over the GCS
+# block (below) 265k; the old 8 MiB 223k, 1 MiB 200k; cycle 8 269k, 4 255k.
 REMOTE_CYCLE_LENGTH = 16
 LOCAL_READ_BUFFER_BYTES = 1 << 20
 REMOTE_READ_BUFFER_BYTES = 8 << 20
+#: TensorFlow's GCS read block when no environment variable sets it
+#: (``kDefaultBlockSize`` in tsl/platform/cloud/gcs_file_system.h).
+GCS_DEFAULT_BLOCK_BYTES = 64 << 20
 DEFAULT_SHUFFLE_BUFFER = 10_000
 DEFAULT_BLOCK_LENGTH = 64
 #: ``ReadOptions.shuffle_mode`` values; the first is the default.
@@ -112,7 +131,9 @@ class ReadOptions:
         record-level alternation between shards matters. Each open shard
         buffers up to ``3 * block_length`` records.
       read_buffer_bytes: ``buffer_size`` of each ``TFRecordDataset``.
-        ``None``: 1 MiB local, 8 MiB remote.
+        ``None``: 1 MiB local, 8 MiB remote, and on ``gs://`` one byte more
+        than TensorFlow's GCS read block (:func:`gcs_block_bytes`), so reads
+        bypass that zero-filled per-file block (see the module docstring).
       shuffle_buffer: records shuffled together (serialized, so memory is
         about ``shuffle_buffer * mean record size``, a few times that in
         ``window`` mode, where several windows are in flight). 0 or 1 disables record shuffling. It is capped at the
@@ -238,7 +259,40 @@ class ReadOptions:
             return cycle_length
         return max(1, min(cycle_length, os.cpu_count() or 1))
 
-    def resolved_read_buffer_bytes(self, *, remote: bool) -> int:
+    def resolved_read_buffer_bytes(self, *, remote: bool, scheme: str = "") -> int:
+        """``buffer_size`` for each shard's ``TFRecordDataset``; ``scheme`` is the
+        shards' URL scheme (``path_scheme``), which picks the ``gs://`` rule."""
         if self.read_buffer_bytes is not None:
             return self.read_buffer_bytes
-        return REMOTE_READ_BUFFER_BYTES if remote else LOCAL_READ_BUFFER_BYTES
+        if not remote:
+            return LOCAL_READ_BUFFER_BYTES
+        block = gcs_block_bytes() if scheme == "gs" else None
+        return max(REMOTE_READ_BUFFER_BYTES, block + 1) if block else REMOTE_READ_BUFFER_BYTES
+
+
+def _env_uint(name: str, environ: Any) -> int | None:
+    raw = environ.get(name, "").strip()
+    return int(raw) if raw.isdigit() else None
+
+
+def gcs_block_bytes(environ: Any = None) -> int | None:
+    """Bytes of the read block TensorFlow's GCS file system keeps per open file.
+
+    Mirrors how ``GcsFileSystem`` reads its environment: 64 MiB by default,
+    ``GCS_READAHEAD_BUFFER_SIZE_BYTES`` (deprecated) then
+    ``GCS_READ_CACHE_BLOCK_SIZE_MB`` override it. ``None`` when no per-file
+    block is used: with ``GCS_READ_CACHE_MAX_SIZE_MB`` > 0 files read through
+    the shared block cache instead. TensorFlow reads these once, when it first
+    touches GCS; set them before that.
+    """
+    env = os.environ if environ is None else environ
+    if (_env_uint("GCS_READ_CACHE_MAX_SIZE_MB", env) or 0) > 0:
+        return None
+    block = GCS_DEFAULT_BLOCK_BYTES
+    readahead = _env_uint("GCS_READAHEAD_BUFFER_SIZE_BYTES", env)
+    if readahead is not None:
+        block = readahead
+    mb = _env_uint("GCS_READ_CACHE_BLOCK_SIZE_MB", env)
+    if mb is not None:
+        block = mb << 20
+    return block

@@ -27,7 +27,8 @@ its process id (:class:`ServerProcess`).
     the first byte of every response (time to first byte) and a per-connection
     bandwidth cap on response bodies (the kernel here has no netem). Both can
     be changed while it runs: ``POST /_config?ttfb_ms=100&mbps=20``;
-    ``GET /_stats`` returns request and byte counts.
+    ``GET /_stats`` returns request and byte counts (and ranged GETs by the
+    length they asked for).
 
 ``webhdfs``
     :class:`WebHdfsHandler`, a minimal WebHDFS server over a local directory.
@@ -48,6 +49,7 @@ import http.server
 import json
 import os
 import posixpath
+import re
 import shutil
 import signal
 import socketserver
@@ -254,7 +256,11 @@ class LatencyProxyHandler(socketserver.StreamRequestHandler):
             keep_alive = (_header(headers, "connection") or "").lower() != "close"
             status, reason, resp_headers, data = self._forward(state, method, path, headers, body)
             state.count("requests")
-            state.count(f"{method} {'range' if _header(headers, 'range') else 'plain'}")
+            rng = _header(headers, "range")
+            state.count(f"{method} {'range' if rng else 'plain'}")
+            span = re.fullmatch(r"bytes=(\d+)-(\d+)", (rng or "").strip())
+            if span:  # what the client asked for (the object may be shorter)
+                state.count(f"GET range of {int(span[2]) - int(span[1]) + 1} bytes")
             wait = state.ttfb_s - (time.monotonic() - received)
             if wait > 0:
                 time.sleep(wait)

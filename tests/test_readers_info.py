@@ -245,6 +245,32 @@ def test_read_options_defaults_local_vs_remote():
     assert ReadOptions().shuffle_buffer == 10_000 and ReadOptions().deterministic is False
 
 
+@pytest.mark.parametrize(
+    "env, expected",
+    [
+        ({}, (64 << 20) + 1),  # TensorFlow's default block, 64 MiB
+        ({"GCS_READ_CACHE_BLOCK_SIZE_MB": "128"}, (128 << 20) + 1),
+        ({"GCS_READAHEAD_BUFFER_SIZE_BYTES": str(32 << 20)}, (32 << 20) + 1),
+        ({"GCS_READAHEAD_BUFFER_SIZE_BYTES": "1", "GCS_READ_CACHE_BLOCK_SIZE_MB": "16"}, (16 << 20) + 1),
+        ({"GCS_READ_CACHE_BLOCK_SIZE_MB": "4"}, 8 << 20),  # 8 MiB reads already skip a 4 MB block
+        ({"GCS_READ_CACHE_BLOCK_SIZE_MB": "0"}, 8 << 20),  # no block at all
+        ({"GCS_READ_CACHE_MAX_SIZE_MB": "512"}, 8 << 20),  # shared block cache instead
+    ],
+)
+def test_gcs_read_buffer_is_one_byte_over_tensorflows_block(monkeypatch, env, expected):
+    """On gs:// reads larger than TensorFlow's per-file GCS block skip that block
+    (which TensorFlow zero-fills before every fill); other schemes keep 8 MiB."""
+    for name in ("GCS_READ_CACHE_BLOCK_SIZE_MB", "GCS_READAHEAD_BUFFER_SIZE_BYTES", "GCS_READ_CACHE_MAX_SIZE_MB"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    opts = ReadOptions()
+    assert opts.resolved_read_buffer_bytes(remote=True, scheme="gs") == expected
+    assert opts.resolved_read_buffer_bytes(remote=True, scheme="s3") == 8 << 20
+    assert opts.resolved_read_buffer_bytes(remote=False, scheme="gs") == 1 << 20
+    assert ReadOptions(read_buffer_bytes=4096).resolved_read_buffer_bytes(remote=True, scheme="gs") == 4096
+
+
 def test_read_options_validation():
     with pytest.raises(ValueError, match="explicit number of shards"):
         ReadOptions(cycle_length=-1)  # tf.data.AUTOTUNE
