@@ -41,6 +41,15 @@ Pipeline (training), in this order, following the tf.data performance guide
    seeded stream that runs across epochs (one per iterator); ``"buffer"`` uses ``Dataset.shuffle`` (a sliding
    buffer, one tf.data element per record, 0.8x the examples/s on 2 cores, bench/).
    ``rebatch`` then cuts the records into batches.
+   On remote storage, in window mode, the next epoch starts early
+   (``ReadOptions.epoch_lookahead``): each epoch is its own pipeline (steps
+   3-7) and the next one shuffles its shards, opens them and fills its first
+   window while the current one is read; its records still come after the
+   current epoch's last. Without it every epoch start waits, with nothing
+   buffered, for ``cycle_length`` shard opens and first reads, each behind a
+   time to first byte: on emulated ``gs://`` 0.3-1 s per epoch, and the
+   lookahead lifted 16-shard reads from 271k to 310k examples/s (gzip) and
+   212k to 284k (uncompressed) in 15 s time series (see BENCHMARKS.md).
 8. **Batch, then parse the whole batch** with one vectorized parse (the
    ``ParseExampleV2`` op of ``tf.io.parse_example``, ``FixedLenFeature`` per
    feature, no string work), ``num_parallel_calls=AUTOTUNE``. Parsing a batch
@@ -343,15 +352,18 @@ def _glob_escape(path: str) -> str:
     return re.sub(r"([*?\[\]\\])", r"\\\1", path)
 
 
+def _shard_tensors(paths: Sequence[str], counts: Sequence[int]) -> tuple[tf.Tensor, ...]:
+    """``(paths, glob-escaped paths, num_records)``: one row per shard."""
+    return (
+        tf.constant(list(paths), tf.string),
+        tf.constant([_glob_escape(p) for p in paths], tf.string),
+        tf.constant(list(counts), tf.int64),
+    )
+
+
 def _shard_list(paths: Sequence[str], counts: Sequence[int]) -> tf.data.Dataset:
     """``(path, glob-escaped path, num_records)`` per shard: the input of :func:`_read_shard_fn`."""
-    return tf.data.Dataset.from_tensor_slices(
-        (
-            tf.constant(list(paths), tf.string),
-            tf.constant([_glob_escape(p) for p in paths], tf.string),
-            tf.constant(list(counts), tf.int64),
-        )
-    )
+    return tf.data.Dataset.from_tensor_slices(_shard_tensors(paths, counts))
 
 
 def _tfrecords(files: tf.Tensor, compression_type: str, buffer_bytes: int) -> tf.data.Dataset:
@@ -632,6 +644,64 @@ def _cache_filename(cache_dir: str, sel: ShardSelection, paths: Sequence[str], e
     return _io.join(cache_dir, f"{sel.split}-{h.hexdigest()[:16]}")
 
 
+def _cache(records: tf.data.Dataset, cache: Any, sel: ShardSelection, paths: Sequence[str],
+           extra: str) -> tf.data.Dataset:
+    """``records`` cached in memory (``"memory"``) or in a file under the directory ``cache``."""
+    if cache == "memory":
+        return records.cache()
+    cache_dir = os.fspath(cache)
+    if _io.path_scheme(cache_dir):
+        logger.warning("cache=%r is not a local directory; a remote cache is slow", cache_dir)
+        tf.io.gfile.makedirs(cache_dir)
+    else:
+        os.makedirs(cache_dir, exist_ok=True)
+    filename = _cache_filename(cache_dir, sel, paths, extra)
+    if _io.exists(filename + "_0.lockfile"):
+        logger.warning(
+            "cache lock file %s_0.lockfile exists: another process is writing this cache, or "
+            "one crashed while writing it. If none is running, delete the lock file.",
+            filename,
+        )
+    logger.info("caching serialized records of split %r in %s.*", sel.split, filename)
+    return records.cache(filename)
+
+
+def _epochs_with_lookahead(paths: Sequence[str], counts: Sequence[int], one_pass, *,
+                           num_epochs: int | None, seed: int | None, shuffle_files: bool,
+                           window: int) -> tf.data.Dataset:
+    """Epoch after epoch, the next one already started (``ReadOptions.epoch_lookahead``).
+
+    Each epoch is its own pipeline (shard order, ``one_pass``, the cut into
+    ``window``-record windows), made from one element of a seeded
+    ``Dataset.random`` stream: seeded runs reproduce, every epoch and every
+    new iterator reshuffles, and the stream's position is part of an iterator
+    checkpoint. The shard order is a stateless permutation: a
+    ``Dataset.shuffle`` inside the epoch's function cannot be checkpointed
+    (its seed generator is stateful), which is also why buffer mode keeps
+    ``repeat()``. The epochs go through an ordered interleave of one slot that
+    prepares one input element ahead: the next epoch opens its shards and fills
+    its first window in the background, and its records follow the current
+    epoch's last. ``repeat()`` starts the next epoch only once the current one
+    is exhausted, with nothing buffered.
+    """
+    shard_tensors = _shard_tensors(paths, counts)
+
+    def epoch(seeds: tf.Tensor) -> tf.data.Dataset:
+        columns = shard_tensors
+        if shuffle_files:
+            order = tf.random.experimental.stateless_shuffle(tf.range(len(paths)), seeds)
+            columns = tuple(tf.gather(c, order) for c in columns)
+        records = one_pass(tf.data.Dataset.from_tensor_slices(columns))
+        return records.rebatch(window) if window else records
+
+    seeds = tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True).batch(2)
+    if num_epochs is not None:
+        seeds = seeds.take(num_epochs)
+    return _in_order_interleave(seeds, _plain(epoch), cycle_length=1, block_length=1,
+                                num_parallel_calls=1, buffer_output_elements=1,
+                                prefetch_input_elements=1)
+
+
 def _describe(kind: str, sel: ShardSelection, n_files: int, n_records: int, **kv: Any) -> None:
     logger.info(
         "%s: split %r of %s, %d shard(s), %d records (%s); %s",
@@ -651,7 +721,8 @@ _EVAL_BLOCK = 256
 _EVAL_READAHEAD_BLOCKS = 2
 
 
-def _in_order_interleave(files, read, *, cycle_length, block_length, num_parallel_calls):
+def _in_order_interleave(files, read, *, cycle_length, block_length, num_parallel_calls,
+                         buffer_output_elements=_EVAL_READAHEAD_BLOCKS, prefetch_input_elements=None):
     """Shards in metadata order, each whole, while the next ones are already open and reading.
 
     A deterministic interleave whose ``block_length`` covers a whole shard
@@ -660,7 +731,10 @@ def _in_order_interleave(files, read, *, cycle_length, block_length, num_paralle
     let every open shard buffer ``2 * block_length + 1`` elements, i.e. whole
     shards in memory, so the per-shard read-ahead is bounded explicitly; the
     public API does not expose that knob, hence the fallbacks.
+    ``prefetch_input_elements`` bounds how many elements of ``files`` are
+    opened ahead of the cycle (``None``: TensorFlow's default).
     """
+    ahead = {} if prefetch_input_elements is None else {"prefetch_input_elements": prefetch_input_elements}
     try:
         from tensorflow.python.data.ops import interleave_op
 
@@ -670,8 +744,9 @@ def _in_order_interleave(files, read, *, cycle_length, block_length, num_paralle
             cycle_length,
             block_length,
             num_parallel_calls,
-            buffer_output_elements=_EVAL_READAHEAD_BLOCKS,
+            buffer_output_elements=buffer_output_elements,
             deterministic=True,
+            **ahead,
         )
     except (ImportError, AttributeError, TypeError) as e:
         logger.debug("private ParallelInterleaveDataset unavailable (%s); using the legacy op", e)
@@ -683,7 +758,8 @@ def _in_order_interleave(files, read, *, cycle_length, block_length, num_paralle
                 cycle_length=cycle_length,
                 block_length=block_length,
                 sloppy=False,
-                buffer_output_elements=_EVAL_READAHEAD_BLOCKS,
+                buffer_output_elements=buffer_output_elements,
+                **ahead,
             )
         )
     return files.flat_map(read)  # sequential, same order
@@ -834,86 +910,84 @@ def train_dataset(
         )
         shuffle_files = False
 
-    files = _shard_list(paths, counts)
-    if shuffle_files:
-        files = files.shuffle(len(paths), seed=seed, reshuffle_each_iteration=True)
-    records = files.interleave(
-        _read_shard_fn(
-            sel.info.compression, buffer_bytes, skip_corrupt=skip_corrupt, block=opts.block_length,
-            scheme=_scheme(paths),
-        ),
-        cycle_length=cycle_length,
-        block_length=1,
-        num_parallel_calls=parallel,
-        deterministic=interleave_det,
+    read = _read_shard_fn(
+        sel.info.compression, buffer_bytes, skip_corrupt=skip_corrupt, block=opts.block_length,
+        scheme=_scheme(paths),
     )
     if skip_corrupt:
         logger.warning(
             "skip_corrupt=True: a damaged shard is read up to its first bad record and the rest of "
             "it is skipped; each skip is reported on stderr as 'recordprep: skip_corrupt: ...'"
         )
-
-    # From here on `records` holds vectors of consecutive records of one shard
-    # (in "buffer" mode: single records), never one element per record in
-    # window mode (see ReadOptions.shuffle_mode).
+    # Records leave one_pass as vectors of consecutive records of one shard (in
+    # "buffer" mode: single records), never one element per record in window
+    # mode (see ReadOptions.shuffle_mode).
     window_mode = opts.shuffle_mode == "window"
     total = sum(counts)
     if record_level_shard:
-        records = records.unbatch().shard(num_pipelines, pipeline_id)
         total = len(range(pipeline_id, total, num_pipelines))
-        if window_mode:
-            records = records.batch(opts.block_length)
-    elif not window_mode:
-        records = records.unbatch()
-    if not window_mode and not skip_corrupt and num_epochs is not None:
-        # The count is exact (a shard that ends early fails above), so the dataset's
-        # cardinality can be known: model.fit then shows real progress.
-        records = records.apply(tf.data.experimental.assert_cardinality(total))
 
-    if cache is not None:
-        if cache == "memory":
-            records = records.cache()
-        else:
-            cache_dir = os.fspath(cache)
-            if _io.path_scheme(cache_dir):
-                logger.warning(
-                    "cache=%r is not a local directory; a remote cache is slow", cache_dir
-                )
-                tf.io.gfile.makedirs(cache_dir)
-            else:
-                os.makedirs(cache_dir, exist_ok=True)
-            filename = _cache_filename(
-                cache_dir,
-                sel,
-                paths,
-                f"{pipeline_id}/{num_pipelines}/{record_level_shard}/{skip_corrupt}/{opts.shuffle_mode}",
-            )
-            if _io.exists(filename + "_0.lockfile"):
-                logger.warning(
-                    "cache lock file %s_0.lockfile exists: another process is writing this cache, or "
-                    "one crashed while writing it. If none is running, delete the lock file.",
-                    filename,
-                )
-            logger.info("caching serialized records of split %r in %s.*", sel.split, filename)
-            records = records.cache(filename)
+    def one_pass(files: tf.data.Dataset) -> tf.data.Dataset:
+        records = files.interleave(
+            read,
+            cycle_length=cycle_length,
+            block_length=1,
+            num_parallel_calls=parallel,
+            deterministic=interleave_det,
+        )
+        if record_level_shard:
+            records = records.unbatch().shard(num_pipelines, pipeline_id)
+            if window_mode:
+                records = records.batch(opts.block_length)
+        elif not window_mode:
+            records = records.unbatch()
+        return records
 
     buffer = min(opts.shuffle_buffer, total)
     window_shuffle = window_mode and buffer > 1
-    if window_shuffle:
-        # Windows of `buffer` consecutive records; an epoch's last one is short, so epochs stay apart.
-        records = records.rebatch(buffer)
-    elif buffer > 1:
-        records = records.shuffle(buffer, seed=seed, reshuffle_each_iteration=True)
-    if num_epochs is None:
-        records = records.repeat()
-    elif num_epochs > 1:
-        records = records.repeat(num_epochs)
+    # Window mode only (see _epochs_with_lookahead); not with skip_corrupt or without
+    # records: an epoch that yields nothing must end the dataset, as repeat() does,
+    # instead of starting the next empty epoch forever.
+    lookahead = (
+        opts.resolved_epoch_lookahead(remote=remote) and window_mode and cache is None
+        and num_epochs != 1 and not skip_corrupt and total > 0
+    )
+    if lookahead:
+        records = _epochs_with_lookahead(
+            paths, counts, one_pass, num_epochs=num_epochs, seed=seed,
+            shuffle_files=shuffle_files, window=buffer if window_shuffle else 0,
+        )
+    else:
+        files = _shard_list(paths, counts)
+        if shuffle_files:
+            files = files.shuffle(len(paths), seed=seed, reshuffle_each_iteration=True)
+        records = one_pass(files)
+        if not window_mode and not skip_corrupt and num_epochs is not None:
+            # The count is exact (a shard that ends early fails above), so the dataset's
+            # cardinality can be known: model.fit then shows real progress.
+            records = records.apply(tf.data.experimental.assert_cardinality(total))
+        if cache is not None:
+            records = _cache(records, cache, sel, paths,
+                             f"{pipeline_id}/{num_pipelines}/{record_level_shard}/{skip_corrupt}/{opts.shuffle_mode}")
+        if window_shuffle:
+            # Windows of `buffer` consecutive records; an epoch's last one is short, so epochs stay apart.
+            records = records.rebatch(buffer)
+        elif buffer > 1:
+            records = records.shuffle(buffer, seed=seed, reshuffle_each_iteration=True)
+        if num_epochs is None:
+            records = records.repeat()
+        elif num_epochs > 1:
+            records = records.repeat(num_epochs)
     if window_shuffle:
         records = _permute_windows(records, seed)
 
     if window_mode:
         batches = records.rebatch(batch_size, drop_remainder=drop_remainder)
-        # rebatch cannot infer the cardinality; state it as buffer mode's batch() does.
+    else:
+        batches = records.batch(batch_size, drop_remainder=drop_remainder)
+    if window_mode:
+        # rebatch and the epochs' interleave lose the cardinality; state it as a
+        # plain batch() after repeat() knows it.
         if num_epochs is None:
             if total > 0:  # a pipeline left without records (record-level sharding) is empty
                 batches = batches.apply(tf.data.experimental.assert_cardinality(tf.data.INFINITE_CARDINALITY))
@@ -921,8 +995,6 @@ def train_dataset(
             n = total * num_epochs
             known = n // batch_size if drop_remainder else -(-n // batch_size)
             batches = batches.apply(tf.data.experimental.assert_cardinality(known))
-    else:
-        batches = records.batch(batch_size, drop_remainder=drop_remainder)
     batches = _parse_batches(batches, plan, label, opts.prefetch)
     _describe(
         "train_dataset",
@@ -936,6 +1008,7 @@ def train_dataset(
         shuffle_mode=opts.shuffle_mode,
         deterministic=det,
         remote=remote,
+        epoch_lookahead=lookahead,
         pipeline=f"{pipeline_id}/{num_pipelines}"
         + (" (record-level)" if record_level_shard else ""),
     )

@@ -195,10 +195,19 @@ class _ProxyState:
         self.bytes_per_s = bytes_per_s
         self.lock = threading.Lock()
         self.counts: Counter[str] = Counter()
+        self.active: dict[str, int] = {}
 
     def count(self, key: str, n: int = 1) -> None:
         with self.lock:
             self.counts[key] += n
+
+    def in_flight(self, key: str, delta: int) -> None:
+        """Track requests of a kind being served; ``counts[f"{key} max in flight"]``
+        keeps the most at once (since the last reset)."""
+        with self.lock:
+            self.active[key] = self.active.get(key, 0) + delta
+            peak = f"{key} max in flight"
+            self.counts[peak] = max(self.counts[peak], self.active[key])
 
 
 class LatencyProxyHandler(socketserver.StreamRequestHandler):
@@ -254,31 +263,45 @@ class LatencyProxyHandler(socketserver.StreamRequestHandler):
                     self._control(sock, method, path, state)
                     continue
             keep_alive = (_header(headers, "connection") or "").lower() != "close"
-            status, reason, resp_headers, data = self._forward(state, method, path, headers, body)
-            state.count("requests")
-            rng = _header(headers, "range")
-            state.count(f"{method} {'range' if rng else 'plain'}")
-            span = re.fullmatch(r"bytes=(\d+)-(\d+)", (rng or "").strip())
-            if span:  # what the client asked for (the object may be shorter)
-                state.count(f"GET range of {int(span[2]) - int(span[1]) + 1} bytes")
-            wait = state.ttfb_s - (time.monotonic() - received)
-            if wait > 0:
-                time.sleep(wait)
-            head = [f"HTTP/1.1 {status} {reason}"]
-            for k, v in resp_headers:
-                if k.lower() not in _HOP_BY_HOP and k.lower() != "content-length":
-                    head.append(f"{k}: {v}")
-            if method != "HEAD" or data:
-                head.append(f"Content-Length: {len(data)}")
-            else:
-                head.append(f"Content-Length: {_header(resp_headers, 'content-length') or 0}")
-            head.append("Connection: keep-alive" if keep_alive else "Connection: close")
-            sock.sendall(("\r\n".join(head) + "\r\n\r\n").encode("latin-1"))
-            if method != "HEAD":
-                self._paced_send(sock, data, state)
-                state.count("bytes_out", len(data))
+            ranged = method == "GET" and _header(headers, "range") is not None
+            if ranged:  # from the request's arrival to its last byte sent
+                state.in_flight("GET range", +1)
+            try:
+                keep_alive = self._respond(sock, state, method, path, headers, body, received, keep_alive)
+            finally:
+                if ranged:
+                    state.in_flight("GET range", -1)
             if not keep_alive:
                 return
+
+    def _respond(self, sock, state: _ProxyState, method: str, path: str, headers, body: bytes,
+                 received: float, keep_alive: bool) -> bool:
+        """Forward one request upstream and send the answer after the emulated time to
+        first byte, at the emulated bandwidth; returns whether to keep the connection."""
+        status, reason, resp_headers, data = self._forward(state, method, path, headers, body)
+        state.count("requests")
+        rng = _header(headers, "range")
+        state.count(f"{method} {'range' if rng else 'plain'}")
+        span = re.fullmatch(r"bytes=(\d+)-(\d+)", (rng or "").strip())
+        if span:  # what the client asked for (the object may be shorter)
+            state.count(f"GET range of {int(span[2]) - int(span[1]) + 1} bytes")
+        wait = state.ttfb_s - (time.monotonic() - received)
+        if wait > 0:
+            time.sleep(wait)
+        head = [f"HTTP/1.1 {status} {reason}"]
+        for k, v in resp_headers:
+            if k.lower() not in _HOP_BY_HOP and k.lower() != "content-length":
+                head.append(f"{k}: {v}")
+        if method != "HEAD" or data:
+            head.append(f"Content-Length: {len(data)}")
+        else:
+            head.append(f"Content-Length: {_header(resp_headers, 'content-length') or 0}")
+        head.append("Connection: keep-alive" if keep_alive else "Connection: close")
+        sock.sendall(("\r\n".join(head) + "\r\n\r\n").encode("latin-1"))
+        if method != "HEAD":
+            self._paced_send(sock, data, state)
+            state.count("bytes_out", len(data))
+        return keep_alive
 
     @staticmethod
     def _forward(state: _ProxyState, method: str, path: str, headers, body: bytes):
