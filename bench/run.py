@@ -86,8 +86,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--step-ms", type=float, default=5.0, help="simulated training step per batch (0: skip those rows)")
     ap.add_argument("--skip-naive", action="store_true", help="leave the naive Beam pipeline out")
     ap.add_argument("--naive-files", default=None, metavar="N|all",
-                    help="input files the naive pipeline reads (default: all at small size, the first 2 otherwise; "
-                         "'all' measures the issue's whole workload, ~5-7 minutes per run at default size)")
+                    help="input files the naive pipeline reads (default: all of them at small and default size, the "
+                         "issue's workload, ~2-4 minutes per run at default size; the first 2 at large size)")
     ap.add_argument("--skip-readers", action="store_true", help="leave the reader table out")
     ap.add_argument("--skip-remote", action="store_true",
                     help="leave the remote reader table (emulated gs://, bench/remote.py) out")
