@@ -25,6 +25,10 @@ each measured on the bench's default workload (2 workers, 400k records):
   logs): the runner stops its workers one after the other, each waiting for
   the interpreter's teardown, which added 0.6-0.7 s to the end of every job.
 
+Where it is safe, a local run does not start these processes at all: it forks
+its workers from the launcher instead (:mod:`pipelines._warm`), which has
+already done this set-up and most of the imports.
+
 Remote runners (Dataflow, Flink, Spark) start their own workers; nothing here
 applies to them.
 """

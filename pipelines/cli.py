@@ -57,7 +57,7 @@ def convert(
     analysis_from: Annotated[str | None, typer.Option(help="Reuse vocabularies/statistics of an earlier output (daily runs, eval-only runs).")] = None,
     overwrite: Annotated[bool, typer.Option(help="Replace an existing output made from other inputs or config.")] = False,
     progress: Annotated[bool, typer.Option(help="Local runs: print records, input MB and rate per pass every 5 s (stderr).")] = True,
-    workers: Annotated[int | None, typer.Option(help="Local runs: worker processes. Default: one per core when the input is over 32 MB (faster), else 1. 1 = in-process, least memory.", show_default=False)] = None,
+    workers: Annotated[int | None, typer.Option(help="Local runs: worker processes. Default: one per core when the input is over 32 MB (faster), else 1. 1 = in-process, least memory. On Linux they are forked from this process when safe (RECORDPREP_WARM_WORKERS=0: start new interpreters).", show_default=False)] = None,
     dry_run: Annotated[bool, typer.Option(help="Print the plan (inputs, shards, splits, features) and exit.")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show Beam's logs.")] = False,
     beam_args: Annotated[list[str] | None, typer.Argument(help="Beam flags after a literal `--`, e.g. -- --runner DataflowRunner --project P --region R --temp_location gs://b/tmp", show_default=False)] = None,

@@ -33,6 +33,7 @@ from convert.spec import FAILURE_FILENAME, METADATA_FILENAME, DatasetInfo
 from pipelines import remote
 from pipelines._loopback import bind_loopback_only
 from pipelines._progress import PASSES, PROGRESS_DIR, ProgressReporter
+from pipelines._warm import WarmPool
 from pipelines._worker import command as worker_command
 from pipelines._worker import schemes_of, shorten_bundle_end_waits
 from pipelines.options import ConvertOptions
@@ -166,18 +167,20 @@ class _DropModeWarning(logging.Filter):
 _DROP_MODE_WARNING = _DropModeWarning()
 
 
-def _multiprocess_runner(fn_api_runner: Any, paths: list[str]) -> Any:
+def _multiprocess_runner(fn_api_runner: Any, command: str) -> Any:
     """An FnApiRunner whose workers are ``python -m pipelines._worker`` processes.
 
     The same as ``--direct_running_mode multi_processing`` (which hard-codes
     Beam's own worker command) with our worker entry point: less memory per
-    worker, loopback-only gRPC (see :mod:`pipelines._worker`); ``paths``:
-    every path the workers open, so they load only the file systems needed.
+    worker, loopback-only gRPC (see :mod:`pipelines._worker`); ``command``
+    (``worker_command``) names the file systems of every path the workers
+    open, so they load only those. A :class:`~pipelines._warm.WarmPool` may
+    serve these starts with forked children instead.
     """
     from apache_beam.transforms.environments import SubprocessSDKEnvironment
 
     logging.getLogger("apache_beam.runners.portability.fn_api_runner.fn_runner").addFilter(_DROP_MODE_WARNING)
-    return fn_api_runner(default_environment=SubprocessSDKEnvironment.from_command_string(worker_command(schemes_of(paths))))
+    return fn_api_runner(default_environment=SubprocessSDKEnvironment.from_command_string(command))
 
 
 def plan(opts: ConvertOptions) -> dict[str, Any]:
@@ -274,6 +277,7 @@ def run_convert(opts: ConvertOptions) -> ConvertResult:
         bind_loopback_only()
         shorten_bundle_end_waits()  # in-process bundles (workers do it themselves)
     in_process = False
+    warm: WarmPool | None = None
     if runner_name is None:
         from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
@@ -281,11 +285,14 @@ def run_convert(opts: ConvertOptions) -> ConvertResult:
         runner: Any = FnApiRunner()
         if workers > 1:
             paths = [f.path for f in files] + [opts.output] + ([opts.analysis_from] if opts.analysis_from else [])
-            runner = _multiprocess_runner(FnApiRunner, paths)
+            command = worker_command(schemes_of(paths))
+            runner = _multiprocess_runner(FnApiRunner, command)
             args += ["--direct_num_workers", str(workers)]
+            # Before any thread starts: the workers fork from this process (pipelines/_warm.py).
+            warm = WarmPool.start(workers, command)
         in_process = workers == 1 and not _beam_sets_workers(opts.beam_args)
         runner_name = ("FnApiRunner (local, in-process)" if in_process
-                       else f"FnApiRunner (local, {workers} worker processes)")
+                       else f"FnApiRunner (local, {workers} worker processes{', pre-forked' if warm else ''})")
     else:
         runner = None
     beam_opts = _ViewCachingOptions(args)
@@ -310,10 +317,13 @@ def run_convert(opts: ConvertOptions) -> ConvertResult:
                                  ("convert",) if opts.analysis_from else PASSES)
                 if progress else contextlib.nullcontext())
     try:
-        with reporter:
+        with reporter, (warm.serving_beam() if warm else contextlib.nullcontext()):
             pipeline.run().wait_until_finish()
     except Exception as e:
         raise _unwrap(e) from e
+    finally:
+        if warm is not None:
+            warm.close()
     info = read_existing(opts.output)
     if info is None:
         raise ConversionFailed(f"the pipeline finished but {opts.output}/{METADATA_FILENAME} was not written; see the runner's logs")

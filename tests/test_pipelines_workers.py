@@ -114,3 +114,106 @@ def test_a_local_job_without_remote_paths_loads_no_remote_file_system(tmp_path):
         code = f"import sys; from pipelines import _worker; print(_worker.prepare_launcher({argv!r}), 'google.cloud.dataflow' in sys.modules)"
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
         assert out.stdout.split() == [str(applies), str(applies)]  # applied: marked absent (a None entry)
+
+
+def _run_cli(src, out, env_extra, workers=2):
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, **env_extra}
+    cmd = [sys.executable, "-m", "pipelines.cli", "convert", "--input", str(src["avro"]), "--config",
+           str(src["config"]), "--output", str(out), "--num-shards", "2", "--workers", str(workers)]
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return r
+
+
+@pytest.mark.slow
+def test_pre_forked_workers_write_the_same_bytes_as_started_ones(tmp_path):
+    """The CLI forks its workers from the launcher (pipelines/_warm.py); the output
+    is byte for byte what workers started by Beam write, and no worker is left behind."""
+    import gzip
+    import json
+
+    src = write_dataset(tmp_path / "d", make_records(400))
+    _run_cli(src, tmp_path / "warm", {})
+    _run_cli(src, tmp_path / "cold", {"RECORDPREP_WARM_WORKERS": "0"})
+    warm = json.loads((tmp_path / "warm" / "dataset_info.json").read_text())
+    cold = json.loads((tmp_path / "cold" / "dataset_info.json").read_text())
+    assert warm["runner"].endswith("2 worker processes, pre-forked)")
+    assert cold["runner"].endswith("2 worker processes)")
+    assert warm["counts"] == cold["counts"]
+    for split in warm["splits"].values():
+        for shard in split["shards"]:
+            a, b = (tmp_path / d / shard["file"] for d in ("warm", "cold"))
+            opener = gzip.open if shard["file"].endswith(".gz") else open
+            with opener(a, "rb") as fa, opener(b, "rb") as fb:
+                assert fa.read() == fb.read(), shard["file"]
+
+
+def test_warm_pool_serves_only_its_command_and_dismisses_the_rest():
+    """Children a run does not use exit when the pool closes (no orphans, no
+    zombies); a command that is not the pool's is left to Beam."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import os, sys\n"
+        "from pipelines._warm import WarmPool\n"
+        "pool = WarmPool.start(2, 'the-worker-command')\n"
+        "assert pool is not None\n"
+        "pids = [pid for pid, _ in pool._idle]\n"
+        "assert pool.popen('another command', dict(os.environ)) is None\n"
+        "pool.close()\n"
+        "for pid in pids:\n"
+        "    try:\n"
+        "        os.waitpid(pid, os.WNOHANG)\n"
+        "    except ChildProcessError:\n"
+        "        continue\n"
+        "    sys.exit(f'child {pid} was not reaped')\n"
+        "print('ok', pool.handed)\n"
+    )
+    r = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.split() == ["ok", "0"], r.stdout + r.stderr
+
+
+def test_warm_pool_is_off_where_forking_is_unsafe(monkeypatch):
+    import threading
+
+    from pipelines import _warm
+
+    monkeypatch.setenv(_warm.ENV_SWITCH, "0")
+    assert not _warm.can_fork()
+    monkeypatch.delenv(_warm.ENV_SWITCH)
+    assert "polars" in __import__("sys").modules or threading.active_count() > 1 or _warm.can_fork()
+    import polars  # noqa: F401 - its thread pool must not be forked
+    assert not _warm.can_fork()
+    assert _warm.WarmPool.start(2, "cmd") is None
+
+
+@pytest.mark.slow
+def test_pre_forked_workers_report_rejected_records_like_started_ones(tmp_path):
+    """A failing run (rejected records, no tolerance) ends the same way with
+    pre-forked workers: exit code 1, the same closing error line, the same error output."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    src = write_dataset(tmp_path / "d", make_records(400))
+    part = sorted((tmp_path / "d").glob("*.jsonl"))[0]
+    bad = dict(make_records(1)[0], x="not a number")
+    part.write_text(part.read_text() + json.dumps(bad) + "\n")
+    results = {}
+    for mode in ("1", "0"):
+        out = tmp_path / f"out{mode}"
+        cmd = [sys.executable, "-m", "pipelines.cli", "convert", "--input", str(src["json"]), "--config",
+               str(src["config"]), "--output", str(out), "--num-shards", "2", "--workers", "2"]
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=600,
+                           env={**os.environ, "RECORDPREP_WARM_WORKERS": mode})
+        errors = [json.loads(line) for p in sorted((out / "errors").glob("*")) for line in p.read_text().splitlines()]
+        last = r.stderr.strip().splitlines()[-1].replace(str(out), "OUT")
+        results[mode] = (r.returncode, last, [(e["line"], e["field"], e["reason"]) for e in errors])
+        assert r.returncode == 1 and last.startswith("error: 1 of 401 records were rejected"), r.stderr[-3000:]
+    assert results["1"] == results["0"] and len(results["1"][2]) == 1

@@ -1,0 +1,233 @@
+"""Pre-forked workers for local multi-process conversions (PySpark's daemon pattern).
+
+Beam's multi-process ``FnApiRunner`` starts each worker as a new
+interpreter (``python -m pipelines._worker``) that imports Beam, numpy,
+polars and this package before it reads a record: about 1 CPU-s per worker,
+~14% of the CPU of the bench's 400k-record job on 2 cores (measured with
+``-X importtime`` and per-process CPU sampling). The launcher has imported
+nearly all of it already, so :class:`WarmPool` forks the workers from it
+before the pipeline starts: each child imports what the launcher lacks
+(polars, the encoders) while the launcher builds the pipeline, then waits
+for Beam to ask for a worker. Beam's worker start (``Popen`` of the worker
+command, in ``local_job_service.SubprocessSdkWorker.run``) is redirected to a
+waiting child, which gets the environment Beam would have given the new
+process and runs the same ``sdk_worker_main`` entry point; Beam waits for it
+and kills it as it would the process it started.
+
+Forking is only done where it is safe and can pay: Linux (``os.fork``),
+no other Python thread in the launcher (numpy's OpenBLAS threads handle
+``fork`` themselves), polars not yet imported (its thread pool must not be
+forked). Otherwise, and for any worker the pool cannot serve, Beam starts the
+worker process as usual. ``RECORDPREP_WARM_WORKERS=0`` turns the pool off.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+#: Environment variable that turns the pool off when set to ``0``.
+ENV_SWITCH = "RECORDPREP_WARM_WORKERS"
+
+#: What a conversion worker imports beyond the launcher, done in each child
+#: before it is handed a job.
+_PRELOAD = ("polars", "zlib_ng.gzip_ng", "lz4.frame", "apache_beam.runners.worker.sdk_worker_main",
+            "pipelines.transforms", "convert.example", "convert.sources", "convert.vectorize")
+
+
+def can_fork() -> bool:
+    """Whether forking workers from this process is safe here (see the module docstring)."""
+    if os.environ.get(ENV_SWITCH, "1") == "0":
+        return False
+    if not hasattr(os, "fork") or not sys.platform.startswith("linux"):
+        return False
+    if threading.active_count() != 1 or "polars" in sys.modules:
+        return False
+    return True
+
+
+class _WarmProcess:
+    """The ``Popen`` face of a forked child that Beam waits on and kills."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+
+    def _reaped(self, status: int) -> int:
+        self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.returncode is None:
+            _, status = os.waitpid(self.pid, 0)
+            self._reaped(status)
+        assert self.returncode is not None
+        return self.returncode
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self._reaped(status)
+        return self.returncode
+
+    def kill(self) -> None:
+        if self.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGKILL)
+
+
+class WarmPool:
+    """Up to ``n`` forked children waiting for a worker job; see the module docstring."""
+
+    def __init__(self, command: str) -> None:
+        self.command = command
+        self._idle: list[tuple[int, int]] = []  # (pid, write end of its job pipe)
+        self._handed: list[_WarmProcess] = []
+        self._lock = threading.Lock()
+
+    @classmethod
+    def start(cls, n: int, command: str) -> WarmPool | None:
+        """Fork ``n`` children, or ``None`` (Beam then starts its processes itself)."""
+        if n < 1 or not can_fork():
+            return None
+        pool = cls(command)
+        for _ in range(n):
+            r, w = os.pipe()
+            sys.stdout.flush()
+            sys.stderr.flush()
+            pid = os.fork()
+            if pid == 0:  # the child never returns from here
+                os.close(w)
+                for _, other in pool._idle:
+                    os.close(other)  # else that sibling would never see its pipe close
+                _child(r)
+            os.close(r)
+            pool._idle.append((pid, w))
+        return pool
+
+    def popen(self, command: str, env: dict[str, str]) -> _WarmProcess | None:
+        """Hand Beam's worker start to an idle child; ``None`` if none is left
+        or the command is not this pool's."""
+        if command != self.command:
+            return None
+        with self._lock:
+            if not self._idle:
+                return None
+            pid, w = self._idle.pop(0)
+        job = json.dumps({"env": dict(env)}).encode("utf-8")
+        try:
+            with os.fdopen(w, "wb") as pipe:
+                pipe.write(job)
+        except OSError as e:  # the child died before its job: let Beam start a process
+            log.debug("warm worker %d is gone (%s)", pid, e)
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)
+            return None
+        proc = _WarmProcess(pid)
+        with self._lock:
+            self._handed.append(proc)
+        return proc
+
+    @property
+    def handed(self) -> int:
+        """Workers this pool served."""
+        return len(self._handed)
+
+    def close(self) -> None:
+        """Dismiss the children never used (they exit when their pipe closes)
+        and reap every child; a handed one still running is killed."""
+        with self._lock:
+            idle, self._idle = self._idle, []
+            handed = list(self._handed)
+        for _, w in idle:
+            os.close(w)
+        for pid, _ in idle:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)
+        for proc in handed:
+            if proc.poll() is None:
+                proc.kill()
+                with contextlib.suppress(ChildProcessError):
+                    proc.wait()
+
+    @contextlib.contextmanager
+    def serving_beam(self) -> Iterator[None]:
+        """While open, Beam's local worker starts go to this pool's children."""
+        from apache_beam.runners.portability import local_job_service
+
+        real = local_job_service.subprocess
+        pool = self
+
+        class _Subprocess:
+            def __getattr__(self, name: str) -> Any:
+                return getattr(real, name)
+
+            @staticmethod
+            def Popen(args: Any, *a: Any, **kw: Any) -> Any:  # noqa: N802 - subprocess's name
+                if isinstance(args, str) and kw.get("shell") and not a:
+                    proc = pool.popen(args, kw.get("env") or dict(os.environ))
+                    if proc is not None:
+                        return proc
+                return real.Popen(args, *a, **kw)
+
+        local_job_service.subprocess = _Subprocess()
+        try:
+            yield
+        finally:
+            local_job_service.subprocess = real
+
+
+def _child(job_fd: int) -> None:
+    """A forked worker: preload, wait for the job, run Beam's worker entry point, exit."""
+    code = 1
+    try:
+        from pipelines._worker import _tune_malloc
+
+        _tune_malloc()
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        import importlib
+
+        for name in _PRELOAD:
+            with contextlib.suppress(ImportError):
+                importlib.import_module(name)
+        with os.fdopen(job_fd, "rb") as pipe:
+            raw = pipe.read()
+        if not raw:  # dismissed: the run did not need this worker
+            code = 0
+            return
+        job = json.loads(raw)
+        os.environ.clear()
+        os.environ.update(job["env"])
+        # Logging as in a new interpreter: the launcher's handlers would print
+        # what the worker sends to the runner a second time.
+        root = logging.getLogger()
+        for handler in list(root.handlers):
+            root.removeHandler(handler)
+        root.setLevel(logging.WARNING)
+        from apache_beam.runners.worker import sdk_worker_main
+
+        sys.argv = ["apache_beam.runners.worker.sdk_worker_main"]
+        sdk_worker_main.main(sys.argv)  # what `python -m` of it runs
+        code = 0
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    except BaseException:  # noqa: BLE001 - report, then leave without the launcher's teardown
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        logging.shutdown()
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(code)
