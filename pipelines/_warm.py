@@ -66,7 +66,7 @@ class _WarmProcess:
         self.returncode = os.waitstatus_to_exitcode(status)
         return self.returncode
 
-    def wait(self, timeout: float | None = None) -> int:
+    def wait(self) -> int:
         if self.returncode is None:
             _, status = os.waitpid(self.pid, 0)
             self._reaped(status)

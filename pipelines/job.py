@@ -295,32 +295,33 @@ def run_convert(opts: ConvertOptions) -> ConvertResult:
                        else f"FnApiRunner (local, {workers} worker processes{', pre-forked' if warm else ''})")
     else:
         runner = None
-    beam_opts = _ViewCachingOptions(args)
+    try:  # the forked workers, if any, are dismissed whatever happens from here
+        beam_opts = _ViewCachingOptions(args)
 
-    ctx = CommitContext(
-        inputs=files, num_shards=len(units), fingerprint=fingerprint, config_json=config.to_json(),
-        config_hash=config.hash, runner=str(runner_name), tool_version=tool_version(),
-        started=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
-    )
-    pipeline = beam.Pipeline(runner=runner, options=beam_opts)
-    # The reshuffle spreads the units over workers; in one process there is
-    # nothing to spread, and it costs a GroupByKey stage (~0.1 s measured).
-    unit_pc = pipeline | "Units" >> beam.Create(units, reshuffle=not in_process)
-    if opts.analysis_from:
-        analysis = pipeline | "ReusedAnalysis" >> beam.Create([AnalysisValue(_load_analysis(opts.analysis_from))])
-    else:
-        analysis = unit_pc | "Analyze" >> AnalyzeUnits(config, opts)
-    results = unit_pc | "Convert" >> ConvertUnits(config, opts, analysis)
-    _ = results | "Commit" >> CommitOutput(config, opts, ctx, analysis)
-    progress = opts.progress and local and "://" not in opts.output
-    reporter = (ProgressReporter(FileSystems.join(opts.output, TMP_DIR, PROGRESS_DIR), p["total_bytes"],
-                                 ("convert",) if opts.analysis_from else PASSES)
-                if progress else contextlib.nullcontext())
-    try:
-        with reporter, (warm.serving_beam() if warm else contextlib.nullcontext()):
-            pipeline.run().wait_until_finish()
-    except Exception as e:
-        raise _unwrap(e) from e
+        ctx = CommitContext(
+            inputs=files, num_shards=len(units), fingerprint=fingerprint, config_json=config.to_json(),
+            config_hash=config.hash, runner=str(runner_name), tool_version=tool_version(),
+            started=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        )
+        pipeline = beam.Pipeline(runner=runner, options=beam_opts)
+        # The reshuffle spreads the units over workers; in one process there is
+        # nothing to spread, and it costs a GroupByKey stage (~0.1 s measured).
+        unit_pc = pipeline | "Units" >> beam.Create(units, reshuffle=not in_process)
+        if opts.analysis_from:
+            analysis = pipeline | "ReusedAnalysis" >> beam.Create([AnalysisValue(_load_analysis(opts.analysis_from))])
+        else:
+            analysis = unit_pc | "Analyze" >> AnalyzeUnits(config, opts)
+        results = unit_pc | "Convert" >> ConvertUnits(config, opts, analysis)
+        _ = results | "Commit" >> CommitOutput(config, opts, ctx, analysis)
+        progress = opts.progress and local and "://" not in opts.output
+        reporter = (ProgressReporter(FileSystems.join(opts.output, TMP_DIR, PROGRESS_DIR), p["total_bytes"],
+                                     ("convert",) if opts.analysis_from else PASSES)
+                    if progress else contextlib.nullcontext())
+        try:
+            with reporter, (warm.serving_beam() if warm else contextlib.nullcontext()):
+                pipeline.run().wait_until_finish()
+        except Exception as e:
+            raise _unwrap(e) from e
     finally:
         if warm is not None:
             warm.close()
