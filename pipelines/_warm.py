@@ -216,6 +216,9 @@ def _child(job_fd: int) -> None:
         root.setLevel(logging.WARNING)
         from apache_beam.runners.worker import sdk_worker_main
 
+        from pipelines._worker import quiet_failed_bundle_tracebacks
+
+        quiet_failed_bundle_tracebacks()
         sys.argv = ["apache_beam.runners.worker.sdk_worker_main"]
         sdk_worker_main.main(sys.argv)  # what `python -m` of it runs
         code = 0

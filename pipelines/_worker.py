@@ -162,6 +162,30 @@ def shorten_bundle_end_waits() -> bool:
     return True
 
 
+def quiet_failed_bundle_tracebacks() -> bool:
+    """Stop Beam's harness printing each failed bundle's traceback to stderr.
+
+    ``SdkHarness._execute`` prints it (``print(..., file=sys.stderr)``) before
+    it logs it and sends it to the runner as the instruction's error. A local
+    worker shares its stderr with ``recordprep convert``, so a run that
+    rejects records showed a worker's traceback above the CLI's one-line
+    error. Nothing is lost: the runner gets the same text, the CLI prints it
+    with ``--verbose``. Returns False (and changes nothing) if Beam's module
+    no longer looks as expected.
+    """
+    from apache_beam.runners.worker import sdk_worker
+
+    if "print" in vars(sdk_worker) or not hasattr(sdk_worker, "SdkHarness"):
+        return False
+
+    def _print(*args, file=None, **kw):  # the module's only print is that one
+        if file is not sys.stderr:
+            print(*args, file=file, **kw)
+
+    sdk_worker.print = _print  # type: ignore[attr-defined]
+    return True
+
+
 def prepare(schemes: Iterable[str] = tuple(FILESYSTEM_MODULES)) -> None:
     """Set this process up as a worker; call before anything imports Beam."""
     _tune_malloc()
@@ -174,6 +198,7 @@ def _main() -> None:
     ours = [a for a in sys.argv[1:] if a.startswith(_SCHEMES_FLAG)]
     schemes = [s for a in ours for s in a[len(_SCHEMES_FLAG):].split(",") if s] if ours else FILESYSTEM_MODULES
     prepare(schemes)
+    quiet_failed_bundle_tracebacks()
     sys.argv = ["apache_beam.runners.worker.sdk_worker_main", *(a for a in sys.argv[1:] if a not in ours)]
     runpy.run_module("apache_beam.runners.worker.sdk_worker_main", run_name="__main__", alter_sys=True)
     # The harness returned: the runner closed the control stream, every bundle

@@ -195,7 +195,8 @@ def test_warm_pool_is_off_where_forking_is_unsafe(monkeypatch):
 @pytest.mark.slow
 def test_pre_forked_workers_report_rejected_records_like_started_ones(tmp_path):
     """A failing run (rejected records, no tolerance) ends the same way with
-    pre-forked workers: exit code 1, the same closing error line, the same error output."""
+    pre-forked workers: exit code 1, the same closing error line, the same error output,
+    and no worker traceback (Beam's harness prints one to the stderr it shares with the CLI)."""
     import json
     import os
     import subprocess
@@ -216,4 +217,5 @@ def test_pre_forked_workers_report_rejected_records_like_started_ones(tmp_path):
         last = r.stderr.strip().splitlines()[-1].replace(str(out), "OUT")
         results[mode] = (r.returncode, last, [(e["line"], e["field"], e["reason"]) for e in errors])
         assert r.returncode == 1 and last.startswith("error: 1 of 401 records were rejected"), r.stderr[-3000:]
+        assert "Traceback" not in r.stderr, r.stderr[-3000:]
     assert results["1"] == results["0"] and len(results["1"][2]) == 1
