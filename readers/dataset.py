@@ -601,7 +601,7 @@ def _open_shards(sel: ShardSelection, shards: Sequence[Any], opts: ReadOptions, 
                        threads=opts.staging_threads, skip_corrupt=skip_corrupt)
     cycle_length = opts.resolved_cycle_length(len(paths), remote=remote)
     parallel = opts.resolved_num_parallel_calls(cycle_length, remote=remote)
-    scheme = _io.path_scheme(root) if remote else ""
+    scheme = _scheme(paths) if remote else ""
     return paths, counts, remote, cycle_length, parallel, opts.resolved_read_buffer_bytes(remote=remote, scheme=scheme)
 
 
@@ -983,9 +983,6 @@ def train_dataset(
 
     if window_mode:
         batches = records.rebatch(batch_size, drop_remainder=drop_remainder)
-    else:
-        batches = records.batch(batch_size, drop_remainder=drop_remainder)
-    if window_mode:
         # rebatch and the epochs' interleave lose the cardinality; state it as a
         # plain batch() after repeat() knows it.
         if num_epochs is None:
@@ -995,6 +992,8 @@ def train_dataset(
             n = total * num_epochs
             known = n // batch_size if drop_remainder else -(-n // batch_size)
             batches = batches.apply(tf.data.experimental.assert_cardinality(known))
+    else:
+        batches = records.batch(batch_size, drop_remainder=drop_remainder)
     batches = _parse_batches(batches, plan, label, opts.prefetch)
     _describe(
         "train_dataset",
