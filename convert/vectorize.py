@@ -34,7 +34,7 @@ import numpy as np
 from convert.config import Config, FeatureConfig, LabelConfig
 from convert.derive import cross_ids, epoch_seconds, timestamp_parts
 from convert.quantiles import QuantileSketch
-from convert.sources import ColumnRecords
+from convert.sources import ColumnRecords, TermCodes
 from convert.spec import FeatureSpec
 
 _TOKEN_RE = re.compile(r"\w+", re.UNICODE)
@@ -437,6 +437,17 @@ def _index_all(index: dict[Any, int], items: list[Any]) -> np.ndarray:
     return np.array(codes, dtype=np.int32)
 
 
+def _terms_of(values: list[Any]) -> list[str]:
+    """``term`` of distinct values that are all strings or all integers."""
+    return values if not values or isinstance(values[0], str) else [str(v) for v in values]
+
+
+def _index_codes(index: dict[Any, int], tc: TermCodes) -> np.ndarray:
+    """``_index_all`` of the values ``tc`` codes, null (code -1) as ``None``."""
+    found = _index_all(index, _terms_of(tc.values))
+    return np.append(found, np.int32(index.setdefault(None, len(index) - 1)))[tc.codes]
+
+
 def _blake_ids(terms: Sequence[str], buckets: int) -> np.ndarray:
     """``1 + stable_hash(t) % buckets`` for every term, in bulk: one digest per term,
     the modulo in numpy (uint64, exact)."""
@@ -494,11 +505,19 @@ class Preparer:
                 uses.setdefault(keys[0], []).append(f if len(keys) == 1 and not f.sources else None)
         if self._label_keys:
             uses.setdefault(self._label_keys[0], []).append(None)
+        #: Top-level fields read only by vocabulary (not text) and scalar hash
+        #: features, which take a column's ``TermCodes`` without its values,
+        #: with the kind of codes each of them needs.
+        self._codes_only: dict[str, str] = {}
         for k, fs in uses.items():
             kinds = {("list" if f.multi_valued else "scalar") if f is not None and f.is_numeric
                      and not (f.multi_valued and f.needs_stats) else None for f in fs}
             if len(kinds) == 1 and None not in kinds:
                 self._array_only[k] = kinds.pop()  # type: ignore[assignment]
+            kinds = {("list" if f.multi_valued else "scalar") if f is not None and (
+                     f.transform == "vocabulary" or (f.transform == "hash" and not f.multi_valued)) else None for f in fs}
+            if len(kinds) == 1 and None not in kinds:
+                self._codes_only[k] = kinds.pop()  # type: ignore[assignment]
 
     def __getstate__(self) -> dict[str, Any]:
         return {"config": self.config, "unit_terms": self.unit_terms}
@@ -524,13 +543,19 @@ class Preparer:
         b = len(records)
         bad: dict[int, Rejection] = {}
         top: dict[str, list[Any]] | None
+        coded: dict[str, TermCodes] = {}  # single-key features whose column came as codes
         if isinstance(records, ColumnRecords):  # the Avro fast path: already columns
             all_dicts = True
             missing = [None] * b
             top = {}
             for k in self._top_keys:
                 arr = records.arrays.get(k) if k in self._array_only else None
-                top[k] = _RowCount(b) if arr is not None and arr[0] == self._array_only[k] else records.column(k, missing)
+                tc = records.term_codes(k) if k in self._codes_only else None
+                if tc is not None and tc.kind == self._codes_only[k]:
+                    coded[k] = tc
+                    top[k] = _RowCount(b)
+                else:
+                    top[k] = _RowCount(b) if arr is not None and arr[0] == self._array_only[k] else records.column(k, missing)
         else:
             all_dicts = set(map(type, records)) <= {dict}
             if not all_dicts:
@@ -548,13 +573,13 @@ class Preparer:
             elif f.transform == "bytes":
                 parts.append((f.name, "cols", _bytes(f, values, bad)))
             elif f.transform == "hash":
-                parts.append((f.name, "cols", self._hash(f, values, bad)))
+                parts.append((f.name, "cols", self._hash(f, values, bad, coded.get(f.source))))
             elif f.transform == "timestamp":
                 parts.append((f.name, "cols", _timestamp(f, values, bad)))
             elif f.transform == "cross":
                 parts.append((f.name, "cols", self._cross(f, records, all_dicts, bad, top)))
             else:
-                parts.append((f.name, "vocab", self._terms(f, values, bad, extras)))
+                parts.append((f.name, "vocab", self._terms(f, values, bad, extras, coded.get(f.source))))
         if self._label_keys is not None:
             lab = self.config.label
             assert lab is not None
@@ -685,10 +710,15 @@ class Preparer:
         return {f.name: ("int64", cross_ids(parts, f.buckets).reshape(-1, 1))}
 
     # -- hashed categoricals: final ids here (no analysis)
-    def _hash(self, f: FeatureConfig, values: list[Any], bad: dict[int, Rejection]) -> dict[str, tuple[str, Any]]:
+    def _hash(self, f: FeatureConfig, values: list[Any], bad: dict[int, Rejection],
+              tc: TermCodes | None = None) -> dict[str, tuple[str, Any]]:
+        """``tc``: the column as codes (``_codes_only``), used instead of ``values``."""
         b = len(values)
         buckets = f.buckets
         assert buckets is not None
+        if tc is not None:  # each distinct value hashed once; null is id 0
+            ids = np.append(_blake_ids(_terms_of(tc.values), buckets), 0)
+            return {f.name: ("int64", ids[tc.codes].reshape(b, 1))}
         if not f.multi_valued:
             types = set(map(type, values))
             if types <= {str, _NONE} or types <= {int, _NONE}:
@@ -743,9 +773,10 @@ class Preparer:
         return index
 
     def _terms(self, f: FeatureConfig, values: list[Any], bad: dict[int, Rejection],
-               extras: dict[str, tuple] | None) -> tuple[int, list[str], np.ndarray, np.ndarray | None]:
+               extras: dict[str, tuple] | None, tc: TermCodes | None = None) -> tuple[int, list[str], np.ndarray, np.ndarray | None]:
         """``(first, new_terms, codes, lens)``: codes index the terms; ``new_terms``
-        are the terms this batch added, at indexes ``first, first + 1, ...``."""
+        are the terms this batch added, at indexes ``first, first + 1, ...``.
+        ``tc``: the column as codes (``_codes_only``), used instead of ``values``."""
         b = len(values)
         n = f.max_len or 1
         index = self._term_index(f)
@@ -787,6 +818,12 @@ class Preparer:
                 counts_a = np.array(counts, dtype=np.int64)
             codes, lens = _gather(fcodes, counts_a, n)
             row_of = np.repeat(np.arange(b), counts_a)  # the analysis counts every token, not only max_len
+        elif tc is not None and tc.kind == "list":
+            assert tc.counts is not None
+            counts_a = tc.counts
+            fcodes = _index_codes(index, tc)
+            codes, lens = _gather(fcodes, counts_a, n)
+            row_of = np.repeat(np.arange(b), counts_a)
         elif f.multi_valued:
             fast = set(map(type, values)) <= {list, _NONE}
             if fast:
@@ -813,8 +850,10 @@ class Preparer:
                 fcodes = None
         else:
             lens = None
-            types = set(map(type, values))
-            if types <= {str, _NONE}:
+            types = set() if tc is not None else set(map(type, values))
+            if tc is not None:
+                fcodes = _index_codes(index, tc)
+            elif types <= {str, _NONE}:
                 fcodes = _index_all(index, values)
             elif types <= {bool, _NONE}:  # term() of each, by a C-level map
                 fcodes = _index_all(index, list(map(_BOOL_TERMS.get, values)))

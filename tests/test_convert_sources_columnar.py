@@ -354,6 +354,101 @@ def test_the_vectorizer_gives_the_same_columns_from_column_batches():
     assert any(vb.rejections for vb in f_vbs)  # the data does reach the rejection paths
 
 
+TERMS = _rec(
+    {"name": "s", "type": ["null", "string"]},
+    {"name": "e", "type": {"type": "enum", "name": "E", "symbols": ["A", "B", "C"]}},
+    {"name": "tags", "type": ["null", {"type": "array", "items": "string"}]},
+    {"name": "holes", "type": {"type": "array", "items": ["null", "string"]}},  # null items: the per-value path
+    {"name": "n", "type": ["null", "long"]},
+    {"name": "k", "type": "int"},
+    {"name": "x", "type": "string"},
+)
+
+
+def _terms_config():
+    from convert.config import parse_config
+
+    return parse_config({"features": [
+        {"name": "s", "transform": "vocabulary", "num_oov_buckets": 2},
+        {"name": "s_hash", "source": "s", "transform": "hash", "buckets": 7},
+        {"name": "e", "transform": "vocabulary"},
+        {"name": "tags", "transform": "vocabulary", "max_len": 3, "top_k": 4},
+        {"name": "holes", "transform": "vocabulary", "max_len": 2},
+        {"name": "n", "transform": "hash", "buckets": 5},
+        {"name": "k", "transform": "vocabulary", "min_frequency": 2},
+        {"name": "x", "transform": "vocabulary"},
+        {"name": "x_text", "source": "x", "transform": "text", "max_len": 2},  # x is read as values too
+    ]})
+
+
+def _terms_outputs(data: bytes, decoder: str, batch_size: int):
+    """(analysis JSON, vectorized batches, lists made per batch) of the TERMS config."""
+    from convert.vectorize import Analyzer, Preparer, Vectorizer
+
+    config = _terms_config()
+    batches = list(iter_avro(io.BytesIO(data), "t.avro", batch_size=batch_size, decoder=decoder))
+    assert (type(batches[0].records) is ColumnRecords) == (decoder == "auto")
+    prep, acc = Preparer(config, unit_terms=True), Analyzer(config)
+    prepared, made = [], []
+    for b in batches:
+        pb = prep.prepare(b.records, analyze=True)
+        made.append(set(b.records.fields) - set(b.records.deferred_fields) if decoder == "auto" else None)
+        acc.add_prepared(pb, np.ones(len(b), dtype=bool))
+        pb.analysis = None
+        prepared.append(pb)
+    acc.flush()
+    analysis = acc.result()
+    vec = Vectorizer(config, analysis)
+    return analysis.to_json(), [vec.finish(pb) for pb in prepared], made
+
+
+_WORDS = st.sampled_from(["", "a", "b", "A", "é", "x y", "\x00", "日本", "a" * 30])
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.none() | _WORDS, st.sampled_from("ABC"), st.none() | st.lists(_WORDS, max_size=4),
+                          st.lists(st.none() | _WORDS, max_size=3), st.none() | st.integers(-(2**63), 2**63 - 1),
+                          st.integers(-3, 3), _WORDS), min_size=1, max_size=60),
+       st.integers(1, 25))
+def test_string_columns_as_codes_give_the_dict_paths_ids(rows, batch_size):
+    """Vocabulary and hash features read string, enum and integer columns as
+    distinct values plus codes (``TermCodes``, made by polars), not as Python
+    values: ids, rejections and the analysis equal the fastavro path's, and a
+    column only those features read never becomes a Python list."""
+    records = [{"s": r[0], "e": r[1], "tags": r[2], "holes": r[3], "n": r[4], "k": r[5], "x": r[6]} for r in rows]
+    data = _avro(TERMS, records, "deflate", sync_interval=200)
+    a_json, a_vbs, made = _terms_outputs(data, "auto", batch_size)
+    f_json, f_vbs, _ = _terms_outputs(data, "fastavro", batch_size)
+    assert a_json == f_json
+    for va, vf in zip(a_vbs, f_vbs, strict=True):
+        assert [(r.index, r.field, r.reason) for r in va.rejections] == [(r.index, r.field, r.reason) for r in vf.rejections]
+        assert va.columns.keys() == vf.columns.keys()
+        for k in va.columns:
+            assert va.columns[k][0] == vf.columns[k][0]
+            np.testing.assert_array_equal(va.columns[k][1], vf.columns[k][1], err_msg=k)
+    for fields in made:  # s, e, n, k and (without null items) tags came as codes
+        assert fields <= {"x", "holes", "tags"}, fields
+
+
+def test_term_codes_keep_first_occurrence_order_and_nulls():
+    import polars as pl
+
+    from convert.sources import _term_coders
+
+    df = pl.DataFrame({"s": ["b", None, "a", "b", ""], "l": [["x", "y"], None, [], ["y"], ["z", "x"]],
+                       "holes": [["x", None], [], [], [], []], "i": [7, None, -2, 7, 2**40], "f": [1.0, 2.0, 3.0, 4.0, 5.0]},
+                      schema={"s": pl.String, "l": pl.List(pl.String), "holes": pl.List(pl.String), "i": pl.Int64, "f": pl.Float64})
+    coders = _term_coders(df)
+    assert set(coders) == {"s", "l", "holes", "i"}
+    s = coders["s"]()
+    assert (s.kind, s.values, s.codes.tolist()) == ("scalar", ["b", "a", ""], [0, -1, 1, 0, 2])
+    lst = coders["l"]()
+    assert (lst.kind, lst.values, lst.codes.tolist(), lst.counts.tolist()) == ("list", ["x", "y", "z"], [0, 1, 1, 2, 0], [2, 0, 0, 1, 2])
+    assert coders["holes"]() is None  # a null item: the vectorizer decides per value
+    i = coders["i"]()
+    assert (i.values, i.codes.tolist()) == ([7, -2, 2**40], [0, -1, 1, 0, 2])
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.tuples(st.floats(), st.floats(width=32), st.text(), st.binary(max_size=6), st.integers(-(2**63), 2**63 - 1),
                           st.lists(st.floats(width=32, allow_nan=False), max_size=3)), min_size=1, max_size=40))
