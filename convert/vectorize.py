@@ -459,7 +459,7 @@ def _blake_ids(terms: Sequence[str], buckets: int) -> np.ndarray:
 
 
 class _RowCount:
-    """Stands for a column whose values nobody reads (``Preparer._array_only``):
+    """Stands for a column whose values nobody reads (``Preparer._fast``):
     it has a length and nothing else, so a use of its values fails loudly."""
 
     __slots__ = ("_n",)
@@ -496,28 +496,25 @@ class Preparer:
         self._top_keys = sorted({k[0] for k in self._keys.values()}
                                 | {k[0] for ks in self._cross_keys.values() for k in ks}
                                 | ({self._label_keys[0]} if self._label_keys else set()))
-        #: Top-level fields read only by numeric features that take a column's
-        #: numpy form (``ColumnRecords.arrays``) of this kind without its values.
-        self._array_only: dict[str, str] = {}
-        uses: dict[str, list[FeatureConfig | None]] = {}
+        #: Per top-level field, the features reading it (None: a reader that
+        #: needs its values, such as a cross or the label).
+        self._uses: dict[str, list[FeatureConfig | None]] = {}
         for f in config.features:
             for keys in [self._keys[f.name], *self._cross_keys[f.name]]:
-                uses.setdefault(keys[0], []).append(f if len(keys) == 1 and not f.sources else None)
+                self._uses.setdefault(keys[0], []).append(None if f.sources else f)
         if self._label_keys:
-            uses.setdefault(self._label_keys[0], []).append(None)
-        #: Top-level fields read only by vocabulary (not text) and scalar hash
-        #: features, which take a column's ``TermCodes`` without its values,
-        #: with the kind of codes each of them needs.
-        self._codes_only: dict[str, str] = {}
-        for k, fs in uses.items():
-            kinds = {("list" if f.multi_valued else "scalar") if f is not None and f.is_numeric
-                     and not (f.multi_valued and f.needs_stats) else None for f in fs}
-            if len(kinds) == 1 and None not in kinds:
-                self._array_only[k] = kinds.pop()  # type: ignore[assignment]
-            kinds = {("list" if f.multi_valued else "scalar") if f is not None and (
-                     f.transform == "vocabulary" or (f.transform == "hash" and not f.multi_valued)) else None for f in fs}
-            if len(kinds) == 1 and None not in kinds:
-                self._codes_only[k] = kinds.pop()  # type: ignore[assignment]
+            self._uses.setdefault(self._label_keys[0], []).append(None)
+        #: Features that can take their column without its Python values, from
+        #: a ``ColumnRecords``: ``("array", kind)`` its numpy form
+        #: (``arrays``), ``("codes", kind)`` its ``term_codes``; kind
+        #: ``"scalar"`` or ``"list"``.
+        self._fast: dict[str, tuple[str, str]] = {}
+        for f in config.features:
+            kind = "list" if f.multi_valued else "scalar"
+            if f.is_numeric and not (f.multi_valued and f.needs_stats):
+                self._fast[f.name] = ("array", kind)
+            elif f.transform == "vocabulary" or (f.transform == "hash" and not f.multi_valued):
+                self._fast[f.name] = ("codes", kind)
 
     def __getstate__(self) -> dict[str, Any]:
         return {"config": self.config, "unit_terms": self.unit_terms}
@@ -543,19 +540,28 @@ class Preparer:
         b = len(records)
         bad: dict[int, Rejection] = {}
         top: dict[str, list[Any]] | None
-        coded: dict[str, TermCodes] = {}  # single-key features whose column came as codes
+        coded: dict[str, TermCodes] = {}  # features whose column came as codes
         if isinstance(records, ColumnRecords):  # the Avro fast path: already columns
             all_dicts = True
             missing = [None] * b
             top = {}
             for k in self._top_keys:
-                arr = records.arrays.get(k) if k in self._array_only else None
-                tc = records.term_codes(k) if k in self._codes_only else None
-                if tc is not None and tc.kind == self._codes_only[k]:
-                    coded[k] = tc
-                    top[k] = _RowCount(b)
-                else:
-                    top[k] = _RowCount(b) if arr is not None and arr[0] == self._array_only[k] else records.column(k, missing)
+                # The field's values are made only for a reader the fast forms do not serve.
+                made = False
+                for f in self._uses[k]:
+                    fast = self._fast.get(f.name) if f is not None else None
+                    if fast is None:
+                        made = True
+                    elif fast[0] == "codes":
+                        tc = records.term_codes(f.source)
+                        if tc is not None and tc.kind == fast[1]:
+                            coded[f.name] = tc
+                        else:
+                            made = True
+                    else:
+                        arr = records.arrays.get(f.source)
+                        made = made or arr is None or arr[0] != fast[1]
+                top[k] = records.column(k, missing) if made else _RowCount(b)
         else:
             all_dicts = set(map(type, records)) <= {dict}
             if not all_dicts:
@@ -566,20 +572,24 @@ class Preparer:
         extras: dict[str, tuple] | None = {} if analyze else None
         parts: list[tuple[str, str, Any]] = []
         for f in self.config.features:
-            values = extract(records, self._keys[f.name], all_dicts, top)
+            keys = self._keys[f.name]
+            if top is not None and isinstance(top.get(keys[0]), _RowCount):
+                values = top[keys[0]]  # served without values (above)
+            else:
+                values = extract(records, keys, all_dicts, top)
             if f.is_numeric:
                 arr = records.arrays.get(f.source) if isinstance(records, ColumnRecords) else None
                 parts.append((f.name, *self._numeric(f, values, bad, extras, arr)))
             elif f.transform == "bytes":
                 parts.append((f.name, "cols", _bytes(f, values, bad)))
             elif f.transform == "hash":
-                parts.append((f.name, "cols", self._hash(f, values, bad, coded.get(f.source))))
+                parts.append((f.name, "cols", self._hash(f, values, bad, coded.get(f.name))))
             elif f.transform == "timestamp":
                 parts.append((f.name, "cols", _timestamp(f, values, bad)))
             elif f.transform == "cross":
                 parts.append((f.name, "cols", self._cross(f, records, all_dicts, bad, top)))
             else:
-                parts.append((f.name, "vocab", self._terms(f, values, bad, extras, coded.get(f.source))))
+                parts.append((f.name, "vocab", self._terms(f, values, bad, extras, coded.get(f.name))))
         if self._label_keys is not None:
             lab = self.config.label
             assert lab is not None
@@ -712,7 +722,7 @@ class Preparer:
     # -- hashed categoricals: final ids here (no analysis)
     def _hash(self, f: FeatureConfig, values: list[Any], bad: dict[int, Rejection],
               tc: TermCodes | None = None) -> dict[str, tuple[str, Any]]:
-        """``tc``: the column as codes (``_codes_only``), used instead of ``values``."""
+        """``tc``: the column as codes (``ColumnRecords.term_codes``), used instead of ``values``."""
         b = len(values)
         buckets = f.buckets
         assert buckets is not None
@@ -776,7 +786,7 @@ class Preparer:
                extras: dict[str, tuple] | None, tc: TermCodes | None = None) -> tuple[int, list[str], np.ndarray, np.ndarray | None]:
         """``(first, new_terms, codes, lens)``: codes index the terms; ``new_terms``
         are the terms this batch added, at indexes ``first, first + 1, ...``.
-        ``tc``: the column as codes (``_codes_only``), used instead of ``values``."""
+        ``tc``: the column as codes (``ColumnRecords.term_codes``), used instead of ``values``."""
         b = len(values)
         n = f.max_len or 1
         index = self._term_index(f)

@@ -362,6 +362,10 @@ TERMS = _rec(
     {"name": "n", "type": ["null", "long"]},
     {"name": "k", "type": "int"},
     {"name": "x", "type": "string"},
+    {"name": "u", "type": ["null", {"type": "record", "name": "U", "fields": [
+        {"name": "s", "type": ["null", "string"]}, {"name": "i", "type": "int"},
+        {"name": "v", "type": {"type": "record", "name": "V", "fields": [{"name": "d", "type": ["null", "double"]}]}},
+        {"name": "l", "type": {"type": "array", "items": "string"}}]}]},
 )
 
 
@@ -378,6 +382,10 @@ def _terms_config():
         {"name": "k", "transform": "vocabulary", "min_frequency": 2},
         {"name": "x", "transform": "vocabulary"},
         {"name": "x_text", "source": "x", "transform": "text", "max_len": 2},  # x is read as values too
+        {"name": "us", "source": "u.s", "transform": "vocabulary"},  # fields of a nullable record
+        {"name": "ui", "source": "u.i", "transform": "zscore", "missing_indicator": True},
+        {"name": "ui_hash", "source": "u.i", "transform": "hash", "buckets": 3},
+        {"name": "uvd", "source": "u.v.d", "transform": "identity", "missing_indicator": True},
     ]})
 
 
@@ -413,9 +421,12 @@ _WORDS = st.sampled_from(["", "a", "b", "A", "é", "x y", "\x00", "日本", "a" 
 def test_string_columns_as_codes_give_the_dict_paths_ids(rows, batch_size):
     """Vocabulary and hash features read string, enum and integer columns as
     distinct values plus codes (``TermCodes``, made by polars), not as Python
-    values: ids, rejections and the analysis equal the fastavro path's, and a
-    column only those features read never becomes a Python list."""
-    records = [{"s": r[0], "e": r[1], "tags": r[2], "holes": r[3], "n": r[4], "k": r[5], "x": r[6]} for r in rows]
+    values, and features of a record's fields read them as codes or arrays:
+    ids, rejections and the analysis equal the fastavro path's, and a column
+    only those features read never becomes a Python list."""
+    records = [{"s": r[0], "e": r[1], "tags": r[2], "holes": r[3], "n": r[4], "k": r[5], "x": r[6],
+                "u": None if r[5] == 0 else {"s": r[0], "i": r[5], "v": {"d": None if r[4] is None else r[4] / 3}, "l": r[2] or []}}
+               for r in rows]
     data = _avro(TERMS, records, "deflate", sync_interval=200)
     a_json, a_vbs, made = _terms_outputs(data, "auto", batch_size)
     f_json, f_vbs, _ = _terms_outputs(data, "fastavro", batch_size)
@@ -426,7 +437,7 @@ def test_string_columns_as_codes_give_the_dict_paths_ids(rows, batch_size):
         for k in va.columns:
             assert va.columns[k][0] == vf.columns[k][0]
             np.testing.assert_array_equal(va.columns[k][1], vf.columns[k][1], err_msg=k)
-    for fields in made:  # s, e, n, k and (without null items) tags came as codes
+    for fields in made:  # s, e, n, k, the fields of u and (without null items) tags came as codes or arrays
         assert fields <= {"x", "holes", "tags"}, fields
 
 
