@@ -860,10 +860,9 @@ class Preparer:
                 fcodes = None
         else:
             lens = None
-            types = set() if tc is not None else set(map(type, values))
             if tc is not None:
                 fcodes = _index_codes(index, tc)
-            elif types <= {str, _NONE}:
+            elif (types := set(map(type, values))) <= {str, _NONE}:
                 fcodes = _index_all(index, values)
             elif types <= {bool, _NONE}:  # term() of each, by a C-level map
                 fcodes = _index_all(index, list(map(_BOOL_TERMS.get, values)))
