@@ -307,11 +307,39 @@ def _numeric_records(n: int) -> list[dict]:
     } for k in range(n)]
 
 
+def _vectorize(config, batches):
+    """(analysis JSON, vectorized batches, the fields whose lists each batch made)
+    of a unit's batches, the whole training split analyzed."""
+    from convert.vectorize import Analyzer, Preparer, Vectorizer
+
+    prep, acc = Preparer(config, unit_terms=True), Analyzer(config)
+    prepared, made = [], []
+    for b in batches:
+        pb = prep.prepare(b.records, analyze=True)
+        made.append(set(b.records.fields) - set(b.records.deferred_fields) if type(b.records) is ColumnRecords else None)
+        acc.add_prepared(pb, np.ones(len(b), dtype=bool))
+        pb.analysis = None
+        prepared.append(pb)
+    acc.flush()
+    analysis = acc.result()
+    vec = Vectorizer(config, analysis)
+    return analysis.to_json(), [vec.finish(pb) for pb in prepared], made
+
+
+def _assert_same_vectors(a_vbs, f_vbs) -> None:
+    for va, vf in zip(a_vbs, f_vbs, strict=True):
+        assert [(r.index, r.field, r.reason) for r in va.rejections] == [(r.index, r.field, r.reason) for r in vf.rejections]
+        np.testing.assert_array_equal(va.keep, vf.keep)
+        assert va.columns.keys() == vf.columns.keys()
+        for k in va.columns:
+            assert va.columns[k][0] == vf.columns[k][0]
+            np.testing.assert_array_equal(va.columns[k][1], vf.columns[k][1], err_msg=k)
+
+
 def test_the_vectorizer_gives_the_same_columns_from_column_batches():
     """The numeric fast paths read ``ColumnRecords.arrays`` (numpy from polars) instead
     of the Python values: columns, rejections and analysis equal the dict path's."""
     from convert.config import parse_config
-    from convert.vectorize import Analyzer, Preparer, Vectorizer
 
     config = parse_config({"features": [
         {"name": "i", "transform": "zscore"}, {"name": "l", "transform": "identity", "missing_indicator": True},
@@ -329,28 +357,13 @@ def test_the_vectorizer_gives_the_same_columns_from_column_batches():
         if decoder == "auto":
             assert {"i", "l", "f", "d", "ts", "dt", "fl", "nl"} <= set(batches[0].records.arrays)
             assert "hole" not in batches[0].records.arrays and "b" not in batches[0].records.arrays
-        prep, acc = Preparer(config, unit_terms=True), Analyzer(config)
-        prepared = []
-        for b in batches:
-            pb = prep.prepare(b.records, analyze=True)
-            if decoder == "auto":  # the numeric features read arrays: their lists are never made
-                assert {"i", "l", "f", "d", "ts", "dt", "fl", "nl"} <= set(b.records.deferred_fields)
-            acc.add_prepared(pb, np.ones(len(b), dtype=bool))
-            pb.analysis = None
-            prepared.append(pb)
-        acc.flush()
-        analysis = acc.result()
-        vec = Vectorizer(config, analysis)
-        results[decoder] = (analysis.to_json(), [vec.finish(pb) for pb in prepared])
+        a_json, vbs, made = _vectorize(config, batches)
+        if decoder == "auto":  # the numeric features read arrays: their lists are never made
+            assert all(not {"i", "l", "f", "d", "ts", "dt", "fl", "nl"} & fields for fields in made)
+        results[decoder] = (a_json, vbs)
     (a_json, a_vbs), (f_json, f_vbs) = results["auto"], results["fastavro"]
     assert a_json == f_json
-    for va, vf in zip(a_vbs, f_vbs, strict=True):
-        assert [(r.index, r.field, r.reason) for r in va.rejections] == [(r.index, r.field, r.reason) for r in vf.rejections]
-        np.testing.assert_array_equal(va.keep, vf.keep)
-        assert va.columns.keys() == vf.columns.keys()
-        for k in va.columns:
-            assert va.columns[k][0] == vf.columns[k][0]
-            np.testing.assert_array_equal(va.columns[k][1], vf.columns[k][1], err_msg=k)
+    _assert_same_vectors(a_vbs, f_vbs)
     assert any(vb.rejections for vb in f_vbs)  # the data does reach the rejection paths
 
 
@@ -391,23 +404,9 @@ def _terms_config():
 
 def _terms_outputs(data: bytes, decoder: str, batch_size: int):
     """(analysis JSON, vectorized batches, lists made per batch) of the TERMS config."""
-    from convert.vectorize import Analyzer, Preparer, Vectorizer
-
-    config = _terms_config()
     batches = list(iter_avro(io.BytesIO(data), "t.avro", batch_size=batch_size, decoder=decoder))
     assert (type(batches[0].records) is ColumnRecords) == (decoder == "auto")
-    prep, acc = Preparer(config, unit_terms=True), Analyzer(config)
-    prepared, made = [], []
-    for b in batches:
-        pb = prep.prepare(b.records, analyze=True)
-        made.append(set(b.records.fields) - set(b.records.deferred_fields) if decoder == "auto" else None)
-        acc.add_prepared(pb, np.ones(len(b), dtype=bool))
-        pb.analysis = None
-        prepared.append(pb)
-    acc.flush()
-    analysis = acc.result()
-    vec = Vectorizer(config, analysis)
-    return analysis.to_json(), [vec.finish(pb) for pb in prepared], made
+    return _vectorize(_terms_config(), batches)
 
 
 _WORDS = st.sampled_from(["", "a", "b", "A", "é", "x y", "\x00", "日本", "a" * 30])
@@ -431,12 +430,7 @@ def test_string_columns_as_codes_give_the_dict_paths_ids(rows, batch_size):
     a_json, a_vbs, made = _terms_outputs(data, "auto", batch_size)
     f_json, f_vbs, _ = _terms_outputs(data, "fastavro", batch_size)
     assert a_json == f_json
-    for va, vf in zip(a_vbs, f_vbs, strict=True):
-        assert [(r.index, r.field, r.reason) for r in va.rejections] == [(r.index, r.field, r.reason) for r in vf.rejections]
-        assert va.columns.keys() == vf.columns.keys()
-        for k in va.columns:
-            assert va.columns[k][0] == vf.columns[k][0]
-            np.testing.assert_array_equal(va.columns[k][1], vf.columns[k][1], err_msg=k)
+    _assert_same_vectors(a_vbs, f_vbs)
     for fields in made:  # s, e, n, k, the fields of u and (without null items) tags came as codes or arrays
         assert fields <= {"x", "holes", "tags"}, fields
 
