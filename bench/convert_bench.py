@@ -200,9 +200,19 @@ def naive_subset(size: str, files: list[str], count: int | None = None) -> list[
     return files[:count]
 
 
+#: Rows that feed a target: run ``target_repeats`` times (median), at least.
+TARGET_ROWS = frozenset({"recordprep_avro_gzip", "naive", "recordprep_subset_gzip", "limit_json",
+                         "recordprep_json_read", "recordprep_json_gzip"})
+
+
 def run_table(size: str, manifest: dict[str, Any], *, repeats: int, log, out_root: Path,
-              log_dir: Path, skip_naive: bool = False, naive_files: int | None = None) -> dict[str, Any]:
-    """Measure every conversion row; returns ``{"rows": {...}, "verify": ..., ...}``."""
+              log_dir: Path, skip_naive: bool = False, naive_files: int | None = None,
+              target_repeats: int = 1) -> dict[str, Any]:
+    """Measure every conversion row; returns ``{"rows": {...}, "verify": ..., ...}``.
+
+    Rows in ``TARGET_ROWS`` run ``max(repeats, target_repeats)`` times, the
+    others ``repeats`` times (the ``once`` rows once), interleaved.
+    """
     from bench import make_data
     from bench.measure import run_child
 
@@ -259,10 +269,17 @@ def run_table(size: str, manifest: dict[str, Any], *, repeats: int, log, out_roo
     runs: dict[str, list[dict[str, Any]]] = {}
     labels: dict[str, str] = {}
     # Interleave repeats (A B C A B C ...) so a noisy minute hits every row alike.
-    for rep in range(repeats):
+    once_keys = {o[0] for o in once}
+
+    def times(key: str) -> int:
+        return 1 if key in once_keys else max(repeats, target_repeats) if key in TARGET_ROWS else repeats
+
+    for rep in range(max(repeats, target_repeats)):
         for key, label, argv in plan + (once if rep == 0 else []):
+            if rep >= times(key):
+                continue
             labels[key] = label
-            log(f"convert: {label} (run {rep + 1}/{repeats if key not in {o[0] for o in once} else 1})")
+            log(f"convert: {label} (run {rep + 1}/{times(key)})")
             m = run_child("bench.convert_bench", argv, log_dir=log_dir, timeout=4 * 3600)
             runs.setdefault(key, []).append(m.to_json())
             log(f"  -> {_one_line(m)}")

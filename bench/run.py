@@ -122,7 +122,8 @@ def main(argv: list[str] | None = None) -> int:
     target_repeats = 1 if args.size == "small" else reader_bench.TARGET_REPEATS
     conv = convert_bench.run_table(args.size, manifest, repeats=args.repeats, log=log, out_root=out_root,
                                    log_dir=log_dir, skip_naive=args.skip_naive,
-                                   naive_files=_naive_files(args.naive_files, manifest))
+                                   naive_files=_naive_files(args.naive_files, manifest),
+                                   target_repeats=target_repeats)
     results["conversion"] = conv
 
     if not args.skip_readers:
