@@ -23,6 +23,7 @@ from any block polars cannot read.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import functools
 import gzip
@@ -30,6 +31,7 @@ import io
 import itertools
 import json
 import logging
+import operator
 import re
 import zlib
 from collections.abc import Callable, Generator, Iterator, Sequence
@@ -730,6 +732,9 @@ _NOT_AN_INTEGER_BEFORE = frozenset(b".eE+")
 
 def _long_integer_runs(data: bytes) -> Iterator[int]:
     """Start of every run of 19+ digits in ``data`` that may be an integer literal."""
+    if len(data) >= _NUMPY_SCAN_BYTES:
+        yield from _long_integer_runs_numpy(data)
+        return
     t = data.translate(_DIGITS_TO_ZERO)
     i = t.find(_LONG_RUN)
     while i >= 0:
@@ -739,6 +744,37 @@ def _long_integer_runs(data: bytes) -> Iterator[int]:
         while i < len(t) and t[i] == 0x30:  # the rest of this run
             i += 1
         i = t.find(_LONG_RUN, i)
+
+
+#: From this size on, blocks are scanned with numpy (see _long_integer_runs_numpy).
+_NUMPY_SCAN_BYTES = 1 << 16
+
+
+def _long_integer_runs_numpy(data: bytes) -> Iterator[int]:
+    """``_long_integer_runs`` for large blocks: a digit mask, then a few ANDs of
+    shifted copies leave ``e[i]`` true where 19 digits start at ``i``.
+
+    Why: JSON Lines blocks are scanned whole, and this takes 1.4 -> ~0.9 ms
+    per MB of the bench's JSON (translate + find, measured), about 0.3 us
+    per record of the JSON input stage. Small inputs keep translate + find
+    (numpy's per-call cost is larger there).
+    """
+    t = np.frombuffer(data, np.uint8) - np.uint8(48)  # digits become 0..9, the rest wraps above
+    digit = np.less(t, 10, out=t.view(bool))
+    e = digit.copy()
+    n = e.size
+    for w in (1, 2, 4, 8, 3):  # runs of 2, 4, 8, 16, then 19 digits
+        if n <= w:
+            return
+        np.logical_and(e[:n - w], e[w:n], out=e[:n - w])
+        n -= w
+    starts = np.flatnonzero(e[:n])
+    if not starts.size:
+        return
+    starts = starts[(starts == 0) | ~digit[starts - 1]]  # where a run begins
+    for i in starts.tolist():
+        if i == 0 or data[i - 1] not in _NOT_AN_INTEGER_BEFORE:
+            yield i
 
 
 def _maybe_long_integer(line: bytes) -> bool:
@@ -847,8 +883,37 @@ def iter_json(f: IO[bytes], path: str, start: int = 0, end: int | None = None,
 
 #: JSON Lines are read in blocks of about this many bytes (completed to the
 #: next newline): one C-level split and one long-integer scan per block
-#: instead of a Python iteration and a scan per line.
-_JSONL_BLOCK_BYTES = 1 << 20
+#: instead of a Python iteration and a scan per line. 128 KB rather than 1 MB:
+#: a block's lines stay in the CPU's cache while orjson parses them (4.9 ->
+#: 4.4 us per bench record, measured; 64 KB gains nothing more).
+_JSONL_BLOCK_BYTES = 1 << 17
+
+
+def _block_records(lines: list[bytes], pos: int, end: int | None) -> tuple[list[Any], list[int]] | None:
+    """``(records, offsets)`` of a block's lines starting before ``end`` when
+    every one of them is a JSON object orjson reads alone; ``None`` otherwise
+    (a blank line, a line orjson refuses, an array...): the caller's
+    per-line loop then reads the block and says what is wrong where.
+
+    Why: one C-level ``map`` over the block's lines instead of a Python
+    iteration per line, with the offsets made by ``accumulate``: the JSON
+    input stage 5.4 -> 3.4 us per bench record (orjson alone: 2.9-3.1).
+    """
+    # line i starts at pos + (lengths of the lines before it) + i newlines
+    offsets = list(map(operator.add, itertools.accumulate(map(len, lines), initial=pos), itertools.count()))
+    offsets.pop()  # the offset after the last line
+    if end is not None and offsets and offsets[-1] >= end:
+        del lines[bisect.bisect_left(offsets, end):]
+        del offsets[len(lines):]
+    if pos == 0 and lines and lines[0].startswith(b"\xef\xbb\xbf"):
+        lines[0] = lines[0][3:]
+    try:
+        recs = list(map(orjson.loads, lines))
+    except orjson.JSONDecodeError:
+        return None
+    if set(map(type, recs)) - {dict}:
+        return None
+    return recs, offsets
 
 
 def _iter_json_lines(buffered: IO[bytes], path: str, pos: int, line_no: int, end: int | None,
@@ -873,6 +938,24 @@ def _iter_json_lines(buffered: IO[bytes], path: str, pos: int, line_no: int, end
         lines = block.split(b"\n")
         if block.endswith(b"\n"):
             lines.pop()  # the empty piece after the last newline is not a line
+        fast = None if long_runs else _block_records(lines, pos, end)
+        if fast is not None:
+            recs, offsets = fast
+            indexes: Sequence[int] = range(line_no, line_no + len(recs)) if line_no else [0] * len(recs)
+            if line_no:
+                line_no += len(lines)
+            at = 0
+            while at < len(recs):
+                take = batch_size - len(batch.records)
+                batch.records.extend(recs[at:at + take])
+                batch.offsets.extend(offsets[at:at + take])
+                batch.indexes.extend(indexes[at:at + take])
+                at += take
+                if len(batch.records) >= batch_size:
+                    yield batch
+                    batch = RecordBatch(path, "json", [], [], [])
+            pos += len(block)
+            continue
         rel = 0  # offset of the current line in the block
         run = 0  # next entry of long_runs at or after the current line
         for line in lines:

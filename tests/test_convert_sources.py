@@ -458,6 +458,59 @@ def test_json_lines_read_in_blocks_of_any_size_give_every_line_as_parsed_alone(t
         assert sorted(x[0] for x in bad) == [o for _, o, _ in want_bad], cuts
 
 
+def test_json_lines_blocks_read_whole_and_line_by_line_give_the_same_records(tmp_path, monkeypatch):
+    """A block whose lines are all JSON objects is parsed by one C-level map, and
+    scanned for long integers with numpy when large: mixed with blocks read line
+    by line (a blank line, a malformed line, a long integer), a BOM and CRLF, in
+    ranges cut anywhere, every line gives what parsing it alone gives."""
+    import convert.sources as sources
+
+    monkeypatch.setattr(sources, "_JSONL_BLOCK_BYTES", 1 << 14)
+    monkeypatch.setattr(sources, "_NUMPY_SCAN_BYTES", 1 << 12)
+    lines = []
+    for i in range(2400):
+        rec = {"i": i, "f": i / 7, "s": "w" * (i % 13), "frac": float(f"0.000{i:04d}123456789012345")}
+        line = json.dumps(rec).encode()
+        if i == 700:
+            line = b'{"i": 700, "big": 123456789012345678901234567890, "neg": -98765432109876543210}'
+        elif i == 1300:
+            line = b""
+        elif i == 1900:
+            line = b'{"i": 1900, "bad": }'
+        lines.append(line + (b"\r" if i % 5 == 0 else b""))
+    data = b"\xef\xbb\xbf" + b"\n".join(lines) + b"\n"
+    path = tmp_path / "mixed.jsonl"
+    path.write_bytes(data)
+    want, want_bad, off = [], [], 0
+    for n, line in enumerate(lines, 1):
+        if line.strip():
+            try:
+                want.append((n, off, json.loads(line)))
+            except ValueError:
+                want_bad.append((n, off))
+        off += len(line) + 1 + (3 if n == 1 else 0)  # the BOM is the first line's
+    batches = read_all(path, batch_size=500)
+    got = [(i, o, r) for b in batches for i, o, r in zip(b.indexes, b.offsets, b.records, strict=True)]
+    assert got == want
+    assert repr(got[700][2]["big"]) == "123456789012345678901234567890"  # kept exact
+    assert [(x[1], x[0]) for b in batches for x in b.bad] == want_bad
+    assert max(map(len, batches)) == 500
+    for cuts in ([len(data) // 3, len(data) // 2], list(range(4001, len(data), 4001))):
+        recs, bad = read_in_ranges(path, cuts, batch_size=300)
+        assert recs == [r for _, _, r in want], cuts
+        assert sorted(x[0] for x in bad) == [o for _, o in want_bad], cuts
+
+
+def test_the_numpy_long_integer_scan_finds_what_translate_and_find_find():
+    import convert.sources as sources
+
+    rng = random.Random(7)
+    for trial in range(2000):
+        alphabet = b"0123456789.eE+-:, x" if trial % 2 else b"0123456789" * 8 + b".e-,"
+        data = bytes(rng.choice(alphabet) for _ in range(rng.randint(0, 120)))
+        assert list(sources._long_integer_runs_numpy(data)) == list(sources._long_integer_runs(data)), data
+
+
 def test_json_lines_range_starting_mid_file_has_unknown_line_numbers(tmp_path):
     path = tmp_path / "x.jsonl"
     path.write_bytes(b'{"a":1}\n{"a":2}\n{"a":3}\n')
