@@ -23,7 +23,6 @@ from any block polars cannot read.
 
 from __future__ import annotations
 
-import bisect
 import dataclasses
 import functools
 import gzip
@@ -31,7 +30,6 @@ import io
 import itertools
 import json
 import logging
-import operator
 import re
 import zlib
 from collections.abc import Callable, Generator, Iterator, Sequence
@@ -418,9 +416,9 @@ def _leaves(df: Any) -> Iterator[tuple[str, Any, bool]]:
             # polars' struct.field is null where the record is (the tests check it)
             stack.extend((f"{path}.{f.name}", s.struct.field(f.name), True) for f in reversed(s.dtype.fields))
             if nested:
-                continue
+                continue  # a record inside a record: only its fields
         elif nested and isinstance(s.dtype, pl.List):
-            continue
+            continue  # a list inside a record: read from the record's values
         yield path, s, nested
 
 
@@ -889,33 +887,6 @@ def iter_json(f: IO[bytes], path: str, start: int = 0, end: int | None = None,
 _JSONL_BLOCK_BYTES = 1 << 17
 
 
-def _block_records(lines: list[bytes], pos: int, end: int | None) -> tuple[list[Any], list[int]] | None:
-    """``(records, offsets)`` of a block's lines starting before ``end`` when
-    every one of them is a JSON object orjson reads alone; ``None`` otherwise
-    (a blank line, a line orjson refuses, an array...): the caller's
-    per-line loop then reads the block and says what is wrong where.
-
-    Why: one C-level ``map`` over the block's lines instead of a Python
-    iteration per line, with the offsets made by ``accumulate``: the JSON
-    input stage 5.4 -> 3.4 us per bench record (orjson alone: 2.9-3.1).
-    """
-    # line i starts at pos + (lengths of the lines before it) + i newlines
-    offsets = list(map(operator.add, itertools.accumulate(map(len, lines), initial=pos), itertools.count()))
-    offsets.pop()  # the offset after the last line
-    if end is not None and offsets and offsets[-1] >= end:
-        del lines[bisect.bisect_left(offsets, end):]
-        del offsets[len(lines):]
-    if pos == 0 and lines and lines[0].startswith(b"\xef\xbb\xbf"):
-        lines[0] = lines[0][3:]
-    try:
-        recs = list(map(orjson.loads, lines))
-    except orjson.JSONDecodeError:
-        return None
-    if set(map(type, recs)) - {dict}:
-        return None
-    return recs, offsets
-
-
 def _iter_json_lines(buffered: IO[bytes], path: str, pos: int, line_no: int, end: int | None,
                      batch_size: int) -> Iterator[RecordBatch]:
     """JSON Lines from byte ``pos`` (a line start), lines starting before ``end``.
@@ -938,24 +909,6 @@ def _iter_json_lines(buffered: IO[bytes], path: str, pos: int, line_no: int, end
         lines = block.split(b"\n")
         if block.endswith(b"\n"):
             lines.pop()  # the empty piece after the last newline is not a line
-        fast = None if long_runs else _block_records(lines, pos, end)
-        if fast is not None:
-            recs, offsets = fast
-            indexes: Sequence[int] = range(line_no, line_no + len(recs)) if line_no else [0] * len(recs)
-            if line_no:
-                line_no += len(lines)
-            at = 0
-            while at < len(recs):
-                take = batch_size - len(batch.records)
-                batch.records.extend(recs[at:at + take])
-                batch.offsets.extend(offsets[at:at + take])
-                batch.indexes.extend(indexes[at:at + take])
-                at += take
-                if len(batch.records) >= batch_size:
-                    yield batch
-                    batch = RecordBatch(path, "json", [], [], [])
-            pos += len(block)
-            continue
         rel = 0  # offset of the current line in the block
         run = 0  # next entry of long_runs at or after the current line
         for line in lines:

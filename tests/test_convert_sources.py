@@ -458,11 +458,10 @@ def test_json_lines_read_in_blocks_of_any_size_give_every_line_as_parsed_alone(t
         assert sorted(x[0] for x in bad) == [o for _, o, _ in want_bad], cuts
 
 
-def test_json_lines_blocks_read_whole_and_line_by_line_give_the_same_records(tmp_path, monkeypatch):
-    """A block whose lines are all JSON objects is parsed by one C-level map, and
-    scanned for long integers with numpy when large: mixed with blocks read line
-    by line (a blank line, a malformed line, a long integer), a BOM and CRLF, in
-    ranges cut anywhere, every line gives what parsing it alone gives."""
+def test_json_lines_blocks_scanned_with_numpy_give_every_line_as_parsed_alone(tmp_path, monkeypatch):
+    """Large blocks are scanned for long integers with numpy: with a long integer,
+    long fractions, a blank line, a malformed line, a BOM and CRLF, in ranges cut
+    anywhere, every line gives what parsing it alone gives."""
     import convert.sources as sources
 
     monkeypatch.setattr(sources, "_JSONL_BLOCK_BYTES", 1 << 14)
