@@ -438,6 +438,14 @@ def test_json_lines_read_in_blocks_of_any_size_give_every_line_as_parsed_alone(t
     data = b"\n".join(lines)
     path = tmp_path / "blocks.jsonl"
     path.write_bytes(data)
+    _assert_lines_read_as_parsed_alone(path, lines, 0, 3, cut_sets(len(data), seed=5), 2)
+
+
+def _assert_lines_read_as_parsed_alone(path: Path, lines: list[bytes], lead: int, batch_size: int,
+                                       cut_lists: list[list[int]], range_batch_size: int) -> None:
+    """Every line of ``path`` (``lead`` bytes before the first: a BOM) read as
+    ``json.loads`` of that line alone gives it: records with their line numbers
+    and offsets (ints stay ints), the rest as bad lines; also read in ranges."""
     want, want_bad, off = [], [], 0
     for n, line in enumerate(lines, 1):
         if line.strip():
@@ -446,14 +454,15 @@ def test_json_lines_read_in_blocks_of_any_size_give_every_line_as_parsed_alone(t
                 (want if isinstance(v, dict) else want_bad).append((n, off, v))
             except ValueError:
                 want_bad.append((n, off, None))
-        off += len(line) + 1
-    batches = read_all(path, batch_size=3)
+        off += len(line) + 1 + (lead if n == 1 else 0)
+    batches = read_all(path, batch_size=batch_size)
     got = [(i, o, r) for b in batches for i, o, r in zip(b.indexes, b.offsets, b.records, strict=True)]
     assert got == want
     assert [repr(r) for _, _, r in got] == [repr(v) for _, _, v in want]  # ints stay ints
     assert [(x[1], x[0]) for b in batches for x in b.bad] == [(n, o) for n, o, _ in want_bad]
-    for cuts in cut_sets(len(data), seed=5):
-        recs, bad = read_in_ranges(path, cuts, batch_size=2)
+    assert max(map(len, batches)) == min(batch_size, len(want))
+    for cuts in cut_lists:
+        recs, bad = read_in_ranges(path, cuts, batch_size=range_batch_size)
         assert recs == [v for _, _, v in want], cuts
         assert sorted(x[0] for x in bad) == [o for _, o, _ in want_bad], cuts
 
@@ -480,24 +489,9 @@ def test_json_lines_blocks_scanned_with_numpy_give_every_line_as_parsed_alone(tm
     data = b"\xef\xbb\xbf" + b"\n".join(lines) + b"\n"
     path = tmp_path / "mixed.jsonl"
     path.write_bytes(data)
-    want, want_bad, off = [], [], 0
-    for n, line in enumerate(lines, 1):
-        if line.strip():
-            try:
-                want.append((n, off, json.loads(line)))
-            except ValueError:
-                want_bad.append((n, off))
-        off += len(line) + 1 + (3 if n == 1 else 0)  # the BOM is the first line's
-    batches = read_all(path, batch_size=500)
-    got = [(i, o, r) for b in batches for i, o, r in zip(b.indexes, b.offsets, b.records, strict=True)]
-    assert got == want
-    assert repr(got[700][2]["big"]) == "123456789012345678901234567890"  # kept exact
-    assert [(x[1], x[0]) for b in batches for x in b.bad] == want_bad
-    assert max(map(len, batches)) == 500
-    for cuts in ([len(data) // 3, len(data) // 2], list(range(4001, len(data), 4001))):
-        recs, bad = read_in_ranges(path, cuts, batch_size=300)
-        assert recs == [r for _, _, r in want], cuts
-        assert sorted(x[0] for x in bad) == [o for _, o in want_bad], cuts
+    assert b"123456789012345678901234567890" in data  # a long integer, kept exact
+    _assert_lines_read_as_parsed_alone(path, lines, 3, 500, [[len(data) // 3, len(data) // 2],
+                                                             list(range(4001, len(data), 4001))], 300)
 
 
 def test_the_numpy_long_integer_scan_finds_what_translate_and_find_find():
