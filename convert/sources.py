@@ -398,10 +398,10 @@ def _raw_dtype(dtype: Any) -> Any:
     return dtype
 
 
-def _leaves(df: Any) -> Iterator[tuple[str, Any, bool]]:
-    """``(path, series, nested)`` for every column of ``df``, and for every
-    scalar (not list, not record) field of its record columns, at any depth,
-    under its dotted path (``user.segment``), null where a record is.
+def _leaves(df: Any) -> list[tuple[str, Any]]:
+    """``(path, series)`` for every column of ``df``, and for every scalar (not
+    list, not record) field of its record columns, at any depth, under its
+    dotted path (``user.segment``), null where a record is.
 
     Why: a feature reading ``user.segment`` then takes the field as numpy or
     codes like a top-level column, and the records of ``user`` are never
@@ -409,6 +409,7 @@ def _leaves(df: Any) -> Iterator[tuple[str, Any, bool]]:
     """
     import polars as pl
 
+    out: list[tuple[str, Any]] = []
     stack: list[tuple[str, Any, bool]] = [(s.name, s, False) for s in reversed(df.get_columns())]
     while stack:
         path, s, nested = stack.pop()
@@ -419,20 +420,21 @@ def _leaves(df: Any) -> Iterator[tuple[str, Any, bool]]:
                 continue  # a record inside a record: only its fields
         elif nested and isinstance(s.dtype, pl.List):
             continue  # a list inside a record: read from the record's values
-        yield path, s, nested
+        out.append((path, s))
+    return out
 
 
-def _numeric_arrays(df: Any) -> dict[str, tuple]:
-    """Integer and float columns (and scalar fields of record columns, see
-    ``_leaves``) as ``("scalar", float64 values (NaN where null), null mask)``,
-    lists of them without null items as ``("list", flat float64 values, items
-    per row, null mask)``: what the vectorizer's numeric fast paths build
-    from Python lists, made in Rust (the same float64 values: both round
-    integers to the nearest double)."""
+def _numeric_arrays(leaves: list[tuple[str, Any]]) -> dict[str, tuple]:
+    """Integer and float columns among a batch's ``leaves`` (``_leaves``) as
+    ``("scalar", float64 values (NaN where null), null mask)``, lists of them
+    without null items as ``("list", flat float64 values, items per row, null
+    mask)``: what the vectorizer's numeric fast paths build from Python lists,
+    made in Rust (the same float64 values: both round integers to the nearest
+    double)."""
     import polars as pl
 
     out: dict[str, tuple] = {}
-    for path, s, _ in _leaves(df):
+    for path, s in leaves:
         dt = s.dtype
         if dt.is_integer() or dt.is_float():
             # is_null is a polars expression (~30 us a call): skipped when there is none
@@ -452,9 +454,10 @@ def _is_text_dtype(dtype: Any) -> bool:
     return dtype == pl.String or isinstance(dtype, pl.Categorical | pl.Enum)
 
 
-def _term_coders(df: Any) -> dict[str, Callable[[], TermCodes | None]]:
+def _term_coders(leaves: list[tuple[str, Any]]) -> dict[str, Callable[[], TermCodes | None]]:
     """``TermCodes`` makers for the string, enum, integer and list-of-string
-    columns of ``df``: made in Rust and numpy, only for the columns asked for.
+    columns among a batch's ``leaves`` (``_leaves``): made in Rust and numpy,
+    only for the columns asked for.
 
     Why: a batch's strings become Python objects only once per distinct
     value; looking each record's value up in a term index, or flattening the
@@ -464,7 +467,7 @@ def _term_coders(df: Any) -> dict[str, Callable[[], TermCodes | None]]:
     import polars as pl
 
     out: dict[str, Callable[[], TermCodes | None]] = {}
-    for path, s, _ in _leaves(df):
+    for path, s in leaves:
         dt = s.dtype
         if _is_text_dtype(dt):
             out[path] = functools.partial(_text_codes, s, "scalar")
@@ -591,8 +594,9 @@ def _iter_avro_columnar(f: IO[bytes], path: str, header: bytes, sync: bytes, pos
             raw = {c: _raw_dtype(t) for c, t in df.schema.items()}
             if any(raw[c] != t for c, t in df.schema.items()):
                 df = df.cast(raw)
-            arrays = _numeric_arrays(df)
-            coders = _term_coders(df)
+            leaves = _leaves(df)  # once: each record field is a polars call
+            arrays = _numeric_arrays(leaves)
+            coders = _term_coders(leaves)
             # Columns go to the vectorizer as arrays and codes where they can:
             # the lists of these, and of record columns, are made only if asked for.
             deferred = {c: df.get_column(c).to_list for c in df.columns

@@ -438,12 +438,12 @@ def test_string_columns_as_codes_give_the_dict_paths_ids(rows, batch_size):
 def test_term_codes_keep_first_occurrence_order_and_nulls():
     import polars as pl
 
-    from convert.sources import _term_coders
+    from convert.sources import _leaves, _term_coders
 
     df = pl.DataFrame({"s": ["b", None, "a", "b", ""], "l": [["x", "y"], None, [], ["y"], ["z", "x"]],
                        "holes": [["x", None], [], [], [], []], "i": [7, None, -2, 7, 2**40], "f": [1.0, 2.0, 3.0, 4.0, 5.0]},
                       schema={"s": pl.String, "l": pl.List(pl.String), "holes": pl.List(pl.String), "i": pl.Int64, "f": pl.Float64})
-    coders = _term_coders(df)
+    coders = _term_coders(_leaves(df))
     assert set(coders) == {"s", "l", "holes", "i"}
     s = coders["s"]()
     assert (s.kind, s.values, s.codes.tolist()) == ("scalar", ["b", "a", ""], [0, -1, 1, 0, 2])
