@@ -29,6 +29,14 @@ METADATA_FILENAME = "dataset_info.json"
 #: removed when a later run starts, so waiters do not see an old failure.
 FAILURE_FILENAME = "_FAILURE.json"
 
+#: Most values one feature holds in an Example (``max_len`` in the config, the
+#: flattened ``shape`` in the metadata). A reader allocates batch x this per
+#: feature, so a config or a tampered metadata file must not ask for more.
+MAX_FEATURE_SIZE = 65_536
+#: Most shards per split; more would be files of a few records each, and a
+#: listing or commit of that many objects is itself the bottleneck.
+MAX_SHARDS = 100_000
+
 #: Example dtypes a feature can have on disk; they map 1:1 to the three
 #: ``tf.train.Feature`` lists (float_list, int64_list, bytes_list).
 DTYPES = ("float32", "int64", "string")

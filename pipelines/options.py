@@ -7,7 +7,7 @@ import re
 from collections.abc import Sequence
 
 from convert.sources import AVRO_DECODERS
-from convert.spec import LAYOUTS
+from convert.spec import LAYOUTS, MAX_SHARDS
 from convert.splits import Splits
 
 COMPRESSIONS = ("none", "gzip")
@@ -77,8 +77,8 @@ class ConvertOptions:
     def __post_init__(self) -> None:
         if not self.inputs:
             raise OptionsError("no --input given; pass one or more paths or glob patterns")
-        if self.num_shards is not None and not 1 <= self.num_shards <= 100_000:
-            raise OptionsError(f"--num-shards must be between 1 and 100000, found {self.num_shards}")
+        if self.num_shards is not None and not 1 <= self.num_shards <= MAX_SHARDS:
+            raise OptionsError(f"--num-shards must be between 1 and {MAX_SHARDS}, found {self.num_shards}")
         if self.workers is not None and not 1 <= self.workers <= 256:
             raise OptionsError(f"--workers must be between 1 and 256, found {self.workers}")
         if self.target_shard_mb <= 0:
