@@ -14,7 +14,10 @@ import dataclasses
 import hashlib
 import json
 import math
+import os
 import posixpath
+import stat
+import warnings
 from collections.abc import Sequence
 
 from apache_beam.io.filesystems import FileSystems
@@ -47,37 +50,154 @@ class WorkUnit:
 
 
 _DATA_SUFFIXES = (".avro", ".json", ".jsonl", ".ndjson", ".gz")
-
-
-def _expand(pattern: str) -> str:
-    """A directory means every data file directly in it."""
-    if any(c in pattern for c in "*?["):
-        return pattern
-    try:
-        if FileSystems.match([pattern])[0].metadata_list and not pattern.endswith("/"):
-            return pattern
-    except Exception:
-        pass
-    return FileSystems.join(pattern.rstrip("/"), "*")
+_GLOB_CHARS = "*?["
 
 
 def discover(patterns: Sequence[str]) -> list[InputFile]:
-    """Match every pattern; each must match at least one file."""
+    """The input files of ``--input`` patterns, sorted by path, each once.
+
+    A pattern is a file, a directory or a glob (Beam's syntax: ``*`` within a
+    path segment, ``**`` across segments, ``?``, ``[...]``), local or remote.
+    A path that exists is taken literally even if it contains glob characters
+    (``br[1].jsonl`` is that file, not ``br1.jsonl``); to glob on such a name,
+    escape the literal character (``[[]``, ``[*]``, ``[?]``). Directories and
+    globs skip names starting with ``.`` or ``_`` (``_SUCCESS``, editor
+    files); a file named directly is read. Each pattern must yield at
+    least one file, and local inputs must be readable regular files (see
+    :func:`_regular_file`); anything else is an :class:`InputError` naming it.
+    """
     found: dict[str, InputFile] = {}
     for pat in patterns:
-        expanded = _expand(pat)
-        try:
-            result = FileSystems.match([expanded])[0]
-        except Exception as e:
-            raise InputError(f"--input {pat!r}: cannot list it ({e})") from e
-        files = [m for m in result.metadata_list if not posixpath.basename(m.path).startswith((".", "_"))]
-        if expanded != pat:  # directory: only data files
-            files = [m for m in files if m.path.lower().endswith(_DATA_SUFFIXES)]
+        files = _discover_remote(pat) if FileSystems.get_scheme(pat) else _discover_local(pat)
         if not files:
             raise InputError(f"--input {pat!r} matched no files; check the path or quote the glob so the shell does not expand it")
-        for m in files:
-            found[m.path] = InputFile(m.path, int(m.size_in_bytes), float(m.last_updated_in_seconds or 0.0))
+        for f in files:
+            found[f.path] = f
     return sorted(found.values(), key=lambda f: f.path)
+
+
+def _is_glob(pattern: str) -> bool:
+    return any(c in pattern for c in _GLOB_CHARS)
+
+
+def _is_hidden(path: str) -> bool:
+    return posixpath.basename(path).startswith((".", "_"))
+
+
+def _discover_local(pat: str) -> list[InputFile]:
+    """A directory, then an existing path taken literally, then a glob."""
+    if os.path.isdir(pat):
+        return _list_directory(pat)
+    if os.path.lexists(pat):
+        return [_regular_file(pat, pat)]
+    if _is_glob(pat):
+        return [_regular_file(p, pat) for p in _glob_local(pat)]
+    return []
+
+
+def _list_directory(directory: str) -> list[InputFile]:
+    """Every data file directly in ``directory`` (by suffix: ``_DATA_SUFFIXES``).
+
+    Subdirectories and files with other suffixes are skipped: a directory
+    holds data files next to configs, logs and outputs. An entry with a data
+    suffix that is not a regular file (a FIFO, socket or device named
+    ``part-0.jsonl``) is refused rather than skipped: its name says it is
+    meant as input, so converting the rest would silently give a partial
+    dataset; the error names it so the user moves it or narrows the input.
+    """
+    try:
+        with os.scandir(directory) as it:
+            entries = sorted(e.name for e in it if not e.is_dir())
+    except OSError as e:
+        raise InputError(f"--input {directory!r}: cannot list it ({e.strerror or e})") from e
+    root = directory.rstrip("/") or "/"
+    names = [n for n in entries if not _is_hidden(n) and n.lower().endswith(_DATA_SUFFIXES)]
+    return [_regular_file(os.path.join(root, n), directory) for n in names]
+
+
+def _glob_local(pat: str) -> list[str]:
+    """Paths matching a local glob, hidden names skipped (Beam's matching).
+
+    Beam lists the directory before the first glob character, which is ``""``
+    for a relative glob in the current directory (``'*.jsonl'``), and then
+    finds nothing: such patterns are matched as ``./PATTERN`` and reported
+    without the ``./``.
+    """
+    anchored = posixpath.dirname(_literal_prefix(pat)) == "" and not pat.startswith("/")
+    query = "./" + pat if anchored else pat
+    try:
+        matched = _match(query)
+    except Exception as e:
+        raise InputError(f"--input {pat!r}: cannot list it ({e})") from e
+    paths = [m.path[2:] if anchored else m.path for m in matched]
+    return sorted(p for p in paths if not _is_hidden(p))
+
+
+def _match(pattern: str) -> list:
+    """Beam's matches of a glob; the escape ``[[]`` compiles with a FutureWarning from ``re`` that is noise here."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        return FileSystems.match([pattern])[0].metadata_list
+
+
+def _literal_prefix(pat: str) -> str:
+    """The part of ``pat`` before its first glob character."""
+    cut = min((i for i in (pat.find(c) for c in _GLOB_CHARS) if i >= 0), default=len(pat))
+    return pat[:cut]
+
+
+def _regular_file(path: str, given: str) -> InputFile:
+    """``path`` as an input, if it is a readable regular file (symlinks followed).
+
+    Anything else is refused with what it is: reading a FIFO with no writer
+    blocks forever, a device may never end, a directory or socket cannot be
+    read, and none of them can be cut into byte ranges or read twice (the
+    job reads each input in an analysis pass and a convert pass).
+    """
+    where = f"--input {given!r}" + (f": {path}" if path != given else "")
+    try:
+        st = os.stat(path)
+    except FileNotFoundError as e:
+        what = "is a broken symlink" if os.path.islink(path) else "does not exist (removed while listing?)"
+        raise InputError(f"{where} {what}") from e
+    except OSError as e:
+        raise InputError(f"{where}: cannot read it ({e.strerror or e})") from e
+    if not stat.S_ISREG(st.st_mode):
+        raise InputError(f"{where} is {_file_kind(st.st_mode)}, not a regular file; inputs must be regular files: "
+                         "copy the data into one, or leave this path out of --input")
+    if not os.access(path, os.R_OK):
+        raise InputError(f"{where} is not readable (permission denied); check its permissions")
+    return InputFile(path, st.st_size, st.st_mtime)
+
+
+def _file_kind(mode: int) -> str:
+    kinds = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"),
+             (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
+    return next((name for test, name in kinds if test(mode)), "a special file")
+
+
+def _discover_remote(pat: str) -> list[InputFile]:
+    """An object of exactly that name, else a glob, else a directory (prefix).
+
+    A pattern without glob characters and without an object of that name is a
+    directory: its data files (``_DATA_SUFFIXES``), as for local directories.
+    """
+    try:
+        fs = FileSystems.get_filesystem(pat)
+        if not pat.endswith("/") and fs.exists(pat):
+            return [_input_file(fs.metadata(pat))]
+        glob = _is_glob(pat)
+        matched = _match(pat if glob else FileSystems.join(pat.rstrip("/"), "*"))
+    except Exception as e:
+        raise InputError(f"--input {pat!r}: cannot list it ({e})") from e
+    files = [m for m in matched if not _is_hidden(m.path)]
+    if not glob:
+        files = [m for m in files if m.path.lower().endswith(_DATA_SUFFIXES)]
+    return [_input_file(m) for m in files]
+
+
+def _input_file(m) -> InputFile:
+    return InputFile(m.path, int(m.size_in_bytes), float(m.last_updated_in_seconds or 0.0))
 
 
 def default_num_shards(total_bytes: int, target_shard_mb: float) -> int:
@@ -92,8 +212,12 @@ def default_num_shards(total_bytes: int, target_shard_mb: float) -> int:
 
 
 def _head(path: str) -> bytes:
-    with FileSystems.open(path, compression_type="uncompressed") as f:
-        return f.read(4096)
+    """The first bytes of an input; a file gone or unreadable since :func:`discover` is an InputError."""
+    try:
+        with FileSystems.open(path, compression_type="uncompressed") as f:
+            return f.read(4096)
+    except OSError as e:
+        raise InputError(f"cannot read input {path}: {e.strerror or e}") from e
 
 
 def plan_units(files: Sequence[InputFile], num_shards: int, json_records_path: str | None = None) -> list[WorkUnit]:
