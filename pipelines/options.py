@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from collections.abc import Sequence
 
@@ -81,8 +82,8 @@ class ConvertOptions:
             raise OptionsError(f"--num-shards must be between 1 and {MAX_SHARDS}, found {self.num_shards}")
         if self.workers is not None and not 1 <= self.workers <= 256:
             raise OptionsError(f"--workers must be between 1 and 256, found {self.workers}")
-        if self.target_shard_mb <= 0:
-            raise OptionsError(f"--target-shard-mb must be > 0, found {self.target_shard_mb}")
+        if not (math.isfinite(self.target_shard_mb) and self.target_shard_mb > 0):
+            raise OptionsError(f"--target-shard-mb must be a finite number > 0, found {self.target_shard_mb}")
         if self.compression not in COMPRESSIONS:
             raise OptionsError(f"--compression must be one of {COMPRESSIONS}, found {self.compression!r}")
         if not 0 <= self.gzip_level <= 9:
