@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from apache_beam.io.filesystems import FileSystems
 
 from convert.sources import is_splittable
+from convert.spec import MAX_SHARDS
 
 
 class InputError(ValueError):
@@ -205,8 +206,14 @@ def default_num_shards(total_bytes: int, target_shard_mb: float) -> int:
 
     Inputs under 1 MB give one shard per split; above that, one shard per MB
     up to 16, and past 16 shards ``target_shard_mb`` of input per shard.
+    More than ``MAX_SHARDS`` is an InputError (not clamped: the user asked for it).
     """
-    by_target = math.ceil(total_bytes / (target_shard_mb * 1024 * 1024))
+    shards = total_bytes / (target_shard_mb * 1024 * 1024)
+    if shards > MAX_SHARDS:
+        raise InputError(
+            f"{total_bytes / 1e6:,.1f} MB of input at --target-shard-mb {target_shard_mb:g} makes {shards:,.0f} "
+            f"shards per split, more than {MAX_SHARDS:,}; raise --target-shard-mb or pass --num-shards")
+    by_target = math.ceil(shards)
     by_mb = math.ceil(total_bytes / (1024 * 1024))
     return max(1, by_target, min(16, by_mb))
 
