@@ -36,6 +36,25 @@ MAX_FEATURE_SIZE = 65_536
 #: Most shards per split; more would be files of a few records each, and a
 #: listing or commit of that many objects is itself the bottleneck.
 MAX_SHARDS = 100_000
+#: Most features one dataset lists: one per field of schemas with thousands of
+#: fields, plus their aux features, stays far below; a reader builds a parse
+#: spec entry and a tensor per feature.
+MAX_FEATURES = 100_000
+#: Most dimensions of a feature's shape (the converter writes 1-D shapes).
+MAX_RANK = 8
+#: Largest ``vocab_size`` in a feature's params: ids of every transform fit
+#: int32, what lookup and embedding layers index with.
+MAX_VOCAB_SIZE = 2**31
+#: Deepest nesting of JSON arrays/objects accepted in the metadata. What the
+#: converter writes nests a few levels (the config, per-file counts); a deeper
+#: document would make every recursive walk (copying, dumping) hit Python's
+#: recursion limit.
+MAX_METADATA_DEPTH = 64
+#: Longest file name inside an output, in characters: far above what the
+#: converter writes (``vocab/<feature>.txt``), below every OS's PATH_MAX.
+MAX_NAME_LENGTH = 1024
+#: Longest path component in UTF-8 bytes: what ext4, XFS, APFS and NTFS accept.
+MAX_NAME_COMPONENT_BYTES = 255
 
 #: Example dtypes a feature can have on disk; they map 1:1 to the three
 #: ``tf.train.Feature`` lists (float_list, int64_list, bytes_list).
@@ -44,6 +63,86 @@ DTYPES = ("float32", "int64", "string")
 
 class SpecError(ValueError):
     """The metadata is missing, malformed, or from an unsupported version."""
+
+
+def _short(value: Any, limit: int = 120) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+
+
+def name_problem(name: Any, *, plain: bool = False) -> str | None:
+    """Why ``name`` cannot be a file inside an output directory, or None if it can.
+
+    Allowed: a plain file name, or (unless ``plain``) a relative POSIX path
+    strictly under the output, written normalized: no leading ``/``, no empty,
+    ``.`` or ``..`` component, no scheme or drive (``:``), no backslash, no
+    control character (NUL included), valid UTF-8, at most
+    ``MAX_NAME_LENGTH`` characters and ``MAX_NAME_COMPONENT_BYTES`` per
+    component.
+    """
+    if not isinstance(name, str):
+        return f"is a {type(name).__name__}, not a string"
+    if not name:
+        return "is empty"
+    if len(name) > MAX_NAME_LENGTH:
+        return f"is longer than {MAX_NAME_LENGTH} characters"
+    if any(ord(c) < 32 or ord(c) == 127 for c in name):
+        return "contains a control character"
+    if "\\" in name:
+        return "contains a backslash"
+    if ":" in name:
+        return "contains ':' (a URL scheme or a drive)"
+    if name.startswith("/"):
+        return "is an absolute path"
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return "is not valid UTF-8"
+    parts = name.split("/")
+    if ".." in parts:
+        return "has a '..' component"
+    if plain and len(parts) > 1:
+        return "contains '/'"
+    if "" in parts or "." in parts:
+        return "is not normalized (an empty or '.' component)"
+    if any(len(p.encode("utf-8")) > MAX_NAME_COMPONENT_BYTES for p in parts):
+        return f"has a component longer than {MAX_NAME_COMPONENT_BYTES} bytes"
+    return None
+
+
+def check_name(name: Any, where: str, *, plain: bool = False) -> str:
+    """Return ``name`` if it names a file strictly inside an output directory, else raise SpecError.
+
+    Every file name the metadata lists (shards, vocabularies, error files, the
+    analysis) goes through here when it is loaded, so no reader, staging copy
+    or ``verify`` ever touches a path outside the output; the converter can
+    check the names it writes the same way. ``plain`` (shards): a bare file
+    name, no ``/``. ``where`` names the entry, e.g.
+    ``"dataset_info.json: split 'train' shard 3"``.
+    """
+    problem = name_problem(name, plain=plain)
+    if problem is not None:
+        kind = "a plain file name" if plain else "a plain file name or a relative path"
+        raise SpecError(f"{where}: file {_short(name)} must be {kind} inside the output; it {problem}")
+    return name
+
+
+def _depth_problem(doc: Any) -> bool:
+    """Whether ``doc`` nests arrays/objects deeper than ``MAX_METADATA_DEPTH`` (iterative walk)."""
+    stack = [(doc, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, dict | list):
+            if depth > MAX_METADATA_DEPTH:
+                return True
+            stack.extend((v, depth + 1) for v in (value.values() if isinstance(value, dict) else value))
+    return False
+
+
+def _count(value: Any, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise SpecError(f"{where} must be a non-negative integer, found {_short(value)}; re-run the conversion")
+    return value
 
 
 #: How features are laid out in each Example. ``"features"``: one Feature per
@@ -107,13 +206,37 @@ class FeatureSpec:
     role: str = "feature"
 
     def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise SpecError(f"feature name {_short(self.name)} must be a non-empty string")
+        where = f"feature {_short(self.name)}"
         if self.dtype not in DTYPES:
+            raise SpecError(f"{where}: dtype {_short(self.dtype)} is not one of {DTYPES}")
+        if not isinstance(self.shape, list | tuple) or len(self.shape) > MAX_RANK or any(
+            isinstance(d, bool) or not isinstance(d, int) or d < 1 for d in self.shape
+        ):
             raise SpecError(
-                f"feature {self.name!r}: dtype {self.dtype!r} is not one of {DTYPES}"
+                f"{where}: shape {_short(self.shape)} must be a list of at most {MAX_RANK} integers >= 1"
             )
-        if any((not isinstance(d, int)) or d < 0 for d in self.shape):
-            raise SpecError(f"feature {self.name!r}: shape {self.shape!r} must be non-negative ints")
         object.__setattr__(self, "shape", tuple(self.shape))
+        if self.size > MAX_FEATURE_SIZE:
+            raise SpecError(
+                f"{where}: shape {list(self.shape)} holds {self.size} values per record, more than "
+                f"the {MAX_FEATURE_SIZE} a feature may hold (MAX_FEATURE_SIZE)"
+            )
+        for field in ("transform", "role"):
+            if not isinstance(getattr(self, field), str):
+                raise SpecError(f"{where}: {field} {_short(getattr(self, field))} must be a string")
+        if self.source is not None and not isinstance(self.source, str):
+            raise SpecError(f"{where}: source {_short(self.source)} must be a string or null")
+        if not isinstance(self.params, Mapping):
+            raise SpecError(f"{where}: params must be an object, found {type(self.params).__name__}")
+        vocab_size = self.params.get("vocab_size")
+        if vocab_size is not None and (
+            isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or not 1 <= vocab_size <= MAX_VOCAB_SIZE
+        ):
+            raise SpecError(f"{where}: vocab_size {_short(vocab_size)} must be an integer in 1..{MAX_VOCAB_SIZE}")
+        if "vocabulary_file" in self.params:
+            check_name(self.params["vocabulary_file"], f"{where}: vocabulary_file")
 
     @property
     def size(self) -> int:
@@ -130,8 +253,14 @@ class FeatureSpec:
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> FeatureSpec:
+        """Raises SpecError when a field is missing or has the wrong type or range."""
+        if not isinstance(d, Mapping):
+            raise SpecError(f"a feature must be an object, found {type(d).__name__}")
+        missing = [k for k in ("name", "dtype", "shape") if k not in d]
+        if missing:
+            raise SpecError(f"feature {_short(d.get('name'))} has no {', '.join(missing)}")
         known = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: (tuple(v) if k == "shape" else v) for k, v in d.items() if k in known})
+        return cls(**{k: v for k, v in d.items() if k in known})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -219,42 +348,42 @@ class DatasetInfo:
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any], *, source: str = "dataset_info.json") -> DatasetInfo:
+        """The typed view of a decoded ``dataset_info.json``; every field is validated.
+
+        Raises SpecError naming the entry for anything a converter does not
+        write: wrong types, shapes beyond ``MAX_FEATURE_SIZE``, negative
+        counts, and file names outside the output (:func:`check_name`).
+        """
         if not isinstance(d, Mapping):
             raise SpecError(f"{source}: expected a JSON object, found {type(d).__name__}")
         version = d.get("format_version")
-        if not isinstance(version, int):
+        if isinstance(version, bool) or not isinstance(version, int):
             raise SpecError(f"{source}: no integer 'format_version'; is this a recordprep output?")
         if version > FORMAT_VERSION:
             raise SpecError(
                 f"{source}: format_version {version} is newer than this recordprep understands "
                 f"({FORMAT_VERSION}); upgrade recordprep to read it"
             )
-        try:
-            features = tuple(FeatureSpec.from_json(f) for f in d["features"])
-            splits = {
-                name: SplitInfo(
-                    name=name,
-                    shards=tuple(
-                        ShardInfo(file=s["file"], num_records=int(s["num_records"]),
-                                  num_bytes=int(s["num_bytes"]))
-                        for s in sp["shards"]
-                    ),
-                )
-                for name, sp in d["splits"].items()
-            }
-            compression = d.get("compression", "NONE")
-        except (KeyError, TypeError) as e:
-            raise SpecError(f"{source}: malformed metadata ({e!r}); re-run the conversion") from e
+        if _depth_problem(d):
+            raise SpecError(f"{source}: nested too deeply (more than {MAX_METADATA_DEPTH} levels); "
+                            f"this is not metadata recordprep wrote, re-run the conversion")
+        features = _features_from_json(d.get("features"), source)
+        splits = _splits_from_json(d.get("splits"), source)
+        compression = d.get("compression", "NONE")
         if compression not in ("NONE", "GZIP"):
-            raise SpecError(f"{source}: compression {compression!r} is not NONE or GZIP")
+            raise SpecError(f"{source}: compression {_short(compression)} is not NONE or GZIP")
         layout = d.get("layout", "features")
         if layout not in LAYOUTS:
-            raise SpecError(f"{source}: layout {layout!r} is not one of {LAYOUTS}; upgrade recordprep to read it")
+            raise SpecError(f"{source}: layout {_short(layout)} is not one of {LAYOUTS}; upgrade recordprep to read it")
+        label_key = d.get("label_key")
+        if label_key is not None and not isinstance(label_key, str):
+            raise SpecError(f"{source}: label_key {_short(label_key)} must be a string or null")
+        _check_listed_files(d, source)
         core = {"format_version", "features", "label_key", "compression", "splits", "layout"}
         return cls(
             format_version=version,
             features=features,
-            label_key=d.get("label_key"),
+            label_key=label_key,
             compression=compression,
             splits=splits,
             extra={k: v for k, v in d.items() if k not in core},
@@ -265,9 +394,76 @@ class DatasetInfo:
     def loads(cls, text: str | bytes, *, source: str = "dataset_info.json") -> DatasetInfo:
         try:
             d = json.loads(text)
+        except RecursionError:
+            raise SpecError(f"{source}: nested too deeply to parse; this is not metadata recordprep "
+                            f"wrote, re-run the conversion") from None
         except ValueError as e:
             raise SpecError(f"{source}: not valid JSON ({e}); the file is damaged, re-run the conversion") from e
         return cls.from_json(d, source=source)
+
+
+def _features_from_json(raw: Any, source: str) -> tuple[FeatureSpec, ...]:
+    if not isinstance(raw, list):
+        raise SpecError(f"{source}: 'features' must be a list, found {type(raw).__name__}; re-run the conversion")
+    if len(raw) > MAX_FEATURES:
+        raise SpecError(f"{source}: {len(raw)} features, more than the {MAX_FEATURES} a dataset may have")
+    features = []
+    for i, f in enumerate(raw):
+        try:
+            features.append(FeatureSpec.from_json(f))
+        except (SpecError, TypeError) as e:  # TypeError: an unexpected argument layout
+            raise SpecError(f"{source}: features[{i}]: {e}") from None
+    seen: set[str] = set()
+    for f in features:
+        if f.name in seen:
+            raise SpecError(f"{source}: feature {_short(f.name)} is listed twice")
+        seen.add(f.name)
+    return tuple(features)
+
+
+def _splits_from_json(raw: Any, source: str) -> dict[str, SplitInfo]:
+    if not isinstance(raw, Mapping):
+        raise SpecError(f"{source}: 'splits' must be an object of split name -> shards, "
+                        f"found {type(raw).__name__}; re-run the conversion")
+    splits = {}
+    for name, sp in raw.items():
+        where = f"{source}: split {_short(name)}"
+        if not isinstance(sp, Mapping) or not isinstance(sp.get("shards"), list):
+            raise SpecError(f"{where} must be an object with a 'shards' list")
+        if len(sp["shards"]) > MAX_SHARDS:
+            raise SpecError(f"{where}: {len(sp['shards'])} shards, more than MAX_SHARDS ({MAX_SHARDS})")
+        shards = []
+        for i, s in enumerate(sp["shards"]):
+            at = f"{where} shard {i}"
+            if not isinstance(s, Mapping):
+                raise SpecError(f"{at} must be an object with file, num_records and num_bytes")
+            shards.append(ShardInfo(
+                file=check_name(s.get("file"), at, plain=True),
+                num_records=_count(s.get("num_records"), f"{at}: num_records"),
+                num_bytes=_count(s.get("num_bytes"), f"{at}: num_bytes"),
+            ))
+        splits[name] = SplitInfo(name=name, shards=tuple(shards))
+    return splits
+
+
+def _check_listed_files(d: Mapping[str, Any], source: str) -> None:
+    """The other files the metadata names (vocabularies, error files, the analysis) stay inside the output."""
+    vocabularies = d.get("vocabularies", {})
+    if not isinstance(vocabularies, Mapping):
+        raise SpecError(f"{source}: 'vocabularies' must be an object, found {type(vocabularies).__name__}")
+    for name, entry in vocabularies.items():
+        if not isinstance(entry, Mapping):
+            raise SpecError(f"{source}: vocabulary {_short(name)} must be an object with a 'file'")
+        check_name(entry.get("file"), f"{source}: vocabulary {_short(name)}")
+    errors = d.get("errors", {})
+    if not isinstance(errors, Mapping) or not isinstance(errors.get("files", []), list):
+        raise SpecError(f"{source}: 'errors' must be an object with a 'files' list")
+    for i, entry in enumerate(errors.get("files", [])):
+        if not isinstance(entry, Mapping):
+            raise SpecError(f"{source}: errors.files[{i}] must be an object with a 'file'")
+        check_name(entry.get("file"), f"{source}: errors.files[{i}]")
+    if "analysis_file" in d:
+        check_name(d["analysis_file"], f"{source}: analysis_file")
 
 
 def shard_name(split: str, index: int, num_shards: int, compression: str) -> str:

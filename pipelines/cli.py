@@ -7,10 +7,8 @@ see a traceback for their own mistakes. ``--verbose`` shows Beam's logs.
 
 from __future__ import annotations
 
-import json
 import logging
 import sys
-import time
 from pathlib import Path
 from typing import Annotated
 
@@ -233,28 +231,45 @@ def verify(
 @app.command()
 def wait(
     output: Annotated[str, typer.Argument(help="Output directory a scheduled conversion writes.")],
-    timeout: Annotated[float, typer.Option(help="Seconds to wait before giving up (exit 1).")] = 3600.0,
-    poll: Annotated[float, typer.Option(help="Seconds between checks.")] = 10.0,
+    timeout: Annotated[float, typer.Option(help="Seconds to wait before giving up (exit 1); finite, >= 0.")] = 3600.0,
+    poll: Annotated[float, typer.Option(help="Seconds between checks; finite, >= 0.01.")] = 10.0,
 ) -> None:
-    """Block until OUTPUT is complete (dataset_info.json exists); exit 1 on timeout or failure."""
+    """Block until OUTPUT is complete (a valid dataset_info.json); exit 1 on timeout or failure."""
+    from convert.spec import METADATA_FILENAME, SpecError
+    from readers.errors import DatasetFailedError
+    from readers.info import check_wait_arguments, locate, wait_for_metadata
+
+    try:
+        check_wait_arguments(timeout, poll, names=("--timeout", "--poll"))
+        location = locate(output)
+    except (ValueError, TypeError) as e:
+        _fail(str(e), 2)
     from apache_beam.io.filesystems import FileSystems
 
-    from convert.spec import FAILURE_FILENAME, METADATA_FILENAME
+    from pipelines import remote
 
-    deadline = time.monotonic() + timeout
-    meta = FileSystems.join(output, METADATA_FILENAME)
-    failure = FileSystems.join(output, FAILURE_FILENAME)
-    while True:
-        if FileSystems.exists(meta):
-            typer.echo(f"{output} is complete")
-            return
-        if FileSystems.exists(failure):
-            with FileSystems.open(failure, compression_type="uncompressed") as f:
-                reason = json.loads(f.read()).get("reason", "see the file")
-            _fail(f"the conversion into {output} failed: {reason}")
-        if time.monotonic() >= deadline:
-            _fail(f"{output} is still incomplete after {timeout:.0f} s (no {METADATA_FILENAME}); is the conversion running?")
-        time.sleep(min(poll, max(0.0, deadline - time.monotonic())))
+    remote.use_paths(output)  # hdfs:// needs Beam's --hdfs_* flags (derived)
+
+    def read(path: str) -> bytes | None:
+        """Through Beam's file systems, which need no TensorFlow (conversion hosts lack it)."""
+        if not FileSystems.exists(path):
+            return None
+        try:
+            with FileSystems.open(path, compression_type="uncompressed") as f:
+                return f.read()
+        except FileNotFoundError:  # removed between the two calls
+            return None
+
+    try:
+        wait_for_metadata(location, timeout, poll, read)
+    except DatasetFailedError as e:
+        _fail(f"the conversion into {output} failed: {e.reason} (from {location.failure_path})")
+    except TimeoutError as e:
+        _fail(f"{output} is still incomplete after {timeout:g} s (no valid {METADATA_FILENAME})"
+              f"{getattr(e, 'problem', '')}; is the conversion running?")
+    except SpecError as e:
+        _fail(f"{output} is not a complete recordprep output: {e}")
+    typer.echo(f"{output} is complete")
 
 
 def _describe_files(paths: list[str]) -> str:

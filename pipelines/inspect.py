@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import gzip
+import zlib
 from collections.abc import Iterator
+from typing import Any
 
 from apache_beam.io.filesystems import FileSystems
 
@@ -11,6 +13,9 @@ from convert.example import decode_example, unpack_decoded
 from convert.spec import METADATA_FILENAME, PACKED_KEYS, DatasetInfo, SpecError
 from convert.tfrecord import iter_records
 from pipelines import remote
+
+#: What reading a damaged or foreign shard raises (not gzip, truncated, bad CRC, not an Example).
+SHARD_ERRORS = (ValueError, OSError, EOFError, zlib.error)
 
 
 class InspectError(RuntimeError):
@@ -24,16 +29,28 @@ def _output_dir(path: str) -> str:
 
 
 def load(output: str) -> DatasetInfo:
+    """The validated metadata of ``output``; InspectError (one clear line) for anything else."""
     remote.use_paths(output)  # hdfs:// needs Beam's --hdfs_* flags (derived)
     meta = FileSystems.join(output, METADATA_FILENAME)
     if not FileSystems.exists(meta):
         raise InspectError(f"{output}: no {METADATA_FILENAME}; the conversion has not finished (or failed). "
                            f"`recordprep wait {output}` waits for it")
-    with FileSystems.open(meta, compression_type="uncompressed") as f:
-        try:
+    try:
+        with FileSystems.open(meta, compression_type="uncompressed") as f:
             return DatasetInfo.loads(f.read(), source=meta)
-        except SpecError as e:
-            raise InspectError(str(e)) from e
+    except SpecError as e:
+        raise InspectError(str(e)) from e
+    except OSError as e:  # a directory in its place, no permission
+        raise InspectError(f"{meta}: cannot be read ({e}); {output} is not a complete recordprep output") from e
+
+
+def _get(d: Any, key: str) -> Any:
+    """``d[key]`` for the free-form parts of the metadata (``extra``, params), None if absent or not an object."""
+    return d.get(key) if isinstance(d, dict) else None
+
+
+def _num(v: Any) -> str:
+    return f"{v:.4g}" if isinstance(v, int | float) and not isinstance(v, bool) else repr(v)
 
 
 def inspect_output(path: str, n_examples: int = 3, split: str | None = None) -> Iterator[str]:
@@ -41,9 +58,9 @@ def inspect_output(path: str, n_examples: int = 3, split: str | None = None) -> 
     info = load(out)
     extra = info.extra
     yield f"dataset: {out}"
-    yield f"  format_version {info.format_version}, tool {extra.get('tool', {}).get('version')}, created {extra.get('created')}"
-    counts = extra.get("counts", {})
-    yield f"  records read {counts.get('read')}, rejected {counts.get('errors')}, compression {info.compression}"
+    yield f"  format_version {info.format_version}, tool {_get(_get(extra, 'tool'), 'version')}, created {extra.get('created')}"
+    counts = extra.get("counts")
+    yield f"  records read {_get(counts, 'read')}, rejected {_get(counts, 'errors')}, compression {info.compression}"
     if info.layout != "features":
         yield f"  layout {info.layout}: float32 and int64 features packed into {sorted(PACKED_KEYS.values())}"
     for name, sp in info.splits.items():
@@ -54,29 +71,42 @@ def inspect_output(path: str, n_examples: int = 3, split: str | None = None) -> 
         what = ""
         if "vocab_size" in params:
             what = f" vocab_size={params['vocab_size']}"
-        if params.get("stats"):
-            st = params["stats"]
-            what += f" mean={st.get('mean'):.4g} std={st.get('std'):.4g}" if st.get("mean") is not None else ""
+        st = _get(params, "stats")
+        if _get(st, "mean") is not None:
+            what += f" mean={_num(st['mean'])} std={_num(st.get('std'))}"
         role = "" if f.role == "feature" else f" [{f.role}]"
         yield f"  {f.name:<24} {f.dtype:<8} shape={list(f.shape)!s:<6} {f.transform:<12} <- {f.source}{what}{role}"
     if n_examples <= 0:
         return
-    sp = info.split(split) if split else next(iter(info.splits.values()))
+    if split and split not in info.splits:
+        raise InspectError(f"no split {split!r} in {out}; it has: {', '.join(info.splits)}")
+    if not info.splits:
+        return
+    sp = info.splits[split] if split else next(iter(info.splits.values()))
     shown = 0
     for shard in sp.shards:
         if shard.num_records == 0:
             continue
         shard_path = FileSystems.join(out, shard.file)
-        with FileSystems.open(shard_path, compression_type="uncompressed") as raw:
-            stream = gzip.GzipFile(fileobj=raw) if info.compression == "GZIP" else raw
-            for rec in iter_records(stream, shard_path):
-                yield f"example {shown} ({sp.name}, {shard.file}):"
-                feats = decode_example(rec)
-                if info.packing is not None:
-                    feats = unpack_decoded(feats, info.packing)
-                for name, (_, vals) in sorted(feats.items()):
-                    shown_vals = [round(v, 5) if isinstance(v, float) else v for v in vals]
-                    yield f"  {name}: {shown_vals}"
-                shown += 1
-                if shown >= n_examples:
-                    return
+        n = 0
+        try:
+            with FileSystems.open(shard_path, compression_type="uncompressed") as raw:
+                stream = gzip.GzipFile(fileobj=raw) if info.compression == "GZIP" else raw
+                for rec in iter_records(stream, shard_path):
+                    feats = decode_example(rec)
+                    if info.packing is not None:
+                        feats = unpack_decoded(feats, info.packing)
+                    yield f"example {shown} ({sp.name}, {shard.file}):"
+                    for name, (_, vals) in sorted(feats.items()):
+                        shown_vals = [round(v, 5) if isinstance(v, float) else v for v in vals]
+                        yield f"  {name}: {shown_vals}"
+                    shown += 1
+                    n += 1
+                    if shown >= n_examples:
+                        return
+        except SHARD_ERRORS as e:
+            kind = "a gzip TFRecord" if info.compression == "GZIP" else "a TFRecord"
+            raise InspectError(
+                f"{shard_path}: record {n} cannot be read as {kind} of tf.train.Example ({type(e).__name__}: {e}); "
+                f"the shard is damaged or was replaced. `recordprep verify {out}` checks every shard"
+            ) from e

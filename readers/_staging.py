@@ -39,6 +39,7 @@ import getpass
 import json
 import logging
 import os
+import posixpath
 import shutil
 import threading
 import time
@@ -49,7 +50,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
 
-from convert.spec import METADATA_FILENAME
+from convert.spec import METADATA_FILENAME, SpecError, check_name
 from readers.errors import ShardNotFoundError, StagingError
 
 logger = logging.getLogger("readers")
@@ -78,8 +79,32 @@ def default_cache_root() -> Path:
 
 
 def local_path_for(url: str, cache_root: Path) -> Path:
+    """Where ``url`` is mirrored under ``cache_root``; ``..`` in the URL cannot climb out of it."""
     host, port, path = parse_hdfs_url(url)
+    path = posixpath.normpath("/" + path)  # "/a/../../x" -> "/x", as HDFS resolves it
     return cache_root / f"{host or 'default'}_{port or 'default'}" / path.lstrip("/")
+
+
+def _inside(root: Path, name: str) -> Path:
+    """``root / name``, after checking that ``name`` is a file name inside the output and that
+    the path resolves (symlinks included) strictly under ``root``.
+
+    The metadata loader already refuses such names (``convert.spec.check_name``); this is the
+    second line of defence before anything is written, whatever the caller passes.
+    """
+    try:
+        check_name(name, f"HDFS staging of {name!r}")
+    except SpecError as e:
+        raise StagingError(str(e)) from None
+    dest = root / name
+    resolved, base = dest.resolve(), root.resolve()
+    if resolved == base or base not in resolved.parents:
+        raise StagingError(
+            f"HDFS staging: {name!r} resolves to {resolved}, outside the staging directory {base}; "
+            f"nothing was copied. Remove the symlink or the file in the cache, or use another "
+            f"{HDFS_CACHE_ENV}"
+        )
+    return dest
 
 
 class HdfsClient(Protocol):
@@ -259,7 +284,8 @@ def stage(
     Raises:
       ShardNotFoundError: a listed shard does not exist on HDFS.
       StagingError: HDFS cannot be reached or a copy failed; the message says
-        what to configure.
+        what to configure. Also, before anything is written, when a name is
+        not a file inside the output or resolves outside ``local_root``.
     """
     cache_root = cache_root or default_cache_root()
     local_root = local_path_for(root_url, cache_root)
@@ -271,6 +297,7 @@ def stage(
             f"cannot create the HDFS staging directory {local_root} ({e}); set {HDFS_CACHE_ENV} "
             f"or ReadOptions(hdfs_cache_dir=...) to a writable local directory with enough space"
         ) from e
+    dests = {name: _inside(local_root, name) for name in [*files, METADATA_FILENAME]}
 
     def plan(name: str) -> tuple[str, int, float | None, bool]:
         """(name, size, mtime, needs_copy) for one shard."""
@@ -282,7 +309,7 @@ def stage(
                 f"was modified after the conversion finished. Re-run the conversion."
             )
         size, mtime = remote
-        dest = local_root / name
+        dest = dests[name]
         if dest.exists():
             st = dest.stat()
             same_mtime = mtime is None or abs(st.st_mtime - mtime) < 1.0
@@ -293,7 +320,7 @@ def stage(
     def copy(item: tuple[str, int, float | None, bool]) -> None:
         name, size, mtime, _ = item
         url = root_url.rstrip("/") + "/" + name
-        dest = local_root / name
+        dest = dests[name]
         dest.parent.mkdir(parents=True, exist_ok=True)
         tmp = dest.with_name(f".{dest.name}.{os.getpid()}.{threading.get_ident()}.partial")
         try:
@@ -331,7 +358,7 @@ def stage(
         list(pool.map(copy, todo))
     meta_tmp = local_root / f".{METADATA_FILENAME}.{os.getpid()}.partial"
     meta_tmp.write_bytes(metadata)
-    os.replace(meta_tmp, local_root / METADATA_FILENAME)
+    os.replace(meta_tmp, dests[METADATA_FILENAME])
     (logger.warning if todo else logger.info)(
         "hdfs:// shards of %s are read from the local copy in %s (%d copied, %.1f MB in %.1f s; "
         "%d reused)",

@@ -18,9 +18,10 @@ import dataclasses
 import fnmatch
 import json
 import logging
+import math
 import os
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from convert import spec as _spec
@@ -37,6 +38,10 @@ FAILURE_FILENAME: str = _spec.FAILURE_FILENAME
 
 # dtype names in the spec -> names tf/keras accept.
 TF_DTYPE_NAMES = {"float32": "float32", "int64": "int64", "string": "string"}
+
+#: Shortest pause between two checks while waiting: a smaller ``poll`` would
+#: spin on the file system (each check is a stat or a read, maybe remote).
+MIN_POLL_SECONDS = 0.01
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,17 +113,28 @@ def _safe_isdir(path: str) -> bool:
         return True
 
 
-def failed_error(location: Location) -> DatasetFailedError | None:
-    """The converter's failure report for this output, if it left one."""
+def failed_error(
+    location: Location, read: Callable[[str], bytes | None] | None = None
+) -> DatasetFailedError | None:
+    """The converter's failure report for this output, if it left one.
+
+    ``read`` returns a file's bytes or None when it does not exist
+    (default: this package's file layer). A report that exists but cannot be
+    read or parsed (empty, garbage) still means the run failed; its reason is
+    then "unreadable failure report".
+    """
     try:
-        data = _io.read_bytes(location.failure_path)
-    except Exception:  # the marker only improves the message
+        data = (read or _io.read_bytes)(location.failure_path)
+    except FileNotFoundError:
         return None
+    except Exception:  # noqa: BLE001 - exists but unreadable (a directory, no permission)
+        data = b""
     if data is None:
         return None
     try:
-        reason = str(json.loads(data).get("reason") or "no reason recorded")
-    except (ValueError, AttributeError):
+        reason = json.loads(data).get("reason") or "no reason recorded"
+        reason = reason if isinstance(reason, str) else json.dumps(reason)[:1000]
+    except (ValueError, AttributeError, RecursionError):
         reason = "unreadable failure report"
     return DatasetFailedError(
         f"the conversion into {location.root} failed: {reason} (from {location.failure_path}; "
@@ -128,8 +144,19 @@ def failed_error(location: Location) -> DatasetFailedError | None:
     )
 
 
+def _read_metadata(read: Callable[[str], bytes | None], location: Location) -> bytes | None:
+    """The metadata's bytes, None if absent; SpecError if the name is taken by a directory."""
+    try:
+        return read(location.metadata_path)
+    except IsADirectoryError:
+        raise SpecError(
+            f"{location.metadata_path} is a directory, not a file: {location.root} is not a "
+            f"recordprep output (or was damaged); re-run the conversion"
+        ) from None
+
+
 def _load_at(location: Location) -> DatasetInfo:
-    text = _io.read_bytes(location.metadata_path)
+    text = _read_metadata(_io.read_bytes, location)
     if text is None:
         failed = failed_error(location)
         if failed is not None:
@@ -286,6 +313,78 @@ def keras_inputs(info: DatasetInfo, features: Sequence[str] | None = None) -> di
     }
 
 
+def check_wait_arguments(
+    timeout: float | None, poll: float, *, names: tuple[str, str] = ("timeout", "poll")
+) -> None:
+    """ValueError unless ``timeout`` is None or finite and >= 0, and ``poll`` is finite and >= MIN_POLL_SECONDS.
+
+    A NaN timeout would never expire and a NaN or zero poll would never sleep,
+    so they are refused rather than waited on. ``names`` word the message
+    (the CLI passes its option names).
+    """
+    if timeout is not None and not (isinstance(timeout, int | float) and math.isfinite(timeout) and timeout >= 0):
+        raise ValueError(f"{names[0]} must be a finite number of seconds >= 0, found {timeout!r}")
+    if not (isinstance(poll, int | float) and math.isfinite(poll) and poll >= MIN_POLL_SECONDS):
+        raise ValueError(f"{names[1]} must be a finite number of seconds >= {MIN_POLL_SECONDS}, found {poll!r}")
+
+
+def wait_for_metadata(
+    location: Location,
+    timeout: float | None,
+    poll: float,
+    read: Callable[[str], bytes | None] | None = None,
+) -> DatasetInfo:
+    """The loop behind :func:`wait_for_dataset` and ``recordprep wait``, on any file layer.
+
+    ``read(path)`` returns the file's bytes or None when it does not exist
+    (default: this package's layer; the CLI passes Beam's, which needs no
+    TensorFlow). Metadata that is not valid JSON may be a file being replaced:
+    polling goes on until the deadline. Metadata that parses but is not valid
+    recordprep metadata, or a directory in its place, raises SpecError at once.
+    """
+    check_wait_arguments(timeout, poll)
+    read = read or _io.read_bytes
+    start = time.monotonic()
+    deadline = None if timeout is None else start + timeout
+    last_problem = ""
+    next_log = start + 60.0
+    while True:
+        data = _read_metadata(read, location)
+        if data is not None:
+            try:
+                info = DatasetInfo.loads(data, source=location.metadata_path)
+            except SpecError as e:
+                if not isinstance(e.__cause__, ValueError):  # parsed, and wrong: waiting will not help
+                    raise
+                last_problem = f" (it exists but is not valid JSON yet: {e.__cause__})"
+            else:
+                logger.info(
+                    "dataset ready: %s (waited %.1f s)",
+                    location.metadata_path,
+                    time.monotonic() - start,
+                )
+                return info
+        else:
+            failed = failed_error(location, read)
+            if failed is not None:
+                raise failed
+        now = time.monotonic()
+        if deadline is not None and now >= deadline:
+            err = TimeoutError(
+                f"{location.metadata_path} did not appear within {timeout:g} s{last_problem}: the "
+                f"conversion writing {location.root} is still running, or it failed. Check the "
+                f"conversion job and its error output; wait longer with a larger timeout "
+                f"(timeout=None waits indefinitely)."
+            )
+            err.problem = last_problem  # for the CLI's shorter message
+            raise err
+        if now >= next_log:
+            logger.info("still waiting for %s (%.0f s so far)", location.metadata_path, now - start)
+            next_log = now + 60.0
+        sleep = poll if deadline is None else min(poll, max(0.0, deadline - now))
+        time.sleep(sleep)
+
+
 def wait_for_dataset(
     path_or_pattern: str, timeout: float | None, *, poll: float = 5.0
 ) -> DatasetInfo:
@@ -296,57 +395,21 @@ def wait_for_dataset(
 
     Args:
       path_or_pattern: the output directory or a shard pattern in it.
-      timeout: seconds to wait; ``None`` waits indefinitely.
-      poll: seconds between checks (each is one stat/read; cheap on gs://).
+      timeout: seconds to wait (finite, >= 0); ``None`` waits indefinitely.
+      poll: seconds between checks (finite, >= ``MIN_POLL_SECONDS``; each
+        check is one stat/read, cheap on gs://).
 
     Raises:
+      ValueError: a NaN, infinite or negative timeout or poll.
       TimeoutError: the metadata did not appear (or stayed unreadable) in time.
       DatasetFailedError: the converter reported that it failed
-        (``_FAILURE.json``); raised at once, like ``recordprep wait``.
+        (``_FAILURE.json``, even an unreadable one); raised at once, like
+        ``recordprep wait``.
       SpecError: it appeared but is from a newer recordprep or is not a
         recordprep metadata file (waiting longer would not help).
     """
-    if timeout is not None and timeout < 0:
-        raise ValueError(f"timeout must be >= 0 seconds or None, found {timeout}")
-    if poll <= 0:
-        raise ValueError(f"poll must be > 0 seconds, found {poll}")
-    location = locate(path_or_pattern)
-    start = time.monotonic()
-    deadline = None if timeout is None else start + timeout
-    last_problem = ""
-    next_log = start + 60.0
-    while True:
-        data = _io.read_bytes(location.metadata_path)
-        if data is not None:
-            try:
-                decoded: Mapping[str, Any] = json.loads(data)
-            except ValueError as e:  # being replaced right now, or damaged: keep polling
-                last_problem = f" (it exists but is not valid JSON yet: {e})"
-            else:
-                info = DatasetInfo.from_json(decoded, source=location.metadata_path)
-                logger.info(
-                    "dataset ready: %s (waited %.1f s)",
-                    location.metadata_path,
-                    time.monotonic() - start,
-                )
-                return info
-        else:
-            failed = failed_error(location)
-            if failed is not None:
-                raise failed
-        now = time.monotonic()
-        if deadline is not None and now >= deadline:
-            raise TimeoutError(
-                f"{location.metadata_path} did not appear within {timeout:g} s{last_problem}: the "
-                f"conversion writing {location.root} is still running, or it failed. Check the "
-                f"conversion job and its error output; wait longer with a larger timeout "
-                f"(timeout=None waits indefinitely)."
-            )
-        if now >= next_log:
-            logger.info("still waiting for %s (%.0f s so far)", location.metadata_path, now - start)
-            next_log = now + 60.0
-        sleep = poll if deadline is None else min(poll, max(0.0, deadline - now))
-        time.sleep(sleep)
+    check_wait_arguments(timeout, poll)
+    return wait_for_metadata(locate(path_or_pattern), timeout, poll)
 
 
 __all__ = [
