@@ -155,7 +155,7 @@ def _regular_file(path: str, given: str) -> InputFile:
     read, and none of them can be cut into byte ranges or read twice (the
     job reads each input in an analysis pass and a convert pass).
     """
-    where = f"--input {given!r}" + (f": {path}" if path != given else "")
+    where = f"input {path}" if path == given else f"--input {given!r}: {path}"
     try:
         st = os.stat(path)
     except FileNotFoundError as e:

@@ -79,12 +79,12 @@ def test_a_broken_symlink_is_named(tree):
 def test_a_fifo_is_refused_with_its_name_and_kind(tree, where):
     os.mkfifo(tree / "d" / "pipe.jsonl")
     given = {"direct": "d/pipe.jsonl", "directory": "d", "glob": "d/*.jsonl"}[where]
-    with pytest.raises(InputError, match=r"d/pipe\.jsonl'? is a FIFO \(named pipe\), not a regular file"):
+    with pytest.raises(InputError, match=r"d/pipe\.jsonl is a FIFO \(named pipe\), not a regular file"):
         discover([given])
 
 
 def test_other_special_files_are_refused(tree):
-    with pytest.raises(InputError, match="'/dev/null' is a character device"):
+    with pytest.raises(InputError, match="input /dev/null is a character device"):
         discover(["/dev/null"])
     s = socket.socket(socket.AF_UNIX)
     try:
