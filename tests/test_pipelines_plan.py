@@ -6,6 +6,7 @@ import os
 import socket
 
 import pytest
+from _remote import remote_stack  # noqa: F401 - the session fixture
 
 from pipelines.plan import InputError, discover, plan_units
 
@@ -113,3 +114,22 @@ def test_a_file_removed_after_listing_is_an_input_error(tree):
     big.unlink()
     with pytest.raises(InputError, match=r"cannot read input d/a\.jsonl"):
         plan_units(files, 2)  # two units: the file is cut, so its head is read
+
+
+@pytest.mark.slow
+def test_gcs_prefixes_and_literal_object_names(remote_stack, tmp_path):  # noqa: F811
+    """On gs:// (emulator): a prefix with or without slash is its data objects; an object
+    whose name has glob characters is taken literally."""
+    local = tmp_path / "up"
+    (local / "pfx").mkdir(parents=True)
+    for name in ("pfx/a.jsonl", "pfx/b.avro", "pfx/notes.txt", "pfx/_SUCCESS", "br[1].jsonl", "br1.jsonl"):
+        (local / name).write_text("{}\n")
+    root = remote_stack.upload_dir(local, "plan-discover")
+    data = [f"{root}/pfx/a.jsonl", f"{root}/pfx/b.avro"]
+    assert _paths([f"{root}/pfx"]) == data
+    assert _paths([f"{root}/pfx/"]) == data
+    assert _paths([f"{root}/br[1].jsonl"]) == [f"{root}/br[1].jsonl"]
+    assert _paths([f"{root}/br[[]1].jsonl"]) == [f"{root}/br[1].jsonl"]
+    assert _paths([f"{root}/br*.jsonl"]) == [f"{root}/br1.jsonl", f"{root}/br[1].jsonl"]
+    with pytest.raises(InputError, match="matched no files"):
+        discover([f"{root}/nothing-here"])
