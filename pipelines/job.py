@@ -17,6 +17,7 @@ import datetime as _dt
 import json
 import logging
 import os
+import posixpath
 import re
 import time
 from importlib import metadata
@@ -36,18 +37,23 @@ from pipelines._progress import PASSES, PROGRESS_DIR, ProgressReporter
 from pipelines._warm import WarmPool
 from pipelines._worker import command as worker_command
 from pipelines._worker import schemes_of, shorten_bundle_end_waits
+from pipelines.lock import LOCK_FILENAME, OutputLock
 from pipelines.options import ConvertOptions
-from pipelines.plan import default_num_shards, discover, input_fingerprint, plan_units
+from pipelines.plan import InputFile, default_num_shards, discover, input_fingerprint, plan_units
 from pipelines.staging import LOCAL_RUNNERS, staging_args
 from pipelines.transforms import (
     ANALYSIS_FILENAME,
+    ERRORS_DIR,
     TMP_DIR,
+    VOCAB_DIR,
     AnalysisValue,
     AnalyzeUnits,
     CommitContext,
     CommitOutput,
     ConversionFailed,
     ConvertUnits,
+    cleanup_tmp,
+    write_atomic,
 )
 
 log = logging.getLogger("recordprep")
@@ -97,25 +103,135 @@ def read_existing(output: str) -> dict[str, Any] | None:
         return DatasetInfo.loads(f.read(), source=path).to_json()
 
 
-def _clear_output(output: str) -> None:
-    """Remove a previous dataset, metadata first so no reader sees a mix."""
+class OutputPathError(ValueError):
+    """The output overlaps an input: a usage error, refused before anything is written."""
+
+
+def _norm(path: str) -> str:
+    """A path to compare locations by: local paths resolved (symlinks too), remote ones normalized."""
+    if "://" not in path:
+        return os.path.realpath(os.path.abspath(path))
+    scheme, rest = path.split("://", 1)
+    return f"{scheme.lower()}://{posixpath.normpath('/' + rest).lstrip('/')}"
+
+
+def _inside(path: str, root: str) -> bool:
+    """``path`` is ``root`` or under it (both from :func:`_norm`)."""
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def _input_dirs(patterns: tuple[str, ...], files: list[InputFile]) -> list[str]:
+    """The inputs given as directories (no glob, not a file)."""
+    file_paths = {_norm(f.path) for f in files}
+    dirs = []
+    for pat in patterns:
+        if "://" not in pat:
+            if os.path.isdir(pat):
+                dirs.append(pat)
+        elif not any(c in pat for c in "*?[") and _norm(pat) not in file_paths:
+            dirs.append(pat)
+    return dirs
+
+
+def _guard_output(opts: ConvertOptions, files: list[InputFile]) -> None:
+    """Refuse an output that is, contains or lies inside an input, before anything is written.
+
+    A conversion never writes where it reads: ``--overwrite`` there would
+    delete the inputs, and a later run would read the shards as input. An
+    output next to the inputs (``-i data/x.avro -o data/out``) is fine.
+    """
+    out = _norm(opts.output)
+    hint = "write to another directory (a conversion never writes where it reads its inputs)"
+    for f in files:
+        if _inside(_norm(f.path), out):
+            raise OutputPathError(f"--output {opts.output} holds the input file {f.path}; {hint}")
+    for d in _input_dirs(opts.inputs, files):
+        if _inside(out, _norm(d)):
+            raise OutputPathError(f"--output {opts.output} lies inside the input directory {d}; {hint}")
+
+
+#: Names the converter writes, besides those a dataset's metadata lists.
+_SHARD_RE = re.compile(r"[^/]+-\d{5}-of-\d{5}\.tfrecord(\.gz)?")
+_VOCAB_RE = re.compile(VOCAB_DIR + r"/[^/]+\.txt")
+_ERRORS_RE = re.compile(ERRORS_DIR + r"/errors-\d{5}(-of-\d{5})?\.jsonl")
+_ATOMIC_TMP_RE = re.compile(r"(.+)\.tmp-[0-9a-f]{8}")  # a write_atomic interrupted before its rename
+#: How many unknown files a refused --overwrite names.
+_UNKNOWN_SHOWN = 5
+
+
+def _listed_files(info: dict[str, Any]) -> set[str]:
+    """Every file a dataset's metadata names, relative to its output."""
+    names = {METADATA_FILENAME, FAILURE_FILENAME, ANALYSIS_FILENAME, str(info.get("analysis_file") or "")}
+    for sp in (info.get("splits") or {}).values():
+        names.update(str(sh.get("file")) for sh in sp.get("shards", []))
+    names.update(str(v.get("file")) for v in (info.get("vocabularies") or {}).values())
+    names.update(str(e.get("file")) for e in (info.get("errors") or {}).get("files", []))
+    return names - {""}
+
+
+def _written_by_us(rel: str, listed: set[str]) -> bool:
+    if rel in listed or rel.split("/", 1)[0] == TMP_DIR:
+        return True
+    m = _ATOMIC_TMP_RE.fullmatch(rel)
+    base = m.group(1) if m else rel
+    return (base in listed or ("/" not in base and _SHARD_RE.fullmatch(base) is not None)
+            or _VOCAB_RE.fullmatch(base) is not None or _ERRORS_RE.fullmatch(base) is not None)
+
+
+def _list_output(output: str) -> list[str]:
+    """Every file under ``output``, relative to it (on HDFS: the top level, errors/ and vocab/)."""
+    root = output.rstrip("/")
+    if "://" not in output:
+        rel = []
+        for dirpath, dirnames, filenames in os.walk(root):
+            links = [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]  # never followed
+            for name in filenames + links:
+                rel.append(os.path.relpath(os.path.join(dirpath, name), root).replace(os.sep, "/"))
+        return rel
+    patterns = [root + "/**"] if output.startswith("gs://") else [f"{root}/*", f"{root}/{ERRORS_DIR}/*", f"{root}/{VOCAB_DIR}/*"]
+    rel = set()
+    for pattern in patterns:
+        try:
+            matched = FileSystems.match([pattern])[0].metadata_list
+        except BeamIOError:  # HDFS: listing a missing directory fails
+            continue
+        rel.update(m.path[len(root) + 1:] for m in matched if m.path.startswith(root + "/"))
+    return sorted(r for r in rel if r not in (ERRORS_DIR, VOCAB_DIR))
+
+
+def _clear_output(output: str, existing: dict[str, Any]) -> None:
+    """Remove the previous dataset (``existing``, its metadata): what a recordprep run wrote, nothing else.
+
+    Raises OutputExistsError, deleting nothing, when the output holds any
+    other file. The metadata goes first so no reader sees a mix.
+    """
+    listed = _listed_files(existing)
+    files = [r for r in _list_output(output) if r != LOCK_FILENAME]
+    unknown = sorted(r for r in files if not _written_by_us(r, listed))
+    if unknown:
+        shown = ", ".join(unknown[:_UNKNOWN_SHOWN]) + (f" and {len(unknown) - _UNKNOWN_SHOWN} more" if len(unknown) > _UNKNOWN_SHOWN else "")
+        raise OutputExistsError(
+            f"--overwrite: {output} holds {len(unknown)} file(s) no recordprep run wrote ({shown}); "
+            f"nothing was deleted. Move them elsewhere, or write to another directory"
+        )
+    root = output.rstrip("/")
     meta = FileSystems.join(output, METADATA_FILENAME)
     if FileSystems.exists(meta):
         FileSystems.delete([meta])
-    matched = FileSystems.match([FileSystems.join(output, "*")])[0].metadata_list
-    if matched:
-        FileSystems.delete([m.path for m in matched])
-    for sub in ("vocab", "errors"):
-        # Object stores have no directories: delete what is under the prefix,
-        # then the directory where there is one (local, HDFS).
-        try:
-            inner = FileSystems.match([FileSystems.join(output, sub, "*")])[0].metadata_list
-        except BeamIOError:  # HDFS: listing a missing directory fails
-            inner = []
-        if inner:
-            FileSystems.delete([m.path for m in inner])
+    mine = [f"{root}/{r}" for r in files if r != METADATA_FILENAME and r.split("/", 1)[0] != TMP_DIR]
+    if "://" not in output:
+        for path in mine:  # unlink: a symlink is removed, never what it points to
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+    elif mine:
+        FileSystems.delete(mine)
+    cleanup_tmp(output)
+    for sub in (VOCAB_DIR, ERRORS_DIR):  # now empty (local, HDFS; object stores have no directories)
         d = FileSystems.join(output, sub)
-        if FileSystems.exists(d):
+        if "://" not in output:
+            with contextlib.suppress(OSError):
+                os.rmdir(d)
+        elif not output.startswith("gs://") and FileSystems.exists(d):
             FileSystems.delete([d])
 
 
@@ -235,37 +351,119 @@ def run_convert(opts: ConvertOptions) -> ConvertResult:
 
     Idempotent: if the output already holds a dataset with the same
     fingerprint (inputs' paths, sizes and mtimes; config; options), nothing
-    runs. A different dataset there is refused unless ``overwrite``.
+    runs. A different dataset there is refused unless ``overwrite``, which
+    removes only what a recordprep run wrote. The output is locked
+    (:mod:`pipelines.lock`) from before anything is cleared or written until
+    the run ends; any failure after that leaves ``_FAILURE.json`` (the
+    reason) and no temp files.
 
     Raises:
-      ConversionFailed: records were rejected beyond the tolerance (the error
-        output and ``_FAILURE.json`` are written, no dataset is committed).
-      OutputExistsError: the output holds another dataset.
+      OutputPathError: the output is, contains or lies inside an input.
+      OutputExistsError: the output holds another dataset (or, with
+        ``overwrite``, files no recordprep run wrote).
+      LockHeldError: another live conversion is writing the output.
+      ConversionFailed: the run failed (rejected records beyond the
+        tolerance, unreadable input); ``_FAILURE.json`` says why.
     """
     t0 = time.perf_counter()
     p = plan(opts)
-    config, files, units = p["config"], p["files"], p["unit_objs"]
-    fingerprint = p["fingerprint"]
+    _guard_output(opts, p["files"])
+    existing = _check_existing(opts, p["fingerprint"])
+    if existing is not None:
+        return ConvertResult(opts.output, True, existing, time.perf_counter() - t0)
+    analysis = _load_analysis(opts.analysis_from) if opts.analysis_from else None  # before any clearing
 
+    lock = OutputLock(opts.output, fingerprint=p["fingerprint"], version=tool_version())
+    lock.acquire()
+    try:
+        existing = _prepare_output(opts, p["fingerprint"])
+        if existing is not None:  # the run that held the lock made this very dataset
+            return ConvertResult(opts.output, True, existing, time.perf_counter() - t0)
+        try:
+            _run(opts, p, analysis, lock)
+        except BaseException as e:
+            _record_failure(opts.output, p["fingerprint"], e)
+            raise
+    finally:
+        lock.release()
+    info = read_existing(opts.output)
+    if info is None:
+        raise ConversionFailed(f"the pipeline finished but {opts.output}/{METADATA_FILENAME} was not written; see the runner's logs")
+    return ConvertResult(opts.output, False, info, time.perf_counter() - t0)
+
+
+def _check_existing(opts: ConvertOptions, fingerprint: str) -> dict[str, Any] | None:
+    """The output's metadata when it is this very dataset (nothing to do); None when the run may go on.
+
+    Raises OutputExistsError when it holds another dataset and ``overwrite`` is off.
+    """
+    existing = read_existing(opts.output)
+    if existing is None:
+        return None
+    if existing.get("fingerprint") == fingerprint:
+        log.info("%s is already complete for these inputs and config; nothing to do", opts.output)
+        return existing
+    if not opts.overwrite:
+        raise OutputExistsError(
+            f"{opts.output} already holds a dataset made from other inputs or another config "
+            f"(fingerprint {str(existing.get('fingerprint'))[:12]}, this run {fingerprint[:12]}); "
+            f"pass --overwrite to replace it, or write to a new directory such as {opts.output.rstrip('/')}/dt=YYYY-MM-DD/"
+        )
+    return None
+
+
+def _prepare_output(opts: ConvertOptions, fingerprint: str) -> dict[str, Any] | None:
+    """Under the lock: clear the previous dataset (``overwrite``) and an old failure marker.
+
+    Returns the metadata when the output already is this dataset (a run
+    that held the lock before made it).
+    """
+    done = _check_existing(opts, fingerprint)
+    if done is not None:
+        return done
     existing = read_existing(opts.output)
     if existing is not None:
-        if existing.get("fingerprint") == fingerprint:
-            log.info("%s is already complete for these inputs and config; nothing to do", opts.output)
-            return ConvertResult(opts.output, True, existing, time.perf_counter() - t0)
-        if not opts.overwrite:
-            raise OutputExistsError(
-                f"{opts.output} already holds a dataset made from other inputs or another config "
-                f"(fingerprint {str(existing.get('fingerprint'))[:12]}, this run {fingerprint[:12]}); "
-                f"pass --overwrite to replace it, or write to a new directory such as {opts.output.rstrip('/')}/dt=YYYY-MM-DD/"
-            )
-        _clear_output(opts.output)
-
+        _clear_output(opts.output, existing)
     # A failure marker from an earlier run would make `recordprep wait` and
     # readers.wait_for_dataset give up on this run before it finishes.
     stale = FileSystems.join(opts.output, FAILURE_FILENAME)
     if FileSystems.exists(stale):
         FileSystems.delete([stale])
+    return None
 
+
+def failure_reason(e: BaseException) -> str:
+    """One line saying why a run failed, as the CLI prints it."""
+    if isinstance(e, ConversionFailed):
+        return e.message
+    if isinstance(e, KeyboardInterrupt):
+        return "interrupted (KeyboardInterrupt)"
+    text = str(e).strip()
+    return f"{type(e).__name__}: {text.splitlines()[0] if text else ''}".rstrip(": ")
+
+
+def _record_failure(output: str, fingerprint: str, e: BaseException) -> None:
+    """After a failed run: remove the temp files, then write ``_FAILURE.json``, best effort.
+
+    Temp files go first: after a full disk they are what keeps it full, and
+    the marker needs room. A marker the run already wrote (rejected records,
+    with their counts) is kept.
+    """
+    cleanup_tmp(output)
+    marker = FileSystems.join(output, FAILURE_FILENAME)
+    try:
+        if FileSystems.exists(marker):
+            return
+        write_atomic(marker, json.dumps({
+            "reason": failure_reason(e), "fingerprint": fingerprint,
+            "failed": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        }, indent=2).encode())
+    except Exception as err:  # noqa: BLE001 - the run's own error is the one to report
+        log.warning("could not write %s: %s", marker, err)
+
+
+def _runner(opts: ConvertOptions, p: dict[str, Any]) -> tuple[Any, list[str], str, bool, bool, WarmPool | None]:
+    """The runner and Beam flags: ``(runner, args, runner name, local, in-process, warm pool)``."""
     remote.pipeline_options(opts)  # also hands the hdfs:// flags to FileSystems
     args = remote.beam_args_for(opts)
     runner_name = PipelineOptions(args).view_as(StandardOptions).runner
@@ -276,43 +474,54 @@ def run_convert(opts: ConvertOptions) -> ConvertResult:
         # Beam's local gRPC servers would otherwise listen on every interface.
         bind_loopback_only()
         shorten_bundle_end_waits()  # in-process bundles (workers do it themselves)
-    in_process = False
+    if runner_name is not None:
+        return None, args, runner_name, local, False, None
+    from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+
+    units = p["unit_objs"]
+    workers = local_workers(opts, p["total_bytes"], len(units), beam_args=opts.beam_args)
+    runner: Any = FnApiRunner()
     warm: WarmPool | None = None
-    if runner_name is None:
-        from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+    if workers > 1:
+        paths = [f.path for f in p["files"]] + [opts.output] + ([opts.analysis_from] if opts.analysis_from else [])
+        command = worker_command(schemes_of(paths))
+        runner = _multiprocess_runner(FnApiRunner, command)
+        args += ["--direct_num_workers", str(workers)]
+        # Before any thread starts: the workers fork from this process (pipelines/_warm.py).
+        warm = WarmPool.start(workers, command)
+    in_process = workers == 1 and not _beam_sets_workers(opts.beam_args)
+    name = ("FnApiRunner (local, in-process)" if in_process
+            else f"FnApiRunner (local, {workers} worker processes{', pre-forked' if warm else ''})")
+    return runner, args, name, local, in_process, warm
 
-        workers = local_workers(opts, p["total_bytes"], len(units), beam_args=opts.beam_args)
-        runner: Any = FnApiRunner()
-        if workers > 1:
-            paths = [f.path for f in files] + [opts.output] + ([opts.analysis_from] if opts.analysis_from else [])
-            command = worker_command(schemes_of(paths))
-            runner = _multiprocess_runner(FnApiRunner, command)
-            args += ["--direct_num_workers", str(workers)]
-            # Before any thread starts: the workers fork from this process (pipelines/_warm.py).
-            warm = WarmPool.start(workers, command)
-        in_process = workers == 1 and not _beam_sets_workers(opts.beam_args)
-        runner_name = ("FnApiRunner (local, in-process)" if in_process
-                       else f"FnApiRunner (local, {workers} worker processes{', pre-forked' if warm else ''})")
+
+def _build_pipeline(opts: ConvertOptions, p: dict[str, Any], analysis: dict[str, Any] | None, runner: Any,
+                    args: list[str], runner_name: str, in_process: bool) -> beam.Pipeline:
+    config, units = p["config"], p["unit_objs"]
+    ctx = CommitContext(
+        inputs=p["files"], num_shards=len(units), fingerprint=p["fingerprint"], config_json=config.to_json(),
+        config_hash=config.hash, runner=runner_name, tool_version=tool_version(),
+        started=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+    )
+    pipeline = beam.Pipeline(runner=runner, options=_ViewCachingOptions(args))
+    # The reshuffle spreads the units over workers; in one process there is
+    # nothing to spread, and it costs a GroupByKey stage (~0.1 s measured).
+    unit_pc = pipeline | "Units" >> beam.Create(units, reshuffle=not in_process)
+    if analysis is not None:
+        analysis_pc = pipeline | "ReusedAnalysis" >> beam.Create([AnalysisValue(analysis)])
     else:
-        runner = None
-    try:  # the forked workers, if any, are dismissed whatever happens from here
-        beam_opts = _ViewCachingOptions(args)
+        analysis_pc = unit_pc | "Analyze" >> AnalyzeUnits(config, opts)
+    results = unit_pc | "Convert" >> ConvertUnits(config, opts, analysis_pc)
+    _ = results | "Commit" >> CommitOutput(config, opts, ctx, analysis_pc)
+    return pipeline
 
-        ctx = CommitContext(
-            inputs=files, num_shards=len(units), fingerprint=fingerprint, config_json=config.to_json(),
-            config_hash=config.hash, runner=str(runner_name), tool_version=tool_version(),
-            started=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
-        )
-        pipeline = beam.Pipeline(runner=runner, options=beam_opts)
-        # The reshuffle spreads the units over workers; in one process there is
-        # nothing to spread, and it costs a GroupByKey stage (~0.1 s measured).
-        unit_pc = pipeline | "Units" >> beam.Create(units, reshuffle=not in_process)
-        if opts.analysis_from:
-            analysis = pipeline | "ReusedAnalysis" >> beam.Create([AnalysisValue(_load_analysis(opts.analysis_from))])
-        else:
-            analysis = unit_pc | "Analyze" >> AnalyzeUnits(config, opts)
-        results = unit_pc | "Convert" >> ConvertUnits(config, opts, analysis)
-        _ = results | "Commit" >> CommitOutput(config, opts, ctx, analysis)
+
+def _run(opts: ConvertOptions, p: dict[str, Any], analysis: dict[str, Any] | None, lock: OutputLock) -> None:
+    """Build and run the pipeline; Beam's wrapped errors come out as ours (``_unwrap``)."""
+    runner, args, runner_name, local, in_process, warm = _runner(opts, p)
+    lock.start_heartbeat()  # a thread: only once the workers are forked
+    try:  # the forked workers, if any, are dismissed whatever happens from here
+        pipeline = _build_pipeline(opts, p, analysis, runner, args, runner_name, in_process)
         progress = opts.progress and local and "://" not in opts.output
         reporter = (ProgressReporter(FileSystems.join(opts.output, TMP_DIR, PROGRESS_DIR), p["total_bytes"],
                                      ("convert",) if opts.analysis_from else PASSES)
@@ -325,10 +534,6 @@ def run_convert(opts: ConvertOptions) -> ConvertResult:
     finally:
         if warm is not None:
             warm.close()
-    info = read_existing(opts.output)
-    if info is None:
-        raise ConversionFailed(f"the pipeline finished but {opts.output}/{METADATA_FILENAME} was not written; see the runner's logs")
-    return ConvertResult(opts.output, False, info, time.perf_counter() - t0)
 
 
 def _clean(msg: str) -> str:

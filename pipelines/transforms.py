@@ -76,6 +76,7 @@ ANALYSIS_FILENAME = "analysis.json"
 #: Key of the analysis side input mapping unit index -> its prepared-batches temp file.
 PREPARED_KEY = "prepared_units"
 ERRORS_DIR = "errors"
+VOCAB_DIR = "vocab"
 
 
 class ConversionFailed(RuntimeError):
@@ -275,7 +276,8 @@ def _prepare_unit(unit: WorkUnit, options: ConvertOptions, preparer: Preparer,
     for rng in unit.ranges:
         with FileSystems.open(rng.path, compression_type="uncompressed") as f:
             for batch in iter_records(f, rng.path, rng.start, rng.end, options.batch_size, options.json_records_path,
-                                      options.avro_decoder, record_json=options.splits.hashes_whole_records):
+                                      options.avro_decoder, record_json=options.splits.hashes_whole_records,
+                                      max_record_bytes=options.max_record_bytes, max_block_bytes=options.max_block_bytes):
                 errors = [_error_line(rng.path, batch.kind, off, idx, "<record>", reason, raw)
                           for off, idx, reason, raw in batch.bad]
                 if not batch.records:
@@ -610,7 +612,7 @@ class ConvertUnits(beam.PTransform):
 # ----------------------------------------------------------------- commit
 
 
-def _write_atomic(path: str, data: bytes) -> None:
+def write_atomic(path: str, data: bytes) -> None:
     """Write-then-rename: a reader sees the old state or the new, never half.
 
     On object stores (gs://) an object appears whole when its upload
@@ -700,41 +702,32 @@ class _Commit(beam.DoFn):
 
         counts = {"read": read, "written": written, "errors": n_err, "per_file": per_file}
         if not opts.errors_tolerated(n_err, read):
-            _cleanup_tmp(out)
+            cleanup_tmp(out)
             where = FileSystems.join(out, ERRORS_DIR)
             msg = (f"{n_err} of {read} records were rejected (first reasons in {where}/); "
                    f"no dataset was committed. Fix the input or config, or tolerate them with "
                    f"--max-errors {n_err} or --max-error-fraction {n_err / max(read, 1):.4g}")
-            _write_atomic(FileSystems.join(out, FAILURE_FILENAME),
+            write_atomic(FileSystems.join(out, FAILURE_FILENAME),
                           json.dumps({"reason": msg, "counts": counts, "fingerprint": ctx.fingerprint}, indent=2).encode())
             raise ConversionFailed(msg)
 
-        # Shards: temp names -> {split}-{i}-of-{n}.
+        # Everything that can fail on the configuration (the analysis, feature
+        # specs, the metadata) is built before the first shard is renamed into
+        # place, so such a failure leaves no shards without metadata.
         splits = {}
+        renames: list[tuple[str, str]] = []
         for s in names:
-            src, dst, infos = [], [], []
+            infos = []
             for r in results:
                 sh = r["shards"][s]
                 name = shard_name(s, r["unit"], ctx.num_shards, opts.compression_type)
-                src.append(sh["tmp"])
-                dst.append(FileSystems.join(out, name))
+                renames.append((sh["tmp"], FileSystems.join(out, name)))
                 infos.append(ShardInfo(name, sh["records"], sh["bytes"]))
-            _rename_replacing(src, dst)
             splits[s] = SplitInfo(s, tuple(infos))
-
-        _remove_stale_shards(out, names, {sh.file for sp in splits.values() for sh in sp.shards})
-
         analysis = Analysis.from_json(analysis_json)
-        vec = Vectorizer(self.config, analysis)
-        vocab_files = {}
-        for name, terms in analysis.vocabularies.items():
-            rel = f"vocab/{name}.txt"
-            data = "".join(_escape_term(t) + "\n" for t in terms).encode("utf-8", "surrogatepass")
-            _write_atomic(FileSystems.join(out, rel), data)
-            vocab_files[name] = {"file": rel, "terms": len(terms)}
-        _write_atomic(FileSystems.join(out, ANALYSIS_FILENAME), json.dumps(analysis.to_json()).encode())
-
-        features: list[FeatureSpec] = vec.feature_specs()
+        features: list[FeatureSpec] = Vectorizer(self.config, analysis).feature_specs()
+        vocab_files = {name: {"file": f"{VOCAB_DIR}/{name}.txt", "terms": len(terms)}
+                       for name, terms in analysis.vocabularies.items()}
         info = DatasetInfo(
             format_version=FORMAT_VERSION if opts.layout == "packed" else 1,
             layout=opts.layout,
@@ -759,22 +752,38 @@ class _Commit(beam.DoFn):
                 "analysis_file": ANALYSIS_FILENAME,
             },
         )
-        _cleanup_tmp(out)
+        metadata = info.dumps().encode()
+        analysis_data = json.dumps(analysis.to_json()).encode()
+
+        # Shards: temp names -> {split}-{i}-of-{n}; then what an earlier run left.
+        _rename_replacing([src for src, _ in renames], [dst for _, dst in renames])
+        _remove_stale(out, [f"{s}-*-of-*.tfrecord*" for s in names], {sh.file for sp in splits.values() for sh in sp.shards})
+        _remove_stale(out, [f"{ERRORS_DIR}/errors-*.jsonl"], {e["file"] for e in error_files})
+        for name, terms in analysis.vocabularies.items():
+            data = "".join(_escape_term(t) + "\n" for t in terms).encode("utf-8", "surrogatepass")
+            write_atomic(FileSystems.join(out, vocab_files[name]["file"]), data)
+        write_atomic(FileSystems.join(out, ANALYSIS_FILENAME), analysis_data)
+
+        cleanup_tmp(out)
         try:
             FileSystems.delete([FileSystems.join(out, FAILURE_FILENAME)])
         except Exception:
             pass
-        _write_atomic(FileSystems.join(out, METADATA_FILENAME), info.dumps().encode())
+        write_atomic(FileSystems.join(out, METADATA_FILENAME), metadata)
         yield info.to_json()
 
 
-def _remove_stale_shards(out: str, splits, keep: set[str]) -> None:
-    """Shards an interrupted earlier run renamed into place but never committed."""
-    for split in splits:
-        matched = FileSystems.match([FileSystems.join(out, f"{split}-*-of-*.tfrecord*")])[0].metadata_list
-        stale = [m.path for m in matched if posix_basename(m.path) not in keep]
+def _remove_stale(out: str, patterns: list[str], keep: set[str]) -> None:
+    """Shards and error files an interrupted or failed earlier run left, not part of this dataset."""
+    for pattern in patterns:
+        try:
+            matched = FileSystems.match([FileSystems.join(out, pattern)])[0].metadata_list
+        except BeamIOError:  # HDFS: listing a missing directory fails
+            continue
+        where = pattern.rpartition("/")[0]
+        stale = [m.path for m in matched if f"{where}/{posix_basename(m.path)}".lstrip("/") not in keep]
         if stale:
-            log.info("removing %d shard(s) left by an interrupted run", len(stale))
+            log.info("removing %d file(s) left by an earlier run", len(stale))
             FileSystems.delete(stale)
 
 
@@ -790,7 +799,7 @@ def posix_basename(p: str) -> str:
     return p.rstrip("/").rsplit("/", 1)[-1]
 
 
-def _cleanup_tmp(out: str) -> None:
+def cleanup_tmp(out: str) -> None:
     """Remove the temp directory; on object stores (no directories) every object under it."""
     tmp = FileSystems.join(out, TMP_DIR)
     try:

@@ -1,0 +1,448 @@
+"""One conversion per output at a time: a lock object with an owner and a heartbeat.
+
+A conversion holds ``OUTPUT/_LOCK.json`` from before it clears or writes
+anything until it ends, whatever happens::
+
+    with OutputLock(output, fingerprint=fp, version=v):
+        ...  # clear, run, commit
+
+The lock holds its ``owner`` (host, pid, user, start time, fingerprint,
+recordprep version, a random token) and a ``heartbeat`` (UTC, ISO and Unix
+seconds) that a daemon thread rewrites every ``heartbeat_seconds`` while the
+run lives; ``heartbeat_seconds`` and ``stale_after_seconds`` are stored too,
+so a reader of the lock alone (``read_lock`` + ``is_stale``, e.g. a future
+``recordprep wait``) can tell a slow run from a dead one.
+
+A second run finding a live lock gets :class:`LockHeldError` naming the owner
+at once. A lock is *stale* (its run is dead) when its heartbeat is older than
+``stale_after_seconds``, or when its owner ran on this host and that process
+is gone (same boot, pid absent or started at another time); a stale lock is
+taken over with a warning. Heartbeats compare wall clocks, so runs on hosts
+whose clocks differ by more than the staleness bound could take over each
+other's lock; the bound is a minute for that reason among others.
+
+Creation is atomic where the storage allows it:
+
+* local paths: ``os.open(O_CREAT | O_EXCL)``; a stale lock is moved aside
+  (``rename``) before the new one is created, and put back if what was moved
+  turns out to be another run's fresh lock;
+* ``gs://``: ``google-cloud-storage`` with ``if_generation_match=0`` to create,
+  the held generation to refresh and delete, so no two runs can both win;
+* anything else (``hdfs://``): best effort through Beam's ``FileSystems``
+  (create if absent, then read back the token); two runs starting within the
+  same second can both pass. Documented in the README.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import getpass
+import json
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from typing import Any
+
+log = logging.getLogger("recordprep")
+
+LOCK_FILENAME = "_LOCK.json"
+#: How often a live run rewrites its heartbeat: often enough that a dead run is
+#: noticed within a minute, rarely enough to cost nothing (one small write).
+HEARTBEAT_SECONDS = 10.0
+#: A heartbeat older than this means the run is dead: six missed beats, far
+#: more than a stalled write or a long GC pause takes, and room for clock skew.
+STALE_AFTER_SECONDS = 60.0
+
+
+class LockHeldError(RuntimeError):
+    """Another live run holds the output's lock."""
+
+    def __init__(self, output: str, lock: dict[str, Any]):
+        self.lock = lock
+        owner = lock.get("owner") or {}
+        since = owner.get("started") or "an unknown time"
+        beat = lock.get("heartbeat") or "never"
+        super().__init__(
+            f"{output} is being written by another conversion: {describe_owner(owner)}, running since {since} "
+            f"(last heartbeat {beat}); wait for it to finish (recordprep wait {output}) or write to another "
+            f"directory. A lock whose run died is taken over once its heartbeat is "
+            f"{lock.get('stale_after_seconds', STALE_AFTER_SECONDS):.0f} s old."
+        )
+
+
+def describe_owner(owner: dict[str, Any]) -> str:
+    """``pid 123 of alice on host-a (recordprep 1.2)``."""
+    return (f"pid {owner.get('pid', '?')} of {owner.get('user', '?')} on {owner.get('host', '?')} "
+            f"(recordprep {owner.get('version', '?')})")
+
+
+def _now() -> float:
+    return time.time()
+
+
+def _iso(t: float) -> str:
+    return _dt.datetime.fromtimestamp(t, _dt.UTC).isoformat(timespec="seconds")
+
+
+def _boot_id() -> str:
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def _process_start(pid: int) -> str:
+    """The process's start time in clock ticks since boot (Linux), else ``""``."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+        return stat.rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return ""
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except Exception:  # noqa: BLE001 - no passwd entry (containers)
+        return str(os.getuid()) if hasattr(os, "getuid") else "?"
+
+
+def _owner_dead_here(owner: dict[str, Any]) -> bool:
+    """True when the owner ran on this host (same boot) and its process is gone."""
+    if owner.get("host") != socket.gethostname():
+        return False
+    boot = _boot_id()
+    if boot and owner.get("boot_id") and owner["boot_id"] != boot:
+        return True  # the host rebooted since: every process of that boot is gone
+    pid = owner.get("pid")
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except (PermissionError, OSError):
+        return False  # exists (another user's process)
+    started = _process_start(pid)
+    return bool(started and owner.get("pid_start") and started != owner["pid_start"])  # pid reused
+
+
+def is_stale(lock: dict[str, Any], now: float | None = None) -> bool:
+    """Whether ``lock`` (as :func:`read_lock` returns it) belongs to a dead run."""
+    now = _now() if now is None else now
+    bound = lock.get("stale_after_seconds")
+    bound = float(bound) if isinstance(bound, int | float) and bound > 0 else STALE_AFTER_SECONDS
+    beat = lock.get("heartbeat_unix")
+    if not isinstance(beat, int | float):
+        beat = lock.get("_modified", now)  # unreadable lock: judge by the object's age
+    if now - float(beat) > bound:
+        return True
+    return _owner_dead_here(lock.get("owner") or {})
+
+
+# ---------------------------------------------------------------- storage
+
+
+class _Local:
+    """A lock file on a local (or NFS-like POSIX) file system."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def create(self, data: bytes) -> bool:
+        os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
+        try:
+            fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            return False
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        return True
+
+    def read(self) -> tuple[bytes, Any, float] | None:
+        try:
+            with open(self.path, "rb") as f:
+                data = f.read()
+            return data, data, os.path.getmtime(self.path)
+        except FileNotFoundError:
+            return None
+
+    def replace(self, data: bytes, held: Any) -> Any:
+        tmp = f"{self.path}.{uuid.uuid4().hex[:8]}"
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, self.path)
+        return data
+
+    def remove_if(self, state: Any) -> bool:
+        """Remove the lock if it still is ``state`` (what was read); False if another run's."""
+        aside = f"{self.path}.stale-{uuid.uuid4().hex[:8]}"
+        try:
+            os.rename(self.path, aside)
+        except FileNotFoundError:
+            return True  # gone already: whoever removed it, creating is the next step
+        with open(aside, "rb") as f:
+            moved = f.read()
+        if moved != state:  # another run took it over in between: put its lock back
+            with contextlib.suppress(FileExistsError):
+                os.link(aside, self.path)
+            os.unlink(aside)
+            return False
+        os.unlink(aside)
+        return True
+
+
+class _Gcs:
+    """A lock object on GCS, every change conditional on the object's generation."""
+
+    def __init__(self, path: str, client: Any):
+        bucket, _, name = path[len("gs://"):].partition("/")
+        self.blob = client.bucket(bucket).blob(name)
+
+    def create(self, data: bytes) -> bool:
+        from google.api_core.exceptions import PreconditionFailed
+
+        try:
+            self.blob.upload_from_string(data, content_type="application/json", if_generation_match=0)
+        except PreconditionFailed:
+            return False
+        return True
+
+    def read(self) -> tuple[bytes, Any, float] | None:
+        from google.api_core.exceptions import NotFound
+
+        try:
+            blob = self.blob.bucket.get_blob(self.blob.name)
+            if blob is None:
+                return None
+            data = blob.download_as_bytes(if_generation_match=blob.generation)
+        except NotFound:
+            return None
+        updated = blob.updated.timestamp() if blob.updated else _now()
+        return data, blob.generation, updated
+
+    def replace(self, data: bytes, held: Any) -> Any:
+        self.blob.upload_from_string(data, content_type="application/json", if_generation_match=held)
+        return self.blob.generation
+
+    def remove_if(self, state: Any) -> bool:
+        from google.api_core.exceptions import NotFound, PreconditionFailed
+
+        try:
+            self.blob.delete(if_generation_match=state)
+        except NotFound:
+            return True
+        except PreconditionFailed:
+            return False
+        return True
+
+
+class _BeamFs:
+    """Any other Beam file system (HDFS): create-if-absent, not atomic (see the module docstring)."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def create(self, data: bytes) -> bool:
+        from apache_beam.io.filesystems import FileSystems
+
+        if FileSystems.exists(self.path):
+            return False
+        with FileSystems.create(self.path, mime_type="application/json", compression_type="uncompressed") as f:
+            f.write(data)
+        return True
+
+    def read(self) -> tuple[bytes, Any, float] | None:
+        from apache_beam.io.filesystems import FileSystems
+
+        try:
+            meta = FileSystems.match([self.path])[0].metadata_list
+            if not meta:
+                return None
+            with FileSystems.open(self.path, compression_type="uncompressed") as f:
+                data = f.read()
+        except Exception:  # noqa: BLE001 - vanished between listing and reading
+            return None
+        return data, data, float(meta[0].last_updated_in_seconds or _now())
+
+    def replace(self, data: bytes, held: Any) -> Any:
+        from apache_beam.io.filesystems import FileSystems
+
+        with FileSystems.create(self.path, mime_type="application/json", compression_type="uncompressed") as f:
+            f.write(data)
+        return data
+
+    def remove_if(self, state: Any) -> bool:
+        from apache_beam.io.filesystems import FileSystems
+
+        current = self.read()
+        if current is not None and current[1] != state:
+            return False
+        with contextlib.suppress(Exception):
+            FileSystems.delete([self.path])
+        return True
+
+
+def _storage(path: str, gcs_client: Any = None) -> Any:
+    if "://" not in path:
+        return _Local(path)
+    if path.startswith("gs://"):
+        if gcs_client is None:
+            from apache_beam.io.gcp.gcsio import create_storage_client
+            from apache_beam.options.pipeline_options import PipelineOptions
+
+            gcs_client = create_storage_client(PipelineOptions([]))
+        return _Gcs(path, gcs_client)
+    return _BeamFs(path)
+
+
+def _lock_path(output: str) -> str:
+    return output.rstrip("/") + "/" + LOCK_FILENAME
+
+
+def _parse(data: bytes, modified: float) -> dict[str, Any]:
+    try:
+        lock = json.loads(data)
+    except ValueError:
+        lock = None
+    if not isinstance(lock, dict):
+        lock = {}  # being created, or damaged: judged by its age
+    lock["_modified"] = modified
+    return lock
+
+
+def read_lock(output: str, gcs_client: Any = None) -> dict[str, Any] | None:
+    """The lock of ``output`` as stored (plus ``_modified``, the object's own time), or None."""
+    got = _storage(_lock_path(output), gcs_client).read()
+    return None if got is None else _parse(got[0], got[2])
+
+
+# ---------------------------------------------------------------- the lock
+
+
+class OutputLock:
+    """The lock of one conversion's output; see the module docstring.
+
+    ``acquire()`` takes it (or raises :class:`LockHeldError`), ``start_heartbeat()``
+    starts the daemon thread that refreshes it, ``release()`` stops the thread
+    and deletes the lock if it is still ours. As a context manager it does all
+    three. The thread starts separately because a launcher may fork worker
+    processes after taking the lock, which must happen while it has no thread.
+    """
+
+    def __init__(self, output: str, *, fingerprint: str = "", version: str = "",
+                 heartbeat_seconds: float = HEARTBEAT_SECONDS, stale_after_seconds: float = STALE_AFTER_SECONDS,
+                 gcs_client: Any = None):
+        if not heartbeat_seconds > 0 or not stale_after_seconds > heartbeat_seconds:
+            raise ValueError("the lock needs heartbeat_seconds > 0 and stale_after_seconds > heartbeat_seconds")
+        self.output = output
+        self.path = _lock_path(output)
+        self.heartbeat_seconds = float(heartbeat_seconds)
+        self.stale_after_seconds = float(stale_after_seconds)
+        self._store = _storage(self.path, gcs_client)
+        now = _now()
+        self.owner = {
+            "host": socket.gethostname(), "pid": os.getpid(), "user": _user(), "started": _iso(now),
+            "fingerprint": fingerprint, "version": version, "token": uuid.uuid4().hex,
+            "boot_id": _boot_id(), "pid_start": _process_start(os.getpid()),
+        }
+        self._held: Any = None  # the storage's state of our lock (bytes, or a GCS generation)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._io = threading.Lock()  # heartbeat and release never write at once
+        self.took_over: dict[str, Any] | None = None  # the stale lock replaced, if any
+
+    def _document(self) -> bytes:
+        now = _now()
+        return json.dumps({
+            "owner": self.owner, "heartbeat": _iso(now), "heartbeat_unix": now,
+            "heartbeat_seconds": self.heartbeat_seconds, "stale_after_seconds": self.stale_after_seconds,
+        }, indent=2).encode()
+
+    def acquire(self) -> OutputLock:
+        for _ in range(3):  # create; else take over a stale lock and create again
+            data = self._document()
+            if self._store.create(data):
+                self._held = self._store.blob.generation if isinstance(self._store, _Gcs) else data
+                if isinstance(self._store, _BeamFs):
+                    self._check_still_ours()
+                return self
+            got = self._store.read()
+            if got is None:
+                continue  # released in between
+            lock = _parse(got[0], got[2])
+            if not is_stale(lock):
+                raise LockHeldError(self.output, lock)
+            owner = lock.get("owner") or {}
+            log.warning("taking over the lock of %s from a dead conversion (%s, last heartbeat %s)",
+                        self.output, describe_owner(owner), lock.get("heartbeat", "never"))
+            if self._store.remove_if(got[1]):
+                self.took_over = lock
+        got = self._store.read()
+        raise LockHeldError(self.output, _parse(got[0], got[2]) if got else {})
+
+    def _check_still_ours(self) -> None:
+        got = self._store.read()
+        lock = _parse(got[0], got[2]) if got else {}
+        if (lock.get("owner") or {}).get("token") != self.owner["token"]:
+            raise LockHeldError(self.output, lock)
+
+    def start_heartbeat(self) -> None:
+        if self._thread is None and self._held is not None:
+            self._thread = threading.Thread(target=self._beat, name="recordprep-lock-heartbeat", daemon=True)
+            self._thread.start()
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self.heartbeat_seconds):
+            try:
+                self.refresh()
+            except Exception as e:  # noqa: BLE001 - a missed beat is not fatal; many in a row are
+                log.warning("could not refresh the lock %s: %s", self.path, e)
+
+    def refresh(self) -> None:
+        """Rewrite the heartbeat now (the thread does it every ``heartbeat_seconds``)."""
+        with self._io:
+            if self._held is None:
+                return
+            if not isinstance(self._store, _Gcs):  # GCS: the generation precondition checks it
+                got = self._store.read()
+                if got is None or (_parse(got[0], got[2]).get("owner") or {}).get("token") != self.owner["token"]:
+                    log.error("the lock %s is no longer ours (another run took it over); "
+                              "this run's output may be mixed with that run's", self.path)
+                    self._held = None
+                    return
+            self._held = self._store.replace(self._document(), self._held)
+
+    def release(self) -> None:
+        """Stop the heartbeat and delete the lock if it is still ours; never raises."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        with self._io:
+            held, self._held = self._held, None
+            if held is None:
+                return
+            try:
+                if not isinstance(self._store, _Gcs):
+                    got = self._store.read()
+                    if got is None or (_parse(got[0], got[2]).get("owner") or {}).get("token") != self.owner["token"]:
+                        return
+                    held = got[1]
+                self._store.remove_if(held)
+            except Exception as e:  # noqa: BLE001 - the run's own outcome matters more
+                log.warning("could not remove the lock %s: %s; the next run takes it over once stale", self.path, e)
+
+    def __enter__(self) -> OutputLock:
+        self.acquire()
+        self.start_heartbeat()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.release()

@@ -1,0 +1,340 @@
+"""Output safety (issue 24): a conversion never deletes user data, one conversion
+writes an output at a time, and every failed run says so in ``_FAILURE.json``."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import fastavro
+import pytest
+from _pipelines_data import SCHEMA, make_records, write_dataset
+from typer.testing import CliRunner
+
+from convert.spec import FAILURE_FILENAME, METADATA_FILENAME
+from pipelines.cli import app
+from pipelines.lock import LOCK_FILENAME
+
+runner = CliRunner()
+RECORDPREP = Path(sys.executable).with_name("recordprep")
+TMP = ".recordprep-tmp"
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    return write_dataset(tmp_path_factory.mktemp("d"), make_records(80))
+
+
+def _convert(*args: str) -> object:
+    return runner.invoke(app, ["convert", *args, "--workers", "1", "--no-progress"])
+
+
+def _snapshot(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def _other_config(data, tmp_path) -> Path:
+    cfg = tmp_path / "other.yaml"
+    cfg.write_text(Path(data["config"]).read_text().replace("buckets: 64", "buckets: 32"))
+    return cfg
+
+
+# ------------------------------------------------------------------ 1a: inputs are never the output
+
+
+@pytest.mark.parametrize("case", ["same_dir", "input_file_inside", "inside_input_dir", "symlink_to_input_dir"])
+def test_an_output_overlapping_an_input_is_refused_before_anything_is_written(data, tmp_path, case):
+    same = tmp_path / "same"
+    shutil.copytree(Path(data["config"]).parent, same)
+    before = _snapshot(same)
+    inputs, output = {
+        "same_dir": (f"{same}/", str(same)),
+        "input_file_inside": (str(same / "part-0.jsonl"), str(tmp_path)),
+        "inside_input_dir": (str(same), str(same / "out")),
+        "symlink_to_input_dir": (f"{same}/", str(tmp_path / "link")),
+    }[case]
+    if case == "symlink_to_input_dir":
+        (tmp_path / "link").symlink_to(same)
+    for extra in ([], ["--overwrite"]):
+        r = _convert("-i", inputs, "-c", str(data["config"]), "-o", output, *extra)
+        assert r.exit_code == 2, r.output
+        assert "write to another directory" in r.output and "Traceback" not in r.output
+    assert _snapshot(same) == before  # nothing written, nothing deleted
+    assert not (same / "out").exists() and not (same / TMP).exists()
+
+
+def test_an_output_next_to_the_inputs_is_fine(data, tmp_path):
+    same = tmp_path / "same"
+    shutil.copytree(Path(data["config"]).parent, same)
+    r = _convert("-i", str(same / "*.jsonl"), "-c", str(data["config"]), "-o", str(same / "out"))
+    assert r.exit_code == 0, r.output
+    assert (same / "out" / METADATA_FILENAME).exists()
+
+
+# ------------------------------------------------------------------ 1b: --overwrite deletes only ours
+
+
+def test_overwrite_refuses_unknown_files_and_deletes_nothing(data, tmp_path):
+    out = tmp_path / "out"
+    r = _convert("-i", str(data["json"]), "-c", str(data["config"]), "-o", str(out), "--num-shards", "2")
+    assert r.exit_code == 0, r.output
+    (out / "notes.txt").write_text("mine")
+    (out / "mine").mkdir()
+    (out / "mine" / "model.h5").write_bytes(b"\x00weights")
+    (out / "vocab" / "keep" ).mkdir()
+    (out / "vocab" / "keep" / "mine.csv").write_text("a,b\n")
+    before = _snapshot(out)
+    r = _convert("-i", str(data["json"]), "-c", str(_other_config(data, tmp_path)), "-o", str(out), "--overwrite")
+    assert r.exit_code == 1, r.output
+    assert "3 file(s) no recordprep run wrote" in r.output
+    assert "notes.txt" in r.output and "mine/model.h5" in r.output and "vocab/keep/mine.csv" in r.output
+    assert "nothing was deleted" in r.output
+    assert _snapshot(out) == before  # the old dataset and the user's files, byte-identical
+    assert not (out / LOCK_FILENAME).exists() and not (out / FAILURE_FILENAME).exists()
+
+
+def test_overwrite_lists_the_first_unknown_files_and_their_count(data, tmp_path):
+    out = tmp_path / "out"
+    assert _convert("-i", str(data["json"]), "-c", str(data["config"]), "-o", str(out)).exit_code == 0
+    for i in range(12):
+        (out / f"user-{i:02d}.csv").write_text(str(i))
+    r = _convert("-i", str(data["json"]), "-c", str(_other_config(data, tmp_path)), "-o", str(out), "--overwrite")
+    assert r.exit_code == 1
+    assert "12 file(s)" in r.output and "user-00.csv" in r.output and "and 7 more" in r.output
+    assert "user-11.csv" not in r.output
+
+
+def test_overwrite_replaces_everything_a_previous_run_wrote(data, tmp_path):
+    out = tmp_path / "out"
+    r = _convert("-i", str(data["json"]), "-c", str(data["config"]), "-o", str(out), "--num-shards", "3")
+    assert r.exit_code == 0, r.output
+    # what earlier, interrupted or failed runs may have left: recordprep's own names
+    (out / "train-00007-of-00009.tfrecord.gz").write_bytes(b"old")
+    (out / "vocab" / "gone_feature.txt").write_text("x\n")
+    (out / "errors").mkdir()
+    (out / "errors" / "errors-00000-of-00004.jsonl").write_text("{}\n")
+    (out / TMP).mkdir()
+    (out / TMP / "prepared-00000-deadbeef.bin").write_bytes(b"junk")
+    (out / "analysis.json.tmp-0123abcd").write_text("{}")
+    r = _convert("-i", str(data["json"]), "-c", str(_other_config(data, tmp_path)), "-o", str(out),
+                 "--overwrite", "--num-shards", "1")
+    assert r.exit_code == 0, r.output
+    left = sorted(_snapshot(out))
+    info = json.loads((out / METADATA_FILENAME).read_text())
+    listed = {sh["file"] for sp in info["splits"].values() for sh in sp["shards"]}
+    listed |= {v["file"] for v in info["vocabularies"].values()} | {METADATA_FILENAME, "analysis.json"}
+    assert set(left) == listed, left
+    assert all("-of-00001" in name for name in left if ".tfrecord" in name)
+
+
+def test_a_rerun_into_an_output_with_user_files_is_still_a_no_op(data, tmp_path):
+    out = tmp_path / "out"
+    assert _convert("-i", str(data["json"]), "-c", str(data["config"]), "-o", str(out)).exit_code == 0
+    (out / "README.txt").write_text("my notes")
+    r = _convert("-i", str(data["json"]), "-c", str(data["config"]), "-o", str(out), "--overwrite")
+    assert r.exit_code == 0 and "nothing to do" in r.output
+    assert (out / "README.txt").read_text() == "my notes"
+
+
+# ------------------------------------------------------------------ 2: one conversion per output
+
+
+def _cli(data, out, *extra: str) -> list[str]:
+    return [str(RECORDPREP), "convert", "-i", str(data["json"]), "-c", str(data["config"]), "-o", str(out),
+            "--num-shards", "4", "--batch-size", "200", "--workers", "1", *extra]
+
+
+@pytest.mark.slow
+def test_two_conversions_into_one_output_at_once(tmp_path):
+    data = write_dataset(tmp_path / "d", make_records(6000))
+    out = tmp_path / "out"
+    procs = [subprocess.Popen(_cli(data, out), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    results = [(p.wait(timeout=300), *p.communicate()) for p in procs]
+    codes = sorted(rc for rc, _, _ in results)
+    assert codes == [0, 1], results
+    _, _, refused = next(r for r in results if r[0] == 1)
+    winner = procs[[r[0] for r in results].index(0)].pid
+    assert f"being written by another conversion: pid {winner} of" in refused, refused
+    assert socket.gethostname() in refused and "running since" in refused and "Traceback" not in refused
+    assert not (out / TMP).exists() and not (out / LOCK_FILENAME).exists() and not (out / FAILURE_FILENAME).exists()
+    v = subprocess.run([str(RECORDPREP), "verify", str(out)], capture_output=True, text=True, timeout=120)
+    assert v.returncode == 0, v.stdout + v.stderr
+
+
+def _dead_pid() -> int:
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()
+    return p.pid
+
+
+def _write_lock(out: Path, *, pid: int, age_s: float) -> dict:
+    out.mkdir(parents=True, exist_ok=True)
+    beat = time.time() - age_s
+    lock = {"owner": {"host": socket.gethostname(), "pid": pid, "user": "someone", "started": "2026-11-24T01:02:03+00:00",
+                      "fingerprint": "f" * 64, "version": "0.0", "token": "t"},
+            "heartbeat": "2026-11-24T01:02:03+00:00", "heartbeat_unix": beat,
+            "heartbeat_seconds": 10.0, "stale_after_seconds": 60.0}
+    (out / LOCK_FILENAME).write_text(json.dumps(lock))
+    return lock
+
+
+def test_a_live_lock_refuses_the_run_naming_its_owner(data, tmp_path):
+    out = tmp_path / "out"
+    lock = _write_lock(out, pid=os.getpid(), age_s=1)
+    r = _convert("-i", str(data["json"]), "-c", str(data["config"]), "-o", str(out))
+    assert r.exit_code == 1, r.output
+    assert f"pid {os.getpid()} of someone on {socket.gethostname()}" in r.output
+    assert "running since 2026-11-24T01:02:03" in r.output
+    assert json.loads((out / LOCK_FILENAME).read_text()) == lock  # the owner's lock is left alone
+    assert sorted(p.name for p in out.iterdir()) == [LOCK_FILENAME]  # no temp files, no failure marker
+    # a dry run takes no lock: it runs beside the owner
+    r = runner.invoke(app, ["convert", "-i", str(data["json"]), "-c", str(data["config"]), "-o", str(out), "--dry-run"])
+    assert r.exit_code == 0, r.output
+    assert json.loads((out / LOCK_FILENAME).read_text()) == lock
+
+
+@pytest.mark.parametrize("stale", ["old_heartbeat", "dead_pid_on_this_host"])
+def test_a_stale_lock_is_taken_over_with_a_warning(data, tmp_path, stale):
+    out = tmp_path / "out"
+    # an old heartbeat (whatever the pid), or a fresh one whose process is gone
+    _write_lock(out, pid=_dead_pid() if stale == "dead_pid_on_this_host" else os.getpid(),
+                age_s=3600 if stale == "old_heartbeat" else 1)
+    r = subprocess.run(_cli(data, out), capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "taking over the lock" in r.stderr and "someone" in r.stderr
+    assert (out / METADATA_FILENAME).exists() and not (out / LOCK_FILENAME).exists()
+
+
+# ------------------------------------------------------------------ 3, 4: every failed run says so
+
+
+def _assert_failed_cleanly(out: Path, reason: str) -> None:
+    marker = json.loads((out / FAILURE_FILENAME).read_text())
+    assert reason in marker["reason"] and "\n" not in marker["reason"], marker
+    assert not (out / TMP).exists() and not (out / LOCK_FILENAME).exists()
+    assert not (out / METADATA_FILENAME).exists()
+    t0 = time.monotonic()
+    r = runner.invoke(app, ["wait", str(out), "--timeout", "5", "--poll", "0.1"])
+    assert r.exit_code == 1 and reason in r.output, r.output
+    assert time.monotonic() - t0 < 2  # at once, not at the timeout
+
+
+def test_a_truncated_avro_input_leaves_a_failure_marker(tmp_path):
+    src = tmp_path / "in"
+    src.mkdir()
+    with open(src / "t.avro", "wb") as f:
+        fastavro.writer(f, SCHEMA, make_records(300), codec="deflate", sync_interval=2000)
+    whole = (src / "t.avro").read_bytes()
+    (src / "t.avro").write_bytes(whole[: len(whole) * 2 // 3])
+    cfg = tmp_path / "features.yaml"
+    cfg.write_text(Path(write_dataset(tmp_path / "d", make_records(2))["config"]).read_text())
+    out = tmp_path / "out"
+    r = _convert("-i", str(src / "t.avro"), "-c", str(cfg), "-o", str(out))
+    assert r.exit_code == 1, r.output
+    assert "t.avro" in r.output and "Traceback" not in r.output
+    _assert_failed_cleanly(out, "t.avro")
+
+
+def test_an_exception_in_the_commit_leaves_a_failure_marker_and_no_shards(data, tmp_path, monkeypatch):
+    from pipelines import transforms
+
+    real = transforms._rename_replacing
+
+    def broken_rename(src, dst):  # the shards' renames fail, the rest works
+        if any(".tfrecord" in d for d in dst):
+            raise OSError("injected rename failure")
+        real(src, dst)
+
+    monkeypatch.setattr(transforms, "_rename_replacing", broken_rename)
+    out = tmp_path / "out"
+    r = _convert("-i", str(data["json"]), "-c", str(data["config"]), "-o", str(out), "--num-shards", "2")
+    assert r.exit_code == 1 and "injected rename failure" in r.output, r.output
+    _assert_failed_cleanly(out, "injected rename failure")
+    assert not list(out.glob("*.tfrecord*"))
+
+
+def test_a_config_that_fails_at_commit_places_no_shards_before_it_fails(data, tmp_path, monkeypatch):
+    """Anything that can fail on the config (metadata, feature specs) is built before
+    the first shard is renamed into the output."""
+    from pipelines import transforms
+
+    def too_big(*a, **k):
+        raise MemoryError("injected: num_oov_buckets too large")
+
+    monkeypatch.setattr(transforms, "DatasetInfo", too_big)
+    out = tmp_path / "out"
+    r = _convert("-i", str(data["json"]), "-c", str(data["config"]), "-o", str(out))
+    assert r.exit_code == 1, r.output
+    _assert_failed_cleanly(out, "MemoryError: injected")
+    assert sorted(p.name for p in out.iterdir()) == [FAILURE_FILENAME]  # no shards, vocabularies, analysis
+    monkeypatch.undo()
+    r = _convert("-i", str(data["json"]), "-c", str(data["config"]), "-o", str(out))  # the next run just works
+    assert r.exit_code == 0, r.output
+    assert not (out / FAILURE_FILENAME).exists()
+
+
+def test_after_a_full_disk_temp_files_go_before_the_marker_is_written(data, tmp_path, monkeypatch):
+    """The clean-up order, with ENOSPC injected in the commit (the real full disk is below)."""
+    from pipelines import job, transforms
+
+    real = transforms._rename_replacing
+
+    def full(src, dst):
+        if any(".tfrecord" in d for d in dst):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real(src, dst)
+
+    calls = []
+    cleanup, write = job.cleanup_tmp, job.write_atomic
+
+    def record_cleanup(out):
+        calls.append(("cleanup", (Path(out) / TMP).exists()))
+        cleanup(out)
+
+    def record_write(path, payload):
+        calls.append(("marker", (Path(path).parent / TMP).exists()))
+        write(path, payload)
+
+    monkeypatch.setattr(transforms, "_rename_replacing", full)
+    monkeypatch.setattr(job, "cleanup_tmp", record_cleanup)
+    monkeypatch.setattr(job, "write_atomic", record_write)
+    out = tmp_path / "out"
+    r = _convert("-i", str(data["json"]), "-c", str(data["config"]), "-o", str(out))
+    assert r.exit_code == 1, r.output
+    assert calls == [("cleanup", True), ("marker", False)]
+    _assert_failed_cleanly(out, "No space left on device")
+
+
+@contextlib.contextmanager
+def _tmpfs(path: Path, size: str):
+    path.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip()}")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", str(path)], check=False)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a small tmpfs (a disk that fills up) needs root")
+def test_a_full_disk_leaves_a_failure_marker_and_frees_the_temp_files(tmp_path):
+    data = write_dataset(tmp_path / "d", make_records(6000))
+    with _tmpfs(tmp_path / "disk", "256k") as disk:
+        out = disk / "out"
+        r = subprocess.run(_cli(data, out), capture_output=True, text=True, timeout=300)
+        assert r.returncode == 1, r.stdout + r.stderr
+        assert "Traceback" not in r.stderr
+        _assert_failed_cleanly(out, "No space left on device")
+        st = os.statvfs(disk)
+        assert st.f_bfree * st.f_frsize > 200 * 1024  # the temp files no longer fill it
