@@ -71,7 +71,8 @@ def convert(
     _setup_logging(verbose)
     from convert.config import ConfigError
     from convert.splits import SplitError, Splits
-    from pipelines.job import OutputExistsError, plan, run_convert
+    from pipelines.job import OutputExistsError, OutputPathError, failure_reason, plan, run_convert
+    from pipelines.lock import LockHeldError
     from pipelines.options import ConvertOptions, OptionsError
     from pipelines.plan import InputError
     from pipelines.transforms import ConversionFailed
@@ -102,14 +103,14 @@ def convert(
             return
         typer.echo(f"converting {', '.join(opts.inputs)} -> {opts.output}", err=True)
         result = run_convert(opts)
-    except (ConfigError, OptionsError, SplitError, InputError) as e:
+    except (ConfigError, OptionsError, SplitError, InputError, OutputPathError) as e:
         _fail(str(e), 2)
-    except (ConversionFailed, OutputExistsError, FileNotFoundError) as e:
+    except (ConversionFailed, OutputExistsError, LockHeldError, FileNotFoundError) as e:
         _fail(getattr(e, "message", None) or str(e))
     except Exception as e:  # noqa: BLE001 - last resort: one line, details with -v
         if verbose:
             raise
-        _fail(f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''} (re-run with --verbose for details)")
+        _fail(f"{failure_reason(e)} (re-run with --verbose for details)")
     for line in result.summary_lines():
         typer.echo(line)
     written = sum(sp.get("num_records", 0) for sp in result.info.get("splits", {}).values())
