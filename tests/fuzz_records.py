@@ -14,6 +14,9 @@ Targets (each a property; rounds of fresh random examples run until the time is 
   garbage: the reader yields records or raises ``InputFileError`` naming the
   file, nothing else, in bounded time and memory.
 - ``json-bytes``: arbitrary bytes as a JSON input: records, bad lines, or ``InputFileError``.
+- ``config``: hostile feature configs (alias bombs, deep nesting, duplicate keys, huge and
+  non-finite numbers, wrong types, non-UTF-8 bytes, long strings; tests/_config_strategies.py):
+  ``load_config`` loads them or raises ``ConfigError`` with a short message, nothing else.
 
 A failure prints the falsifying example (shrunk) and exits 1. ``tests/test_property_fuzz.py``
 runs a few seconds of it in the normal suite.
@@ -34,6 +37,7 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]
 
 import test_property_roundtrip as props  # noqa: E402
+from _config_strategies import config_target, hostile_configs  # noqa: E402
 from _record_strategies import avro_bytes, avro_cases  # noqa: E402
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
@@ -124,6 +128,7 @@ TARGETS = {  # name: (strategies for the arguments, body)
     "json-bytes": ((st.one_of(st.binary(max_size=400),
                               props.json_files.map(lambda b: b[: len(b) // 2] + b"\xff" + b[len(b) // 2:])),),
                    json_bytes_target),
+    "config": ((hostile_configs(),), config_target),
 }
 
 
