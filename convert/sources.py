@@ -23,6 +23,7 @@ from any block polars cannot read.
 
 from __future__ import annotations
 
+import bz2
 import dataclasses
 import functools
 import gzip
@@ -30,7 +31,9 @@ import io
 import itertools
 import json
 import logging
+import lzma
 import re
+import sys
 import zlib
 from collections.abc import Callable, Generator, Iterator, Sequence
 from typing import IO, Any
@@ -52,6 +55,26 @@ MAX_AVRO_BLOCK_BYTES = 256 * 1024 * 1024
 #: in one block is taken for a corrupt count (it would decode into an
 #: unbounded list of empty records).
 MAX_AVRO_EMPTY_RECORDS = 1 << 20
+#: Default cap on one JSON line (JSON Lines) and on one whole JSON document
+#: (an array file, a ``--json-records-path`` document), in bytes: far above a
+#: real record, low enough that one hostile line (gigabytes of one repeated
+#: byte gzip to a few MB) cannot exhaust a worker. ``--max-record-mb``.
+DEFAULT_MAX_RECORD_BYTES = 64 << 20
+#: Default cap on the decompressed bytes of one Avro block: Avro writers flush
+#: blocks of 64 KB .. 16 MB, and a deflate bomb of a few MB expands to
+#: gigabytes before any record is decoded. ``--max-block-mb``.
+DEFAULT_MAX_BLOCK_BYTES = 256 << 20
+#: At most this many bytes of a rejected line's text are copied into the error
+#: output (and into messages): enough to recognize and repair a record, while
+#: a line near the record cap is not copied whole.
+MAX_ERROR_TEXT_BYTES = 16 * 1024
+#: Exception texts quoted in messages are cut to this many characters.
+_MAX_QUOTED_CHARS = 500
+#: Decompressed bytes per call when measuring an Avro block's size: what the
+#: check holds in memory at once.
+_CHECK_CHUNK_BYTES = 1 << 20
+#: deflate expands at most ~1032:1, so blocks up to cap / 1032 bytes need no check.
+_DEFLATE_MAX_RATIO = 1032
 
 
 class InputFileError(ValueError):
@@ -67,6 +90,29 @@ class InputFileError(ValueError):
 
     def __reduce__(self):
         return (type(self), (self.path, self.reason, self.offset))
+
+
+def _mb(nbytes: int) -> str:
+    """A byte cap as the ``--max-*-mb`` options spell it (MB of 2**20 bytes)."""
+    return f"{nbytes / 2**20:g} MB"
+
+
+def _quoted(e: BaseException) -> str:
+    """``Type: message`` of an exception, cut to a bounded length (messages of
+    parsers and decoders may quote input)."""
+    text = f"{type(e).__name__}: {e}"
+    return text if len(text) <= _MAX_QUOTED_CHARS else text[:_MAX_QUOTED_CHARS] + "... [cut]"
+
+
+def _excerpt(raw: bytes, total: int | None = None) -> str:
+    """The text of a rejected line for the error output: whole up to
+    ``MAX_ERROR_TEXT_BYTES``, else that prefix and a note of the line's size
+    (``total`` when ``raw`` is already a prefix)."""
+    total = len(raw) if total is None else total
+    if total <= MAX_ERROR_TEXT_BYTES and len(raw) == total:
+        return raw.decode("utf-8", "replace")
+    head = raw[:MAX_ERROR_TEXT_BYTES].decode("utf-8", "replace")
+    return f"{head}... [truncated: the line holds {total} bytes]"
 
 
 @dataclasses.dataclass
@@ -309,6 +355,137 @@ def _peek_block_header(f: IO[bytes]) -> tuple[int, int] | None:
     return None if h is None else (h[0], h[1])
 
 
+def _varint(data: bytes | memoryview) -> int | None:
+    """An unsigned little-endian base-128 varint at the start of ``data``."""
+    n = shift = 0
+    for b in data[:10]:
+        n |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return n
+        shift += 7
+    return None
+
+
+def _inflated_size(data: bytes | memoryview, cap: int) -> int:
+    """Bytes raw deflate ``data`` expands to, counted ``_CHECK_CHUNK_BYTES`` at
+    a time; stops as soon as the count passes ``cap``."""
+    d = zlib.decompressobj(-15)
+    total = 0
+    try:
+        while True:
+            out = d.decompress(data, _CHECK_CHUNK_BYTES)
+            total += len(out)
+            data = d.unconsumed_tail
+            if total > cap or d.eof or not out:
+                return total
+    except zlib.error:
+        return total  # corrupt: the decoder reports it
+
+
+def _streamed_size(new: Callable[[], Any], data: bytes | memoryview, cap: int) -> int:
+    """``_inflated_size`` for the bz2/lzma/zstd decompressor API (several
+    concatenated streams, as ``bz2.decompress`` and friends accept)."""
+    total = 0
+    try:
+        while data:
+            d = new()
+            out = d.decompress(data, _CHECK_CHUNK_BYTES)
+            total += len(out)
+            while total <= cap and not d.eof and not d.needs_input:
+                out = d.decompress(b"", _CHECK_CHUNK_BYTES)
+                total += len(out)
+            if total > cap or not d.eof:
+                return total
+            data = d.unused_data
+    except (OSError, EOFError, ValueError, lzma.LZMAError):
+        pass  # corrupt: the decoder reports it
+    return total
+
+
+def _zstd_decompressor() -> Any:
+    if sys.version_info >= (3, 14):
+        from compression import zstd
+    else:
+        from backports import zstd
+    return zstd.ZstdDecompressor()
+
+
+def _block_expands_past(codec: str, data: bytes | memoryview | Callable[[int], bytes], size: int, cap: int) -> int | None:
+    """``None`` when an Avro block of ``size`` compressed bytes decompresses to
+    at most ``cap`` bytes, else how many bytes it decompresses to (at least).
+
+    ``data`` is the block's compressed bytes, or ``read(n)`` giving its first
+    ``n``: only codecs whose size is not known cheaply read all of it. The
+    size comes from the codec's own framing where it has one (snappy's and
+    lz4's length prefix, which their decoders allocate), from deflate's
+    maximum ratio for small blocks, else from a decompression that counts in
+    bounded chunks. Unknown codecs: ``None`` (fastavro refuses them).
+    """
+    def head(n: int) -> bytes:
+        return data(n) if callable(data) else data[:n]
+
+    if codec == "null":
+        return size if size > cap else None
+    if codec == "deflate" and size * _DEFLATE_MAX_RATIO <= cap:
+        return None
+    if codec == "snappy":
+        n = _varint(head(10))  # raw snappy: the uncompressed length first (the CRC follows the data)
+    elif codec == "lz4":
+        prefix = head(4)  # lz4.block's stored size
+        n = int.from_bytes(prefix, "little") if len(prefix) == 4 else None
+    elif codec in ("deflate", "bzip2", "xz", "zstandard"):
+        body = head(size)
+        if codec == "deflate":
+            n = _inflated_size(body, cap)
+        elif codec == "xz":
+            n = _streamed_size(lzma.LZMADecompressor, body, cap)
+        elif codec == "bzip2":
+            n = _streamed_size(bz2.BZ2Decompressor, body, cap)
+        else:
+            n = _streamed_size(_zstd_decompressor, body, cap)
+    else:
+        return None
+    return n if n is not None and n > cap else None
+
+
+def _block_too_big(f: IO[bytes], path: str, first_block: int, offset: int, cap: int) -> InputFileError:
+    """The error for the block at ``offset``, with its index in the file
+    (counted from ``first_block`` by walking the block headers before it)."""
+    index, pos = 0, first_block
+    try:
+        while pos < offset:
+            f.seek(pos)
+            h = _block_header(f.read(20))
+            if h is None:
+                break
+            pos += h[2] + h[1] + _SYNC_SIZE
+            index += 1
+    except OSError:
+        pass
+    which = f"Avro block {index}" if pos == offset else "the Avro block"
+    return InputFileError(path, f"{which} decompresses to more than {_mb(cap)}, the cap on an Avro block "
+                                f"(--max-block-mb); raise --max-block-mb if the file is genuine", offset)
+
+
+def _check_block_at(f: IO[bytes], codec: str, cap: int) -> int | None:
+    """``_block_expands_past`` for the block at ``f``'s position; ``f`` left where it was."""
+    pos = f.tell()
+    h = _block_header(f.read(20))
+    if h is None:
+        f.seek(pos)
+        return None
+    _, size, i = h
+
+    def read(n: int) -> bytes:
+        f.seek(pos + i)
+        return f.read(min(n, size))
+
+    try:
+        return _block_expands_past(codec, read, size, cap)
+    finally:
+        f.seek(pos)
+
+
 #: Avro decoders: ``auto`` decodes with polars where it is known to give
 #: fastavro's values (``_columnar_schema``), else with fastavro; ``fastavro``
 #: always uses fastavro.
@@ -365,22 +542,22 @@ def _columnar_type(schema: Any, depth: int, enum_ok: bool = False, top: bool = F
     return t == "fixed"
 
 
-def _read_raw_block(f: IO[bytes], sync: bytes) -> tuple[int, bytes] | None:
-    """``(record count, the block's bytes, sync marker included)`` at ``f``'s
-    position, ``f`` left after it; ``None`` at the end of the file or when the
+def _read_raw_block(f: IO[bytes], sync: bytes, max_size: int = MAX_AVRO_BLOCK_BYTES) -> tuple[int, bytes, int] | None:
+    """``(record count, the block's bytes, sync marker included, the length of
+    its header)`` at ``f``'s position, ``f`` left after it; ``None`` at the end of the file or when the
     block does not look intact (the fastavro path then reads it and says why)."""
     pos = f.tell()
     h = _block_header(f.read(20))
     if h is None:
         return None
     count, size, i = h
-    if not 0 <= count <= MAX_AVRO_EMPTY_RECORDS or not 0 <= size <= MAX_AVRO_BLOCK_BYTES:
+    if not 0 <= count <= MAX_AVRO_EMPTY_RECORDS or not 0 <= size <= min(max_size, MAX_AVRO_BLOCK_BYTES):
         return None
     f.seek(pos)
     data = f.read(i + size + _SYNC_SIZE)
     if len(data) != i + size + _SYNC_SIZE or data[-_SYNC_SIZE:] != sync:
         return None
-    return count, data
+    return count, data, i
 
 
 def _raw_dtype(dtype: Any) -> Any:
@@ -551,17 +728,23 @@ def _records_json(df: Any) -> list[bytes]:
     """
     import polars as pl
 
-    row = pl.struct([_json_ready(pl.col(c), df.schema[c]).alias(c) for c in sorted(df.columns)])
+    schema = df.schema  # once: each ``df.schema`` builds the whole schema
+    row = pl.struct([_json_ready(pl.col(c), schema[c]).alias(c) for c in sorted(schema)])
     return df.select(row.struct.json_encode().cast(pl.Binary)).to_series().to_list()
 
 
 def _iter_avro_columnar(f: IO[bytes], path: str, header: bytes, sync: bytes, pos: int, end: int | None,
-                        batch_size: int, record_json: bool = False) -> Generator[RecordBatch, None, int | None]:
+                        batch_size: int, record_json: bool = False, codec: str = "null",
+                        max_block_bytes: int = DEFAULT_MAX_BLOCK_BYTES,
+                        first_block: int = 0) -> Generator[RecordBatch, None, int | None]:
     """The Avro fast path: whole blocks of ``[pos, end)`` decoded by polars, a
     batch at a time (the file's header plus the batch's raw blocks make a small
     Avro file). Returns ``None`` when the range is done, or the offset of the
     first block it could not decode: the fastavro path goes on from there and
-    reports what is wrong, so nothing is read twice or lost.
+    reports what is wrong, so nothing is read twice or lost. A block that
+    decompresses past ``max_block_bytes`` (``codec`` is the file's) is checked
+    before polars sees it: the blocks before it are yielded, then
+    ``InputFileError`` (``first_block``: the file's first block, to number it).
 
     Why: polars decodes in Rust, about 6x fastavro's rate on the bench's
     records, and hands over columns (``ColumnRecords``), which is the form the
@@ -569,23 +752,32 @@ def _iter_avro_columnar(f: IO[bytes], path: str, header: bytes, sync: bytes, pos
     """
     import polars as pl  # only in processes that decode Avro
 
+    too_big: InputFileError | None = None
     while end is None or pos < end:
         chunk_start = pos
         parts, offsets, counts = [header], [], []
         n = 0
         while n < batch_size and (end is None or pos < end):
-            block = _read_raw_block(f, sync)
+            block = _read_raw_block(f, sync, max_block_bytes if codec == "null" else MAX_AVRO_BLOCK_BYTES)
             if block is None:
+                break
+            body = memoryview(block[1])[block[2]:-_SYNC_SIZE]  # (no copy)
+            if _block_expands_past(codec, body, len(body), max_block_bytes) is not None:
+                too_big = _block_too_big(f, path, first_block, pos, max_block_bytes)
                 break
             offsets.append(pos)
             counts.append(block[0])
             parts.append(block[1])
             n += block[0]
             pos += len(block[1])
+        if too_big is not None and not counts:
+            raise too_big
         if not counts:  # end of file, or a block only fastavro can judge
             f.seek(chunk_start)
             return chunk_start
         if n == 0:
+            if too_big is not None:
+                raise too_big
             continue
         try:
             df = pl.read_avro(io.BytesIO(b"".join(parts)))
@@ -599,16 +791,18 @@ def _iter_avro_columnar(f: IO[bytes], path: str, header: bytes, sync: bytes, pos
             coders = _term_coders(leaves)
             # Columns go to the vectorizer as arrays and codes where they can:
             # the lists of these, and of record columns, are made only if asked for.
-            deferred = {c: df.get_column(c).to_list for c in df.columns
-                        if c in arrays or c in coders or isinstance(df.schema[c], pl.Struct)}
-            columns = {c: None if c in deferred else df.get_column(c).to_list() for c in df.columns}
+            # (each ``df.schema``, ``df.columns`` or ``get_column`` call walks every column: once here)
+            series = df.get_columns()
+            deferred = {s.name: s.to_list for s in series
+                        if s.name in arrays or s.name in coders or isinstance(s.dtype, pl.Struct)}
+            columns = {s.name: None if s.name in deferred else s.to_list() for s in series}
             texts = None
             if record_json:
                 try:
                     texts = _records_json(df)
                 except Exception as e:  # the split makes them from the records instead
                     _log.debug("%s: no record JSON from polars (%s: %s)", path, type(e).__name__, e)
-            del df  # its Arrow buffers are not kept while the batch is processed (deferred columns keep theirs)
+            del df, series  # their Arrow buffers are not kept while the batch is processed (deferred columns keep theirs)
         except (KeyboardInterrupt, SystemExit, GeneratorExit):
             raise
         except BaseException as e:  # noqa: BLE001 - polars' Rust panics are BaseExceptions
@@ -623,15 +817,20 @@ def _iter_avro_columnar(f: IO[bytes], path: str, header: bytes, sync: bytes, pos
             indexes.extend(range(c))
         parts.clear()
         yield RecordBatch(path, "avro", ColumnRecords(columns, n, arrays, texts, deferred, coders), rec_offsets, indexes)
+        if too_big is not None:
+            raise too_big
     return None
 
 
 def iter_avro(f: IO[bytes], path: str, start: int = 0, end: int | None = None,
-              batch_size: int = 4096, decoder: str = "auto", record_json: bool = False) -> Iterator[RecordBatch]:
+              batch_size: int = 4096, decoder: str = "auto", record_json: bool = False,
+              max_block_bytes: int = DEFAULT_MAX_BLOCK_BYTES) -> Iterator[RecordBatch]:
     """Yield batches of records from Avro blocks starting in ``[start, end)``.
 
-    On a corrupt block the records of the intact blocks before it are yielded
-    first, then ``InputFileError`` (naming the file and the block's offset) is
+    On a corrupt block, or one that decompresses to more than
+    ``max_block_bytes`` (checked before it is decompressed whole, on either
+    decoder), the records of the intact blocks before it are yielded first,
+    then ``InputFileError`` (naming the file and the block's offset) is
     raised. ``decoder``: see ``AVRO_DECODERS``; both give the same records.
     """
     if decoder not in AVRO_DECODERS:
@@ -649,9 +848,11 @@ def iter_avro(f: IO[bytes], path: str, start: int = 0, end: int | None = None,
         # ``logicalType``: fastavro converts logical types according to the
         # *writer* schema, so a reader schema cannot turn the conversion off.
         raw_schema = fastavro.parse_schema(_strip_logical(blocks.writer_schema)) if _has_logical(blocks.writer_schema) else None
+    except RecursionError:
+        raise InputFileError(path, _too_deep(f), 0) from None
     except Exception as e:
         raise InputFileError(
-            path, f"cannot read the Avro header ({type(e).__name__}: {e}); is it an Avro object container file?", 0
+            path, f"cannot read the Avro header ({_quoted(e)}); is it an Avro object container file?", 0
         ) from e
 
     header_end = f.tell()
@@ -668,7 +869,8 @@ def iter_avro(f: IO[bytes], path: str, start: int = 0, end: int | None = None,
         f.seek(0)
         header = f.read(header_end)
         f.seek(next_block)
-        resume = yield from _iter_avro_columnar(f, path, header, sync, next_block, end, batch_size, record_json)
+        resume = yield from _iter_avro_columnar(f, path, header, sync, next_block, end, batch_size, record_json,
+                                                blocks.codec, max_block_bytes, header_end)
         if resume is None:
             return
         next_block = resume
@@ -681,13 +883,20 @@ def iter_avro(f: IO[bytes], path: str, start: int = 0, end: int | None = None,
         if head is not None and not 0 <= head[1] <= MAX_AVRO_BLOCK_BYTES:
             error = InputFileError(path, f"Avro block claims {head[1]} bytes (limit {MAX_AVRO_BLOCK_BYTES}); the file is corrupt", next_block)
             break
+        expands = None if head is None else _check_block_at(f, blocks.codec, max_block_bytes)
+        if expands is not None:
+            error = _block_too_big(f, path, header_end, next_block, max_block_bytes)
+            break
         try:
             block = next(blocks)
         except StopIteration:
             break
+        except RecursionError as e:
+            error, cause = InputFileError(path, _too_deep(None), next_block), e
+            break
         except Exception as e:
             what = "truncated Avro block (the file ends inside it)" if isinstance(e, EOFError) else "corrupt Avro block"
-            error, cause = InputFileError(path, f"{what} ({type(e).__name__}: {e})", next_block), e
+            error, cause = InputFileError(path, f"{what} ({_quoted(e)})", next_block), e
             break
         nbytes = len(block.bytes_.getbuffer()) if hasattr(block.bytes_, "getbuffer") else len(block.bytes_)
         if block.num_records > max(nbytes, MAX_AVRO_EMPTY_RECORDS):
@@ -701,8 +910,11 @@ def iter_avro(f: IO[bytes], path: str, start: int = 0, end: int | None = None,
                 data = block.bytes_ if hasattr(block.bytes_, "read") else io.BytesIO(block.bytes_)
                 for _ in range(block.num_records):
                     recs.append(fastavro.schemaless_reader(data, raw_schema, None))
+        except RecursionError as e:
+            error, cause = InputFileError(path, _too_deep(None), block.offset), e
+            break
         except Exception as e:
-            error, cause = InputFileError(path, f"corrupt record {len(recs)} in Avro block ({type(e).__name__}: {e})", block.offset), e
+            error, cause = InputFileError(path, f"corrupt record {len(recs)} in Avro block ({_quoted(e)})", block.offset), e
             break
         off = block.offset
         batch.records.extend(recs)
@@ -716,6 +928,46 @@ def iter_avro(f: IO[bytes], path: str, start: int = 0, end: int | None = None,
         yield batch
     if error is not None:
         raise error from cause
+
+
+def _schema_depth(text: bytes) -> int:
+    """How deeply the JSON ``text`` nests (arrays and objects), without
+    recursion: for messages about schemas too deep to parse."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for b in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif b == 0x5C:  # backslash
+                escaped = True
+            elif b == 0x22:
+                in_string = False
+        elif b == 0x22:
+            in_string = True
+        elif b in (0x7B, 0x5B):
+            depth += 1
+            deepest = max(deepest, depth)
+        elif b in (0x7D, 0x5D):
+            depth -= 1
+    return deepest
+
+
+def _too_deep(f: IO[bytes] | None) -> str:
+    """Why a valid Avro file whose schema (or records) nest too deeply for
+    Python's recursion limit cannot be read; with ``f``, how deep its writer
+    schema nests (read from the header with a flat header schema)."""
+    levels = ""
+    if f is not None:
+        try:
+            f.seek(0)
+            meta = fastavro.schemaless_reader(f, fastavro.read.HEADER_SCHEMA, None)["meta"]
+            levels = f" (its JSON nests {_schema_depth(meta.get('avro.schema', b''))} deep)"
+        except Exception:  # noqa: BLE001 - only a detail of the message
+            pass
+    return (f"the writer schema nests deeper{levels} than the Python recursion limit "
+            f"({sys.getrecursionlimit()} frames, a few per level) lets fastavro read; "
+            "flatten the schema (nest fewer records, arrays and unions inside each other)")
 
 
 # --------------------------------------------------------------------- JSON
@@ -814,7 +1066,7 @@ def _records_at(doc: Any, records_path: str | None, path: str) -> list[Any]:
     if records_path:
         for key in records_path.split("."):
             if not isinstance(node, dict) or key not in node:
-                found = sorted(node)[:10] if isinstance(node, dict) else type(node).__name__
+                found = [k[:50] for k in sorted(node)[:10]] if isinstance(node, dict) else type(node).__name__
                 raise InputFileError(path, f"--json-records-path {records_path!r}: no key {key!r} (found {found})")
             node = node[key]
     if isinstance(node, dict) and not records_path:
@@ -824,22 +1076,31 @@ def _records_at(doc: Any, records_path: str | None, path: str) -> list[Any]:
     return node
 
 
-def _iter_gzip_json(f: IO[bytes], path: str, batch_size: int, records_path: str | None) -> Iterator[RecordBatch]:
-    """JSON inside gzip; damaged gzip data makes the file unreadable (named), not a crash."""
+def _iter_gzip_json(f: IO[bytes], path: str, batch_size: int, records_path: str | None,
+                    max_record_bytes: int) -> Iterator[RecordBatch]:
+    """JSON inside gzip; damaged gzip data makes the file unreadable (named), not a crash.
+    ``GzipFile`` decompresses only what each bounded read asks for, so the
+    record cap bounds memory here too."""
     try:
-        yield from iter_json(gzip.GzipFile(fileobj=f, mode="rb"), path, 0, None, batch_size, records_path)  # type: ignore[arg-type]
+        yield from iter_json(gzip.GzipFile(fileobj=f, mode="rb"), path, 0, None, batch_size, records_path,  # type: ignore[arg-type]
+                             max_record_bytes)
     except (OSError, EOFError, zlib.error) as e:
-        raise InputFileError(path, f"not valid gzip data ({type(e).__name__}: {e}); the file starts with gzip's magic bytes") from e
+        raise InputFileError(path, f"not valid gzip data ({_quoted(e)}); the file starts with gzip's magic bytes") from e
 
 
 def iter_json(f: IO[bytes], path: str, start: int = 0, end: int | None = None,
-              batch_size: int = 4096, records_path: str | None = None) -> Iterator[RecordBatch]:
+              batch_size: int = 4096, records_path: str | None = None,
+              max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES) -> Iterator[RecordBatch]:
     """Yield batches from JSON Lines, a JSON array, or records under a key.
 
     JSON Lines are streamed line by line (ranges align to line starts). A
     whole-document JSON (array, or ``records_path``) is parsed in one piece:
     JSON has no record boundaries to stream on without a second parser, so
     prefer JSON Lines for large inputs.
+
+    ``max_record_bytes`` caps a line and a whole document: a longer line goes
+    to ``bad`` (read past in bounded chunks, never held whole); a longer
+    document fails the file with ``InputFileError``.
     """
     f.seek(0)
     head = f.read(2)
@@ -847,7 +1108,7 @@ def iter_json(f: IO[bytes], path: str, start: int = 0, end: int | None = None,
     if head == GZIP_MAGIC:
         if start > 0:
             return  # not splittable: the range starting at 0 owns the whole file
-        yield from _iter_gzip_json(f, path, batch_size, records_path)
+        yield from _iter_gzip_json(f, path, batch_size, records_path, max_record_bytes)
         return
     buffered = f if isinstance(f, io.BufferedIOBase) else io.BufferedReader(f)  # type: ignore[arg-type]
 
@@ -858,15 +1119,19 @@ def iter_json(f: IO[bytes], path: str, start: int = 0, end: int | None = None,
     if records_path or lead.startswith(b"["):
         if start > 0:
             return  # one JSON document: owned by the range that starts at 0
-        data = buffered.read()
+        data = buffered.read(max_record_bytes + 4)  # + a BOM, + 1 to see a longer document
         if data.startswith(b"\xef\xbb\xbf"):
             data = data[3:]
+        if len(data) > max_record_bytes:
+            raise InputFileError(path, f"the JSON document is larger than {_mb(max_record_bytes)}, the cap on a JSON "
+                                 "document (--max-record-mb); raise --max-record-mb to read it, or write JSON Lines "
+                                 "(one record per line), which are streamed")
         if not data.strip():
             return
         try:
             doc = _loads(data)
         except ValueError as e:
-            raise InputFileError(path, f"not valid JSON ({e}); expected JSON Lines or one JSON document") from e
+            raise InputFileError(path, f"not valid JSON ({str(e)[:_MAX_QUOTED_CHARS]}); expected JSON Lines or one JSON document") from e
         recs = _records_at(doc, records_path, path)
         for s in range(0, len(recs), batch_size):
             chunk = recs[s:s + batch_size]
@@ -877,10 +1142,20 @@ def iter_json(f: IO[bytes], path: str, start: int = 0, end: int | None = None,
     if start > 0:
         # Own the lines that start in [start, end): skip the partial line.
         buffered.seek(start - 1)
-        pos = start - 1
-        first = buffered.readline()
-        pos += len(first)
-    yield from _iter_json_lines(buffered, path, pos, 0 if start > 0 else 1, end, batch_size)
+        pos = start - 1 + _skip_line(buffered)[0]
+    yield from _iter_json_lines(buffered, path, pos, 0 if start > 0 else 1, end, batch_size, max_record_bytes)
+
+
+def _skip_line(f: IO[bytes]) -> tuple[int, bool]:
+    """Read past the next newline (or to the end), ``_CHECK_CHUNK_BYTES`` at a
+    time, so a line of any length is never held whole: the bytes read, and
+    whether they end with the newline."""
+    n = 0
+    while True:
+        chunk = f.readline(_CHECK_CHUNK_BYTES)
+        n += len(chunk)
+        if not chunk or chunk.endswith(b"\n"):
+            return n, bool(chunk)
 
 
 #: JSON Lines are read in blocks of about this many bytes (completed to the
@@ -892,7 +1167,7 @@ _JSONL_BLOCK_BYTES = 1 << 17
 
 
 def _iter_json_lines(buffered: IO[bytes], path: str, pos: int, line_no: int, end: int | None,
-                     batch_size: int) -> Iterator[RecordBatch]:
+                     batch_size: int, max_line: int = DEFAULT_MAX_RECORD_BYTES) -> Iterator[RecordBatch]:
     """JSON Lines from byte ``pos`` (a line start), lines starting before ``end``.
 
     ``line_no`` is the 1-based number of the line at ``pos``, 0 when unknown.
@@ -900,6 +1175,11 @@ def _iter_json_lines(buffered: IO[bytes], path: str, pos: int, line_no: int, end
     scan for integers orjson would round (``_long_integer_runs``) runs once per
     block. A line orjson refuses, or that may hold a long integer, goes
     through ``_loads`` (stripped), as every line did before.
+
+    A line longer than ``max_line`` bytes goes to ``bad``: a block is completed
+    to the next newline only up to the cap, and the rest of a longer line is
+    read past in bounded chunks (``_skip_line``). Batches are yielded at
+    ``batch_size`` records plus bad lines, so a file of bad lines is not held whole.
     """
     batch = RecordBatch(path, "json", [], [], [])
     loads, decode_error = orjson.loads, orjson.JSONDecodeError
@@ -907,15 +1187,25 @@ def _iter_json_lines(buffered: IO[bytes], path: str, pos: int, line_no: int, end
         block = buffered.read(_JSONL_BLOCK_BYTES)
         if not block:
             break
+        long_head, long_len = None, 0  # the start of a last line over the cap, whose rest is unread
         if not block.endswith(b"\n"):
-            block += buffered.readline()  # complete the last line (unless at EOF)
+            last = block.rfind(b"\n") + 1
+            need = max_line + 1 - (len(block) - last)
+            if need > 0:
+                block += buffered.readline(need)  # complete the last line (unless at EOF or over the cap)
+            if not block.endswith(b"\n") and len(block) - last > max_line:
+                long_head, long_len = block[last:last + MAX_ERROR_TEXT_BYTES], len(block) - last
+                block = block[:last]
         long_runs = list(_long_integer_runs(block))
         lines = block.split(b"\n")
-        if block.endswith(b"\n"):
+        if block.endswith(b"\n") or not block:
             lines.pop()  # the empty piece after the last newline is not a line
         rel = 0  # offset of the current line in the block
         run = 0  # next entry of long_runs at or after the current line
         for line in lines:
+            if len(batch.records) + len(batch.bad) >= batch_size:
+                yield batch
+                batch = RecordBatch(path, "json", [], [], [])
             off, line_start = pos + rel, rel
             rel += len(line) + 1
             this_line = line_no
@@ -923,6 +1213,9 @@ def _iter_json_lines(buffered: IO[bytes], path: str, pos: int, line_no: int, end
                 line_no += 1
             if end is not None and off >= end:
                 break
+            if len(line) > max_line:  # (only when the cap is below the block size)
+                batch.bad.append((off, this_line, _too_long(len(line), max_line), _excerpt(line)))
+                continue
             if off == 0 and line.startswith(b"\xef\xbb\xbf"):
                 line = line[3:]
             if not line or line.isspace():
@@ -938,34 +1231,51 @@ def _iter_json_lines(buffered: IO[bytes], path: str, pos: int, line_no: int, end
                     except decode_error:
                         rec = _loads(line.strip())
             except ValueError as e:
-                batch.bad.append((off, this_line, f"malformed JSON: {e}", line.strip().decode("utf-8", "replace")))
+                batch.bad.append((off, this_line, f"malformed JSON: {str(e)[:_MAX_QUOTED_CHARS]}", _excerpt(line.strip())))
                 continue
             if not isinstance(rec, dict):
                 batch.bad.append((off, this_line, f"expected a JSON object per line, found {type(rec).__name__}",
-                                  line.strip().decode("utf-8", "replace")))
+                                  _excerpt(line.strip())))
                 continue
             batch.records.append(rec)
             batch.offsets.append(off)
             batch.indexes.append(this_line)
-            if len(batch.records) >= batch_size:
-                yield batch
-                batch = RecordBatch(path, "json", [], [], [])
         pos += len(block)
+        if long_head is not None:
+            if end is not None and pos >= end:
+                break
+            rest, newline = _skip_line(buffered)
+            long_len += rest
+            text_len = long_len - newline
+            batch.bad.append((pos, line_no, _too_long(text_len, max_line), _excerpt(long_head, text_len)))
+            if line_no:
+                line_no += 1
+            pos += long_len
     if batch.records or batch.bad:
         yield batch
 
 
+def _too_long(nbytes: int, cap: int) -> str:
+    return (f"line of {nbytes} bytes is longer than {_mb(cap)}, the cap on a JSON record (--max-record-mb); "
+            "raise --max-record-mb to read it")
+
+
 def iter_records(f: IO[bytes], path: str, start: int = 0, end: int | None = None,
                  batch_size: int = 4096, json_records_path: str | None = None,
-                 avro_decoder: str = "auto", record_json: bool = False) -> Iterator[RecordBatch]:
+                 avro_decoder: str = "auto", record_json: bool = False,
+                 max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
+                 max_block_bytes: int = DEFAULT_MAX_BLOCK_BYTES) -> Iterator[RecordBatch]:
     """Dispatch on the file's format; see ``iter_avro`` and ``iter_json``.
 
     ``record_json``: the Avro fast path also gives each record's canonical
     JSON (``ColumnRecords.record_json``), for the whole-record split.
+    ``max_record_bytes`` caps a JSON line or document, ``max_block_bytes`` an
+    Avro block's decompressed bytes (``ConvertOptions.max_record_mb`` and
+    ``max_block_mb``).
     """
     f.seek(0)
     head = f.read(4)
     f.seek(0)
     if detect_format(path, head) == "avro":
-        return iter_avro(f, path, start, end, batch_size, avro_decoder, record_json)
-    return iter_json(f, path, start, end, batch_size, json_records_path)
+        return iter_avro(f, path, start, end, batch_size, avro_decoder, record_json, max_block_bytes)
+    return iter_json(f, path, start, end, batch_size, json_records_path, max_record_bytes)

@@ -35,6 +35,15 @@ def _setup_logging(verbose: bool) -> None:
     logging.getLogger("recordprep").setLevel(logging.INFO)
 
 
+# The input caps' defaults and help, shared by convert and infer (convert.sources says why these values).
+_DEFAULT_RECORD_MB = 64.0
+_DEFAULT_BLOCK_MB = 256.0
+_MAX_RECORD_HELP = ("Cap on one JSON line (a longer line goes to the error output) and on one whole JSON "
+                    "document (a longer one fails the file), in MB. Bounds memory on hostile input.")
+_MAX_BLOCK_HELP = ("Cap on the decompressed size of one Avro block, in MB (a larger block fails the file; "
+                   "writers flush blocks of 64 KB..16 MB). Bounds memory on compression bombs.")
+
+
 @app.command(context_settings={"allow_extra_args": False})
 def convert(
     input: Annotated[list[str], typer.Option("--input", "-i", help="Input files, globs or directories (local, gs://, hdfs://). Repeatable. Quote globs.")],
@@ -52,6 +61,8 @@ def convert(
     max_errors: Annotated[int | None, typer.Option(help="Rejected records tolerated before the run fails. Default 0.")] = None,
     max_error_fraction: Annotated[float | None, typer.Option(help="Fraction of rejected records tolerated (0..1).")] = None,
     json_records_path: Annotated[str | None, typer.Option(help="Dotted key holding the record array in JSON documents, e.g. 'statuses'.")] = None,
+    max_record_mb: Annotated[float, typer.Option(help=_MAX_RECORD_HELP)] = _DEFAULT_RECORD_MB,
+    max_block_mb: Annotated[float, typer.Option(help=_MAX_BLOCK_HELP)] = _DEFAULT_BLOCK_MB,
     analysis_from: Annotated[str | None, typer.Option(help="Reuse vocabularies/statistics of an earlier output (daily runs, eval-only runs).")] = None,
     overwrite: Annotated[bool, typer.Option(help="Replace an existing output made from other inputs or config. Deletes only what a recordprep run wrote; refused (nothing deleted) when the output holds other files.")] = False,
     progress: Annotated[bool, typer.Option(help="Local runs: print records, input MB and rate per pass every 5 s (stderr).")] = True,
@@ -83,6 +94,7 @@ def convert(
             num_shards=num_shards, target_shard_mb=target_shard_mb, compression=compression.lower(),
             gzip_level=gzip_level, layout=layout.lower(), batch_size=batch_size, avro_decoder=avro_decoder.lower(), max_errors=max_errors,
             max_error_fraction=max_error_fraction, json_records_path=json_records_path,
+            max_record_mb=max_record_mb, max_block_mb=max_block_mb,
             analysis_from=analysis_from, overwrite=overwrite, beam_args=tuple(beam_args or ()), progress=progress, workers=workers,
         )
         if dry_run:
@@ -127,6 +139,8 @@ def infer(
     sample: Annotated[int, typer.Option(help="Records to sample (from the first files).")] = 2000,
     label: Annotated[str | None, typer.Option(help="Field to use as the label (default: a field named label/target/y/...).")] = None,
     json_records_path: Annotated[str | None, typer.Option(help="Dotted key holding the record array in JSON documents.")] = None,
+    max_record_mb: Annotated[float, typer.Option(help=_MAX_RECORD_HELP)] = _DEFAULT_RECORD_MB,
+    max_block_mb: Annotated[float, typer.Option(help=_MAX_BLOCK_HELP)] = _DEFAULT_BLOCK_MB,
 ) -> None:
     """Draft a feature config from a sample of the data: `recordprep infer -i 'data/*.avro' > features.yaml`.
 
@@ -139,10 +153,16 @@ def infer(
 
     from convert.infer import infer_config, render_yaml
     from convert.sources import InputFileError, detect_format, iter_records, read_avro_schema
+    from pipelines.options import OptionsError, input_cap_bytes
     from pipelines.plan import InputError, discover
 
     if sample < 1:
         _fail("--sample must be >= 1", 2)
+    try:
+        max_record_bytes = input_cap_bytes("--max-record-mb", max_record_mb)
+        max_block_bytes = input_cap_bytes("--max-block-mb", max_block_mb)
+    except OptionsError as e:
+        _fail(str(e), 2)
     try:
         files = discover(input)
     except InputError as e:
@@ -159,7 +179,8 @@ def infer(
             with FileSystems.open(f.path, compression_type="uncompressed") as fh:
                 is_avro = detect_format(f.path, fh.read(4)) == "avro"
                 # Records first: the reader checks the magic and names what is wrong.
-                for batch in iter_records(fh, f.path, 0, None, 1024, json_records_path):
+                for batch in iter_records(fh, f.path, 0, None, 1024, json_records_path,
+                                          max_record_bytes=max_record_bytes, max_block_bytes=max_block_bytes):
                     if batch.bad and not bad:
                         _, line_no, reason, _ = batch.bad[0]
                         first_bad = f"{f.path}{f' line {line_no}' if line_no else ''}: {reason}"

@@ -7,15 +7,27 @@ import math
 import re
 from collections.abc import Sequence
 
-from convert.sources import AVRO_DECODERS
+from convert.sources import AVRO_DECODERS, DEFAULT_MAX_BLOCK_BYTES, DEFAULT_MAX_RECORD_BYTES
 from convert.spec import LAYOUTS, MAX_SHARDS
 from convert.splits import Splits
 
 COMPRESSIONS = ("none", "gzip")
+#: Upper bound of --max-record-mb and --max-block-mb: past a few GB one record
+#: or block no longer fits a worker's memory once decoded, so a cap above it
+#: is no cap.
+MAX_INPUT_CAP_MB = 4096.0
 
 
 class OptionsError(ValueError):
     pass
+
+
+def input_cap_bytes(flag: str, mb: float) -> int:
+    """The bytes of an input cap given in MB (2**20 bytes), checked: > 0 and at
+    most ``MAX_INPUT_CAP_MB``. For ``convert`` (``ConvertOptions``) and ``infer``."""
+    if not 0 < mb <= MAX_INPUT_CAP_MB:  # (NaN fails too)
+        raise OptionsError(f"{flag} must be > 0 and at most {MAX_INPUT_CAP_MB:g} (MB), found {mb}")
+    return max(1, int(mb * 2**20))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,6 +58,10 @@ class ConvertOptions:
       max_errors / max_error_fraction: rejected records tolerated before the
         run fails (the error output is written either way). Default: none.
       json_records_path: dotted key holding the record array in JSON documents.
+      max_record_mb: cap on one JSON line (longer lines go to the error
+        output) and one whole JSON document (a longer one fails the file).
+      max_block_mb: cap on one Avro block's decompressed size (a larger
+        block fails the file).
       analysis_from: earlier output whose vocabularies/statistics to reuse.
       overwrite: replace an existing output made from other inputs/config.
       beam_args: extra Beam pipeline flags, passed through untouched.
@@ -69,6 +85,8 @@ class ConvertOptions:
     max_errors: int | None = None
     max_error_fraction: float | None = None
     json_records_path: str | None = None
+    max_record_mb: float = DEFAULT_MAX_RECORD_BYTES / 2**20
+    max_block_mb: float = DEFAULT_MAX_BLOCK_BYTES / 2**20
     analysis_from: str | None = None
     overwrite: bool = False
     beam_args: tuple[str, ...] = ()
@@ -94,6 +112,8 @@ class ConvertOptions:
             raise OptionsError(f"--batch-size must be 1..1000000, found {self.batch_size}")
         if self.avro_decoder not in AVRO_DECODERS:
             raise OptionsError(f"--avro-decoder must be one of {', '.join(AVRO_DECODERS)}, found {self.avro_decoder!r}")
+        input_cap_bytes("--max-record-mb", self.max_record_mb)
+        input_cap_bytes("--max-block-mb", self.max_block_mb)
         if self.max_errors is not None and self.max_errors < 0:
             raise OptionsError("--max-errors must be >= 0")
         if self.max_error_fraction is not None and not 0 <= self.max_error_fraction <= 1:
@@ -102,6 +122,14 @@ class ConvertOptions:
             raise OptionsError("--output must be a directory path")
         object.__setattr__(self, "inputs", tuple(self.inputs))
         object.__setattr__(self, "beam_args", tuple(self.beam_args))
+
+    @property
+    def max_record_bytes(self) -> int:
+        return input_cap_bytes("--max-record-mb", self.max_record_mb)
+
+    @property
+    def max_block_bytes(self) -> int:
+        return input_cap_bytes("--max-block-mb", self.max_block_mb)
 
     @property
     def compression_type(self) -> str:
@@ -128,6 +156,8 @@ class ConvertOptions:
             "analysis_from": self.analysis_from,
             # only when not the default, so outputs written before the option existed keep their fingerprint
             **({"layout": self.layout} if self.layout != "features" else {}),
+            **({"max_record_mb": self.max_record_mb} if self.max_record_bytes != DEFAULT_MAX_RECORD_BYTES else {}),
+            **({"max_block_mb": self.max_block_mb} if self.max_block_bytes != DEFAULT_MAX_BLOCK_BYTES else {}),
         }
 
 

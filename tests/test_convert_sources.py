@@ -69,9 +69,10 @@ def write_avro(path: Path, rows: list[dict], schema=SCHEMA, codec: str = "null",
 
 
 def read_all(path: Path, start: int = 0, end: int | None = None, batch_size: int = 4096,
-             json_records_path: str | None = None) -> list[RecordBatch]:
+             json_records_path: str | None = None, **kw) -> list[RecordBatch]:
+    """``kw``: more arguments of ``iter_records`` (the caps)."""
     with open(path, "rb") as f:
-        return list(iter_records(f, str(path), start, end, batch_size, json_records_path))
+        return list(iter_records(f, str(path), start, end, batch_size, json_records_path, **kw))
 
 
 def records_of(batches: list[RecordBatch]) -> list:
