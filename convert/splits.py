@@ -25,7 +25,11 @@ from convert.vectorize import digest8, extract, term
 
 
 class SplitError(ValueError):
-    pass
+    """The ``--splits`` specification is invalid; the message says what to write."""
+
+
+#: Most splits: a record's split index is a uint8.
+MAX_SPLITS = 256
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,15 +43,22 @@ class Splits:
     def __post_init__(self) -> None:
         if len(self.names) != len(self.weights) or not self.names:
             raise SplitError("splits need one weight per name")
+        if len(self.names) > MAX_SPLITS:
+            raise SplitError(f"--splits: {len(self.names)} splits; at most {MAX_SPLITS}")
         if len(set(self.names)) != len(self.names):
             raise SplitError(f"split names repeat: {self.names}")
         for n in self.names:
             if not n.isidentifier():
                 raise SplitError(f"split name {n!r} must be an identifier (it becomes a file prefix)")
+        shown = ",".join(f"{n}={w}" for n, w in zip(self.names, self.weights, strict=True))
         if not all(math.isfinite(w) for w in self.weights):
-            raise SplitError(f"split weights must be finite numbers, found {self.weights}")
+            raise SplitError(f"--splits: weights must be finite numbers, found {shown}")
         if any(w < 0 for w in self.weights) or sum(self.weights) <= 0:
-            raise SplitError(f"split weights must be >= 0 and sum to > 0, found {self.weights}")
+            raise SplitError(f"--splits: weights must be >= 0 and sum to > 0, found {shown}")
+        # Weights are normalized by their sum: an infinite sum would make every
+        # share 0 and send every record to the last split.
+        if not math.isfinite(sum(self.weights)):
+            raise SplitError(f"--splits: the weights' sum overflows, found {shown}; use relative weights like train=0.9,eval=0.1")
 
     @classmethod
     def parse(cls, text: str, key: str | None = None) -> Splits:

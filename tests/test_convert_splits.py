@@ -141,6 +141,8 @@ def test_records_of_other_types_do_not_crash():
     ("train=0,eval=0", ["sum"]),
     ("train=nan,eval=1", ["finite"]),
     ("train=inf,eval=1", ["finite"]),
+    ("train=1e308,eval=1e308", ["sum overflows", "train=1e+308,eval=1e+308"]),
+    (",".join(f"s{i}=1" for i in range(257)), ["257 splits", "256"]),
     ("=0.5,eval=0.5", ["identifier"]),
     ("tr ain=0.5,eval=0.5", ["identifier"]),
     ("train-1=0.5,eval=0.5", ["identifier"]),
@@ -151,6 +153,24 @@ def test_parse_errors(text, words):
         Splits.parse(text)
     for w in words:
         assert w in str(ei.value), (w, str(ei.value))
+
+
+def test_huge_weights_are_a_usage_error_on_the_command_line(tmp_path):
+    """Weights that each fit a float but whose sum overflows used to send every record to the last split."""
+    from typer.testing import CliRunner
+
+    from pipelines.cli import app
+
+    (tmp_path / "d.jsonl").write_text('{"x": 1}\n')
+    (tmp_path / "c.yaml").write_text("features:\n  - {name: x, transform: identity}\n")
+    r = CliRunner().invoke(app, ["convert", "-i", str(tmp_path / "d.jsonl"), "-c", str(tmp_path / "c.yaml"),
+                                 "-o", str(tmp_path / "out"), "--splits", "train=1e308,eval=1e308"])
+    assert r.exit_code == 2 and "--splits" in r.output and "overflows" in r.output, r.output
+    assert not (tmp_path / "out").exists()
+
+
+def test_large_finite_weights_are_normalized():
+    np.testing.assert_allclose(Splits.parse("train=9e307,eval=1e307").bounds, [0.9, 1.0])
 
 
 def test_parse_valid():
