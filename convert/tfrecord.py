@@ -68,6 +68,27 @@ def write_records(f: IO[bytes], records: list[bytes]) -> int:
     return total
 
 
+#: Record data is read this many bytes at a time past this size, so a length
+#: field claiming terabytes (a damaged or hostile shard; ``inspect`` reads
+#: without checking its CRC) costs what the file holds, not an allocation of
+#: the claimed size.
+_READ_CHUNK = 64 << 20
+
+
+def _read_up_to(f: IO[bytes], n: int) -> bytes:
+    """``n`` bytes of ``f``, fewer at its end; never asks ``read`` for more than ``_READ_CHUNK``."""
+    if n <= _READ_CHUNK:
+        return f.read(n)
+    parts = []
+    while n > 0:
+        part = f.read(min(n, _READ_CHUNK))
+        if not part:
+            break
+        parts.append(part)
+        n -= len(part)
+    return b"".join(parts)
+
+
 def iter_records(f: IO[bytes], path: str = "<stream>", verify: bool = True):
     """Yield records from a TFRecord stream, checking CRCs.
 
@@ -85,7 +106,7 @@ def iter_records(f: IO[bytes], path: str = "<stream>", verify: bool = True):
         (hcrc,) = struct.unpack("<I", header[8:])
         if verify and masked_crc(header[:8]) != hcrc:
             raise ValueError(f"{path}: corrupt record length (CRC mismatch) at byte {offset}")
-        data = f.read(n)
+        data = _read_up_to(f, n)
         tail = f.read(4)
         if len(data) < n or len(tail) < 4:
             raise ValueError(f"{path}: truncated record at byte {offset} (expected {n} bytes)")

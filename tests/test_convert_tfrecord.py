@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import io
 import re
+import struct
 
 import numpy as np
 import pytest
@@ -176,3 +177,14 @@ def test_frame_records_header_cache_fills_and_clears_without_changing_bytes(monk
     assert frame_records(*_as_buffer(records)) == want.getvalue()  # full: cleared, then refilled
     assert len(tfr._HEADERS) == len({len(r) for r in records})
     assert frame_records(*_as_buffer(records)) == want.getvalue()
+
+
+@pytest.mark.parametrize("gz", [False, True], ids=["plain", "gzip"])
+def test_a_length_claiming_a_petabyte_is_a_truncated_record_not_an_allocation(tmp_path, gz):
+    length = struct.pack("<Q", 2**50)
+    data = length + struct.pack("<I", masked_crc(length)) + b"only a few bytes"
+    path = tmp_path / "huge.tfrecord"
+    path.write_bytes(gzip.compress(data) if gz else data)
+    with (gzip.open(path, "rb") if gz else open(path, "rb")) as f, pytest.raises(ValueError) as ei:
+        list(iter_records(f, str(path)))
+    assert str(path) in str(ei.value) and "truncated record at byte 0" in str(ei.value)
