@@ -19,6 +19,8 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
+from convert.spec import MAX_FEATURE_SIZE
+
 MAX_DEPTH = 4
 _LABEL_NAMES = ("label", "target", "y", "clicked", "class", "outcome")
 _DISTINCT_CAP = 5000
@@ -172,6 +174,16 @@ class Draft:
     path: str
 
 
+def _max_len(counts: list[int]) -> tuple[int, int, str]:
+    """A drafted ``max_len``: the 95th percentile of ``counts`` capped at
+    ``MAX_FEATURE_SIZE`` (what the config accepts), the percentile, and a note
+    for the comment when capped."""
+    p95 = max(1, _pct(counts, 0.95))
+    if p95 <= MAX_FEATURE_SIZE:
+        return p95, p95, ""
+    return MAX_FEATURE_SIZE, p95, f", max_len capped at the limit {MAX_FEATURE_SIZE} (longer values are truncated)"
+
+
 def _hash_buckets(distinct: int) -> int:
     return 1 << max(10, min(20, math.ceil(math.log2(max(2, distinct * 4)))))
 
@@ -230,8 +242,9 @@ def _decide(path: str, st: _FieldStats, total: int, logical: str | None = None) 
         avg_tokens = sum(st.tokens) / max(1, len(st.tokens))
         ratio = distinct / max(1, non_null)
         if avg_tokens > 2.5 and ratio > 0.3:
-            return Draft({"transform": "text", "max_len": max(1, _pct(st.tokens, 0.95))},
-                         f"{path}: free text, {avg_tokens:.1f} tokens on average (max_len = 95th percentile){null_note}", path)
+            max_len, p95, capped = _max_len(st.tokens)
+            return Draft({"transform": "text", "max_len": max_len},
+                         f"{path}: free text, {avg_tokens:.1f} tokens on average (max_len = 95th percentile, {p95}){capped}{null_note}", path)
         if distinct <= 1000 and (ratio < 0.5 or distinct <= 50):
             e = {"transform": "vocabulary"}
             if distinct > 100:
@@ -241,13 +254,13 @@ def _decide(path: str, st: _FieldStats, total: int, logical: str | None = None) 
                      f"{path}: high-cardinality string ({distinct}{'+' if distinct >= _DISTINCT_CAP else ''} distinct in {non_null}){null_note}", path)
     if types == {"list"}:
         elems = {t for t in st.elem_types if t != "null"}
-        max_len = max(1, _pct(st.lengths, 0.95))
+        max_len, p95, capped = _max_len(st.lengths)
         if not elems:
             return Draft(None, f"{path}: always an empty list in the sample", path)
         if elems <= {"int", "float"}:
-            return Draft({"transform": "identity", "max_len": max_len}, f"{path}: numeric list, length p95 {max_len}{null_note}", path)
+            return Draft({"transform": "identity", "max_len": max_len}, f"{path}: numeric list, length p95 {p95}{capped}{null_note}", path)
         if elems <= {"str", "int", "bool"}:
-            return Draft({"transform": "vocabulary", "max_len": max_len}, f"{path}: list of categories, length p95 {max_len}{null_note}", path)
+            return Draft({"transform": "vocabulary", "max_len": max_len}, f"{path}: list of categories, length p95 {p95}{capped}{null_note}", path)
         return Draft(None, f"{path}: list of {'/'.join(sorted(elems))}; nested lists and lists of records are not vectorized, point 'source' at a scalar field", path)
     scalar = types - {"list", "dict"}
     if types == scalar:
