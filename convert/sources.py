@@ -322,8 +322,10 @@ def read_avro_schema(f: IO[bytes], path: str) -> dict[str, Any]:
     f.seek(0)
     try:
         return fastavro.reader(f).writer_schema
+    except RecursionError:
+        raise InputFileError(path, _too_deep(f), 0) from None
     except Exception as e:  # fastavro raises many types for bad headers
-        raise InputFileError(path, f"not a readable Avro file ({type(e).__name__}: {e}); check the file is an Avro object container", 0) from e
+        raise InputFileError(path, f"not a readable Avro file ({_quoted(e)}); check the file is an Avro object container", 0) from e
 
 
 def _block_header(head: bytes) -> tuple[int, int, int] | None:

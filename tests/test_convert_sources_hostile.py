@@ -289,6 +289,8 @@ def test_a_valid_avro_file_with_a_1000_level_schema_says_which_limit_it_hit(tmp_
     msg = str(ei.value)
     assert str(path) in msg and "recursion limit" in msg and "nests 3000 deep" in msg
     assert "not an Avro" not in msg and "is it an Avro" not in msg
+    with open(path, "rb") as f, pytest.raises(InputFileError, match="recursion limit"):
+        sources.read_avro_schema(f, str(path))
     assert sys.getrecursionlimit() == limit  # the reader does not raise it (a process-wide side effect)
     r = runner.invoke(app, ["infer", "-i", str(path)])
     assert r.exit_code == 1 and "recursion limit" in r.output and "Traceback" not in r.output
