@@ -7,6 +7,12 @@ summary. The default runner is Beam's in-process ``FnApiRunner``, chosen
 explicitly: ``DirectRunner`` first tries to download the Prism runner binary,
 which hangs or fails on an offline or firewalled machine. Any other runner
 comes from the Beam flags passed through (``-- --runner DataflowRunner ...``).
+
+The output is guarded in stages, each before the next may write: an output
+overlapping an input is refused (``_guard_output``); the output's lock is
+taken (:mod:`pipelines.lock`); a previous dataset is cleared only of what a
+recordprep run wrote (``_clear_output``); and a failed run leaves
+``_FAILURE.json`` and no temp files (``_record_failure``).
 """
 
 from __future__ import annotations
@@ -170,8 +176,8 @@ def _listed_files(info: dict[str, Any]) -> set[str]:
 
 
 def _written_by_us(rel: str, listed: set[str]) -> bool:
-    if rel in listed or rel.split("/", 1)[0] == TMP_DIR:
-        return True
+    if rel in listed or rel.split("/", 1)[0] == TMP_DIR or rel.startswith(LOCK_FILENAME + "."):
+        return True  # (the last: a lock refresh or take-over interrupted before its rename)
     m = _ATOMIC_TMP_RE.fullmatch(rel)
     base = m.group(1) if m else rel
     return (base in listed or ("/" not in base and _SHARD_RE.fullmatch(base) is not None)
@@ -373,7 +379,7 @@ def run_convert(opts: ConvertOptions) -> ConvertResult:
         return ConvertResult(opts.output, True, existing, time.perf_counter() - t0)
     analysis = _load_analysis(opts.analysis_from) if opts.analysis_from else None  # before any clearing
 
-    lock = OutputLock(opts.output, fingerprint=p["fingerprint"], version=tool_version())
+    lock = _lock(opts, p["fingerprint"])
     lock.acquire()
     try:
         existing = _prepare_output(opts, p["fingerprint"])
@@ -390,6 +396,16 @@ def run_convert(opts: ConvertOptions) -> ConvertResult:
     if info is None:
         raise ConversionFailed(f"the pipeline finished but {opts.output}/{METADATA_FILENAME} was not written; see the runner's logs")
     return ConvertResult(opts.output, False, info, time.perf_counter() - t0)
+
+
+def _lock(opts: ConvertOptions, fingerprint: str) -> OutputLock:
+    """The output's lock; on gs:// through a client made from the job's Beam options (project, credentials)."""
+    client = None
+    if opts.output.startswith("gs://"):
+        from apache_beam.io.gcp.gcsio import create_storage_client
+
+        client = create_storage_client(remote.pipeline_options(opts))
+    return OutputLock(opts.output, fingerprint=fingerprint, version=tool_version(), gcs_client=client)
 
 
 def _check_existing(opts: ConvertOptions, fingerprint: str) -> dict[str, Any] | None:

@@ -12,6 +12,7 @@ import threading
 import time
 
 import pytest
+from _remote import remote_stack  # noqa: F401 - the session fixture
 
 from pipelines.lock import LOCK_FILENAME, LockHeldError, OutputLock, is_stale, read_lock
 
@@ -207,9 +208,3 @@ def test_on_the_gcs_emulator(remote_stack):  # noqa: F811
     with OutputLock(out, gcs_client=client) as lock:
         assert json.loads(blob.download_as_bytes())["owner"]["token"] == lock.owner["token"]
     assert not blob.exists()
-
-
-try:  # the GCS emulator fixture, when the remote-storage helpers are importable
-    from _remote import remote_stack  # noqa: F401, E402
-except ImportError:  # pragma: no cover
-    pass

@@ -17,6 +17,7 @@ from pathlib import Path
 import fastavro
 import pytest
 from _pipelines_data import SCHEMA, make_records, write_dataset
+from _remote import remote_stack  # noqa: F401 - the session fixture
 from typer.testing import CliRunner
 
 from convert.spec import FAILURE_FILENAME, METADATA_FILENAME
@@ -338,3 +339,29 @@ def test_a_full_disk_leaves_a_failure_marker_and_frees_the_temp_files(tmp_path):
         _assert_failed_cleanly(out, "No space left on device")
         st = os.statvfs(disk)
         assert st.f_bfree * st.f_frsize > 200 * 1024  # the temp files no longer fill it
+
+
+# ------------------------------------------------------------------ the same on gs:// (GCS emulator)
+
+
+@pytest.mark.slow
+def test_on_gcs_overwrite_keeps_unknown_objects_and_an_overlapping_output_is_refused(data, tmp_path, remote_stack):  # noqa: F811 - the fixture
+    from pipelines.job import OutputExistsError, OutputPathError, run_convert
+    from pipelines.options import ConvertOptions
+
+    bucket = remote_stack.storage_client().bucket(remote_stack.bucket)
+    out = f"gs://{remote_stack.bucket}/safety/out"
+    opts = {"inputs": (str(data["json"]),), "output": out, "workers": 1, "progress": False}
+    run_convert(ConvertOptions(config=str(data["config"]), **opts))
+    bucket.blob("safety/out/notes/readme.txt").upload_from_string(b"mine")
+    before = remote_stack.gcs_names("safety/out")
+    with pytest.raises(OutputExistsError, match="notes/readme.txt"):
+        run_convert(ConvertOptions(config=str(_other_config(data, tmp_path)), overwrite=True, **opts))
+    assert remote_stack.gcs_names("safety/out") == before
+    assert bucket.blob("safety/out/notes/readme.txt").download_as_bytes() == b"mine"
+
+    gs_in = remote_stack.upload_dir(Path(data["config"]).parent, "safety/in")
+    for output in (gs_in, gs_in + "/", f"gs://{remote_stack.bucket}/safety", gs_in + "/sub"):
+        with pytest.raises(OutputPathError, match="write to another directory"):
+            run_convert(ConvertOptions(inputs=(gs_in,), config=str(data["config"]), output=output, overwrite=True))
+    assert not [n for n in remote_stack.gcs_names("safety/in") if "tfrecord" in n or "_LOCK" in n]
