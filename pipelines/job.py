@@ -146,6 +146,8 @@ def _guard_output(opts: ConvertOptions, files: list[InputFile]) -> None:
     delete the inputs, and a later run would read the shards as input. An
     output next to the inputs (``-i data/x.avro -o data/out``) is fine.
     """
+    if "://" not in opts.output and os.path.lexists(opts.output) and not os.path.isdir(opts.output):
+        raise OutputPathError(f"--output {opts.output} is a file, not a directory; name a directory to write the dataset into")
     out = _norm(opts.output)
     hint = "write to another directory (a conversion never writes where it reads its inputs)"
     for f in files:

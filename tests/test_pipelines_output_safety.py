@@ -8,6 +8,7 @@ import errno
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -70,6 +71,13 @@ def test_an_output_overlapping_an_input_is_refused_before_anything_is_written(da
         assert "write to another directory" in r.output and "Traceback" not in r.output
     assert _snapshot(same) == before  # nothing written, nothing deleted
     assert not (same / "out").exists() and not (same / TMP).exists()
+
+
+def test_an_output_that_is_a_file_is_refused(data, tmp_path):
+    (tmp_path / "notes.txt").write_text("mine")
+    r = _convert("-i", str(data["json"]), "-c", str(data["config"]), "-o", str(tmp_path / "notes.txt"))
+    assert r.exit_code == 2 and "is a file, not a directory" in r.output, r.output
+    assert (tmp_path / "notes.txt").read_text() == "mine"
 
 
 def test_an_output_next_to_the_inputs_is_fine(data, tmp_path):
@@ -313,6 +321,20 @@ def test_after_a_full_disk_temp_files_go_before_the_marker_is_written(data, tmp_
     assert r.exit_code == 1, r.output
     assert calls == [("cleanup", True), ("marker", False)]
     _assert_failed_cleanly(out, "No space left on device")
+
+
+@pytest.mark.slow
+def test_an_interrupted_run_leaves_a_failure_marker(tmp_path):
+    data = write_dataset(tmp_path / "d", make_records(6000))
+    out = tmp_path / "out"
+    p = subprocess.Popen(_cli(data, out), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not (out / LOCK_FILENAME).exists() and p.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.005)
+    p.send_signal(signal.SIGINT)  # Ctrl-C, once the run holds the output
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 130, err
+    _assert_failed_cleanly(out, "interrupted")
 
 
 @contextlib.contextmanager
