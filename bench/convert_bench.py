@@ -30,6 +30,13 @@ Rows (each one fresh subprocess, see :mod:`bench.measure`):
     over every JSON Lines file (Beam's file objects, the job's batch size and
     its GC setting), in one process. Against ``limit: JSON lines + orjson``:
     the issue's "JSON input at least half of the plain orjson parse rate".
+``wide schema: Avro input stage (--avro-decoder auto|fastavro)``
+    ``convert.sources.iter_records`` (with each record's JSON, as for the
+    whole-record split) over one file of ``WIDE_RECORDS`` records x
+    ``WIDE_FIELDS`` nullable fields, with each decoder, in one process: a
+    decoder whose per-batch work grows with the square of the number of
+    fields shows as a ratio far above the fastavro row (the same for every
+    ``--size``).
 ``limit: fastavro decode`` / ``limit: polars decode`` / ``limit: JSON lines + orjson``
     Decoding every input record once, in one process, doing nothing else:
     fastavro to Python dicts, polars (``read_avro``) to a DataFrame, orjson
@@ -155,6 +162,43 @@ def _json_read(args: argparse.Namespace) -> dict[str, Any]:
     return {**t.to_json(), "records": n}
 
 
+#: The wide-schema rows' file: few records, many fields. Fields, not records,
+#: are what per-column work scales with; one batch of records is enough.
+WIDE_RECORDS = 1000
+WIDE_FIELDS = 4000
+
+
+def _write_wide_avro(path: Path) -> None:
+    import fastavro
+
+    fields = [{"name": f"f{i}", "type": ["null", "long"] if i % 2 else ["null", "string"]} for i in range(WIDE_FIELDS)]
+    schema = fastavro.parse_schema({"type": "record", "name": "Wide", "fields": fields})
+    rows = ({f"f{i}": None if (i + r) % 5 == 0 else i * r if i % 2 else f"v{(i + r) % 7}" for i in range(WIDE_FIELDS)}
+            for r in range(WIDE_RECORDS))
+    tmp = path.with_name(path.name + ".tmp")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(tmp, "wb") as f:
+        fastavro.writer(f, schema, rows, codec="deflate")
+    os.replace(tmp, path)
+
+
+def _wide_read(args: argparse.Namespace) -> dict[str, Any]:
+    import polars  # noqa: F401 - imported before the timer, as in a warm worker
+
+    from convert.sources import iter_records
+    from pipelines.options import ConvertOptions
+
+    path = Path(args.inputs[0])
+    if not path.exists():
+        _write_wide_avro(path)
+    n = 0
+    with WorkTimer() as t, open(path, "rb") as f:
+        for batch in iter_records(f, str(path), 0, None, ConvertOptions.batch_size, avro_decoder=args.avro_decoder,
+                                  record_json=True):
+            n += len(batch.records)
+    return {**t.to_json(), "records": n, "fields": WIDE_FIELDS}
+
+
 CASES = {
     "recordprep": _recordprep,
     "naive": _naive,
@@ -163,6 +207,7 @@ CASES = {
     "polars-decode": _polars_decode,
     "json-decode": _json_decode,
     "json-read": _json_read,
+    "wide-read": _wide_read,
 }
 
 
@@ -264,7 +309,11 @@ def run_table(size: str, manifest: dict[str, Any], *, repeats: int, log, out_roo
     fastavro_only = ("recordprep_avro_gzip_fastavro", "recordprep AVRO -> gzip (--avro-decoder fastavro)",
                      ["--case", "recordprep", "--inputs", *avro, "--avro-decoder", "fastavro",
                       "--output", str(outputs["recordprep_avro_gzip_fastavro"])])
-    once = [uncompressed, packed, fastavro_only]
+    wide_file = str(out_root / "wide" / f"wide-{WIDE_RECORDS}x{WIDE_FIELDS}.avro")
+    wide = [(f"wide_{decoder}", f"wide schema: Avro input stage ({WIDE_RECORDS:,} x {WIDE_FIELDS:,} fields, --avro-decoder {decoder})",
+             ["--case", "wide-read", "--inputs", wide_file, "--avro-decoder", decoder])
+            for decoder in ("auto", "fastavro")]
+    once = [uncompressed, packed, fastavro_only, *wide]
 
     runs: dict[str, list[dict[str, Any]]] = {}
     labels: dict[str, str] = {}

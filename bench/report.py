@@ -115,7 +115,7 @@ def conversion_md(results: dict[str, Any]) -> list[str]:
     rows = conv["rows"]
     order = ["recordprep_avro_gzip", "recordprep_avro_gzip_workers", "recordprep_avro_none", "recordprep_avro_gzip_packed",
              "recordprep_avro_gzip_fastavro", "recordprep_json_gzip", "recordprep_subset_gzip",
-             "naive", "recordprep_json_read", "limit_avro", "limit_polars", "limit_json"]
+             "naive", "recordprep_json_read", "wide_auto", "wide_fastavro", "limit_avro", "limit_polars", "limit_json"]
     lines = ["| row | records | records/s | CPU-s / 1k records | peak RSS (MB) | runs |",
              "|---|---:|---:|---:|---:|---:|"]
     for key in order:
@@ -142,6 +142,7 @@ def conversion_md(results: dict[str, Any]) -> list[str]:
         ("recordprep JSON / recordprep AVRO, records/s", _ratio(g("recordprep_json_gzip", "records_per_s"), g("recordprep_avro_gzip", "records_per_s"))),
         ("recordprep default / --workers 1 (in-process), records/s", _ratio(g("recordprep_avro_gzip", "records_per_s"), g("recordprep_avro_gzip_workers", "records_per_s"))),
         ("recordprep gzip / uncompressed, records/s", _ratio(g("recordprep_avro_gzip", "records_per_s"), g("recordprep_avro_none", "records_per_s"))),
+        ("wide schema: --avro-decoder auto / fastavro, records/s", _ratio(g("wide_auto", "records_per_s"), g("wide_fastavro", "records_per_s"))),
     ]
     lines += ["| ratio | measured |", "|---|---:|"]
     lines += [f"| {name} | {_fmt_value(v, 'x')} |" for name, v in ratio_lines]

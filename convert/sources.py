@@ -499,8 +499,29 @@ _COLUMNAR_LOGICAL = frozenset({("long", "timestamp-millis"), ("long", "timestamp
                                ("int", "date"), ("string", "uuid")})
 
 
+#: Most record fields (at any depth) a schema may have for the polars path:
+#: polars' Avro reader costs more per value, in time and memory, the more
+#: fields a record has; past about a thousand fastavro is faster and smaller.
+_COLUMNAR_MAX_FIELDS = 1000
+
+
+def _field_count(schema: Any) -> int:
+    """How many record fields ``schema`` declares at any depth (no recursion)."""
+    n, stack = 0, [schema]
+    while stack:
+        s = stack.pop()
+        if isinstance(s, dict):
+            if isinstance(s.get("fields"), list):
+                n += len(s["fields"])
+            stack.extend(v for v in s.values() if isinstance(v, dict | list))
+        elif isinstance(s, list):
+            stack.extend(s)
+    return n
+
+
 def _columnar_schema(schema: Any) -> bool:
-    """Whether polars decodes records of this writer schema to fastavro's values.
+    """Whether polars decodes records of this writer schema to fastavro's values
+    (and is the faster decoder: not past ``_COLUMNAR_MAX_FIELDS`` fields).
 
     A whitelist, each entry covered by ``tests/test_convert_sources_columnar.py``:
     a top-level record with fields of primitives, fixed, nested records,
@@ -512,7 +533,8 @@ def _columnar_schema(schema: Any) -> bool:
     ``time-millis`` of 24:00 (silently null), decimals and the other logical
     types (other values).
     """
-    return isinstance(schema, dict) and schema.get("type") == "record" and _columnar_type(schema, 0, top=True)
+    return (isinstance(schema, dict) and schema.get("type") == "record" and _field_count(schema) <= _COLUMNAR_MAX_FIELDS
+            and _columnar_type(schema, 0, top=True))
 
 
 def _columnar_type(schema: Any, depth: int, enum_ok: bool = False, top: bool = False) -> bool:

@@ -333,6 +333,19 @@ def test_the_polars_decoder_takes_a_batchs_schema_a_constant_number_of_times(mon
     assert counts[0] == counts[1] and counts[0] <= 5, counts
 
 
+def test_schemas_past_the_field_limit_take_the_fastavro_path_with_the_same_records():
+    """polars' Avro reader slows per value and grows in memory with the number of fields
+    (4,000 fields: several times fastavro's time and memory), so wide schemas go to fastavro."""
+    from convert.sources import _COLUMNAR_MAX_FIELDS, ColumnRecords
+
+    for width, columnar in ((_COLUMNAR_MAX_FIELDS, True), (_COLUMNAR_MAX_FIELDS + 1, False)):
+        data = _wide_avro(width)
+        auto = list(iter_records(io.BytesIO(data), "w.avro", avro_decoder="auto"))
+        assert isinstance(auto[0].records, ColumnRecords) is columnar, width
+        plain = list(iter_records(io.BytesIO(data), "w.avro", avro_decoder="fastavro"))
+        assert [dict(r) for b in auto for r in b.records] == [r for b in plain for r in b.records]
+
+
 # ====================================================================== options and the CLI
 
 
