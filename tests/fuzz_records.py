@@ -17,6 +17,9 @@ Targets (each a property; rounds of fresh random examples run until the time is 
 - ``config``: hostile feature configs (alias bombs, deep nesting, duplicate keys, huge and
   non-finite numbers, wrong types, non-UTF-8 bytes, long strings; tests/_config_strategies.py):
   ``load_config`` loads them or raises ``ConfigError`` with a short message, nothing else.
+- ``metadata``: a valid ``dataset_info.json`` with hostile file names, huge or wrong shapes,
+  wrong types and counts, or nested thousands of levels deep (tests/_metadata_strategies.py):
+  it loads within every limit or raises ``SpecError``, nothing else.
 
 A failure prints the falsifying example (shrunk) and exits 1. ``tests/test_property_fuzz.py``
 runs a few seconds of it in the normal suite.
@@ -38,6 +41,7 @@ sys.path[:0] = [str(HERE), str(HERE.parent)]
 
 import test_property_roundtrip as props  # noqa: E402
 from _config_strategies import config_target, hostile_configs  # noqa: E402
+from _metadata_strategies import metadata_target, metadata_texts  # noqa: E402
 from _record_strategies import avro_bytes, avro_cases  # noqa: E402
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
@@ -129,6 +133,7 @@ TARGETS = {  # name: (strategies for the arguments, body)
                               props.json_files.map(lambda b: b[: len(b) // 2] + b"\xff" + b[len(b) // 2:])),),
                    json_bytes_target),
     "config": ((hostile_configs(),), config_target),
+    "metadata": ((metadata_texts(),), metadata_target),
 }
 
 
