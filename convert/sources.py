@@ -450,12 +450,17 @@ def _block_expands_past(codec: str, data: bytes | memoryview | Callable[[int], b
     return n if n is not None and n > cap else None
 
 
+#: Most block headers walked to number a block in an error message (each is a
+#: seek and a read, a request on remote file systems).
+_MAX_INDEX_WALK = 10_000
+
+
 def _block_too_big(f: IO[bytes], path: str, first_block: int, offset: int, cap: int) -> InputFileError:
     """The error for the block at ``offset``, with its index in the file
     (counted from ``first_block`` by walking the block headers before it)."""
     index, pos = 0, first_block
     try:
-        while pos < offset:
+        while pos < offset and index < _MAX_INDEX_WALK:
             f.seek(pos)
             h = _block_header(f.read(20))
             if h is None:
