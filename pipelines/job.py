@@ -38,6 +38,8 @@ from convert.config import load_config
 from convert.sources import InputFileError
 from convert.spec import FAILURE_FILENAME, METADATA_FILENAME, DatasetInfo
 from pipelines import remote
+from pipelines._fs import delete as fs_delete
+from pipelines._fs import match_in
 from pipelines._loopback import bind_loopback_only
 from pipelines._progress import PASSES, PROGRESS_DIR, ProgressReporter
 from pipelines._warm import WarmPool
@@ -167,6 +169,11 @@ _ATOMIC_TMP_RE = re.compile(r"(.+)\.tmp-[0-9a-f]{8}")  # a write_atomic interrup
 _UNKNOWN_SHOWN = 5
 
 
+def _first_few(names: list[str]) -> str:
+    more = len(names) - _UNKNOWN_SHOWN
+    return ", ".join(names[:_UNKNOWN_SHOWN]) + (f" and {more} more" if more > 0 else "")
+
+
 def _listed_files(info: dict[str, Any]) -> set[str]:
     """Every file a dataset's metadata names, relative to its output."""
     names = {METADATA_FILENAME, FAILURE_FILENAME, ANALYSIS_FILENAME, str(info.get("analysis_file") or "")}
@@ -196,14 +203,14 @@ def _list_output(output: str) -> list[str]:
             for name in filenames + links:
                 rel.append(os.path.relpath(os.path.join(dirpath, name), root).replace(os.sep, "/"))
         return rel
-    patterns = [root + "/**"] if output.startswith("gs://") else [f"{root}/*", f"{root}/{ERRORS_DIR}/*", f"{root}/{VOCAB_DIR}/*"]
+    patterns = ["**"] if output.startswith("gs://") else ["*", f"{ERRORS_DIR}/*", f"{VOCAB_DIR}/*"]
     rel = set()
     for pattern in patterns:
         try:
-            matched = FileSystems.match([pattern])[0].metadata_list
+            matched = match_in(root, pattern)
         except BeamIOError:  # HDFS: listing a missing directory fails
             continue
-        rel.update(m.path[len(root) + 1:] for m in matched if m.path.startswith(root + "/"))
+        rel.update(m[len(root) + 1:] for m in matched if m.startswith(root + "/"))
     return sorted(r for r in rel if r not in (ERRORS_DIR, VOCAB_DIR))
 
 
@@ -217,7 +224,7 @@ def _clear_output(output: str, existing: dict[str, Any]) -> None:
     files = [r for r in _list_output(output) if r != LOCK_FILENAME]
     unknown = sorted(r for r in files if not _written_by_us(r, listed))
     if unknown:
-        shown = ", ".join(unknown[:_UNKNOWN_SHOWN]) + (f" and {len(unknown) - _UNKNOWN_SHOWN} more" if len(unknown) > _UNKNOWN_SHOWN else "")
+        shown = _first_few(unknown)
         raise OutputExistsError(
             f"--overwrite: {output} holds {len(unknown)} file(s) no recordprep run wrote ({shown}); "
             f"nothing was deleted. Move them elsewhere, or write to another directory"
@@ -225,14 +232,14 @@ def _clear_output(output: str, existing: dict[str, Any]) -> None:
     root = output.rstrip("/")
     meta = FileSystems.join(output, METADATA_FILENAME)
     if FileSystems.exists(meta):
-        FileSystems.delete([meta])
+        fs_delete([meta])
     mine = [f"{root}/{r}" for r in files if r != METADATA_FILENAME and r.split("/", 1)[0] != TMP_DIR]
     if "://" not in output:
         for path in mine:  # unlink: a symlink is removed, never what it points to
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
     elif mine:
-        FileSystems.delete(mine)
+        fs_delete(mine)
     cleanup_tmp(output)
     for sub in (VOCAB_DIR, ERRORS_DIR):  # now empty (local, HDFS; object stores have no directories)
         d = FileSystems.join(output, sub)
@@ -240,7 +247,28 @@ def _clear_output(output: str, existing: dict[str, Any]) -> None:
             with contextlib.suppress(OSError):
                 os.rmdir(d)
         elif not output.startswith("gs://") and FileSystems.exists(d):
-            FileSystems.delete([d])
+            fs_delete([d])
+
+
+def _refuse_clashing_files(output: str, *, took_over: bool) -> None:
+    """In an output without a dataset, refuse files under the names a run replaces or removes.
+
+    The commit replaces its shard, vocabulary, error and analysis files and
+    removes other shards of its splits. In a directory that an earlier
+    recordprep run left unfinished those are its leftovers (its failure
+    marker, its temp directory, or the dead run's lock just taken over say
+    so); anywhere else they are someone's files, and nothing is deleted.
+    """
+    files = [r for r in _list_output(output) if r != LOCK_FILENAME]
+    if took_over or any(r == FAILURE_FILENAME or r.split("/", 1)[0] == TMP_DIR for r in files):
+        return
+    clashing = sorted(r for r in files if _written_by_us(r, {ANALYSIS_FILENAME}))
+    if clashing:
+        shown = _first_few(clashing)
+        raise OutputExistsError(
+            f"{output} holds no recordprep dataset but {len(clashing)} file(s) under names a conversion writes "
+            f"or removes ({shown}); nothing was deleted. Move them elsewhere, or write to another directory"
+        )
 
 
 def _load_analysis(old_output: str) -> dict[str, Any]:
@@ -384,7 +412,7 @@ def run_convert(opts: ConvertOptions) -> ConvertResult:
     lock = _lock(opts, p["fingerprint"])
     lock.acquire()
     try:
-        existing = _prepare_output(opts, p["fingerprint"])
+        existing = _prepare_output(opts, p["fingerprint"], lock)
         if existing is not None:  # the run that held the lock made this very dataset
             return ConvertResult(opts.output, True, existing, time.perf_counter() - t0)
         try:
@@ -430,7 +458,7 @@ def _check_existing(opts: ConvertOptions, fingerprint: str) -> dict[str, Any] | 
     return None
 
 
-def _prepare_output(opts: ConvertOptions, fingerprint: str) -> dict[str, Any] | None:
+def _prepare_output(opts: ConvertOptions, fingerprint: str, lock: OutputLock) -> dict[str, Any] | None:
     """Under the lock: clear the previous dataset (``overwrite``) and an old failure marker.
 
     Returns the metadata when the output already is this dataset (a run
@@ -442,11 +470,13 @@ def _prepare_output(opts: ConvertOptions, fingerprint: str) -> dict[str, Any] | 
     existing = read_existing(opts.output)
     if existing is not None:
         _clear_output(opts.output, existing)
+    else:
+        _refuse_clashing_files(opts.output, took_over=lock.took_over is not None)
     # A failure marker from an earlier run would make `recordprep wait` and
     # readers.wait_for_dataset give up on this run before it finishes.
     stale = FileSystems.join(opts.output, FAILURE_FILENAME)
     if FileSystems.exists(stale):
-        FileSystems.delete([stale])
+        fs_delete([stale])
     return None
 
 

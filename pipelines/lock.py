@@ -262,14 +262,14 @@ class _BeamFs:
         from apache_beam.io.filesystems import FileSystems
 
         try:
-            meta = FileSystems.match([self.path])[0].metadata_list
-            if not meta:
+            if not FileSystems.exists(self.path):
                 return None
+            meta = FileSystems.get_filesystem(self.path).metadata(self.path)  # literal: never globbed
             with FileSystems.open(self.path, compression_type="uncompressed") as f:
                 data = f.read()
         except Exception:  # noqa: BLE001 - vanished between listing and reading
             return None
-        return data, data, float(meta[0].last_updated_in_seconds or _now())
+        return data, data, float(meta.last_updated_in_seconds or _now())
 
     def replace(self, data: bytes, held: Any) -> Any:
         from apache_beam.io.filesystems import FileSystems

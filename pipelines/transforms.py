@@ -65,6 +65,8 @@ from convert.spec import (
 )
 from convert.tfrecord import frame_records
 from convert.vectorize import Analysis, Analyzer, PreparedBatch, Preparer, Vectorizer
+from pipelines._fs import delete as fs_delete
+from pipelines._fs import match_in, size_of
 from pipelines._progress import PROGRESS_DIR, UnitProgress
 from pipelines.options import ConvertOptions
 from pipelines.plan import InputFile, WorkUnit
@@ -95,7 +97,7 @@ def _unit_bytes(unit: WorkUnit) -> int:
         end = r.end
         if end is None:  # to the end of the file
             try:
-                end = FileSystems.match([r.path])[0].metadata_list[0].size_in_bytes
+                end = size_of(r.path)
             except Exception:  # progress only: never fail a unit over it
                 end = r.start
         total += max(0, end - r.start)
@@ -460,7 +462,7 @@ class _Writer:
         if self.f is not self.raw:
             self.f.close()
         self.raw.close()
-        return FileSystems.match([self.path])[0].metadata_list[0].size_in_bytes
+        return size_of(self.path)
 
 
 class _ConvertUnit(beam.DoFn):
@@ -640,7 +642,7 @@ def _rename_replacing(src: list[str], dst: list[str]) -> None:
         if not failed or not stale:
             raise
         log.info("replacing %d existing file(s) at the rename targets", len(stale))
-        FileSystems.delete(stale)
+        fs_delete(stale)
         FileSystems.rename([s for s, _ in failed], [d for _, d in failed])
 
 
@@ -766,7 +768,7 @@ class _Commit(beam.DoFn):
 
         cleanup_tmp(out)
         try:
-            FileSystems.delete([FileSystems.join(out, FAILURE_FILENAME)])
+            fs_delete([FileSystems.join(out, FAILURE_FILENAME)])
         except Exception:
             pass
         write_atomic(FileSystems.join(out, METADATA_FILENAME), metadata)
@@ -777,14 +779,14 @@ def _remove_stale(out: str, patterns: list[str], keep: set[str]) -> None:
     """Shards and error files an interrupted or failed earlier run left, not part of this dataset."""
     for pattern in patterns:
         try:
-            matched = FileSystems.match([FileSystems.join(out, pattern)])[0].metadata_list
+            matched = match_in(out, pattern)
         except BeamIOError:  # HDFS: listing a missing directory fails
             continue
         where = pattern.rpartition("/")[0]
-        stale = [m.path for m in matched if f"{where}/{posix_basename(m.path)}".lstrip("/") not in keep]
+        stale = [m for m in matched if f"{where}/{posix_basename(m)}".lstrip("/") not in keep]
         if stale:
             log.info("removing %d file(s) left by an earlier run", len(stale))
-            FileSystems.delete(stale)
+            fs_delete(stale)
 
 
 def _ensure_dir(path: str) -> None:
@@ -804,11 +806,11 @@ def cleanup_tmp(out: str) -> None:
     tmp = FileSystems.join(out, TMP_DIR)
     try:
         if FileSystems.exists(tmp):  # a directory (local, HDFS)
-            FileSystems.delete([tmp])
+            fs_delete([tmp])
             return
-        left = FileSystems.match([tmp + "/**"])[0].metadata_list  # gs://: objects under the prefix
+        left = match_in(tmp, "**")  # gs://: objects under the prefix
         if left:
-            FileSystems.delete([m.path for m in left])
+            fs_delete(left)
     except Exception as e:  # leftover temp files are harmless; say so
         log.warning("could not remove %s: %s", tmp, e)
 

@@ -17,6 +17,7 @@ from apache_beam.io.filesystems import FileSystems
 from convert.example import decode_example, unpack_decoded
 from convert.spec import DatasetInfo
 from convert.tfrecord import iter_records
+from pipelines._fs import size_of
 from pipelines.inspect import load
 
 
@@ -64,7 +65,7 @@ def verify_output(output: str, max_problems: int = 50) -> VerifyReport:
             if not FileSystems.exists(path):
                 problems.append(f"{path}: listed in the metadata but missing")
                 continue
-            size = FileSystems.match([path])[0].metadata_list[0].size_in_bytes
+            size = size_of(path)
             if size != shard.num_bytes:
                 problems.append(f"{path}: {size} bytes on disk, metadata says {shard.num_bytes}")
             n = 0

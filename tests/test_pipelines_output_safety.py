@@ -153,6 +153,43 @@ def test_a_rerun_into_an_output_with_user_files_is_still_a_no_op(data, tmp_path)
     assert (out / "README.txt").read_text() == "my notes"
 
 
+def test_a_new_output_holding_files_under_the_converters_names_is_refused(data, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "train-00000-of-00009.tfrecord.gz").write_bytes(b"another tool's shard")
+    (out / "notes.txt").write_text("mine")
+    before = _snapshot(out)
+    r = _convert("-i", str(data["json"]), "-c", str(data["config"]), "-o", str(out), "--num-shards", "2")
+    assert r.exit_code == 1 and "train-00000-of-00009.tfrecord.gz" in r.output and "nothing was deleted" in r.output, r.output
+    assert _snapshot(out) == before
+
+
+def test_leftovers_of_a_failed_run_are_cleaned_by_the_next_one(data, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "train-00000-of-00009.tfrecord.gz").write_bytes(b"renamed before the run died")
+    (out / FAILURE_FILENAME).write_text(json.dumps({"reason": "died"}))
+    r = _convert("-i", str(data["json"]), "-c", str(data["config"]), "-o", str(out), "--num-shards", "2")
+    assert r.exit_code == 0, r.output
+    assert not (out / "train-00000-of-00009.tfrecord.gz").exists() and not (out / FAILURE_FILENAME).exists()
+
+
+def test_an_output_path_with_glob_characters_is_taken_literally(data, tmp_path):
+    (tmp_path / "out1").mkdir()  # what a glob 'out[1]' would match
+    (tmp_path / "out1" / "train-00000-of-00002.tfrecord.gz").write_bytes(b"not ours")
+    out = tmp_path / "out[1]"
+    r = _convert("-i", str(data["json"]), "-c", str(data["config"]), "-o", str(out), "--num-shards", "2")
+    assert r.exit_code == 0, r.output
+    info = json.loads((out / METADATA_FILENAME).read_text())
+    for sp in info["splits"].values():
+        for sh in sp["shards"]:
+            assert (out / sh["file"]).stat().st_size == sh["num_bytes"]
+    assert not (out / TMP).exists()
+    assert (tmp_path / "out1" / "train-00000-of-00002.tfrecord.gz").read_bytes() == b"not ours"
+    r = runner.invoke(app, ["verify", str(out)])
+    assert r.exit_code == 0, r.output
+
+
 # ------------------------------------------------------------------ 2: one conversion per output
 
 
@@ -165,14 +202,21 @@ def _cli(data, out, *extra: str) -> list[str]:
 def test_two_conversions_into_one_output_at_once(tmp_path):
     data = write_dataset(tmp_path / "d", make_records(6000))
     out = tmp_path / "out"
-    procs = [subprocess.Popen(_cli(data, out), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for _ in range(2)]
-    results = [(p.wait(timeout=300), *p.communicate()) for p in procs]
-    codes = sorted(rc for rc, _, _ in results)
-    assert codes == [0, 1], results
-    _, _, refused = next(r for r in results if r[0] == 1)
-    winner = procs[[r[0] for r in results].index(0)].pid
-    assert f"being written by another conversion: pid {winner} of" in refused, refused
+    first = subprocess.Popen(_cli(data, out), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not (out / LOCK_FILENAME).exists() and first.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.005)
+    # Paused while it holds the lock, so the second run meets it however loaded the machine is.
+    os.kill(first.pid, signal.SIGSTOP)
+    try:
+        second = subprocess.run(_cli(data, out), capture_output=True, text=True, timeout=300)
+    finally:
+        os.kill(first.pid, signal.SIGCONT)
+    rc, _, err = first.wait(timeout=300), *first.communicate()
+    assert rc == 0, err
+    refused = second.stderr + second.stdout
+    assert second.returncode == 1, refused
+    assert f"being written by another conversion: pid {first.pid} of" in refused, refused
     assert socket.gethostname() in refused and "running since" in refused and "Traceback" not in refused
     assert not (out / TMP).exists() and not (out / LOCK_FILENAME).exists() and not (out / FAILURE_FILENAME).exists()
     v = subprocess.run([str(RECORDPREP), "verify", str(out)], capture_output=True, text=True, timeout=120)

@@ -1,0 +1,63 @@
+"""Literal paths on Beam's file systems.
+
+``FileSystems.match`` treats ``*``, ``?`` and ``[`` anywhere in a path as
+glob characters, so an output directory named ``out[1]`` would match
+``out1`` (or nothing). The converter's own paths are never patterns: these
+helpers take them literally and glob only the file-name pattern given
+apart.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+import shutil
+import warnings
+
+from apache_beam.io.filesystems import FileSystems
+
+_GLOB_CHAR = re.compile(r"([*?\[])")
+
+
+def escape_glob(path: str) -> str:
+    """``path`` as a Beam match pattern that matches only itself (``[`` -> ``[[]``)."""
+    return _GLOB_CHAR.sub(r"[\1]", path)
+
+
+def match_in(root: str, pattern: str) -> list[str]:
+    """Paths of the files under the directory ``root`` (literal) that match ``pattern``.
+
+    ``pattern`` is relative to ``root`` and may glob (``train-*``,
+    ``errors/errors-*.jsonl``, ``**`` on object stores). A missing ``root``
+    matches nothing.
+    """
+    if "://" not in root:
+        return sorted(p for p in glob.glob(os.path.join(glob.escape(root), pattern)) if os.path.isfile(p))
+    with warnings.catch_warnings():  # re warns about the nested set '[[]'
+        warnings.simplefilter("ignore", FutureWarning)
+        return [m.path for m in FileSystems.match([f"{escape_glob(root.rstrip('/'))}/{pattern}"])[0].metadata_list]
+
+
+def delete(paths: list[str]) -> None:
+    """Delete files (directories recursively) at these literal paths.
+
+    Beam's local and GCS ``delete`` match each path as a pattern first:
+    ``out[1]/x`` would delete ``out1/x``. A missing path raises
+    (``FileNotFoundError`` locally, ``BeamIOError`` elsewhere), as Beam does.
+    """
+    for path in paths:
+        if "://" in path:
+            FileSystems.delete([escape_glob(path) if path.startswith("gs://") and not path.endswith("/") else path])
+        elif os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path)
+        else:
+            os.remove(path)
+
+
+def size_of(path: str) -> int:
+    """Bytes of the file at ``path`` (literal, never globbed)."""
+    return int(FileSystems.get_filesystem(path).metadata(path).size_in_bytes)
+
+
+__all__ = ["delete", "escape_glob", "match_in", "size_of"]
