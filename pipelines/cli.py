@@ -52,7 +52,7 @@ def convert(
     splits: Annotated[str, typer.Option(help="Named splits with weights; the first one is analyzed (vocabularies, statistics).")] = "train=0.9,eval=0.1",
     split_key: Annotated[str | None, typer.Option(help="Field whose value decides the split (entity-stable, e.g. user_id). Default: the whole record.")] = None,
     num_shards: Annotated[int | None, typer.Option(help="Shards per split. Default: from input size (see --target-shard-mb).")] = None,
-    target_shard_mb: Annotated[float, typer.Option(help="Input MB per shard when --num-shards is not given.")] = 128.0,
+    target_shard_mb: Annotated[float, typer.Option(help="Input MB per shard when --num-shards is not given (> 0; an error if it makes more than 100,000 shards).")] = 128.0,
     compression: Annotated[str, typer.Option(help="Shard compression: gzip or none.")] = "gzip",
     gzip_level: Annotated[int, typer.Option(help="gzip level 1 (fast) .. 9 (small); the default 5 writes smaller shards than zlib's usual 6, faster.")] = 5,
     layout: Annotated[str, typer.Option(help="Example layout: 'features' (one Feature per column) or 'packed' (all float32 columns in one Feature, all int64 in another; readers.train_dataset unpacks them; parsing is several times cheaper, records ~3x smaller).")] = "features",
