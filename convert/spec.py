@@ -127,6 +127,15 @@ def check_name(name: Any, where: str, *, plain: bool = False) -> str:
     return name
 
 
+def _default_fits(default: Any, dtype: str, size: int) -> bool:
+    """Whether a feature's default can be parsed as its dtype and broadcast to its shape."""
+    scalar = str if dtype == "string" else (int, float)
+    if default is None or isinstance(default, scalar):
+        return True
+    return (isinstance(default, list | tuple) and len(default) in (1, size)
+            and all(isinstance(v, scalar) for v in default))
+
+
 def _depth_problem(doc: Any) -> bool:
     """Whether ``doc`` nests arrays/objects deeper than ``MAX_METADATA_DEPTH`` (iterative walk)."""
     stack = [(doc, 1)]
@@ -230,6 +239,11 @@ class FeatureSpec:
             raise SpecError(f"{where}: source {_short(self.source)} must be a string or null")
         if not isinstance(self.params, Mapping):
             raise SpecError(f"{where}: params must be an object, found {type(self.params).__name__}")
+        if not _default_fits(self.default, self.dtype, self.size):
+            raise SpecError(
+                f"{where}: default {_short(self.default)} must be null, one {self.dtype} value or a "
+                f"flat list of {self.size} of them"
+            )
         vocab_size = self.params.get("vocab_size")
         if vocab_size is not None and (
             isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or not 1 <= vocab_size <= MAX_VOCAB_SIZE

@@ -125,10 +125,10 @@ def failed_error(
     """
     try:
         data = (read or _io.read_bytes)(location.failure_path)
-    except FileNotFoundError:
-        return None
-    except Exception:  # noqa: BLE001 - exists but unreadable (a directory, no permission)
+    except (IsADirectoryError, PermissionError):  # it exists: the run failed, the reason is lost
         data = b""
+    except Exception:  # noqa: BLE001 - unreachable now (network): the marker only improves the message
+        return None
     if data is None:
         return None
     try:

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import math
 import re
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -183,6 +185,9 @@ def test_the_largest_allowed_shape_still_loads(out):
     (lambda d: d["features"][0].__setitem__("params", []), "params must be an object"),
     (lambda d: d["features"][0].__setitem__("name", 3), "feature name 3"),
     (lambda d: d["features"][0].pop("dtype"), "has no dtype"),
+    (lambda d: d["features"][0].__setitem__("default", "x"), "default 'x' must be null, one float32 value"),
+    (lambda d: d["features"][1].__setitem__("default", [0.0] * 3), "flat list of 4"),
+    (lambda d: d["features"][4].__setitem__("default", {"a": 1}), "one string value"),
     (lambda d: d.__setitem__("label_key", ["x"]), "label_key"),
     (lambda d: d["splits"]["train"].__setitem__("shards", "x"), "'shards' list"),
     (lambda d: d.__setitem__("config", json.loads("[" * 200 + "]" * 200)), "nested too deeply"),
@@ -319,6 +324,25 @@ def test_wait_on_a_directory_in_place_of_the_metadata(tmp_path):
 def test_wait_still_accepts_a_real_output(out):
     r = runner.invoke(app, ["wait", str(out.root), "--timeout", "1"])
     assert r.exit_code == 0 and "is complete" in r.output, r.output
+
+
+def test_the_wait_command_runs_without_tensorflow(out):
+    """It shares readers' loop, which imports no TensorFlow: conversion hosts do not have it."""
+    code = f"""
+import sys
+class _Block:
+    def find_spec(self, name, path=None, target=None):
+        if name == "tensorflow" or name.startswith("tensorflow."):
+            raise ImportError("tensorflow is blocked in this test")
+sys.meta_path.insert(0, _Block())
+from typer.testing import CliRunner
+from pipelines.cli import app
+r = CliRunner().invoke(app, ["wait", {str(out.root)!r}, "--timeout", "1", "--poll", "0.05"])
+assert "tensorflow" not in sys.modules
+print(r.exit_code, r.output)
+"""
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and p.stdout.startswith("0 ") and "is complete" in p.stdout, p.stdout + p.stderr
 
 
 # ---------------------------------------------------------------- HDFS staging
