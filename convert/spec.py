@@ -42,9 +42,10 @@ MAX_SHARDS = 100_000
 MAX_FEATURES = 100_000
 #: Most dimensions of a feature's shape (the converter writes 1-D shapes).
 MAX_RANK = 8
-#: Largest ``vocab_size`` in a feature's params: ids of every transform fit
-#: int32, what lookup and embedding layers index with.
-MAX_VOCAB_SIZE = 2**31
+#: Largest ``vocab_size`` in a feature's params: ids stay exact in int64 and in
+#: float64 (how many JSON readers parse numbers); the config's bucket and
+#: vocabulary limits (``convert.config``) are below it.
+MAX_VOCAB_SIZE = 2**53
 #: Deepest nesting of JSON arrays/objects accepted in the metadata. What the
 #: converter writes nests a few levels (the config, per-file counts); a deeper
 #: document would make every recursive walk (copying, dumping) hit Python's

@@ -168,6 +168,14 @@ def test_tampered_shapes_are_refused_before_any_allocation(out, shape, match):
     assert "features[1]" in str(err.value) and "'vec'" in str(err.value)
 
 
+def test_the_largest_vocab_size_the_config_allows_still_loads(out):
+    from convert.config import MAX_HASH_BUCKETS, MAX_OOV_BUCKETS, MAX_TOP_K
+
+    largest = max(MAX_HASH_BUCKETS + 1, MAX_TOP_K + 1 + MAX_OOV_BUCKETS)
+    _tamper(out.root, lambda d: d["features"][3]["params"].__setitem__("vocab_size", largest))
+    assert readers.load_info(str(out.root)).feature("ids").params["vocab_size"] == largest
+
+
 def test_the_largest_allowed_shape_still_loads(out):
     _tamper(out.root, lambda d: d["features"][1].__setitem__("shape", [MAX_FEATURE_SIZE // 4, 4]))
     assert readers.load_info(str(out.root)).feature("vec").size == MAX_FEATURE_SIZE
@@ -177,7 +185,8 @@ def test_the_largest_allowed_shape_still_loads(out):
     (lambda d: d["splits"]["train"]["shards"][0].__setitem__("num_records", -5), "num_records must be a non-negative integer"),
     (lambda d: d["splits"]["train"]["shards"][0].__setitem__("num_bytes", "12"), "num_bytes must be a non-negative integer"),
     (lambda d: d["splits"]["train"]["shards"][0].__setitem__("num_records", 1.5), "num_records"),
-    (lambda d: d["features"][3]["params"].__setitem__("vocab_size", 10**12), "vocab_size 1000000000000"),
+    (lambda d: d["features"][3]["params"].__setitem__("vocab_size", 10**17), "vocab_size 100000000000000000"),
+    (lambda d: d["features"][3]["params"].__setitem__("vocab_size", 1.5), "vocab_size 1.5"),
     (lambda d: d["features"][3]["params"].__setitem__("vocab_size", 0), "vocab_size 0"),
     (lambda d: d.__setitem__("splits", [{"train": []}]), "'splits' must be an object"),
     (lambda d: d.__setitem__("features", {"a": 1}), "'features' must be a list"),
