@@ -215,8 +215,6 @@ class _ShortRepr(reprlib.Repr):
 
 
 _SHORT = _ShortRepr()
-
-
 #: Characters of a config value quoted in an error message.
 _SHOW_CHARS = 200
 
@@ -258,7 +256,7 @@ def _float32(v: Any) -> float | None:
 def _parse_feature(i: int, raw: Any, src: str) -> FeatureConfig:
     where = f"{src}: features[{i}]"
     if isinstance(raw, str):
-        raise _fail(where, f"expected a mapping like {{name: {_show(raw)[1:-1]}, transform: zscore}}, found the string {_show(raw)}")
+        raise _fail(where, f"expected a mapping like {{name: {_show(raw)}, transform: zscore}}, found the string {_show(raw)}")
     if not isinstance(raw, Mapping):
         raise _fail(where, f"expected a mapping with at least 'name' and 'transform', found {type(raw).__name__}")
     _check_keys(where, raw)
