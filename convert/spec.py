@@ -66,6 +66,10 @@ class SpecError(ValueError):
     """The metadata is missing, malformed, or from an unsupported version."""
 
 
+class MetadataNotJSONError(SpecError):
+    """The metadata file is not valid JSON: damaged, or being replaced right now (waiters retry)."""
+
+
 def _short(value: Any, limit: int = 120) -> str:
     text = repr(value)
     return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
@@ -413,7 +417,9 @@ class DatasetInfo:
             raise SpecError(f"{source}: nested too deeply to parse; this is not metadata recordprep "
                             f"wrote, re-run the conversion") from None
         except ValueError as e:
-            raise SpecError(f"{source}: not valid JSON ({e}); the file is damaged, re-run the conversion") from e
+            raise MetadataNotJSONError(
+                f"{source}: not valid JSON ({e}); the file is damaged, re-run the conversion"
+            ) from e
         return cls.from_json(d, source=source)
 
 

@@ -25,7 +25,14 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from convert import spec as _spec
-from convert.spec import METADATA_FILENAME, DatasetInfo, FeatureSpec, ShardInfo, SpecError
+from convert.spec import (
+    METADATA_FILENAME,
+    DatasetInfo,
+    FeatureSpec,
+    MetadataNotJSONError,
+    ShardInfo,
+    SpecError,
+)
 from readers import _io
 from readers.errors import DatasetFailedError, DatasetIncompleteError, ShardSelectionError
 
@@ -351,11 +358,9 @@ def wait_for_metadata(
     while True:
         data = _read_metadata(read, location)
         if data is not None:
-            try:
+            try:  # other SpecErrors (parsed, and wrong): waiting would not help
                 info = DatasetInfo.loads(data, source=location.metadata_path)
-            except SpecError as e:
-                if not isinstance(e.__cause__, ValueError):  # parsed, and wrong: waiting will not help
-                    raise
+            except MetadataNotJSONError as e:
                 last_problem = f" (it exists but is not valid JSON yet: {e.__cause__})"
             else:
                 logger.info(
@@ -408,7 +413,6 @@ def wait_for_dataset(
       SpecError: it appeared but is from a newer recordprep or is not a
         recordprep metadata file (waiting longer would not help).
     """
-    check_wait_arguments(timeout, poll)
     return wait_for_metadata(locate(path_or_pattern), timeout, poll)
 
 
