@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import reprlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -70,9 +71,13 @@ class MetadataNotJSONError(SpecError):
     """The metadata file is not valid JSON: damaged, or being replaced right now (waiters retry)."""
 
 
-def _short(value: Any, limit: int = 120) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+_REPR = reprlib.Repr()  # keyword arguments need Python 3.12
+_REPR.maxstring, _REPR.maxother, _REPR.maxlist, _REPR.maxdict, _REPR.maxlevel = 120, 120, 8, 8, 3
+
+
+def _short(value: Any) -> str:
+    """A value for an error message, cut short whatever its size or nesting (it may be hostile)."""
+    return _REPR.repr(value)
 
 
 def name_problem(name: Any, *, plain: bool = False) -> str | None:
@@ -86,7 +91,7 @@ def name_problem(name: Any, *, plain: bool = False) -> str | None:
     component.
     """
     if not isinstance(name, str):
-        return f"is a {type(name).__name__}, not a string"
+        return f"is of type {type(name).__name__}, not a string"
     if not name:
         return "is empty"
     if len(name) > MAX_NAME_LENGTH:
