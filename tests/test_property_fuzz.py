@@ -17,7 +17,7 @@ def test_fuzz_driver_smoke_run():
                         "--examples-per-round", "15", "--seed", "7"],
                        capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert p.returncode == 0, p.stderr[-3000:]
-    for target in ("avro", "json", "numbers", "avro-bytes", "json-bytes"):
+    for target in ("avro", "json", "numbers", "avro-bytes", "json-bytes", "metadata"):
         assert f"ok   {target:<11} round 0: 15 examples" in p.stdout, p.stdout
     assert "no failure" in p.stdout
 
