@@ -103,6 +103,9 @@ class FeatureConfig:
         Avro timestamp-millis is ``ms``, date is ``days``).
       parts: ``timestamp``: calendar parts to add (``hour``, ``day_of_week``, ``month``).
       sources: ``cross``: the fields (dotted paths) crossed together.
+      allow_all_missing: accept a training split in which this feature's
+        source is missing (null or absent) in every record. Off by default:
+        such a run fails, since a misspelled source reads as all-missing.
     """
 
     name: str
@@ -123,6 +126,7 @@ class FeatureConfig:
     unit: str | None = None
     parts: tuple[str, ...] | None = None
     sources: tuple[str, ...] | None = None
+    allow_all_missing: bool = False
 
     @property
     def is_numeric(self) -> bool:
@@ -150,6 +154,15 @@ class LabelConfig:
     dtype: str = "int64"  # or float32
 
 
+def _feature_json(f: FeatureConfig) -> dict[str, Any]:
+    """``f`` as JSON; options added after outputs existed appear only when set,
+    so the config hash (and the fingerprint of those outputs) stays the same."""
+    d = dataclasses.asdict(f)
+    if not d["allow_all_missing"]:
+        del d["allow_all_missing"]
+    return d
+
+
 @dataclasses.dataclass(frozen=True)
 class Config:
     features: tuple[FeatureConfig, ...]
@@ -158,7 +171,7 @@ class Config:
     def to_json(self) -> dict[str, Any]:
         return {
             "label": dataclasses.asdict(self.label) if self.label else None,
-            "features": [dataclasses.asdict(f) for f in self.features],
+            "features": [_feature_json(f) for f in self.features],
         }
 
     @property
@@ -329,7 +342,7 @@ def _parse_feature(i: int, raw: Any, src: str) -> FeatureConfig:
                 raise _fail(where, f"{key!r} must be a finite number within float32's range "
                                    f"(|x| <= {F32_MAX:.7g}), found {_show(kw[key])}")
             kw[key] = v
-    for key in ("missing_indicator", "lowercase"):
+    for key in ("missing_indicator", "lowercase", "allow_all_missing"):
         if key in kw and not isinstance(kw[key], bool):
             raise _fail(where, f"{key!r} must be true or false, found {_show(kw[key])}")
     if transform == "clip" and kw.get("clip_min") is None and kw.get("clip_max") is None:
