@@ -39,6 +39,8 @@ def hdfs_dataset(remote_stack, tmp_path_factory):  # noqa: F811
     # What an interrupted earlier run leaves (shards and a vocabulary renamed into place,
     # no metadata): HDFS's RENAME does not replace files, the commit must.
     (ns / "out" / "vocab").mkdir(parents=True)
+    (ns / "out" / ".recordprep-tmp").mkdir()  # the temp directory a killed run leaves says whose they are
+    (ns / "out" / ".recordprep-tmp" / "train-00001-0a1b2c3d.tfrecord.gz").write_bytes(b"stale")
     (ns / "out" / "train-00000-of-00003.tfrecord.gz").write_bytes(b"stale")
     (ns / "out" / "vocab" / "color.txt").write_text("stale\n")
     local_out = root / "local-out"
