@@ -924,7 +924,10 @@ def _numeric_finish(f: FeatureConfig, prepared: tuple, stats: dict[str, Any]) ->
         x = np.clip(x, f.clip_min if f.clip_min is not None else -np.inf, f.clip_max if f.clip_max is not None else np.inf)
     if f.multi_valued:
         x = np.where(np.arange(n)[None, :] < lens[:, None], x, 0.0)
-    cols: dict[str, tuple[str, Any]] = {f.name: ("float32", x.astype(np.float32))}
+    # Beyond float32's range becomes +-inf, as documented: on_nan: keep writes it; rejected rows are dropped.
+    with np.errstate(over="ignore"):
+        x32 = x.astype(np.float32)
+    cols: dict[str, tuple[str, Any]] = {f.name: ("float32", x32)}
     if f.multi_valued:
         cols[f"{f.name}_len"] = ("int64", lens.reshape(b, 1))
     if f.missing_indicator:

@@ -21,7 +21,8 @@ Targets (each a property; rounds of fresh random examples run until the time is 
   wrong types and counts, or nested thousands of levels deep (tests/_metadata_strategies.py):
   it loads within every limit or raises ``SpecError``, nothing else.
 
-A failure prints the falsifying example (shrunk) and exits 1. ``tests/test_property_fuzz.py``
+A failure prints every distinct failure hypothesis found, each with its traceback, shrunk
+falsifying example and a ``--reproduce BLOB`` command that re-runs just that example, and exits 1. ``tests/test_property_fuzz.py``
 runs a few seconds of it in the normal suite.
 """
 
@@ -30,21 +31,26 @@ from __future__ import annotations
 import argparse
 import functools
 import io
+import re
 import resource
 import signal
 import sys
 import time
+import traceback
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]
 
+import hypothesis  # noqa: E402
 import test_property_roundtrip as props  # noqa: E402
 from _config_strategies import config_target, hostile_configs  # noqa: E402
 from _metadata_strategies import metadata_target, metadata_texts  # noqa: E402
 from _record_strategies import avro_bytes, avro_cases  # noqa: E402
-from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import HealthCheck, given, reproduce_failure, settings  # noqa: E402
+from hypothesis import seed as hseed  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
+from hypothesis.errors import DidNotReproduce  # noqa: E402
 
 from convert.sources import InputFileError, iter_avro, iter_json  # noqa: E402
 
@@ -137,25 +143,62 @@ TARGETS = {  # name: (strategies for the arguments, body)
 }
 
 
+def _leaves(e: BaseException) -> list[BaseException]:
+    """The distinct failures hypothesis found: the leaves of its ExceptionGroup, or ``e`` itself."""
+    if isinstance(e, BaseExceptionGroup):
+        return [leaf for sub in e.exceptions for leaf in _leaves(sub)]
+    return [e]
+
+
+_BLOB_RE = re.compile(r"@reproduce_failure\('([^']+)', b'([^']+)'\)")
+
+
+def report_failure(name: str, round_no: int, e: BaseException, per_round: int, seed: int | None) -> None:
+    """Print every distinct failure (traceback, falsifying example) and a command reproducing it.
+
+    Hypothesis attaches the shrunk falsifying example and the
+    ``@reproduce_failure`` blob (``print_blob=True``) to each failure as
+    notes, which ``traceback`` prints; ``str()`` of its ExceptionGroup has
+    neither.
+    """
+    leaves = _leaves(e)
+    err = sys.stderr
+    print(f"FAIL {name} (round {round_no}): {len(leaves)} distinct failure(s)", file=err)
+    for i, leaf in enumerate(leaves, 1):
+        print(f"\n--- failure {i}/{len(leaves)} of {name}: {type(leaf).__name__}: {leaf}", file=err)
+        print("".join(traceback.format_exception(leaf)).rstrip(), file=err)
+        blob = _BLOB_RE.search("\n".join(getattr(leaf, "__notes__", [])))
+        if blob:
+            print(f"reproduce failure {i}: python tests/fuzz_records.py --target {name} --reproduce {blob[2]}", file=err)
+    if seed is not None:
+        print(f"re-run the round: python tests/fuzz_records.py --target {name} --seconds 0 "
+              f"--examples-per-round {per_round} --seed {seed}", file=err)
+    err.flush()
+
+
+def _test(name: str, per_round: int, seed: int | None, blob: str | None):
+    strategies, body = TARGETS[name]
+    test = settings(max_examples=per_round, deadline=None, database=None, derandomize=False,
+                    suppress_health_check=list(HealthCheck), print_blob=True)(given(*strategies)(bounded(body)))
+    if seed is not None:
+        test = hseed(seed)(test)
+    if blob is not None:
+        test = reproduce_failure(hypothesis.__version__, blob.encode())(test)
+    return test
+
+
 def run(targets: list[str], seconds: float, per_round: int, seed: int | None) -> int:
     resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
     end = time.monotonic() + seconds
     rounds = examples = 0
-    base = settings(max_examples=per_round, deadline=None, database=None, derandomize=False,
-                    suppress_health_check=list(HealthCheck), print_blob=True)
     while True:
         for name in targets:
-            strategies, body = TARGETS[name]
-            test = base(given(*strategies)(bounded(body)))
-            if seed is not None:
-                from hypothesis import seed as hseed
-
-                test = hseed(seed + rounds)(test)
+            round_seed = None if seed is None else seed + rounds
             t0 = time.monotonic()
             try:
-                test()
+                _test(name, per_round, round_seed, None)()
             except Exception as e:  # noqa: BLE001 - report and stop
-                print(f"FAIL {name} (round {rounds}): {type(e).__name__}: {e}", file=sys.stderr)
+                report_failure(name, rounds, e, per_round, round_seed)
                 return 1
             examples += per_round
             print(f"ok   {name:<11} round {rounds}: {per_round} examples in {time.monotonic() - t0:.1f} s", flush=True)
@@ -165,13 +208,36 @@ def run(targets: list[str], seconds: float, per_round: int, seed: int | None) ->
             return 0
 
 
+def reproduce(name: str, blob: str) -> int:
+    """Run the one example a failure report's blob encodes; 1 (with the report) if it still fails."""
+    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
+    try:
+        _test(name, 1, None, blob)()
+    except DidNotReproduce as e:
+        if "completed successfully" in str(e):
+            print(f"{name}: the example passes now")
+            return 0
+        print(f"{name}: the blob does not fit this target's strategies ({e}); was it printed for another "
+              f"--target or another version of the code?", file=sys.stderr)
+        return 2
+    except Exception as e:  # noqa: BLE001 - report and stop
+        report_failure(name, 0, e, 1, None)
+        return 1
+    raise AssertionError("unreachable: reproduce_failure always raises")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seconds", type=float, default=300.0, help="stop after the round that is running when this much time has passed")
     ap.add_argument("--examples-per-round", type=int, default=300)
     ap.add_argument("--target", action="append", choices=sorted(TARGETS), help="repeatable; default: all")
     ap.add_argument("--seed", type=int, default=None, help="reproducible rounds")
+    ap.add_argument("--reproduce", metavar="BLOB", help="run the example of a failure report (its blob) on one --target")
     a = ap.parse_args(argv)
+    if a.reproduce is not None:
+        if not a.target or len(a.target) != 1:
+            ap.error("--reproduce needs exactly one --target (the one the failure report names)")
+        return reproduce(a.target[0], a.reproduce)
     return run(a.target or list(TARGETS), a.seconds, a.examples_per_round, a.seed)
 
 

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -22,17 +25,51 @@ def test_fuzz_driver_smoke_run():
     assert "no failure" in p.stdout
 
 
-@pytest.mark.slow
-def test_fuzz_driver_reports_a_failure(tmp_path):
-    """The driver exits 1 and names the target when a property fails (here: a reader made to crash)."""
-    script = tmp_path / "crash.py"
+def _planted(tmp_path, body: str, *args: str) -> subprocess.CompletedProcess:
+    """The driver on the json-bytes target with its body replaced by ``body`` (a def of ``planted(data)``)."""
+    script = tmp_path / "planted.py"
     script.write_text(
-        "import sys, runpy\n"
-        f"sys.argv = ['fuzz_records.py', '--seconds', '0', '--examples-per-round', '5', '--target', 'json-bytes']\n"
+        "import sys\n"
         f"sys.path.insert(0, {str(ROOT / 'tests')!r})\n"
         "import fuzz_records\n"
-        "def boom(data): raise KeyError('planted')\n"
-        "fuzz_records.TARGETS['json-bytes'] = (fuzz_records.TARGETS['json-bytes'][0], boom)\n"
-        "sys.exit(fuzz_records.main())\n")
-    p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600, cwd=ROOT)
-    assert p.returncode == 1 and "FAIL json-bytes" in p.stderr and "planted" in p.stderr, p.stderr[-3000:]
+        "from hypothesis import strategies as st\n"
+        f"{body}\n"
+        "fuzz_records.TARGETS['json-bytes'] = ((st.integers(0, 1000),), planted)\n"
+        "sys.exit(fuzz_records.main(sys.argv[1:]))\n")
+    return subprocess.run([sys.executable, str(script), "--target", "json-bytes", *args],
+                          capture_output=True, text=True, timeout=600, cwd=ROOT)
+
+
+@pytest.mark.slow
+def test_fuzz_driver_reports_every_failure_with_its_example_and_a_reproducer(tmp_path):
+    """Two distinct bugs: both are printed with their shrunk example, and each --reproduce command re-fails it alone."""
+    body = ("def planted(data):\n"
+            "    if data % 2:\n"
+            "        raise KeyError('planted odd')\n"
+            "    assert data == 0, 'planted even'\n")
+    p = _planted(tmp_path, body, "--seconds", "0", "--examples-per-round", "50", "--seed", "3")
+    err = p.stderr
+    assert p.returncode == 1 and "FAIL json-bytes (round 0): 2 distinct failure(s)" in err, err[-3000:]
+    assert "planted odd" in err and "planted even" in err and "ExceptionGroup" not in err, err[-3000:]
+    assert "data=1," in err and "data=2," in err, err[-3000:]  # the shrunk falsifying examples
+    assert "--examples-per-round 50 --seed 3" in err, err[-3000:]  # re-running the round
+    blobs = re.findall(r"reproduce failure \d: python tests/fuzz_records.py --target json-bytes --reproduce (\S+)", err)
+    assert len(blobs) == 2, err[-3000:]
+    for blob in blobs:
+        again = _planted(tmp_path, body, "--reproduce", blob)
+        assert again.returncode == 1 and "1 distinct failure(s)" in again.stderr, again.stderr[-3000:]
+    fixed = _planted(tmp_path, "def planted(data):\n    pass\n", "--reproduce", blobs[0])
+    assert fixed.returncode == 0 and "passes now" in fixed.stdout, fixed.stderr[-3000:]
+
+
+def test_values_beyond_float32_cast_to_infinity_without_a_warning():
+    """on_nan: keep writes |x| > float32 max as +-inf, silently (the cast's overflow is the documented result)."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from test_property_roundtrip import record_path
+
+    for transform in ("identity", "zscore"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", RuntimeWarning)
+            *_, cols = record_path({"features": [{"name": "x", "transform": transform, "on_nan": "keep"}]},
+                                   [{"x": 1.0}, {"x": 2.0}, {"x": 3.5e38}, {"x": -(2**200)}])
+        assert np.isinf(cols["x"][2:, 0]).all() and np.isfinite(cols["x"][:2, 0]).all(), cols["x"]
