@@ -10,18 +10,20 @@ parts in UTC: ``hour`` (0..23), ``day_of_week`` (0 = Monday .. 6) and
 year 10000) are still computed from the integer, never through ``datetime``.
 
 ``cross``: several categorical fields hashed together into ``buckets`` ids
-(``1..buckets``; ``0`` when any part is missing), with the same stable hash as
-``hash`` features, so a cross is identical on every machine and run.
+(``1..buckets``; ``0`` when any part is missing): the terms joined with
+``CROSS_SEPARATOR``, then the same FarmHash ``Fingerprint64`` as ``hash``
+features, so a cross is identical on every machine and run and in TensorFlow
+(``tf.strings.to_hash_bucket_fast(tf.strings.join(parts, CROSS_SEPARATOR), buckets) + 1``).
 """
 
 from __future__ import annotations
 
 import datetime as _dt
-import hashlib
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+from farmhash import Fingerprint64 as _fingerprint64
 
 #: input unit -> how many of it make one second (``days`` are handled apart)
 UNITS: dict[str, int] = {"s": 1, "ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}
@@ -124,7 +126,6 @@ def cross_ids(parts: Sequence[Sequence[str | None]], buckets: int) -> np.ndarray
     n = len(parts[0]) if parts else 0
     ids = np.zeros(n, dtype=np.int64)
     cache: dict[str, int] = {}
-    b2 = hashlib.blake2b
     for i in range(n):
         row = [p[i] for p in parts]
         if any(t is None for t in row):
@@ -132,7 +133,10 @@ def cross_ids(parts: Sequence[Sequence[str | None]], buckets: int) -> np.ndarray
         key = CROSS_SEPARATOR.join(row)  # type: ignore[arg-type]
         h = cache.get(key)
         if h is None:
-            d = b2(key.encode("utf-8", "surrogatepass"), digest_size=8).digest()
-            h = cache[key] = int.from_bytes(d, "little") % buckets + 1
+            try:
+                fp = _fingerprint64(key)
+            except UnicodeEncodeError:  # a lone surrogate: hashed as its surrogatepass bytes, like ``hash``
+                fp = _fingerprint64(key.encode("utf-8", "surrogatepass"))
+            h = cache[key] = fp % buckets + 1
         ids[i] = h
     return ids

@@ -14,6 +14,10 @@ Id layout for vocabulary and hash features (recorded in the feature spec):
 then vocabulary terms by descending frequency (ties by term). ``hash``
 features use ``0`` = missing and ``1..buckets`` for values. So null, ``""``,
 ``0`` and ``False`` never share an id.
+
+Hashed ids (``hash``, ``cross``, OOV buckets) and text tokens are defined so
+that TensorFlow computes them identically in a serving graph (``hash_id``,
+``tokenize``).
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
+from farmhash import Fingerprint64 as _fingerprint64
 
 from convert.config import Config, FeatureConfig, LabelConfig
 from convert.derive import cross_ids, epoch_seconds, timestamp_parts
@@ -106,10 +111,28 @@ def digest8(data: bytes) -> bytes:
     return h.digest()
 
 
+def _utf8(s: str) -> bytes:
+    """The bytes a term or text is hashed and tokenized as: UTF-8, lone surrogates
+    (only reachable through the Python API; sources reject them) as their 3-byte
+    ``surrogatepass`` form, which a serving client must send as the same bytes."""
+    return s.encode("utf-8", "surrogatepass")
+
+
 @functools.lru_cache(maxsize=1 << 18)
 def stable_hash(s: str) -> int:
-    """64-bit hash, the same on every machine, run and Python version."""
-    return int.from_bytes(hashlib.blake2b(s.encode("utf-8", "surrogatepass"), digest_size=8).digest(), "little")
+    """FarmHash ``Fingerprint64`` of ``_utf8(s)``, unsigned: the same on every
+    machine, run and version, and the hash TensorFlow's
+    ``tf.strings.to_hash_bucket_fast`` computes, so a serving graph gets the
+    converter's ids: ``hash_id(t, n) == to_hash_bucket_fast(t, n) + 1``."""
+    try:
+        return _fingerprint64(s)  # encodes str as strict UTF-8 itself
+    except UnicodeEncodeError:
+        return _fingerprint64(_utf8(s))
+
+
+def hash_id(t: str, buckets: int) -> int:
+    """The id ``1..buckets`` of term ``t`` in ``hash``, ``cross`` and OOV buckets."""
+    return 1 + stable_hash(t) % buckets
 
 
 def tokenize(text: str, lowercase: bool = True) -> list[str]:
@@ -206,13 +229,17 @@ class Analyzer:
             f.name: NumericStats(sketch=QuantileSketch() if f.transform == "bucketize" else None)
             for f in config.features if f.needs_stats
         }
+        #: Values seen per feature (every feature): records for scalars, items
+        #: or tokens for lists and text. 0: the feature was missing (null,
+        #: absent or empty) in every analyzed record, as a misspelled source is.
+        self.present: Counter = Counter()
         self._get = {f.name: getter(f.source) for f in config.features}
         self._pending: dict[str, tuple[list[str], np.ndarray]] = {}
 
     # Accumulators travel between Beam workers: pickle the counts, not the getters.
     def __getstate__(self) -> dict[str, Any]:
         self.flush()
-        return {"config": self.config, "counts": self.counts, "numeric": self.numeric}
+        return {"config": self.config, "counts": self.counts, "numeric": self.numeric, "present": self.present}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
@@ -244,7 +271,9 @@ class Analyzer:
             if extra is None:
                 continue
             kind = extra[0]
-            if kind == "values":  # a batch the fast paths did not cover
+            if kind == "present":  # a feature the analysis only counts: which rows have a value
+                self.present[f.name] += int(np.count_nonzero(extra[1] & rows))
+            elif kind == "values":  # a batch the fast paths did not cover
                 self._add_values(f, [v for v, keep in zip(extra[1], rows.tolist(), strict=True) if keep])
                 if len(extra) > 2:  # a term feature: its term indexes still advance
                     self._sync_terms(f.name, extra[2], extra[3])
@@ -253,11 +282,13 @@ class Analyzer:
                 terms, counts = self._sync_terms(f.name, first, new_terms)
                 sel = codes[rows if row_of is None else rows[row_of]]
                 sel = sel[sel >= 0]
+                self.present[f.name] += int(sel.size)
                 if sel.size:
                     counts += np.bincount(sel, minlength=len(terms))
             else:  # "numbers": valid values, the row of each, null rows
                 _, values, row_of, missing = extra
                 self.numeric[f.name].add(values[rows[row_of]], int(np.count_nonzero(missing & rows)))
+                self.present[f.name] += int(np.count_nonzero(rows & ~missing))
 
     def _sync_terms(self, name: str, first: int, new_terms: list[str]) -> tuple[list[str], np.ndarray]:
         """The feature's terms and counts per term index, after a batch added ``new_terms``.
@@ -329,6 +360,7 @@ class Analyzer:
             self.counts[k].update(c)
         for k, s in other.numeric.items():
             self.numeric[k].merge(s)
+        self.present.update(other.present)
         return self
 
     def result(self) -> Analysis:
@@ -448,13 +480,13 @@ def _index_codes(index: dict[Any, int], tc: TermCodes) -> np.ndarray:
     return np.append(found, np.int32(index.setdefault(None, len(index) - 1)))[tc.codes]
 
 
-def _blake_ids(terms: Sequence[str], buckets: int) -> np.ndarray:
-    """``1 + stable_hash(t) % buckets`` for every term, in bulk: one digest per term,
-    the modulo in numpy (uint64, exact)."""
-    if not terms:
-        return np.empty(0, dtype=np.int64)
-    digests = b"".join([digest8(t.encode("utf-8", "surrogatepass")) for t in terms])
-    h = np.frombuffer(digests, dtype="<u8")
+def hash_ids(terms: Sequence[str], buckets: int) -> np.ndarray:
+    """``hash_id(t, buckets)`` for every term, in bulk (int64): one C call per
+    term, the modulo in numpy (uint64, exact)."""
+    try:
+        h = np.fromiter(map(_fingerprint64, terms), dtype=np.uint64, count=len(terms))
+    except UnicodeEncodeError:  # a lone surrogate somewhere
+        h = np.fromiter((_fingerprint64(_utf8(t)) for t in terms), dtype=np.uint64, count=len(terms))
     return (h % np.uint64(buckets)).astype(np.int64) + 1
 
 
@@ -727,7 +759,7 @@ class Preparer:
         buckets = f.buckets
         assert buckets is not None
         if tc is not None:  # each distinct value hashed once; null is id 0
-            ids = np.append(_blake_ids(_terms_of(tc.values), buckets), 0)
+            ids = np.append(hash_ids(_terms_of(tc.values), buckets), 0)
             return {f.name: ("int64", ids[tc.codes].reshape(b, 1))}
         if not f.multi_valued:
             types = set(map(type, values))
@@ -735,7 +767,7 @@ class Preparer:
                 # Hash each distinct value once; null is id 0.
                 uniq = [u for u in dict.fromkeys(values) if u is not None]
                 terms = uniq if str in types else [str(u) for u in uniq]
-                table = dict(zip(uniq, _blake_ids(terms, buckets).tolist(), strict=True))
+                table = dict(zip(uniq, hash_ids(terms, buckets).tolist(), strict=True))
                 table[None] = 0
                 out = np.fromiter(map(table.__getitem__, values), dtype=np.int64, count=b).reshape(b, 1)
                 return {f.name: ("int64", out)}
@@ -744,7 +776,7 @@ class Preparer:
         lens = np.zeros(b, dtype=np.int64)
 
         def to_id(t: str) -> int:
-            return 1 + stable_hash(t) % buckets
+            return hash_id(t, buckets)
 
         if f.multi_valued:
             for i, v in enumerate(values):
@@ -1104,7 +1136,7 @@ class Vectorizer:
         unknown = np.flatnonzero(new == 0)
         if oov > 1:
             for i in unknown.tolist():
-                new[i] = 1 + stable_hash(new_terms[i]) % oov
+                new[i] = hash_id(new_terms[i], oov)
         else:
             new[unknown] = 1
         # Ids per term index, kept while the indexes carry over (a unit);

@@ -4,7 +4,7 @@ Written from the README's documented rules (not from convert/vectorize.py), so
 tests can compare what the job wrote, read back through ``readers``, with what
 the documentation promises: numeric fill/scaling, vocabulary ids (0 = missing,
 1 = OOV, then terms by descending training-split frequency, ties by term),
-stable BLAKE2b hash buckets, ``\\w+`` text tokens, bytes passthrough.
+FarmHash Fingerprint64 hash buckets, ``\\w+`` text tokens, bytes passthrough.
 
 Also reads records the way the converter does: Avro with logical types left
 raw (integers, strings, bytes), JSON Lines with the stdlib parser.
@@ -12,7 +12,6 @@ raw (integers, strings, bytes), JSON Lines with the stdlib parser.
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import math
@@ -24,6 +23,7 @@ from typing import Any
 
 import fastavro
 import numpy as np
+from farmhash import Fingerprint64
 
 F32_MAX = float(np.finfo(np.float32).max)
 
@@ -90,7 +90,9 @@ def term(v: Any) -> str:
 
 
 def stable_hash(s: str) -> int:
-    return int.from_bytes(hashlib.blake2b(s.encode("utf-8", "surrogatepass"), digest_size=8).digest(), "little")
+    """FarmHash Fingerprint64 of the UTF-8 term: TensorFlow's to_hash_bucket_fast (checked
+    against TensorFlow in tests/test_convert_serving_parity.py)."""
+    return Fingerprint64(s.encode("utf-8", "surrogatepass"))
 
 
 def tokens(text: str, lowercase: bool = True) -> list[str]:

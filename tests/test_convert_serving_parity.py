@@ -1,0 +1,215 @@
+"""The converter's hashed ids and text tokens equal what TensorFlow computes in a graph.
+
+A serving graph recomputes ``hash``, ``cross`` and vocabulary OOV ids with
+``tf.strings.to_hash_bucket_fast(term, buckets) + 1`` and text tokens with
+``tf.strings.lower`` / ``regex_replace`` / ``split``; these tests run the
+converter's real ``Vectorizer`` (and the columnar Avro path) and TensorFlow's
+ops on the same random and real values and compare them element for element.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import fastavro
+import numpy as np
+import pytest
+import tensorflow as tf
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from convert.config import parse_config
+from convert.derive import CROSS_SEPARATOR
+from convert.sources import iter_avro
+from convert.vectorize import Analyzer, Preparer, Vectorizer, hash_ids, stable_hash, term
+
+REALDATA = Path(__file__).resolve().parents[2] / "shared" / "realdata"
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "data"
+
+#: Characters TensorFlow's and Python's case and class tables are known to disagree
+#: on, or that split and NUL handling could trip on.
+SPECIAL = ["\u0130", "\u0131", "\u00df", "\u017f", "\u03a3", "\u03c2", "\u03c3", "\u1e9e", "\u212a", "\ufb03",
+           "e\u0301", "\u0345", "\x00", "\u00a0", "\u0085", "\u2028", "\u3000", "\u200b", "\ufeff", "\u05e9\u05dc\u05d5\u05dd",
+           "\u0627\u0644\u0639", "\U0001f600", "\U0001f469\u200d\U0001f4bb", "\U000e0041", "\U0010ffff", "\x1f", "\x7f",
+           "\t", "\n", "\r", "\x0b", "\x0c", "\x1c", " ", "_", "A", "Z", "a", "z", "0", "9", "@", "[", "`", "{"]
+
+#: Every code point of every plane (surrogates too when ``surrogates``).
+def _chars(surrogates: bool) -> st.SearchStrategy[str]:
+    return st.one_of(st.characters(codec=None, exclude_categories=() if surrogates else ("Cs",)),
+                     st.sampled_from(SPECIAL), st.characters(max_codepoint=0x7F))
+
+
+def texts(surrogates: bool = True, max_size: int = 40) -> st.SearchStrategy[str]:
+    return st.lists(_chars(surrogates), max_size=max_size).map("".join)
+
+
+SCALARS = st.one_of(texts(), st.integers(min_value=-(2**70), max_value=2**70), st.booleans(),
+                    st.floats(width=64), st.floats(width=32), st.binary(max_size=8))
+#: Lists of one type reach the converter's fast paths; mixed lists the per-value one.
+COLUMNS = st.one_of(st.lists(st.one_of(st.none(), texts()), max_size=30),
+                    st.lists(st.one_of(st.none(), st.integers(min_value=-(2**70), max_value=2**70)), max_size=30),
+                    st.lists(st.one_of(st.none(), SCALARS), max_size=30))
+
+
+def _utf8(s: str) -> bytes:
+    """What a client sends TensorFlow for ``s``: UTF-8, lone surrogates as their 3 bytes."""
+    return s.encode("utf-8", "surrogatepass")
+
+
+def tf_hash_ids(terms: list[str], buckets: int) -> list[int]:
+    t = tf.constant([_utf8(x) for x in terms], dtype=tf.string, shape=[len(terms)])
+    return (tf.strings.to_hash_bucket_fast(t, buckets).numpy() + 1).tolist()
+
+
+def _vectorize(features: list[dict], records: list[dict], train: list[dict] | None = None):
+    config = parse_config({"features": features})
+    an = Analyzer(config)
+    an.add_records(train or [])
+    vb = Vectorizer(config, an.result()).vectorize(records)
+    assert not vb.rejections, vb.rejections
+    return vb
+
+
+def _col(vb, name: str) -> list[int]:
+    return vb.columns[name][1][:, 0].tolist()
+
+
+# ------------------------------------------------------------------ hash
+
+
+def test_the_farmhash_binding_is_tensorflows_fingerprint64():
+    """Lengths around every FarmHash code path boundary (0..4, 8, 16, 32, 64 bytes) and beyond."""
+    rng = np.random.default_rng(0)
+    blobs = [rng.bytes(n) for n in [*range(0, 70), 100, 255, 256, 1000, 4096, 65_537] for _ in range(3)]
+    terms = [b.decode("latin-1") for b in blobs] + [b.decode("utf-8", "surrogateescape") for b in blobs]
+    terms = [t for t in terms if t.encode("utf-8", "surrogatepass")] + [""]
+    ids = tf.strings.to_hash_bucket_fast([_utf8(t) for t in terms], 2**63 - 1).numpy().tolist()
+    assert [stable_hash(t) % (2**63 - 1) for t in terms] == ids
+    assert hash_ids(terms, 2**40).tolist() == tf_hash_ids(terms, 2**40)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(values=COLUMNS, other=COLUMNS, buckets=st.integers(min_value=1, max_value=2**40),
+       oov=st.integers(min_value=1, max_value=100_000))
+def test_hash_cross_and_oov_ids_equal_tensorflows(values, other, buckets, oov):
+    """Through the real Vectorizer: ``hash`` ids, ``cross`` ids and the OOV buckets of
+    a vocabulary (trained on nothing, so every term is unseen)."""
+    other = (other + [None] * len(values))[: len(values)]
+    records = [{"h": v, "a": v, "b": w} for v, w in zip(values, other, strict=True)]
+    vb = _vectorize([{"name": "h", "transform": "hash", "buckets": buckets},
+                     {"name": "v", "source": "h", "transform": "vocabulary", "num_oov_buckets": oov},
+                     {"name": "c", "transform": "cross", "sources": ["a", "b"], "buckets": buckets}], records)
+    present = [i for i, v in enumerate(values) if v is not None]
+    terms = [term(values[i]) for i in present]
+    for name, n in (("h", buckets), ("v", oov)):
+        want = [0] * len(values)
+        for i, tid in zip(present, tf_hash_ids(terms, n), strict=True):
+            want[i] = tid
+        assert _col(vb, name) == want, name
+    both = [i for i in present if other[i] is not None]
+    want = [0] * len(values)
+    keys = [term(values[i]) + CROSS_SEPARATOR + term(other[i]) for i in both]
+    for i, tid in zip(both, tf_hash_ids(keys, buckets), strict=True):
+        want[i] = tid
+    assert _col(vb, "c") == want
+
+
+def _avro_column(values: list[str | None]) -> bytes:
+    schema = {"type": "record", "name": "r", "fields": [{"name": "s", "type": ["null", "string"]}]}
+    buf = io.BytesIO()
+    fastavro.writer(buf, schema, [{"s": v} for v in values], codec="null")
+    return buf.getvalue()
+
+
+def _vectorize_avro(features: list[dict], values: list[str | None], decoder: str):
+    """Columns of an Avro file of ``values`` in field ``s``, decoded by ``decoder``
+    (``auto``: the columnar path with its term codes)."""
+    config = parse_config({"features": features})
+    prep, an = Preparer(config), Analyzer(config)
+    vec = Vectorizer(config, an.result())
+    out = []
+    for batch in iter_avro(io.BytesIO(_avro_column(values)), "s.avro", batch_size=64, decoder=decoder):
+        vb = vec.finish(prep.prepare(batch.records))
+        assert not vb.rejections
+        out.append(vb)
+    return out
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(values=st.lists(st.one_of(st.none(), texts(surrogates=False)), min_size=1, max_size=100),
+       buckets=st.integers(min_value=1, max_value=2**40))
+def test_hash_ids_of_both_avro_decoders_equal_tensorflows(values, buckets):
+    features = [{"name": "h", "source": "s", "transform": "hash", "buckets": buckets}]
+    want = [0 if v is None else t for v, t in zip(values, tf_hash_ids([v or "" for v in values], buckets), strict=True)]
+    for decoder in ("auto", "fastavro"):
+        got = [i for vb in _vectorize_avro(features, values, decoder) for i in _col(vb, "h")]
+        assert got == want, decoder
+
+
+# ------------------------------------------------------------------ real files
+
+
+def _strings(v: Any, out: list[str]) -> list[str]:
+    """Every string (and map key) anywhere in a decoded value."""
+    if isinstance(v, str):
+        out.append(v)
+    elif isinstance(v, dict):
+        for k, x in v.items():
+            out.append(str(k))
+            _strings(x, out)
+    elif isinstance(v, list | tuple):
+        for x in v:
+            _strings(x, out)
+    return out
+
+
+def _file_strings(path: Path) -> list[str]:
+    """The strings of the records a plain reader gets from ``path`` (up to where it fails)."""
+    out: list[str] = []
+    data = path.read_bytes()
+    if path.suffix == ".avro":
+        try:
+            for r in fastavro.reader(io.BytesIO(data)):
+                _strings(r, out)
+        except Exception:  # the bad files of the collection: keep what was read
+            pass
+        return out
+    text = data.decode("utf-8", "replace").removeprefix("\ufeff")
+    try:
+        return _strings(json.loads(text), out)
+    except ValueError:
+        pass
+    for line in text.splitlines():
+        try:
+            _strings(json.loads(line), out)
+        except ValueError:
+            continue
+    return out
+
+
+def _real_strings() -> dict[str, list[str]]:
+    files = sorted(p for d in (REALDATA, EXAMPLES) if d.is_dir() for p in d.rglob("*")
+                   if p.suffix in (".avro", ".json", ".jsonl", ".ndjson") and p.is_file())
+    return {str(p): s for p in files if (s := _file_strings(p))}
+
+
+@pytest.fixture(scope="module")
+def real_strings() -> dict[str, list[str]]:
+    found = _real_strings()
+    if not found:
+        pytest.skip(f"no real data: {REALDATA} and {EXAMPLES} hold no readable string fields")
+    return found
+
+
+def test_hash_ids_on_real_files_equal_tensorflows(real_strings):
+    assert any("realdata" in p for p in real_strings) or not REALDATA.is_dir()
+    for path, strings in real_strings.items():
+        for buckets in (1, 7, 1000, 2**40):
+            vb = _vectorize([{"name": "h", "source": "s", "transform": "hash", "buckets": buckets},
+                             {"name": "v", "source": "s", "transform": "vocabulary", "num_oov_buckets": 97}],
+                            [{"s": s} for s in strings])
+            assert _col(vb, "h") == tf_hash_ids(strings, buckets), path
+            assert _col(vb, "v") == tf_hash_ids(strings, 97), path
