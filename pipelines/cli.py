@@ -13,12 +13,61 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from typer.core import TyperCommand, TyperGroup
+
+from pipelines.options import looks_like_path, regroup_args
+
+#: Characters of a command's first help sentence in ``recordprep --help`` (wrapped, not cut).
+_SHORT_HELP_CHARS = 300
+
+
+class _Group(TyperGroup):
+    """Lists each command with its whole first sentence, wrapped: click cuts
+    it at the terminal's width with "..."."""
+
+    def format_commands(self, ctx, formatter) -> None:  # noqa: ANN001 - click's Context and HelpFormatter
+        rows = [(name, cmd.get_short_help_str(_SHORT_HELP_CHARS)) for name in self.list_commands(ctx)
+                if (cmd := self.get_command(ctx, name)) is not None and not cmd.hidden]
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
 
 app = typer.Typer(
+    cls=_Group,
     add_completion=False,
     no_args_is_help=True,
+    # Plain help: rich's option table cuts option names and defaults at 80 columns.
+    rich_markup_mode=None,
     help="Convert AVRO/JSON into sharded, pre-vectorized TFRecords for TensorFlow training.",
 )
+
+
+class _InputsCommand(TyperCommand):
+    """A command whose ``--input`` takes every value up to the next option
+    (``-i a.avro b.avro``, or a glob the shell expanded) and that refuses any
+    other argument before ``--``, where nothing typed may be dropped or
+    handed to Beam (Beam flags go after a literal ``--``)."""
+
+    def parse_args(self, ctx, args: list[str]) -> list[str]:  # noqa: ANN001 - click's Context
+        takes_value: dict[str, bool] = {}
+        multi: set[str] = set()
+        for param in self.get_params(ctx):
+            if param.param_type_name != "option":
+                continue
+            for opt in param.opts:
+                takes_value[opt] = not (param.is_flag or param.count)
+            takes_value.update(dict.fromkeys(param.secondary_opts, False))
+            if param.name == "input":
+                multi.update(param.opts)
+        regrouped = regroup_args(args, takes_value, multi)
+        help_asked = any(a in ("--help", "-h") for a in regrouped.args)
+        if regrouped.stray and not ctx.resilient_parsing and not help_asked:
+            what = " ".join(regrouped.stray)
+            hint = ("; to convert several files, list them all after --input (-i a.avro b.avro) or repeat --input"
+                    if any(looks_like_path(a) for a in regrouped.stray) else "")
+            ctx.fail(f"unexpected argument(s) {what}{hint}; Beam flags go after a literal `--`")
+        return super().parse_args(ctx, regrouped.args)
 
 
 def _fail(msg: str, code: int = 1) -> None:
@@ -44,9 +93,9 @@ _MAX_BLOCK_HELP = ("Cap on the decompressed size of one Avro block, in MB (a lar
                    "writers flush blocks of 64 KB..16 MB). Bounds memory on compression bombs.")
 
 
-@app.command(context_settings={"allow_extra_args": False})
+@app.command(cls=_InputsCommand, context_settings={"allow_extra_args": False})
 def convert(
-    input: Annotated[list[str], typer.Option("--input", "-i", help="Input files, globs or directories (local, gs://, hdfs://). Repeatable. Quote globs.")],
+    input: Annotated[list[str], typer.Option("--input", "-i", help="Input files, globs or directories (local, gs://, hdfs://): several after one -i, or repeat -i.")],
     config: Annotated[Path, typer.Option("--config", "-c", help="Feature config (YAML or JSON); `recordprep infer` drafts one.")],
     output: Annotated[str, typer.Option("--output", "-o", help="Output directory. dataset_info.json appears there last, when the run is complete.")],
     splits: Annotated[str, typer.Option(help="Named splits with weights; the first one is analyzed (vocabularies, statistics).")] = "train=0.9,eval=0.1",
@@ -65,6 +114,7 @@ def convert(
     max_block_mb: Annotated[float, typer.Option(help=_MAX_BLOCK_HELP)] = _DEFAULT_BLOCK_MB,
     analysis_from: Annotated[str | None, typer.Option(help="Reuse vocabularies/statistics of an earlier output (daily runs, eval-only runs).")] = None,
     overwrite: Annotated[bool, typer.Option(help="Replace an existing output made from other inputs or config. Deletes only what a recordprep run wrote; refused (nothing deleted) when the output holds other files.")] = False,
+    force: Annotated[bool, typer.Option("--force", help="Re-run even when the output is already complete for these inputs and config (then nothing runs by default). Implies --overwrite.")] = False,
     progress: Annotated[bool, typer.Option(help="Local runs: print records, input MB and rate per pass every 5 s (stderr).")] = True,
     workers: Annotated[int | None, typer.Option(help="Local runs: worker processes. Default: one per core when the input is over 32 MB (faster), else 1. 1 = in-process, least memory. On Linux they are forked from this process when safe (RECORDPREP_WARM_WORKERS=0: start new interpreters).", show_default=False)] = None,
     dry_run: Annotated[bool, typer.Option(help="Print the plan (inputs, shards, splits, features) and exit.")] = False,
@@ -77,7 +127,8 @@ def convert(
     Records that cannot be converted go to OUTPUT/errors/ (JSON Lines with file,
     offset, field, reason and the record); by default any rejected record fails
     the run after writing them: tolerate with --max-errors/--max-error-fraction.
-    Re-running with the same inputs and config into the same output does nothing.
+    Re-running with the same inputs and config into the same output does
+    nothing unless --force.
     """
     _setup_logging(verbose)
     from convert.config import ConfigError
@@ -95,7 +146,7 @@ def convert(
             gzip_level=gzip_level, layout=layout.lower(), batch_size=batch_size, avro_decoder=avro_decoder.lower(), max_errors=max_errors,
             max_error_fraction=max_error_fraction, json_records_path=json_records_path,
             max_record_mb=max_record_mb, max_block_mb=max_block_mb,
-            analysis_from=analysis_from, overwrite=overwrite, beam_args=tuple(beam_args or ()), progress=progress, workers=workers,
+            analysis_from=analysis_from, overwrite=overwrite, force=force, beam_args=tuple(beam_args or ()), progress=progress, workers=workers,
         )
         if dry_run:
             p = plan(opts)
@@ -112,6 +163,7 @@ def convert(
                 typer.echo(f"  {feat['name']:<20} <- {feat['source']:<24} {feat['transform']} {extra or ''}")
             if p["features"]["label"]:
                 typer.echo(f"label: {p['features']['label']['name']} <- {p['features']['label']['source']}")
+            typer.echo(f"config checked against: {p['data_check']}")
             return
         typer.echo(f"converting {', '.join(opts.inputs)} -> {opts.output}", err=True)
         result = run_convert(opts)
@@ -133,9 +185,9 @@ def convert(
                         fg=typer.colors.YELLOW, err=True)
 
 
-@app.command()
+@app.command(cls=_InputsCommand)
 def infer(
-    input: Annotated[list[str], typer.Option("--input", "-i", help="Input files, globs or directories. Repeatable.")],
+    input: Annotated[list[str], typer.Option("--input", "-i", help="Input files, globs or directories: several after one -i, or repeat -i.")],
     sample: Annotated[int, typer.Option(help="Records to sample (from the first files).")] = 2000,
     label: Annotated[str | None, typer.Option(help="Field to use as the label (default: a field named label/target/y/...).")] = None,
     json_records_path: Annotated[str | None, typer.Option(help="Dotted key holding the record array in JSON documents.")] = None,
@@ -255,14 +307,21 @@ def wait(
     output: Annotated[str, typer.Argument(help="Output directory a scheduled conversion writes.")],
     timeout: Annotated[float, typer.Option(help="Seconds to wait before giving up (exit 1); finite, >= 0.")] = 3600.0,
     poll: Annotated[float, typer.Option(help="Seconds between checks; finite, >= 0.01.")] = 10.0,
+    stale_after: Annotated[float | None, typer.Option(help="A conversion whose lock has had no heartbeat for this many seconds is dead (exit 1 at once); more than its heartbeat period (10 s). Default: the limit the run recorded (60 s).", show_default=False)] = None,
 ) -> None:
-    """Block until OUTPUT is complete (a valid dataset_info.json); exit 1 on timeout or failure."""
+    """Block until OUTPUT is complete (a valid dataset_info.json); exit 1 on timeout or failure.
+
+    A failed conversion (its _FAILURE.json) or a dead one (killed, or its
+    machine lost: its lock's heartbeat stopped) ends the wait at once with
+    exit 1. No lock and no metadata means not started yet: the wait goes on.
+    """
     from convert.spec import METADATA_FILENAME, SpecError
-    from readers.errors import DatasetFailedError
+    from readers.errors import DatasetDeadError, DatasetFailedError
     from readers.info import check_wait_arguments, locate, wait_for_metadata
 
+    names = ("--timeout", "--poll", "--stale-after")
     try:
-        check_wait_arguments(timeout, poll, names=("--timeout", "--poll"))
+        check_wait_arguments(timeout, poll, stale_after, names=names)
         location = locate(output)
     except (ValueError, TypeError) as e:
         _fail(str(e), 2)
@@ -283,7 +342,10 @@ def wait(
             return None
 
     try:
-        wait_for_metadata(location, timeout, poll, read)
+        wait_for_metadata(location, timeout, poll, read, stale_after=stale_after, names=names)
+    except DatasetDeadError as e:
+        _fail(f"{e.reason}; it left no {METADATA_FILENAME} and no failure report. Re-run the conversion: "
+              f"it takes over the dead run's lock ({location.lock_path}) without --overwrite.")
     except DatasetFailedError as e:
         _fail(f"the conversion into {output} failed: {e.reason} (from {location.failure_path})")
     except TimeoutError as e:
@@ -291,6 +353,8 @@ def wait(
               f"{getattr(e, 'problem', '')}; is the conversion running?")
     except SpecError as e:
         _fail(f"{output} is not a complete recordprep output: {e}")
+    except ValueError as e:  # --stale-after within the run's heartbeat period
+        _fail(str(e), 2)
     typer.echo(f"{output} is complete")
 
 
@@ -324,13 +388,18 @@ def _records_key_hint(paths: list[str]) -> str:
 
 def main() -> None:
     from pipelines._worker import prepare_launcher
+    from pipelines.interrupt import Interrupted, raise_on_sigterm
 
     prepare_launcher(sys.argv[1:])  # a local convert loads no more of Beam than its workers
+    raise_on_sigterm()  # a conversion stopped by a scheduler cleans up and says so, as on Ctrl-C
     try:
-        app()
+        app()  # typer turns Ctrl-C into exit 130
     except KeyboardInterrupt:
         typer.echo("interrupted", err=True)
         sys.exit(130)
+    except Interrupted as e:
+        typer.echo(f"error: {e}", err=True)
+        sys.exit(e.exit_code)
 
 
 if __name__ == "__main__":

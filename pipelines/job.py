@@ -34,6 +34,7 @@ from apache_beam.io.filesystem import BeamIOError
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
+from convert.check import check_inputs
 from convert.config import load_config
 from convert.sources import InputFileError
 from convert.spec import FAILURE_FILENAME, METADATA_FILENAME, DatasetInfo
@@ -45,6 +46,7 @@ from pipelines._progress import PASSES, PROGRESS_DIR, ProgressReporter
 from pipelines._warm import WarmPool
 from pipelines._worker import command as worker_command
 from pipelines._worker import schemes_of, shorten_bundle_end_waits
+from pipelines.interrupt import Interrupted
 from pipelines.lock import LOCK_FILENAME, OutputLock
 from pipelines.options import ConvertOptions
 from pipelines.plan import InputFile, default_num_shards, discover, input_fingerprint, plan_units
@@ -78,6 +80,10 @@ def tool_version() -> str:
         return "0+unknown"
 
 
+#: How many error files a run's summary names (the line gives their total and directory).
+_ERROR_FILES_SHOWN = 3
+
+
 @dataclasses.dataclass
 class ConvertResult:
     """What a run did. ``skipped`` is True when the output was already complete."""
@@ -90,12 +96,19 @@ class ConvertResult:
     def summary_lines(self) -> list[str]:
         info = self.info
         counts = info.get("counts", {})
-        lines = [f"output: {self.output}" + ("  (already complete for these inputs and config: nothing to do)" if self.skipped else "")]
+        skipped = "  (already complete for these inputs and config: nothing to do; --force re-runs it)"
+        lines = [f"output: {self.output}" + (skipped if self.skipped else "")]
         lines.append(f"records read: {counts.get('read', 0)}   rejected (error output): {counts.get('errors', 0)}")
         for name, sp in info.get("splits", {}).items():
             lines.append(f"  {name:<8} {sp['num_records']:>10} records  {len(sp['shards']):>4} shards  {sp['num_bytes'] / 1e6:9.2f} MB")
-        for ef in info.get("errors", {}).get("files", []):
-            lines.append(f"  errors   {ef['count']:>10} records in {ef['file']}")
+        error_files = info.get("errors", {}).get("files", [])
+        if error_files:  # one line however many work units rejected records
+            total = sum(ef["count"] for ef in error_files)
+            names = [posixpath.basename(ef["file"]) for ef in error_files]
+            more = len(names) - _ERROR_FILES_SHOWN
+            shown = ", ".join(names[:_ERROR_FILES_SHOWN]) + (f" and {more} more" if more > 0 else "")
+            lines.append(f"  errors   {total:>10} records in {self.output.rstrip('/')}/{ERRORS_DIR}/ "
+                         f"({len(names)} file{'s' if len(names) > 1 else ''}: {shown})")
         if not self.skipped:
             n = counts.get("read", 0)
             rate = n / self.seconds if self.seconds > 0 else 0.0
@@ -335,11 +348,22 @@ def _multiprocess_runner(fn_api_runner: Any, command: str) -> Any:
     return fn_api_runner(default_environment=SubprocessSDKEnvironment.from_command_string(command))
 
 
+def _open_input(path: str) -> Any:
+    return FileSystems.open(path, compression_type="uncompressed")
+
+
 def plan(opts: ConvertOptions) -> dict[str, Any]:
-    """Everything the run will do, without running it (``--dry-run``)."""
+    """Everything the run will do, without running it (``--dry-run``).
+
+    The config is checked against the inputs here (:func:`convert.check.check_inputs`:
+    every Avro schema, a sample of the JSON), so a misspelled path fails
+    before anything is written.
+    """
     remote.pipeline_options(opts)  # hdfs:// flags, set on FileSystems before listing inputs
     config = load_config(opts.config)
     files = discover(opts.inputs)
+    data_check = check_inputs(config, [f.path for f in files], _open_input, json_records_path=opts.json_records_path,
+                              max_record_bytes=opts.max_record_bytes, max_block_bytes=opts.max_block_bytes)
     total = sum(f.size for f in files)
     n = opts.num_shards or default_num_shards(total, opts.target_shard_mb)
     units = plan_units(files, n, opts.json_records_path)
@@ -352,6 +376,7 @@ def plan(opts: ConvertOptions) -> dict[str, Any]:
         "split_key": opts.splits.key,
         "features": config.to_json(),
         "fingerprint": input_fingerprint(files, config.hash, opts.fingerprint_fields()),
+        "data_check": data_check.describe(),
         "config": config,
         "files": files,
         "unit_objs": units,
@@ -387,11 +412,11 @@ def run_convert(opts: ConvertOptions) -> ConvertResult:
 
     Idempotent: if the output already holds a dataset with the same
     fingerprint (inputs' paths, sizes and mtimes; config; options), nothing
-    runs. A different dataset there is refused unless ``overwrite``, which
-    removes only what a recordprep run wrote. The output is locked
-    (:mod:`pipelines.lock`) from before anything is cleared or written until
-    the run ends; any failure after that leaves ``_FAILURE.json`` (the
-    reason) and no temp files.
+    runs (unless ``force``). A different dataset there is refused unless
+    ``overwrite`` (or ``force``), which removes only what a recordprep run
+    wrote. The output is locked (:mod:`pipelines.lock`) from before anything
+    is cleared or written until the run ends; any failure after that leaves
+    ``_FAILURE.json`` (the reason) and no temp files.
 
     Raises:
       OutputPathError: the output is, contains or lies inside an input.
@@ -441,15 +466,16 @@ def _lock(opts: ConvertOptions, fingerprint: str) -> OutputLock:
 def _check_existing(opts: ConvertOptions, fingerprint: str) -> dict[str, Any] | None:
     """The output's metadata when it is this very dataset (nothing to do); None when the run may go on.
 
-    Raises OutputExistsError when it holds another dataset and ``overwrite`` is off.
+    ``force`` re-runs even then. Raises OutputExistsError when it holds
+    another dataset and neither ``overwrite`` nor ``force`` is on.
     """
     existing = read_existing(opts.output)
     if existing is None:
         return None
-    if existing.get("fingerprint") == fingerprint:
+    if existing.get("fingerprint") == fingerprint and not opts.force:
         log.info("%s is already complete for these inputs and config; nothing to do", opts.output)
         return existing
-    if not opts.overwrite:
+    if not (opts.overwrite or opts.force):
         raise OutputExistsError(
             f"{opts.output} already holds a dataset made from other inputs or another config "
             f"(fingerprint {str(existing.get('fingerprint'))[:12]}, this run {fingerprint[:12]}); "
@@ -486,6 +512,8 @@ def failure_reason(e: BaseException) -> str:
         return e.message
     if isinstance(e, KeyboardInterrupt):
         return "interrupted (KeyboardInterrupt)"
+    if isinstance(e, Interrupted):
+        return str(e)  # "interrupted by SIGTERM"
     text = str(e).strip()
     return f"{type(e).__name__}: {text.splitlines()[0] if text else ''}".rstrip(": ")
 

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import io
 import math
+import os
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any
 
 from convert.sources import AVRO_DECODERS, DEFAULT_MAX_BLOCK_BYTES, DEFAULT_MAX_RECORD_BYTES
 from convert.spec import LAYOUTS, MAX_SHARDS
@@ -64,6 +68,8 @@ class ConvertOptions:
         block fails the file).
       analysis_from: earlier output whose vocabularies/statistics to reuse.
       overwrite: replace an existing output made from other inputs/config.
+      force: run even when the output already holds this very dataset
+        (same fingerprint); implies ``overwrite``. Not in the fingerprint.
       beam_args: extra Beam pipeline flags, passed through untouched.
       progress: print progress lines while a local run goes (the CLI's default).
       workers: local runs: worker processes; ``None`` = one per core when the
@@ -89,6 +95,7 @@ class ConvertOptions:
     max_block_mb: float = DEFAULT_MAX_BLOCK_BYTES / 2**20
     analysis_from: str | None = None
     overwrite: bool = False
+    force: bool = False
     beam_args: tuple[str, ...] = ()
     progress: bool = False
     workers: int | None = None
@@ -122,6 +129,12 @@ class ConvertOptions:
             raise OptionsError("--output must be a directory path")
         object.__setattr__(self, "inputs", tuple(self.inputs))
         object.__setattr__(self, "beam_args", tuple(self.beam_args))
+        stray = unparseable_beam_args(self.beam_args)
+        if stray:
+            hint = ("; to convert several files list them after --input (-i a.avro b.avro) or repeat --input"
+                    if any(looks_like_path(a) for a in stray) else "")
+            raise OptionsError(f"Beam would ignore {' '.join(stray)} after `--` (Beam flags are --name value or "
+                               f"--name=value){hint}")
 
     @property
     def max_record_bytes(self) -> int:
@@ -162,9 +175,111 @@ class ConvertOptions:
 
 
 def split_beam_args(argv: Sequence[str]) -> tuple[list[str], list[str]]:
-    """Split ``recordprep`` args from Beam args at a literal ``--``."""
+    """Split ``recordprep`` args from Beam args at the first literal ``--``."""
     argv = list(argv)
     if "--" in argv:
         i = argv.index("--")
         return argv[:i], argv[i + 1:]
     return argv, []
+
+
+@dataclasses.dataclass(frozen=True)
+class RegroupedArgs:
+    """A command line regrouped by :func:`regroup_args`.
+
+    Attributes:
+      args: the command's own args, each value of a multi-value option
+        behind its own copy of the option (``-i a -i b``), then ``--`` and
+        the Beam args when there were any.
+      stray: positional arguments before ``--`` that no option took.
+    """
+
+    args: list[str]
+    stray: list[str]
+
+
+def regroup_args(argv: Sequence[str], takes_value: Mapping[str, bool], multi: Collection[str]) -> RegroupedArgs:
+    """Give every value after a multi-value option (``-i a.avro b.avro``, a glob
+    the shell expanded) to that option, up to the next option or ``--``.
+
+    ``takes_value`` maps each option string (``-c``, ``--config``) to whether
+    it takes a value; ``multi`` names the options that take several. Unknown
+    options are left for the parser to refuse; values glued to an option
+    (``--config=x``, ``-cx``) are understood. Args after ``--`` are untouched.
+    """
+    own, beam = split_beam_args(argv)
+    out: list[str] = []
+    stray: list[str] = []
+    i = 0
+    while i < len(own):
+        a = own[i]
+        i += 1
+        if not a.startswith("-") or a == "-":
+            stray.append(a)
+            continue
+        out.append(a)
+        name, glued = _option_name(a, takes_value)
+        if not takes_value.get(name, False) or glued:
+            values_follow = glued and name in multi
+        else:
+            if i < len(own):
+                out.append(own[i])
+                i += 1
+            values_follow = name in multi
+        while values_follow and i < len(own) and (not own[i].startswith("-") or own[i] == "-"):
+            out += [name, own[i]]
+            i += 1
+    if "--" in argv:
+        out += ["--", *beam]
+    return RegroupedArgs(out, stray)
+
+
+def _option_name(arg: str, takes_value: Mapping[str, bool]) -> tuple[str, bool]:
+    """``(option string, whether its value is glued to it)`` of ``--name=v``, ``-xv`` or a bare option."""
+    if arg.startswith("--"):
+        name, eq, _ = arg.partition("=")
+        return name, bool(eq)
+    if len(arg) > 2 and takes_value.get(arg[:2], False):
+        return arg[:2], True
+    return arg, False
+
+
+def looks_like_path(arg: str) -> bool:
+    """An existing path, or a string with a ``/``, a glob character or a data-file suffix."""
+    return ("/" in arg or any(c in arg for c in "*?[") or os.path.lexists(arg)
+            or re.search(r"\.(avro|jsonl?|ndjson|gz|bz2|zst|deflate|snappy)$", arg, re.IGNORECASE) is not None)
+
+
+def unparseable_beam_args(beam_args: Sequence[str]) -> list[str]:
+    """The Beam args that Beam would drop with only a log line: positional
+    values no flag takes (a path after ``--``, a value after a boolean flag)
+    and single-dash flags. Unknown ``--name value`` flags are kept, as Beam
+    keeps them for the runner (Dataflow's service options).
+    """
+    if not beam_args:
+        return []
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    parsed: list[tuple[Any, list[str]]] = []
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            # The parser of every registered option class; parsed here, before
+            # Beam adds the unknown flags to it.
+            PipelineOptions([]).get_all_options(
+                add_extra_args_fn=lambda parser: parsed.append(parser.parse_known_args(list(beam_args))))
+    except SystemExit as e:  # argparse: a flag without its value, a bad choice
+        said = (err.getvalue().strip().splitlines() or [f"exit {e.code}"])[-1]
+        raise OptionsError(f"Beam flags after --: {said.split('error: ', 1)[-1]}") from None
+    unknown = parsed[0][1]
+    bad = []
+    for i, a in enumerate(unknown):
+        if a.startswith("--"):
+            continue
+        if a.startswith("-") and a != "-":
+            bad.append(a)  # Beam discards single-dash flags
+            continue
+        prev = unknown[i - 1] if i else ""
+        if not (prev.startswith("--") and "=" not in prev):
+            bad.append(a)
+    return bad
