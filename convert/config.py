@@ -18,25 +18,18 @@ into a Dataflow job.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import hashlib
 import json
 import re
 import reprlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from convert.spec import MAX_FEATURE_SIZE
-
-NUMERIC_TRANSFORMS = ("identity", "zscore", "minmax", "log1p", "clip", "bucketize")
-CATEGORICAL_TRANSFORMS = ("vocabulary", "hash")
-TRANSFORMS = NUMERIC_TRANSFORMS + CATEGORICAL_TRANSFORMS + ("text", "bytes", "timestamp", "cross")
-TIMESTAMP_UNITS = ("s", "ms", "us", "ns", "days")
-TIMESTAMP_PARTS = ("hour", "day_of_week", "month")
-NAN_POLICIES = ("error", "fill", "keep")
-_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-/]*$")
 
 # Limits. Each is far beyond what a real config needs and keeps what the
 # value controls (memory, files, metadata) bounded; past one, loading fails
@@ -69,9 +62,80 @@ MAX_MIN_FREQUENCY = 1 << 53
 #: Numeric constants (``fill``, ``clip_min``, ``clip_max``) are written as float32.
 F32_MAX = 3.4028234663852886e38
 
+TIMESTAMP_UNITS = ("s", "ms", "us", "ns", "days")
+TIMESTAMP_PARTS = ("hour", "day_of_week", "month")
+NAN_POLICIES = ("error", "fill", "keep")
+LABEL_DTYPES = ("int64", "float32")
+_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-/]*$")
+
+
+@dataclasses.dataclass(frozen=True)
+class TransformInfo:
+    """What a transform does (one line, for messages and ``recordprep infer``'s
+    header) and the options it takes besides ``COMMON_OPTIONS``."""
+
+    summary: str
+    options: tuple[str, ...]
+    numeric: bool = False
+
+
+#: Options of every transform (``cross`` reads ``sources`` instead of ``source``).
+COMMON_OPTIONS = ("name", "source", "transform", "allow_all_missing")
+_NUM = ("fill", "missing_indicator", "on_nan")
+_VOCAB = ("top_k", "min_frequency", "num_oov_buckets")
+#: Every transform and its options: the one table behind validation, its error
+#: messages and infer's draft. An option a transform does not take is an error.
+TRANSFORM_TABLE: dict[str, TransformInfo] = {
+    "identity": TransformInfo("number (or list with max_len) as float32, unchanged", (*_NUM, "max_len"), True),
+    "zscore": TransformInfo("(x - mean) / std of the training split", _NUM, True),
+    "minmax": TransformInfo("(x - min) / (max - min) of the training split", _NUM, True),
+    "log1p": TransformInfo("log(1 + x) for x > -1 (or list with max_len)", (*_NUM, "max_len"), True),
+    "clip": TransformInfo("x limited to [clip_min, clip_max] (or list with max_len)",
+                          (*_NUM, "clip_min", "clip_max", "max_len"), True),
+    "bucketize": TransformInfo("number -> bucket id 1..num_buckets cut at the training split's quantiles",
+                               ("num_buckets", "missing_indicator", "on_nan"), True),
+    "vocabulary": TransformInfo("category (string, int, bool; or list with max_len) -> id by training frequency",
+                                (*_VOCAB, "max_len")),
+    "hash": TransformInfo("category -> stable hash id 1..buckets (identifiers, open-ended sets)", ("buckets", "max_len")),
+    "text": TransformInfo("string -> max_len word ids (a vocabulary of tokens) + <name>_len",
+                          ("max_len", "lowercase", *_VOCAB)),
+    "bytes": TransformInfo("bytes or string passed through unvectorized (images)", ()),
+    "timestamp": TransformInfo("epoch number in 'unit' or ISO 8601 string -> epoch seconds + calendar 'parts'",
+                               ("unit", "parts", "missing_indicator")),
+    "cross": TransformInfo("two or more categorical 'sources' hashed together -> id 1..buckets", ("sources", "buckets")),
+}
+TRANSFORMS = tuple(TRANSFORM_TABLE)
+NUMERIC_TRANSFORMS = tuple(t for t, info in TRANSFORM_TABLE.items() if info.numeric)
+CATEGORICAL_TRANSFORMS = ("vocabulary", "hash")
+#: Why a transform does not take an option, where more can be said than which transforms do.
+_NOT_TAKEN_WHY = {
+    ("bucketize", "fill"): "a missing value gets id 0, values ids 1..num_buckets",
+    ("bucketize", "max_len"): "it takes one number per record",
+    ("zscore", "max_len"): "numeric lists support identity, clip and log1p (per element)",
+    ("minmax", "max_len"): "numeric lists support identity, clip and log1p (per element)",
+    ("timestamp", "max_len"): "it takes one value per record",
+    ("cross", "max_len"): "it combines single values",
+    ("bytes", "max_len"): "it stores one value per record",
+    ("vocabulary", "missing_indicator"): "categorical features map null to id 0 already",
+    ("hash", "missing_indicator"): "categorical features map null to id 0 already",
+    ("text", "missing_indicator"): "a missing text has length 0 already",
+    ("cross", "source"): "it reads its fields from 'sources'",
+}
+
 
 class ConfigError(ValueError):
-    """The feature config is invalid; the message names the feature and the fix."""
+    """The feature config is invalid.
+
+    ``problems`` holds every problem found (at most ``MAX_PROBLEMS``; ``more``
+    counts the rest), each naming the file, the feature, the option, what was
+    found and what is allowed; the message lists them one a line.
+    """
+
+    def __init__(self, *problems: str, more: int = 0) -> None:
+        self.problems = list(problems)
+        self.more = more
+        tail = [f"... and {more} more problem(s) not listed; fix these and run again"] if more else []
+        super().__init__("\n".join(self.problems + tail))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -195,7 +259,8 @@ class Config:
         return names
 
 
-_FEATURE_KEYS = {f.name for f in dataclasses.fields(FeatureConfig)}
+_FEATURE_KEYS = tuple(f.name for f in dataclasses.fields(FeatureConfig))
+_DEFAULTS = {f.name: f.default for f in dataclasses.fields(FeatureConfig) if f.default is not dataclasses.MISSING}
 #: (option, lowest, highest) of the integer options.
 _INT_RANGES = (
     ("top_k", 1, MAX_TOP_K), ("min_frequency", 1, MAX_MIN_FREQUENCY), ("num_oov_buckets", 1, MAX_OOV_BUCKETS),
@@ -206,10 +271,10 @@ _INT_WHY = {
     "num_oov_buckets": "each OOV id is listed in the metadata", "buckets": "hash ids stay exact in int64",
     "max_len": "values per feature a reader allocates per record", "num_buckets": "quantile boundaries kept",
 }
-
-
-def _fail(where: str, msg: str) -> ConfigError:
-    return ConfigError(f"{where}: {msg}")
+#: Problems one ConfigError lists; past them the message says how many more there are.
+MAX_PROBLEMS = 50
+#: Unknown option names quoted in one problem.
+_MAX_UNKNOWN_SHOWN = 5
 
 
 class _ShortRepr(reprlib.Repr):
@@ -238,21 +303,113 @@ def _show(v: Any) -> str:
     return s if len(s) <= _SHOW_CHARS else s[:_SHOW_CHARS] + "..."
 
 
-def _check_keys(where: str, m: Mapping) -> None:
-    bad = [k for k in m if not isinstance(k, str)]
-    if bad:
-        raise _fail(where, f"keys must be strings, found the key {_show(bad[0])}")
+#: Spellings of timestamp units people write, for "did you mean".
+_UNIT_ALIASES = {"sec": "s", "secs": "s", "second": "s", "seconds": "s", "milli": "ms", "millis": "ms",
+                 "milliseconds": "ms", "micro": "us", "micros": "us", "microseconds": "us", "nano": "ns",
+                 "nanos": "ns", "nanoseconds": "ns", "day": "days", "d": "days"}
 
 
-def _check_name(where: str, what: str, name: Any) -> None:
+def _close(word: Any, choices: Sequence[str]) -> str | None:
+    """The choice ``word`` most likely misspells (``top-k``, ``topk`` -> ``top_k``), or None."""
+    if not isinstance(word, str) or len(word) > 100:
+        return None
+    norm = word.strip().lower().replace("-", "_").replace(" ", "_")
+    if norm in choices:
+        return norm
+    if choices is TIMESTAMP_UNITS and norm in _UNIT_ALIASES:
+        return _UNIT_ALIASES[norm]
+    match = difflib.get_close_matches(norm, choices, n=1, cutoff=0.6)
+    return match[0] if match else None
+
+
+def _did_you_mean(word: Any, choices: Sequence[str]) -> str:
+    """`` (did you mean 'x'?)`` for a near miss of one of ``choices``, else ``""``."""
+    m = _close(word, choices)
+    return f" (did you mean {m!r}?)" if m else ""
+
+
+def _takes(transform: str) -> tuple[str, ...]:
+    """Every option of ``transform``, in the order messages list them."""
+    common = tuple(o for o in COMMON_OPTIONS if not (transform == "cross" and o == "source"))
+    return (*common[:-1], *TRANSFORM_TABLE[transform].options, common[-1])
+
+
+def _options_text(transform: str) -> str:
+    own = TRANSFORM_TABLE[transform].options
+    common = ", ".join(o for o in _takes(transform) if o not in own and o not in ("name", "transform"))
+    return (f"the options allowed with transform {transform!r} are: {', '.join(own)} (and {common}, as for every transform)"
+            if own else f"transform {transform!r} takes no options besides {common}")
+
+
+def _not_taken(transform: str, keys: list[str]) -> str:
+    """The message for ``keys`` given to a ``transform`` that does not take them."""
+    parts = []
+    for key in keys:
+        takers = [t for t in TRANSFORMS if key in _takes(t)]
+        if _NOT_TAKEN_WHY.get((transform, key)):
+            why = _NOT_TAKEN_WHY[(transform, key)]
+        elif len(takers) > 1 and set(takers) <= set(NUMERIC_TRANSFORMS):
+            why = f"{key!r} applies to numeric transforms {' / '.join(takers)}"
+        else:
+            why = f"{key!r} applies to transform{'s' if len(takers) > 1 else ''} {' / '.join(takers)}"
+        parts.append(f"{key!r} ({why})")
+    return f"transform {transform!r} does not take {', '.join(parts)}; {_options_text(transform)}"
+
+
+def _unknown(keys: list[str], transform: str | None) -> str:
+    """The message for option names no transform has, each with its near miss."""
+    allowed = _takes(transform) if transform else _FEATURE_KEYS
+    parts = []
+    for k in keys[:_MAX_UNKNOWN_SHOWN]:
+        m = _close(k, _FEATURE_KEYS)
+        hint = ""
+        if m:
+            hint = f" (did you mean {m!r}?" + ("" if m in allowed else f" transform {transform!r} does not take it either") + ")"
+        parts.append(_show(k) + hint)
+    more = f" and {len(keys) - _MAX_UNKNOWN_SHOWN} more" if len(keys) > _MAX_UNKNOWN_SHOWN else ""
+    listed = (_options_text(transform) if transform else
+              f"allowed: {', '.join(k for k in _FEATURE_KEYS if k not in ('name', 'transform'))}")
+    return f"unknown option{'s' if len(keys) > 1 else ''} {', '.join(parts)}{more}; {listed}"
+
+
+class _Problems:
+    """The problems of one config, in the order found, at most ``MAX_PROBLEMS`` kept."""
+
+    def __init__(self) -> None:
+        self.items: list[str] = []
+        self.more = 0
+
+    def __len__(self) -> int:
+        return len(self.items) + self.more
+
+    def add(self, where: str, msg: str) -> None:
+        if len(self.items) < MAX_PROBLEMS:
+            self.items.append(f"{where}: {msg}")
+        else:
+            self.more += 1
+
+    def raise_any(self) -> None:
+        if self:
+            raise ConfigError(*self.items, more=self.more)
+
+
+def _key_problem(m: Mapping) -> str | None:
+    for k in m:
+        if not isinstance(k, str):
+            return f"keys must be strings, found the key {_show(k)}"
+    return None
+
+
+def _name_problem(what: str, name: Any) -> str | None:
     """Names become file names (``vocab/<name>.txt``): identifier-like, bounded, and
     never a path that leaves the output (no empty, ``.`` or ``..`` component)."""
     if not isinstance(name, str) or not _NAME_RE.match(name) or len(name) > MAX_NAME_CHARS:
-        raise _fail(where, f"{what} must be an identifier-like string (letters, digits, _ . - /; at most "
-                           f"{MAX_NAME_CHARS} characters), found {_show(name)}")
+        return (f"{what} must be an identifier-like string (letters, digits, _ . - /; at most "
+                f"{MAX_NAME_CHARS} characters), found {_show(name)}")
     if any(part in ("", ".", "..") for part in name.split("/")):
-        raise _fail(where, f"{what} {_show(name)} has an empty, '.' or '..' path component; it names a file "
-                           f"under the output (vocab/<name>.txt), use e.g. {_show(name.replace('/', '_'))}")
+        return (f"{what} {_show(name)} has an empty, '.' or '..' path component; it names a file "
+                f"under the output (vocab/<name>.txt), use e.g. {_show(name.replace('/', '_'))}")
+    return None
 
 
 def _float32(v: Any) -> float | None:
@@ -266,141 +423,200 @@ def _float32(v: Any) -> float | None:
     return x if abs(x) <= F32_MAX else None  # NaN compares False
 
 
-def _parse_feature(i: int, raw: Any, src: str) -> FeatureConfig:
-    where = f"{src}: features[{i}]"
-    if isinstance(raw, str):
-        raise _fail(where, f"expected a mapping like {{name: {_show(raw)}, transform: zscore}}, found the string {_show(raw)}")
-    if not isinstance(raw, Mapping):
-        raise _fail(where, f"expected a mapping with at least 'name' and 'transform', found {type(raw).__name__}")
-    _check_keys(where, raw)
-    name = raw.get("name")
-    _check_name(where, "'name'", name)
-    where = f"{src}: feature {name!r}"
-    unknown = set(raw) - _FEATURE_KEYS
-    if unknown:
-        raise _fail(where, f"unknown option(s) {_show(sorted(unknown))}; allowed: {sorted(_FEATURE_KEYS - {'name'})}")
-    transform = raw.get("transform")
-    if transform not in TRANSFORMS:
-        raise _fail(where, f"transform {_show(transform)} is not one of {', '.join(TRANSFORMS)}")
-    # ``key: null`` means the default (so ``Config.to_json()`` loads back).
-    kw = {k: v for k, v in raw.items() if v is not None}
-    kw.setdefault("source", name)
-    if not isinstance(kw["source"], str) or not kw["source"]:
-        raise _fail(where, f"'source' must be a dotted field path, found {_show(kw['source'])}")
+def _same(a: Any, b: Any) -> bool:
+    """``a == b`` for option values: a list equals a tuple, ``True`` does not equal ``1``."""
+    b = tuple(b) if isinstance(b, list) else b
+    return isinstance(a, bool) == isinstance(b, bool) and a == b
+
+
+def _check_values(where: str, kw: dict[str, Any], out: _Problems) -> None:
+    """Each given option's value on its own (types, ranges, choices); ``kw`` gets normalized values."""
+    if "source" in kw and (not isinstance(kw["source"], str) or not kw["source"]):
+        out.add(where, f"'source' must be a dotted field path, found {_show(kw['source'])}")
     for key, lo, hi in _INT_RANGES:
         v = kw.get(key)
         if v is not None and (not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= hi):
-            raise _fail(where, f"{key!r} must be an integer >= {lo} and <= {hi:,} ({_INT_WHY[key]}), found {_show(v)}")
-    numeric = transform in NUMERIC_TRANSFORMS
-    own = {"num_buckets": ("bucketize",), "unit": ("timestamp",), "parts": ("timestamp",), "sources": ("cross",)}
-    for key, allowed in own.items():
-        if key in kw and transform not in allowed:
-            raise _fail(where, f"{key!r} applies to transform {' / '.join(allowed)}, not {transform!r}")
-    if transform == "bucketize":
-        kw.setdefault("num_buckets", 10)
-        for key in ("fill", "max_len"):
-            if key in kw:
-                raise _fail(where, f"'bucketize' does not take {key!r}: a missing value gets id 0, values ids 1..num_buckets")
-    if transform == "timestamp":
-        unit = kw.setdefault("unit", "ms")
-        if unit not in TIMESTAMP_UNITS:
-            raise _fail(where, f"'unit' must be one of {', '.join(TIMESTAMP_UNITS)} (the epoch unit of numeric inputs), found {_show(unit)}")
-        parts = kw.get("parts", [])
-        if isinstance(parts, str):
-            parts = [parts]
-        if not isinstance(parts, list | tuple) or any(p not in TIMESTAMP_PARTS for p in parts) or len(set(parts)) != len(parts):
-            raise _fail(where, f"'parts' must be a list of distinct {', '.join(TIMESTAMP_PARTS)}, found {_show(kw.get('parts'))}")
-        kw["parts"] = tuple(parts)
-        if kw.get("max_len"):
-            raise _fail(where, "'timestamp' takes one value per record; remove 'max_len'")
-    if transform == "cross":
-        srcs = kw.get("sources")
-        if not isinstance(srcs, list | tuple) or len(srcs) < 2 or not all(isinstance(x, str) and x for x in srcs):
-            raise _fail(where, f"transform 'cross' needs 'sources: [field_a, field_b, ...]' (two or more dotted paths), found {_show(srcs)}")
-        kw["sources"] = tuple(srcs)
-        if not kw.get("buckets"):
-            raise _fail(where, "transform 'cross' needs 'buckets: N' (number of hash buckets for the combinations)")
-        if kw.get("max_len"):
-            raise _fail(where, "'cross' combines single values; remove 'max_len'")
-    if "fill" in kw and not numeric:
-        raise _fail(where, f"'fill' applies to numeric transforms ({', '.join(NUMERIC_TRANSFORMS)}), not {transform!r}")
-    if numeric:
-        default_fill = "mean" if transform in ("zscore", "minmax") else 0.0
-        fill = kw.get("fill", default_fill)
-        if fill != "mean":
-            fill = _float32(fill)
-            if fill is None:
-                raise _fail(where, f"'fill' must be 'mean' or a finite number within float32's range "
-                                   f"(|x| <= {F32_MAX:.7g}), found {_show(kw['fill'])}")
-        kw["fill"] = fill
-    if kw.get("on_nan", "error") not in NAN_POLICIES:
-        raise _fail(where, f"'on_nan' must be one of {NAN_POLICIES}, found {_show(kw.get('on_nan'))}")
-    for key in ("clip_min", "clip_max"):
-        if kw.get(key) is not None:
-            v = _float32(kw[key])
-            if v is None:
-                raise _fail(where, f"{key!r} must be a finite number within float32's range "
-                                   f"(|x| <= {F32_MAX:.7g}), found {_show(kw[key])}")
-            kw[key] = v
+            out.add(where, f"{key!r} must be an integer >= {lo} and <= {hi:,} ({_INT_WHY[key]}), found {_show(v)}")
     for key in ("missing_indicator", "lowercase", "allow_all_missing"):
         if key in kw and not isinstance(kw[key], bool):
-            raise _fail(where, f"{key!r} must be true or false, found {_show(kw[key])}")
-    if transform == "clip" and kw.get("clip_min") is None and kw.get("clip_max") is None:
-        raise _fail(where, "transform 'clip' needs 'clip_min' and/or 'clip_max'")
-    if kw.get("clip_min") is not None and kw.get("clip_max") is not None and kw["clip_min"] > kw["clip_max"]:
-        raise _fail(where, f"'clip_min' ({kw['clip_min']}) must be <= 'clip_max' ({kw['clip_max']})")
-    if transform == "hash" and not kw.get("buckets"):
-        raise _fail(where, "transform 'hash' needs 'buckets: N' (number of hash buckets)")
-    if transform == "text" and not kw.get("max_len"):
-        raise _fail(where, "transform 'text' needs 'max_len: N' (tokens kept per record; shorter texts are padded)")
-    if transform == "bytes" and kw.get("max_len"):
-        raise _fail(where, "transform 'bytes' stores one value per record; remove 'max_len'")
-    if kw.get("max_len") and numeric and transform not in ("identity", "clip", "log1p"):
-        raise _fail(where, f"numeric lists support identity, clip and log1p (per element), not {transform!r}")
-    if kw.get("missing_indicator") and not (numeric or transform == "timestamp"):
-        raise _fail(where, "'missing_indicator' applies to numeric and timestamp transforms; categorical features map null to id 0 already")
-    return FeatureConfig(**kw)
+            out.add(where, f"{key!r} must be true or false, found {_show(kw[key])}")
+    if "on_nan" in kw and kw["on_nan"] not in NAN_POLICIES:
+        out.add(where, f"'on_nan' must be one of {NAN_POLICIES}, found {_show(kw['on_nan'])}"
+                       f"{_did_you_mean(kw['on_nan'], NAN_POLICIES)}")
+    if "fill" in kw and kw["fill"] != "mean":
+        fill = _float32(kw["fill"])
+        if fill is None:
+            out.add(where, f"'fill' must be 'mean' or a finite number within float32's range "
+                           f"(|x| <= {F32_MAX:.7g}), found {_show(kw['fill'])}")
+        kw["fill"] = fill
+    for key in ("clip_min", "clip_max"):
+        if key in kw:
+            v = _float32(kw[key])
+            if v is None:
+                out.add(where, f"{key!r} must be a finite number within float32's range "
+                               f"(|x| <= {F32_MAX:.7g}), found {_show(kw[key])}")
+            kw[key] = v
+    if isinstance(kw.get("clip_min"), float) and isinstance(kw.get("clip_max"), float) and kw["clip_min"] > kw["clip_max"]:
+        out.add(where, f"'clip_min' ({kw['clip_min']}) must be <= 'clip_max' ({kw['clip_max']})")
+    if "unit" in kw and kw["unit"] not in TIMESTAMP_UNITS:
+        out.add(where, f"'unit' must be one of {', '.join(TIMESTAMP_UNITS)} (the epoch unit of numeric inputs), "
+                       f"found {_show(kw['unit'])}{_did_you_mean(kw['unit'], TIMESTAMP_UNITS)}")
+    if "parts" in kw:
+        parts = [kw["parts"]] if isinstance(kw["parts"], str) else kw["parts"]
+        if not isinstance(parts, list | tuple) or any(p not in TIMESTAMP_PARTS for p in parts) or len(set(parts)) != len(parts):
+            hint = next((_did_you_mean(p, TIMESTAMP_PARTS) for p in parts if p not in TIMESTAMP_PARTS), "") \
+                if isinstance(parts, list | tuple) else ""
+            out.add(where, f"'parts' must be a list of distinct {', '.join(TIMESTAMP_PARTS)}, found {_show(kw['parts'])}{hint}")
+        else:
+            kw["parts"] = tuple(parts)
+    if "sources" in kw:
+        srcs = kw["sources"]
+        if not isinstance(srcs, list | tuple) or len(srcs) < 2 or not all(isinstance(x, str) and x for x in srcs):
+            out.add(where, f"transform 'cross' needs 'sources: [field_a, field_b, ...]' (two or more dotted paths), "
+                           f"found {_show(srcs)}")
+        else:
+            kw["sources"] = tuple(srcs)
+
+
+def _complete(where: str, transform: str, kw: dict[str, Any], out: _Problems) -> None:
+    """What ``transform`` needs (required options) and its defaults, filled into ``kw``."""
+    if transform == "bucketize":
+        kw.setdefault("num_buckets", 10)
+    if transform == "timestamp":
+        kw.setdefault("unit", "ms")
+        kw.setdefault("parts", ())
+    if transform == "cross":
+        if "sources" not in kw:
+            out.add(where, "transform 'cross' needs 'sources: [field_a, field_b, ...]' (two or more dotted paths)")
+        if "buckets" not in kw:
+            out.add(where, "transform 'cross' needs 'buckets: N' (number of hash buckets for the combinations)")
+    if transform == "hash" and "buckets" not in kw:
+        out.add(where, "transform 'hash' needs 'buckets: N' (number of hash buckets)")
+    if transform == "text" and "max_len" not in kw:
+        out.add(where, "transform 'text' needs 'max_len: N' (tokens kept per record; shorter texts are padded)")
+    if transform == "clip" and "clip_min" not in kw and "clip_max" not in kw:
+        out.add(where, "transform 'clip' needs 'clip_min' and/or 'clip_max'")
+    if TRANSFORM_TABLE[transform].numeric:
+        kw.setdefault("fill", "mean" if transform in ("zscore", "minmax") else 0.0)
+
+
+def _parse_feature(i: int, raw: Any, src: str, out: _Problems) -> FeatureConfig | None:
+    """Feature ``i``, or None after adding each of its problems to ``out``."""
+    where = f"{src}: features[{i}]"
+    if isinstance(raw, str):
+        out.add(where, f"expected a mapping like {{name: {_show(raw)}, transform: zscore}}, found the string {_show(raw)}")
+        return None
+    if not isinstance(raw, Mapping):
+        out.add(where, f"expected a mapping with at least 'name' and 'transform', found {type(raw).__name__}")
+        return None
+    problem = _key_problem(raw)
+    if problem:
+        out.add(where, problem)
+        return None
+    before = len(out)
+    name = raw.get("name")
+    problem = _name_problem("'name'", name)
+    if problem:
+        out.add(where, problem)
+    else:
+        where = f"{src}: feature {name!r}"
+    transform = raw.get("transform")
+    if not isinstance(transform, str) or transform not in TRANSFORM_TABLE:
+        out.add(where, f"transform {_show(transform)} is not one of {', '.join(TRANSFORMS)}"
+                       f"{_did_you_mean(transform, TRANSFORMS)}")
+        transform = None
+    unknown = [k for k in raw if k not in _FEATURE_KEYS]
+    if unknown:
+        out.add(where, _unknown(unknown, transform))
+    # ``key: null`` means the default (so ``Config.to_json()`` loads back).
+    kw = {k: v for k, v in raw.items() if v is not None and k in _FEATURE_KEYS}
+    # An entry listing every option is the normalized form (``Config.to_json()``,
+    # the metadata's config): there, an option its transform does not take may
+    # hold the value the transform gives it anyway (checked once it is built).
+    full = set(_FEATURE_KEYS) - {"allow_all_missing"} <= set(raw)
+    deferred: dict[str, Any] = {}
+    if transform is not None:
+        not_taken = [k for k in kw if k not in _takes(transform)]
+        for key in not_taken:
+            deferred[key] = kw.pop(key)
+        if not_taken and not full:
+            out.add(where, _not_taken(transform, not_taken))
+            deferred = {}
+    _check_values(where, kw, out)
+    if transform is not None:
+        _complete(where, transform, kw, out)
+    if len(out) > before:
+        return None
+    kw.setdefault("source", name)
+    feature = FeatureConfig(**kw)
+    differ = [k for k, v in deferred.items() if not _same(getattr(feature, k), v)]
+    if differ:
+        out.add(where, _not_taken(transform, differ))
+    return None if len(out) > before else feature
+
+
+def _parse_label(lraw: Any, src: str, out: _Problems) -> LabelConfig | None:
+    where = f"{src}: label"
+    if isinstance(lraw, str):
+        lraw = {"source": lraw}
+    if isinstance(lraw, Mapping):
+        problem = _key_problem(lraw)
+        if problem:
+            out.add(where, problem)
+            return None
+    if not isinstance(lraw, Mapping) or not isinstance(lraw.get("source"), str) or not lraw["source"]:
+        out.add(src, "'label' must be a field name or {source: field, dtype: int64|float32}")
+        return None
+    before = len(out)
+    extra = [k for k in lraw if k not in ("source", "name", "dtype")]
+    if extra:
+        hints = "".join(_did_you_mean(k, ("source", "name", "dtype")) for k in extra[:_MAX_UNKNOWN_SHOWN])
+        out.add(where, f"unknown option(s) {_show(sorted(extra))}{hints}; allowed: source, name, dtype")
+    dtype = lraw.get("dtype", "int64")
+    if dtype not in LABEL_DTYPES:
+        hint = _did_you_mean(dtype, LABEL_DTYPES)
+        if isinstance(dtype, str) and dtype.lower() in ("string", "str", "bytes", "category", "categorical", "vocabulary"):
+            hint = ("; string labels are not supported yet (a vocabulary-mapped label is planned): map the classes "
+                    "to integers 0..K-1 in the data and use dtype: int64")
+        out.add(where, f"dtype must be int64 or float32, found {_show(dtype)}{hint}")
+    lname = lraw.get("name") or lraw["source"].replace(".", "_")
+    problem = _name_problem("'name'", lname)
+    if problem:
+        out.add(where, problem)
+    return None if len(out) > before else LabelConfig(source=lraw["source"], name=lname, dtype=dtype)
 
 
 def parse_config(raw: Any, *, source: str = "config") -> Config:
-    """Validate a config already loaded as Python data."""
+    """Validate a config already loaded as Python data.
+
+    Raises one ConfigError listing every problem found (up to ``MAX_PROBLEMS``),
+    so a config with several mistakes is fixed in one round.
+    """
     if not isinstance(raw, Mapping):
         raise ConfigError(f"{source}: expected a mapping with 'features' (and usually 'label'), found {type(raw).__name__}")
-    _check_keys(source, raw)
-    unknown = set(raw) - {"features", "label"}
+    problem = _key_problem(raw)
+    if problem:
+        raise ConfigError(f"{source}: {problem}")
+    out = _Problems()
+    unknown = [k for k in raw if k not in ("features", "label")]
     if unknown:
-        raise ConfigError(f"{source}: unknown top-level key(s) {_show(sorted(unknown))}; allowed: features, label")
+        hints = "".join(_did_you_mean(k, ("features", "label")) for k in unknown[:_MAX_UNKNOWN_SHOWN])
+        out.add(source, f"unknown top-level key(s) {_show(sorted(unknown))}{hints}; allowed: features, label")
     feats_raw = raw.get("features")
+    features: list[FeatureConfig | None] = []
     if not isinstance(feats_raw, list) or not feats_raw:
-        raise ConfigError(f"{source}: 'features' must be a non-empty list of feature entries")
-    features = tuple(_parse_feature(i, f, source) for i, f in enumerate(feats_raw))
-    label = None
-    lraw = raw.get("label")
-    if lraw is not None:
-        if isinstance(lraw, str):
-            lraw = {"source": lraw}
-        if isinstance(lraw, Mapping):
-            _check_keys(f"{source}: label", lraw)
-        if not isinstance(lraw, Mapping) or not isinstance(lraw.get("source"), str) or not lraw["source"]:
-            raise ConfigError(f"{source}: 'label' must be a field name or {{source: field, dtype: int64|float32}}")
-        extra = set(lraw) - {"source", "name", "dtype"}
-        if extra:
-            raise ConfigError(f"{source}: label: unknown option(s) {_show(sorted(extra))}; allowed: source, name, dtype")
-        dtype = lraw.get("dtype", "int64")
-        if dtype not in ("int64", "float32"):
-            raise ConfigError(f"{source}: label: dtype must be int64 or float32, found {_show(dtype)}")
-        lname = lraw.get("name") or lraw["source"].replace(".", "_")
-        _check_name(f"{source}: label", "'name'", lname)
-        label = LabelConfig(source=lraw["source"], name=lname, dtype=dtype)
-    cfg = Config(features=features, label=label)
+        out.add(source, "'features' must be a non-empty list of feature entries")
+    else:
+        features = [_parse_feature(i, f, source, out) for i, f in enumerate(feats_raw)]
+    label = _parse_label(raw["label"], source, out) if raw.get("label") is not None else None
+    cfg = Config(features=tuple(f for f in features if f is not None), label=label)
     seen: set[str] = set()
     for n in cfg.output_names:
         if n in seen:
-            raise ConfigError(
-                f"{source}: output feature {n!r} is produced twice (derived names are "
-                f"'<name>_len' and '<name>_missing'); rename one feature"
-            )
+            out.add(source, f"output feature {n!r} is produced twice (derived names are "
+                            f"'<name>_len' and '<name>_missing'); rename one feature")
         seen.add(n)
+    out.raise_any()
     return cfg
 
 

@@ -19,9 +19,9 @@ from pathlib import Path
 import yaml
 from hypothesis import strategies as st
 
-from convert.config import ConfigError, load_config
+from convert.config import MAX_PROBLEMS, ConfigError, load_config
 
-#: A config error message quotes values cut short, never a whole document.
+#: A problem in a config error message quotes values cut short, never a whole document.
 CONFIG_MESSAGE_CHARS = 5000
 
 _KEYS = ["name", "source", "transform", "fill", "missing_indicator", "on_nan", "clip_min", "clip_max", "top_k",
@@ -118,4 +118,6 @@ def config_target(case: tuple[str, bytes]) -> None:
         try:
             load_config(path)
         except ConfigError as e:
-            assert str(e).startswith(str(path)) and len(str(e)) < CONFIG_MESSAGE_CHARS, str(e)[:300]
+            # Every problem is listed (at most MAX_PROBLEMS), each naming the file, each short.
+            assert str(e).startswith(str(path)) and 1 <= len(e.problems) <= MAX_PROBLEMS, str(e)[:300]
+            assert all(p.startswith(str(path)) and len(p) < CONFIG_MESSAGE_CHARS for p in e.problems), str(e)[:300]

@@ -230,7 +230,7 @@ def test_numeric_constants_at_float32_max_are_accepted_and_clip_order_checked():
     f = parse_config({"features": [{"name": "f", "transform": "clip", "clip_min": -F32_MAX, "clip_max": F32_MAX,
                                     "fill": -F32_MAX}]}).features[0]
     assert (f.clip_min, f.clip_max, f.fill) == (-F32_MAX, F32_MAX, -F32_MAX)
-    msg = _feature_error({"name": "f", "transform": "identity", "clip_min": 2, "clip_max": 1})
+    msg = _feature_error({"name": "f", "transform": "clip", "clip_min": 2, "clip_max": 1})
     assert "'clip_min' (2.0) must be <= 'clip_max' (1.0)" in msg
 
 
