@@ -399,17 +399,21 @@ def _streamed_size(new: Callable[[], Any], data: bytes | memoryview, cap: int) -
             if total > cap or not d.eof:
                 return total
             data = d.unused_data
-    except (OSError, EOFError, ValueError, lzma.LZMAError):
+    except (OSError, EOFError, ValueError, lzma.LZMAError, _zstd().ZstdError):  # (evaluated on an error only)
         pass  # corrupt: the decoder reports it
     return total
 
 
-def _zstd_decompressor() -> Any:
+def _zstd() -> Any:
     if sys.version_info >= (3, 14):
         from compression import zstd
     else:
         from backports import zstd
-    return zstd.ZstdDecompressor()
+    return zstd
+
+
+def _zstd_decompressor() -> Any:
+    return _zstd().ZstdDecompressor()
 
 
 def _block_expands_past(codec: str, data: bytes | memoryview | Callable[[int], bytes], size: int, cap: int) -> int | None:

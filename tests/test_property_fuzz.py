@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import re
 import subprocess
 import sys
@@ -73,3 +74,24 @@ def test_values_beyond_float32_cast_to_infinity_without_a_warning():
             *_, cols = record_path({"features": [{"name": "x", "transform": transform, "on_nan": "keep"}]},
                                    [{"x": 1.0}, {"x": 2.0}, {"x": 3.5e38}, {"x": -(2**200)}])
         assert np.isinf(cols["x"][2:, 0]).all() and np.isfinite(cols["x"][:2, 0]).all(), cols["x"]
+
+
+#: Found by ``make fuzz`` (avro-bytes): a zstandard block whose bytes are not a zstd frame.
+_CORRUPT_ZSTD_AVRO = (
+    b'Obj\x01\x04\x14avro.codec\x12zstandard\x16avro.schema\xfa\x02{"type": "record", "name": "prop.Row", '
+    b'"fields": [{"name": "f1", "type": "int"}, {"name": "f2", "type": ["null", {"logicalType": "uuid", '
+    b'"type": "string"}]}, {"name": "f3", "type": "int"}]}\x00\xae{\xb1\xf9;\x7fg\xda\xbaI\xf3\xc6\xd4]\x19'
+    b'\x02\x04\x90\x01(\xb5/\xfd P\xfd\x01\x00\x02\xc5\x0e\x10\xa05\x0fl\te\x0bnb$a\xc3\xff\x07_IsgC'
+    b'\x95\xa0\x85\xae\x97S\xba\x06\xbe\xa7\x95]\xdbH\x96\xe8\x00\x98)+h+\x0b\x93\xc6\xf7(\xfc\xea\xda'
+    b'\x07\xd5\xbe\x12Ip\xe0\x00\x98\x00\xae{\xb1\xf9;\x7fg\xda\xbaI\xf3\xc6\xd4]\x19\x02\x02\x1a(\xb5/'
+    b'\xfd \x03\x19\x00\x00\x00\x00\x00\xae{\xb1\xf9;\x7fg\xda\xbaI\xf3\xc6\xd4]\x19\x02'
+)
+
+
+def test_a_corrupt_zstandard_block_fails_the_file_naming_it():
+    """The block-size check (--max-block-mb) met zstd's own error type, which it did not catch."""
+    from convert.sources import InputFileError, iter_avro
+
+    with pytest.raises(InputFileError, match="fuzz.avro"):
+        for _ in iter_avro(io.BytesIO(_CORRUPT_ZSTD_AVRO), "fuzz.avro", batch_size=64):
+            pass
