@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 from farmhash import Fingerprint64 as _fingerprint64
 
-from convert.config import Config, FeatureConfig, LabelConfig
+from convert.config import Config, ConfigError, FeatureConfig, LabelConfig
 from convert.derive import cross_ids, epoch_seconds, timestamp_parts
 from convert.quantiles import QuantileSketch
 from convert.sources import ColumnRecords, TermCodes
@@ -204,19 +204,100 @@ class NumericStats:
                 "min": self.min if self.count else None, "max": self.max if self.count else None}
 
 
+class AnalysisMismatchError(ConfigError):
+    """A reused analysis (``--analysis-from``) was not computed for this config's features."""
+
+
+#: Options that shape a feature's vocabulary or statistics, by transform,
+#: besides its source and transform: a reused analysis must match them.
+_ANALYSIS_OPTIONS = {
+    "vocabulary": ("top_k", "min_frequency", "num_oov_buckets"),
+    "text": ("top_k", "min_frequency", "num_oov_buckets", "lowercase"),
+    "bucketize": ("num_buckets",),
+}
+
+
+def analysis_options(f: FeatureConfig) -> dict[str, Any]:
+    """What made ``f``'s vocabulary or statistics: its source, transform,
+    whether it is a list, and the options of ``_ANALYSIS_OPTIONS``."""
+    d: dict[str, Any] = {"source": f.source, "transform": f.transform, "multi_valued": f.multi_valued}
+    d.update((k, getattr(f, k)) for k in _ANALYSIS_OPTIONS.get(f.transform, ()))
+    return d
+
+
 @dataclasses.dataclass
 class Analysis:
-    """What the vectorize pass needs, computed on the training split."""
+    """What the vectorize pass needs, computed on the training split.
+
+    ``config_hash`` and ``features`` (``analysis_options`` of each feature
+    analyzed) record what it was computed for, so that a reuse with another
+    config is refused (``check_config``); analyses written before they
+    existed have ``None``.
+    """
 
     vocabularies: dict[str, list[str]]
     stats: dict[str, dict[str, Any]]
+    config_hash: str | None = None
+    features: dict[str, dict[str, Any]] | None = None
+
+    @classmethod
+    def for_config(cls, config: Config, vocabularies: dict[str, list[str]], stats: dict[str, dict[str, Any]]) -> Analysis:
+        """The analysis of ``config``'s features, recording what it was computed for."""
+        features = {f.name: analysis_options(f) for f in config.features if f.needs_vocabulary or f.needs_stats}
+        return cls(vocabularies, stats, config.hash, features)
 
     def to_json(self) -> dict[str, Any]:
-        return {"vocabularies": self.vocabularies, "stats": self.stats}
+        d: dict[str, Any] = {"vocabularies": self.vocabularies, "stats": self.stats}
+        if self.config_hash is not None:
+            d["config_hash"] = self.config_hash
+        if self.features is not None:
+            d["features"] = self.features
+        return d
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Analysis:
-        return cls(vocabularies=dict(d["vocabularies"]), stats=dict(d["stats"]))
+        features = d.get("features")
+        return cls(vocabularies=dict(d["vocabularies"]), stats=dict(d["stats"]), config_hash=d.get("config_hash"),
+                   features=None if features is None else dict(features))
+
+    def check_config(self, config: Config, where: str = "the analysis") -> list[str]:
+        """Refuse to vectorize ``config`` with this analysis unless every feature that
+        needs a vocabulary or statistics has them, computed with its transform and
+        options (``analysis_options``).
+
+        Returns the features whose transform and options cannot be verified
+        (an analysis written before it recorded them).
+
+        Raises:
+          AnalysisMismatchError: naming every feature without a match and what differs.
+        """
+        problems, unverified = [], []
+        for f in config.features:
+            if not (f.needs_vocabulary or f.needs_stats):
+                continue
+            what = "vocabulary" if f.needs_vocabulary else "statistics"
+            stats = self.stats.get(f.name)
+            have = (self.vocabularies.get(f.name) is not None if f.needs_vocabulary
+                    else isinstance(stats, dict) and (f.transform != "bucketize" or "boundaries" in stats))
+            recorded = None if self.features is None else self.features.get(f.name)
+            if not have:
+                was = f" (it analyzed {recorded['transform']!r})" if recorded else ""
+                problems.append(f"feature {f.name!r} ({f.transform}): no {what} for it{was}")
+            elif self.features is None:
+                unverified.append(f.name)
+            elif recorded is None:
+                problems.append(f"feature {f.name!r} ({f.transform}): its {what} came from another feature config")
+            else:
+                now = analysis_options(f)
+                diff = [f"{k} {recorded.get(k)!r} there, {v!r} here" for k, v in now.items() if recorded.get(k) != v]
+                if diff:
+                    problems.append(f"feature {f.name!r}: {', '.join(diff)}")
+        if problems:
+            made = f" (computed for config {self.config_hash})" if self.config_hash else ""
+            raise AnalysisMismatchError(
+                f"{where}{made} does not fit this config: {'; '.join(problems)}. Reuse an analysis computed with "
+                f"these features' transforms and options, or run without --analysis-from to compute a new one")
+        return unverified
 
 
 class Analyzer:
@@ -380,7 +461,7 @@ class Analyzer:
         for k, s in self.numeric.items():
             if s.sketch is not None:
                 stats[k]["boundaries"] = s.sketch.boundaries(by_name[k].num_buckets or 10)
-        return Analysis(vocabularies=vocabs, stats=stats)
+        return Analysis.for_config(self.config, vocabs, stats)
 
 
 # --------------------------------------------------------------- vectorize

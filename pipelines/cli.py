@@ -112,7 +112,7 @@ def convert(
     json_records_path: Annotated[str | None, typer.Option(help="Dotted key holding the record array in JSON documents, e.g. 'statuses'.")] = None,
     max_record_mb: Annotated[float, typer.Option(help=_MAX_RECORD_HELP)] = _DEFAULT_RECORD_MB,
     max_block_mb: Annotated[float, typer.Option(help=_MAX_BLOCK_HELP)] = _DEFAULT_BLOCK_MB,
-    analysis_from: Annotated[str | None, typer.Option(help="Reuse vocabularies/statistics of an earlier output (daily runs, eval-only runs).")] = None,
+    analysis_from: Annotated[str | None, typer.Option(help="Reuse vocabularies/statistics of an earlier output (daily runs, eval-only runs); refused when a feature's transform or options differ from those it was computed with.")] = None,
     overwrite: Annotated[bool, typer.Option(help="Replace an existing output made from other inputs or config. Deletes only what a recordprep run wrote; refused (nothing deleted) when the output holds other files.")] = False,
     force: Annotated[bool, typer.Option("--force", help="Re-run even when the output is already complete for these inputs and config (then nothing runs by default). Implies --overwrite.")] = False,
     progress: Annotated[bool, typer.Option(help="Local runs: print records, input MB and rate per pass every 5 s (stderr).")] = True,
@@ -133,7 +133,14 @@ def convert(
     _setup_logging(verbose)
     from convert.config import ConfigError
     from convert.splits import SplitError, Splits
-    from pipelines.job import OutputExistsError, OutputPathError, failure_reason, plan, run_convert
+    from pipelines.job import (
+        OutputExistsError,
+        OutputPathError,
+        failure_reason,
+        load_analysis,
+        plan,
+        run_convert,
+    )
     from pipelines.lock import LockHeldError
     from pipelines.options import ConvertOptions, OptionsError
     from pipelines.plan import InputError
@@ -150,6 +157,9 @@ def convert(
         )
         if dry_run:
             p = plan(opts)
+            if opts.analysis_from:  # refused here when it does not fit the config
+                load_analysis(opts.analysis_from, p["config"])
+                typer.echo(f"analysis: reused from {opts.analysis_from} (fits the config)")
             typer.echo(f"inputs: {len(p['inputs'])} files, {p['total_bytes'] / 1e6:.2f} MB")
             for f in p["inputs"][:20]:
                 typer.echo(f"  {f['path']}  {f['size']:,} bytes")

@@ -34,9 +34,10 @@ from apache_beam.io.filesystem import BeamIOError
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
-from convert.config import load_config
+from convert.config import Config, load_config
 from convert.sources import InputFileError
 from convert.spec import FAILURE_FILENAME, METADATA_FILENAME, DatasetInfo
+from convert.vectorize import Analysis, AnalysisMismatchError
 from pipelines import remote
 from pipelines._fs import delete as fs_delete
 from pipelines._fs import match_in
@@ -282,12 +283,32 @@ def _refuse_clashing_files(output: str, *, took_over: bool) -> None:
         )
 
 
-def _load_analysis(old_output: str) -> dict[str, Any]:
+def load_analysis(old_output: str, config: Config) -> dict[str, Any]:
+    """The analysis of an earlier output (``--analysis-from``), checked against ``config``.
+
+    Raises:
+      FileNotFoundError: ``old_output`` has no analysis.
+      AnalysisMismatchError: a feature of ``config`` has no vocabulary or
+        statistics there, or ones computed with another transform or options
+        (``Analysis.check_config``); also when the file is not an analysis.
+    """
     path = FileSystems.join(old_output, ANALYSIS_FILENAME)
     if not FileSystems.exists(path):
         raise FileNotFoundError(f"--analysis-from {old_output}: no {ANALYSIS_FILENAME} there; point it at a completed recordprep output")
     with FileSystems.open(path, compression_type="uncompressed") as f:
-        return json.loads(f.read())
+        raw = f.read()
+    try:
+        data = json.loads(raw)
+        analysis = Analysis.from_json(data)
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        raise AnalysisMismatchError(f"--analysis-from {old_output}: {path} is not a recordprep analysis "
+                                    f"({type(e).__name__}: {str(e)[:200]}); point it at a completed recordprep output") from None
+    unverified = analysis.check_config(config, where=f"--analysis-from {old_output}: its {ANALYSIS_FILENAME}")
+    if unverified:
+        log.warning("--analysis-from %s: %s predates recording transforms and options; it has vocabularies/statistics "
+                    "for %s but whether they were computed with this config's transforms and options cannot be verified",
+                    old_output, ANALYSIS_FILENAME, ", ".join(unverified))
+    return data
 
 
 #: Below this much input, starting worker processes (each loads Beam, ~3 s
@@ -418,7 +439,7 @@ def run_convert(opts: ConvertOptions) -> ConvertResult:
     existing = _check_existing(opts, p["fingerprint"])
     if existing is not None:
         return ConvertResult(opts.output, True, existing, time.perf_counter() - t0)
-    analysis = _load_analysis(opts.analysis_from) if opts.analysis_from else None  # before any clearing
+    analysis = load_analysis(opts.analysis_from, p["config"]) if opts.analysis_from else None  # before any clearing
 
     lock = _lock(opts, p["fingerprint"])
     lock.acquire()
