@@ -34,6 +34,7 @@ from apache_beam.io.filesystem import BeamIOError
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
+from convert.check import check_inputs
 from convert.config import Config, load_config
 from convert.sources import InputFileError
 from convert.spec import FAILURE_FILENAME, METADATA_FILENAME, DatasetInfo
@@ -46,6 +47,7 @@ from pipelines._progress import PASSES, PROGRESS_DIR, ProgressReporter
 from pipelines._warm import WarmPool
 from pipelines._worker import command as worker_command
 from pipelines._worker import schemes_of, shorten_bundle_end_waits
+from pipelines.interrupt import Interrupted
 from pipelines.lock import LOCK_FILENAME, OutputLock
 from pipelines.options import ConvertOptions
 from pipelines.plan import InputFile, default_num_shards, discover, input_fingerprint, plan_units
@@ -367,11 +369,22 @@ def _multiprocess_runner(fn_api_runner: Any, command: str) -> Any:
     return fn_api_runner(default_environment=SubprocessSDKEnvironment.from_command_string(command))
 
 
+def _open_input(path: str) -> Any:
+    return FileSystems.open(path, compression_type="uncompressed")
+
+
 def plan(opts: ConvertOptions) -> dict[str, Any]:
-    """Everything the run will do, without running it (``--dry-run``)."""
+    """Everything the run will do, without running it (``--dry-run``).
+
+    The config is checked against the inputs here (:func:`convert.check.check_inputs`:
+    every Avro schema, a sample of the JSON), so a misspelled path fails
+    before anything is written.
+    """
     remote.pipeline_options(opts)  # hdfs:// flags, set on FileSystems before listing inputs
     config = load_config(opts.config)
     files = discover(opts.inputs)
+    data_check = check_inputs(config, [f.path for f in files], _open_input, json_records_path=opts.json_records_path,
+                              max_record_bytes=opts.max_record_bytes, max_block_bytes=opts.max_block_bytes)
     total = sum(f.size for f in files)
     n = opts.num_shards or default_num_shards(total, opts.target_shard_mb)
     units = plan_units(files, n, opts.json_records_path)
@@ -384,6 +397,7 @@ def plan(opts: ConvertOptions) -> dict[str, Any]:
         "split_key": opts.splits.key,
         "features": config.to_json(),
         "fingerprint": input_fingerprint(files, config.hash, opts.fingerprint_fields()),
+        "data_check": data_check.describe(),
         "config": config,
         "files": files,
         "unit_objs": units,
@@ -519,6 +533,8 @@ def failure_reason(e: BaseException) -> str:
         return e.message
     if isinstance(e, KeyboardInterrupt):
         return "interrupted (KeyboardInterrupt)"
+    if isinstance(e, Interrupted):
+        return str(e)  # "interrupted by SIGTERM"
     text = str(e).strip()
     return f"{type(e).__name__}: {text.splitlines()[0] if text else ''}".rstrip(": ")
 
