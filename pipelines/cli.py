@@ -199,7 +199,7 @@ def convert(
 def infer(
     input: Annotated[list[str], typer.Option("--input", "-i", help="Input files, globs or directories: several after one -i, or repeat -i.")],
     sample: Annotated[int, typer.Option(help="Records to sample (from the first files).")] = 2000,
-    label: Annotated[str | None, typer.Option(help="Field to use as the label (default: a numeric field named label/target/y/...); its kind comes from the data: few integer values -> int64, other numbers -> float32; warns when it is null in part of the sample.")] = None,
+    label: Annotated[str | None, typer.Option(help="Field to use as the label (default: a field named label/target/y/...).")] = None,
     json_records_path: Annotated[str | None, typer.Option(help="Dotted key holding the record array in JSON documents.")] = None,
     max_record_mb: Annotated[float, typer.Option(help=_MAX_RECORD_HELP)] = _DEFAULT_RECORD_MB,
     max_block_mb: Annotated[float, typer.Option(help=_MAX_BLOCK_HELP)] = _DEFAULT_BLOCK_MB,
@@ -207,13 +207,10 @@ def infer(
     """Draft a feature config from a sample of the data: `recordprep infer -i 'data/*.avro' > features.yaml`.
 
     One entry per leaf field with a transform chosen from the sample (numeric ->
-    zscore, low-cardinality -> vocabulary, high-cardinality and identifiers (id,
-    *_id, card numbers) -> hash, ISO 8601 strings -> timestamp, free text ->
+    zscore, low-cardinality -> vocabulary, high-cardinality -> hash, free text ->
     text, lists -> padded to their 95th-percentile length) and a comment saying why.
     """
     _setup_logging(False)
-    import difflib
-
     from apache_beam.io.filesystems import FileSystems
 
     from convert.infer import infer_config, render_yaml
@@ -274,14 +271,8 @@ def infer(
     if not config["features"]:
         _fail(f"unsupported input: no field of the {len(records)} sampled records of {where} can be vectorized "
               f"({'; '.join(d.comment for d in drafts) or 'the records have no fields'})")
-    paths = [d.path for d in drafts]
-    if label and label not in paths:
-        close = difflib.get_close_matches(label, paths, n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        _fail(f"--label {label!r}: no such field in the sample{hint}; fields: {', '.join(paths)}", 2)
-    for d in drafts:  # the label's: null in part of the sample, or not a kind of label convert takes
-        for w in d.warnings:
-            typer.secho(f"warning: {w}", fg=typer.colors.YELLOW, err=True)
+    if label and not config["label"]:
+        _fail(f"--label {label!r}: no such field in the sample; fields: {', '.join(d.path for d in drafts)}", 2)
     typer.echo(render_yaml(config, drafts, header=f"inferred from {len(records)} records of {len(files)} file(s)"), nl=False)
 
 
@@ -326,21 +317,14 @@ def wait(
     output: Annotated[str, typer.Argument(help="Output directory a scheduled conversion writes.")],
     timeout: Annotated[float, typer.Option(help="Seconds to wait before giving up (exit 1); finite, >= 0.")] = 3600.0,
     poll: Annotated[float, typer.Option(help="Seconds between checks; finite, >= 0.01.")] = 10.0,
-    stale_after: Annotated[float | None, typer.Option(help="A conversion whose lock has had no heartbeat for this many seconds is dead (exit 1 at once); more than its heartbeat period (10 s). Default: the limit the run recorded (60 s).", show_default=False)] = None,
 ) -> None:
-    """Block until OUTPUT is complete (a valid dataset_info.json); exit 1 on timeout or failure.
-
-    A failed conversion (its _FAILURE.json) or a dead one (killed, or its
-    machine lost: its lock's heartbeat stopped) ends the wait at once with
-    exit 1. No lock and no metadata means not started yet: the wait goes on.
-    """
+    """Block until OUTPUT is complete (a valid dataset_info.json); exit 1 on timeout or failure."""
     from convert.spec import METADATA_FILENAME, SpecError
-    from readers.errors import DatasetDeadError, DatasetFailedError
+    from readers.errors import DatasetFailedError
     from readers.info import check_wait_arguments, locate, wait_for_metadata
 
-    names = ("--timeout", "--poll", "--stale-after")
     try:
-        check_wait_arguments(timeout, poll, stale_after, names=names)
+        check_wait_arguments(timeout, poll, names=("--timeout", "--poll"))
         location = locate(output)
     except (ValueError, TypeError) as e:
         _fail(str(e), 2)
@@ -361,10 +345,7 @@ def wait(
             return None
 
     try:
-        wait_for_metadata(location, timeout, poll, read, stale_after=stale_after, names=names)
-    except DatasetDeadError as e:
-        _fail(f"{e.reason}; it left no {METADATA_FILENAME} and no failure report. Re-run the conversion: "
-              f"it takes over the dead run's lock ({location.lock_path}) without --overwrite.")
+        wait_for_metadata(location, timeout, poll, read)
     except DatasetFailedError as e:
         _fail(f"the conversion into {output} failed: {e.reason} (from {location.failure_path})")
     except TimeoutError as e:
@@ -372,8 +353,6 @@ def wait(
               f"{getattr(e, 'problem', '')}; is the conversion running?")
     except SpecError as e:
         _fail(f"{output} is not a complete recordprep output: {e}")
-    except ValueError as e:  # --stale-after within the run's heartbeat period
-        _fail(str(e), 2)
     typer.echo(f"{output} is complete")
 
 
@@ -407,18 +386,13 @@ def _records_key_hint(paths: list[str]) -> str:
 
 def main() -> None:
     from pipelines._worker import prepare_launcher
-    from pipelines.interrupt import Interrupted, raise_on_sigterm
 
     prepare_launcher(sys.argv[1:])  # a local convert loads no more of Beam than its workers
-    raise_on_sigterm()  # a conversion stopped by a scheduler cleans up and says so, as on Ctrl-C
     try:
-        app()  # typer turns Ctrl-C into exit 130
+        app()
     except KeyboardInterrupt:
         typer.echo("interrupted", err=True)
         sys.exit(130)
-    except Interrupted as e:
-        typer.echo(f"error: {e}", err=True)
-        sys.exit(e.exit_code)
 
 
 if __name__ == "__main__":

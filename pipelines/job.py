@@ -47,7 +47,6 @@ from pipelines._progress import PASSES, PROGRESS_DIR, ProgressReporter
 from pipelines._warm import WarmPool
 from pipelines._worker import command as worker_command
 from pipelines._worker import schemes_of, shorten_bundle_end_waits
-from pipelines.interrupt import Interrupted
 from pipelines.lock import LOCK_FILENAME, OutputLock
 from pipelines.options import ConvertOptions
 from pipelines.plan import InputFile, default_num_shards, discover, input_fingerprint, plan_units
@@ -533,8 +532,6 @@ def failure_reason(e: BaseException) -> str:
         return e.message
     if isinstance(e, KeyboardInterrupt):
         return "interrupted (KeyboardInterrupt)"
-    if isinstance(e, Interrupted):
-        return str(e)  # "interrupted by SIGTERM"
     text = str(e).strip()
     return f"{type(e).__name__}: {text.splitlines()[0] if text else ''}".rstrip(": ")
 
