@@ -20,11 +20,11 @@ from collections.abc import Iterable
 from typing import Any
 
 from convert.spec import MAX_FEATURE_SIZE
+from convert.vectorize import tokenize
 
 MAX_DEPTH = 4
 _LABEL_NAMES = ("label", "target", "y", "clicked", "class", "outcome")
 _DISTINCT_CAP = 5000
-_TOKEN_RE = re.compile(r"\w+", re.UNICODE)
 _F32_MAX = 3.4028234663852886e38
 #: Avro logical types that are instants, and the unit of their raw integers.
 _TIMESTAMP_UNITS = {
@@ -133,7 +133,7 @@ def _walk(rec: dict, stats: dict[str, _FieldStats], maps: set[str], prefix: str 
                     st.add_distinct(x)
         elif kind == "str":
             st.add_distinct(v)
-            st.tokens.append(len(_TOKEN_RE.findall(v)))
+            st.tokens.append(len(tokenize(v, lowercase=False)))
         elif kind in ("int", "float", "bool"):
             st.add_distinct(v)
             if kind != "bool" and not _f32_finite(v):

@@ -42,9 +42,16 @@ from convert.quantiles import QuantileSketch
 from convert.sources import ColumnRecords, TermCodes
 from convert.spec import FeatureSpec
 
-_TOKEN_RE = re.compile(r"\w+", re.UNICODE)
-_TOKEN_OR_NUL_RE = re.compile(r"\w+|\x00", re.UNICODE)
-#: ASCII characters that are not ``\w`` (NUL, the row separator, kept) -> space.
+#: A token: a maximal run of ASCII letters, digits, ``_`` and non-ASCII characters
+#: (surrogates too, whose ``surrogatepass`` bytes are non-ASCII). On UTF-8 bytes
+#: these are the runs of ``[0-9A-Za-z_\x80-\xff]``: what TensorFlow's
+#: ``TEXT_DELIMITERS_RE`` leaves between spaces (see ``tokenize``).
+_TOKEN_RE = re.compile("[0-9A-Za-z_\x80-\U0010ffff]+")
+_TOKEN_OR_NUL_RE = re.compile("[0-9A-Za-z_\x80-\U0010ffff]+|\x00")
+#: The delimiters, exactly the ASCII characters other than ``[0-9A-Za-z_]``, as an
+#: RE2 pattern for ``tf.strings.regex_replace(text, TEXT_DELIMITERS_RE, " ")``.
+TEXT_DELIMITERS_RE = "[\\x00-\\x2f\\x3a-\\x40\\x5b-\\x5e\\x60\\x7b-\\x7f]+"
+#: The delimiters but NUL (the row separator, kept) -> space.
 _ASCII_NON_WORD_TO_SPACE = str.maketrans({c: " " for c in range(1, 128) if not (chr(c).isalnum() or chr(c) == "_")})
 _F32_MAX = float(np.finfo(np.float32).max)
 _BOOL_TERMS = {True: "true", False: "false"}  # term() of booleans; None stays None (missing)
@@ -135,8 +142,22 @@ def hash_id(t: str, buckets: int) -> int:
     return 1 + stable_hash(t) % buckets
 
 
+def ascii_lower(text: str) -> str:
+    """``text`` with ``A-Z`` mapped to ``a-z`` and nothing else changed: Unicode case
+    mappings differ between Python and ICU versions, ASCII's cannot."""
+    if text.isascii():
+        return text.lower()
+    return _utf8(text).lower().decode("utf-8", "surrogatepass")  # bytes.lower() is ASCII-only
+
+
 def tokenize(text: str, lowercase: bool = True) -> list[str]:
-    return _TOKEN_RE.findall(text.lower() if lowercase else text)
+    """The tokens of a ``text`` feature: ``ascii_lower`` when ``lowercase``, then the
+    maximal runs of ASCII letters, digits, ``_`` and non-ASCII characters (every
+    other ASCII character, NUL included, delimits). TensorFlow computes the same
+    on the UTF-8 bytes: ``tf.strings.split(tf.strings.regex_replace(
+    tf.strings.lower(text), TEXT_DELIMITERS_RE, " "))`` (``lower`` without an
+    encoding is ASCII-only)."""
+    return _TOKEN_RE.findall(ascii_lower(text) if lowercase else text)
 
 
 def _to_float(x: int | float) -> float:
@@ -334,14 +355,9 @@ class Analyzer:
         it prepares anyway to ``add_prepared``, which gives the same result.
         """
         for f in self.config.features:
-            get = self._get[f.name]
             if f.name in self.counts or f.name in self.numeric:
+                get = self._get[f.name]
                 self._add_values(f, [get(r) for r in records])
-            elif f.transform == "cross":
-                gets = [getter(s) for s in f.sources or ()]
-                self.present[f.name] += sum(all(g(r) is not None for g in gets) for r in records)
-            else:
-                self.present[f.name] += sum(get(r) is not None for r in records)
 
     def add_prepared(self, batch: PreparedBatch, rows: np.ndarray) -> None:
         """Accumulate the rows of a batch selected by the bool mask ``rows``.
@@ -414,7 +430,6 @@ class Analyzer:
                 c[terms[i]] += k
 
     def _add_values(self, f: FeatureConfig, values: list[Any]) -> None:
-        self.present[f.name] += len(values) - values.count(None)
         if f.name in self.counts:
             c = self.counts[f.name]
             if f.transform == "text":
@@ -709,8 +724,6 @@ class Preparer:
                 parts.append((f.name, "cols", self._cross(f, records, all_dicts, bad, top)))
             else:
                 parts.append((f.name, "vocab", self._terms(f, values, bad, extras, coded.get(f.name))))
-            if extras is not None and f.name not in extras:
-                extras[f.name] = ("present", _present_rows(f, parts[-1][2], values))
         if self._label_keys is not None:
             lab = self.config.label
             assert lab is not None
@@ -803,8 +816,6 @@ class Preparer:
                 extras[f.name] = ("numbers", col[ok], np.flatnonzero(ok), missing_row)
             else:
                 extras[f.name] = ("values", values)
-        elif extras is not None:
-            extras[f.name] = ("present", ~missing_row)
         # "Finite" means finite as float32 (the output dtype): NaN, +-inf and
         # |x| > 3.4e38 (which the cast would turn into inf) follow ``on_nan``.
         with np.errstate(invalid="ignore"):
@@ -919,14 +930,13 @@ class Preparer:
             lower = f.lowercase
             joined = " \x00 ".join([v or "" for v in values]) if set(map(type, values)) <= {str, _NONE} else None
             if joined is not None and joined.count("\x00") == b - 1:
-                # The whole column at once: one lower(), one tokenizing pass, a
-                # NUL token between rows (space and NUL are not \w, not cased:
-                # tokens and lowercasing, final sigma included, are those of
-                # each row alone).
-                text = joined.lower() if lower else joined
+                # The whole column at once (no row holds a NUL): one lowercasing,
+                # one tokenizing pass, a NUL token between rows (both delimiters
+                # and uncased, so each row's tokens are those of the row alone).
+                text = ascii_lower(joined) if lower else joined
                 if text.isascii():
-                    # On ASCII, \w is [A-Za-z0-9_]: a translate and a split give
-                    # the regex's tokens at 4.7x its speed (measured, bench text).
+                    # On ASCII, tokens are runs of [A-Za-z0-9_]: a translate and a
+                    # split give the regex's tokens at 4.7x its speed (measured, bench text).
                     tokens = text.translate(_ASCII_NON_WORD_TO_SPACE).split()
                 else:
                     tokens = _TOKEN_OR_NUL_RE.findall(text)
@@ -944,7 +954,7 @@ class Preparer:
                     if not isinstance(v, str):
                         bad.setdefault(i, Rejection(i, f.source, f"expected text (a string), found {type(v).__name__} {_short(v)}"))
                         continue
-                    toks = findall(v.lower() if lower else v)
+                    toks = findall(ascii_lower(v) if lower else v)
                     counts[i] = len(toks)
                     flat += toks
                 fcodes = _index_all(index, flat)
@@ -1003,15 +1013,6 @@ class Preparer:
         if extras is not None:
             extras[f.name] = ("values", values, first, new_terms) if fcodes is None else ("terms", first, new_terms, fcodes, row_of)
         return first, new_terms, codes, lens
-
-
-def _present_rows(f: FeatureConfig, cols: dict[str, tuple[str, Any]], values: Any) -> np.ndarray:
-    """Which rows have a value, for a feature finished in ``prepare`` (the
-    analysis only counts them): hash and cross ids are 0 exactly where the
-    input is missing; bytes and timestamps look at their values."""
-    if f.transform in ("hash", "cross"):
-        return (cols[f.name][1] != 0).any(axis=1)
-    return np.fromiter((v is not None for v in values), dtype=bool, count=len(values))
 
 
 # Categorical features (hash and vocabulary paths) reject non-leaf values alike.

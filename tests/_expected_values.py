@@ -4,7 +4,8 @@ Written from the README's documented rules (not from convert/vectorize.py), so
 tests can compare what the job wrote, read back through ``readers``, with what
 the documentation promises: numeric fill/scaling, vocabulary ids (0 = missing,
 1 = OOV, then terms by descending training-split frequency, ties by term),
-FarmHash Fingerprint64 hash buckets, ``\\w+`` text tokens, bytes passthrough.
+FarmHash Fingerprint64 hash buckets, text tokens (ASCII-only lowercasing; runs of
+ASCII letters, digits, ``_`` and non-ASCII characters), bytes passthrough.
 
 Also reads records the way the converter does: Avro with logical types left
 raw (integers, strings, bytes), JSON Lines with the stdlib parser.
@@ -15,7 +16,6 @@ from __future__ import annotations
 import io
 import json
 import math
-import re
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
@@ -96,7 +96,19 @@ def stable_hash(s: str) -> int:
 
 
 def tokens(text: str, lowercase: bool = True) -> list[str]:
-    return re.findall(r"\w+", text.lower() if lowercase else text)
+    """Character by character: a token character is an ASCII letter, digit or ``_``,
+    or any non-ASCII character; lowercasing maps ``A-Z`` only."""
+    out: list[str] = []
+    cur: list[str] = []
+    for c in text:
+        if ord(c) >= 128 or c == "_" or "0" <= c <= "9" or "a" <= c <= "z" or "A" <= c <= "Z":
+            cur.append(chr(ord(c) + 32) if lowercase and "A" <= c <= "Z" else c)
+        elif cur:
+            out.append("".join(cur))
+            cur = []
+    if cur:
+        out.append("".join(cur))
+    return out
 
 
 def _items(v: Any) -> list[Any]:

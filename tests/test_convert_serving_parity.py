@@ -24,7 +24,16 @@ from hypothesis import strategies as st
 from convert.config import parse_config
 from convert.derive import CROSS_SEPARATOR
 from convert.sources import iter_avro
-from convert.vectorize import Analyzer, Preparer, Vectorizer, hash_ids, stable_hash, term
+from convert.vectorize import (
+    TEXT_DELIMITERS_RE,
+    Analyzer,
+    Preparer,
+    Vectorizer,
+    hash_ids,
+    stable_hash,
+    term,
+    tokenize,
+)
 
 REALDATA = Path(__file__).resolve().parents[2] / "shared" / "realdata"
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "data"
@@ -149,6 +158,62 @@ def test_hash_ids_of_both_avro_decoders_equal_tensorflows(values, buckets):
         assert got == want, decoder
 
 
+# ------------------------------------------------------------------ text
+
+
+def tf_tokens(texts: list[str], lowercase: bool) -> list[list[str]]:
+    """The serving graph's tokenizer, on the texts' UTF-8 bytes."""
+    t = tf.constant([_utf8(x) for x in texts], dtype=tf.string, shape=[len(texts)])
+    if lowercase:
+        t = tf.strings.lower(t)
+    toks = tf.strings.split(tf.strings.regex_replace(t, TEXT_DELIMITERS_RE, " ")).to_list()
+    return [[w.decode("utf-8", "surrogatepass") for w in row] for row in toks]
+
+
+def _text_ids_and_tokens(values: list[str | None], lowercase: bool, max_len: int, oov: int,
+                         train: list[str | None]) -> tuple[list[list[int]], list[int], list[str]]:
+    """(ids, lens, vocabulary) of a ``text`` feature through the real Analyzer and Vectorizer."""
+    config = parse_config({"features": [{"name": "t", "transform": "text", "max_len": max_len, "lowercase": lowercase,
+                                         "num_oov_buckets": oov, "top_k": 10**6}]})
+    an = Analyzer(config)
+    an.add_records([{"t": v} for v in train])
+    analysis = an.result()
+    vb = Vectorizer(config, analysis).vectorize([{"t": v} for v in values])
+    assert not vb.rejections, vb.rejections
+    return vb.columns["t"][1].tolist(), _col(vb, "t_len"), analysis.vocabularies["t"]
+
+
+def _tf_text_ids(texts: list[str | None], lowercase: bool, max_len: int, oov: int,
+                 vocab: list[str]) -> tuple[list[list[int]], list[int]]:
+    """What a serving graph computes: tokens, the first ``max_len``, vocabulary
+    ids after the ``oov`` OOV ids, unseen tokens hashed into the OOV buckets, 0-padded."""
+    ids_of = {t: 1 + oov + i for i, t in enumerate(vocab)}
+    rows = [toks[:max_len] for toks in tf_tokens([t or "" for t in texts], lowercase)]
+    hashed = iter(tf_hash_ids([t for toks in rows for t in toks], oov))  # one id per token, in order
+    ids = [[ids_of.get(t, h) for t, h in zip(toks, hashed)] for toks in rows]  # noqa: B905 (hashed is longer)
+    return [row + [0] * (max_len - len(row)) for row in ids], [len(row) for row in ids]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(values=st.lists(st.one_of(st.none(), texts()), max_size=20), lowercase=st.booleans())
+def test_tokenize_equals_tensorflows_tokens(values, lowercase):
+    present = [v for v in values if v is not None]
+    assert [tokenize(v, lowercase) for v in present] == tf_tokens(present, lowercase)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(values=st.lists(st.one_of(st.none(), texts()), max_size=20), train=st.lists(st.one_of(st.none(), texts()), max_size=10),
+       lowercase=st.booleans(), max_len=st.integers(min_value=1, max_value=12), oov=st.integers(min_value=1, max_value=100_000))
+def test_text_ids_equal_tensorflows(values, train, lowercase, max_len, oov):
+    """Through the real Vectorizer (a column at once, its ASCII and Unicode paths, and
+    row by row when a text holds NUL): the vocabulary is exactly TensorFlow's tokens
+    of the training texts, and every row's ids, ``max_len`` cut and ``_len`` are the
+    serving graph's."""
+    ids, lens, vocab = _text_ids_and_tokens(values, lowercase, max_len, oov, train)
+    assert set(vocab) == {t for toks in tf_tokens([t for t in train if t is not None], lowercase) for t in toks}
+    assert (ids, lens) == _tf_text_ids(values, lowercase, max_len, oov, vocab)
+
+
 # ------------------------------------------------------------------ real files
 
 
@@ -193,7 +258,7 @@ def _file_strings(path: Path) -> list[str]:
 def _real_strings() -> dict[str, list[str]]:
     files = sorted(p for d in (REALDATA, EXAMPLES) if d.is_dir() for p in d.rglob("*")
                    if p.suffix in (".avro", ".json", ".jsonl", ".ndjson") and p.is_file())
-    return {str(p): s for p in files if (s := _file_strings(p))}
+    return {str(p): list(dict.fromkeys(s)) for p in files if (s := _file_strings(p))}
 
 
 @pytest.fixture(scope="module")
@@ -213,3 +278,11 @@ def test_hash_ids_on_real_files_equal_tensorflows(real_strings):
                             [{"s": s} for s in strings])
             assert _col(vb, "h") == tf_hash_ids(strings, buckets), path
             assert _col(vb, "v") == tf_hash_ids(strings, 97), path
+
+
+def test_text_on_real_files_equals_tensorflows(real_strings):
+    for path, strings in real_strings.items():
+        for lowercase in (True, False):
+            assert [tokenize(v, lowercase) for v in strings] == tf_tokens(strings, lowercase), path
+            ids, lens, vocab = _text_ids_and_tokens(strings, lowercase, 16, 5, strings[::2])
+            assert (ids, lens) == _tf_text_ids(strings, lowercase, 16, 5, vocab), path

@@ -324,6 +324,9 @@ def test_text_tokenized_lowercased_padded_with_len():
                                                  [1, 1, 1, 1], [1, 2, 0, 0]])
     np.testing.assert_array_equal(col(vb, "t_len"), [[3], [3], [0], [0], [4], [2]])
     assert tokenize("caf\u00e9 HELLO") == ["caf\u00e9", "hello"]
+    # only A-Z is lowercased; every non-ASCII character is a token character, every other ASCII one a delimiter
+    assert tokenize("\u0130STANBUL Stra\u00dfe \u03a3\u0391\u03a3 x\x00y \u00e9-e\u00a0f\u3000G") == [
+        "\u0130stanbul", "stra\u00dfe", "\u03a3\u0391\u03a3", "x", "y", "\u00e9", "e\u00a0f\u3000g"]
 
 
 def test_text_case_kept_when_lowercase_false_and_non_string_rejected():
