@@ -70,14 +70,16 @@ def _tree(proc: psutil.Process) -> list[psutil.Process]:
 
 
 def run_child(module: str, args: Sequence[str], *, timeout: float = 1800.0, interval: float = 0.1,
-              log_dir: Path | None = None, env: dict[str, str] | None = None) -> Measurement:
-    """Run ``python -m module *args --result FILE`` from the repo root and measure it."""
+              log_dir: Path | None = None, env: dict[str, str] | None = None,
+              python: str | None = None) -> Measurement:
+    """Run ``python -m module *args --result FILE`` from the repo root and measure it
+    (``python``: another interpreter than this one, e.g. a peer's virtualenv)."""
     log_dir = Path(log_dir or tempfile.gettempdir())
     log_dir.mkdir(parents=True, exist_ok=True)
     fd, result_path = tempfile.mkstemp(prefix="bench-result-", suffix=".json")
     os.close(fd)
     log_path = log_dir / f"{module.rsplit('.', 1)[-1]}-{os.getpid()}-{time.monotonic_ns()}.log"
-    cmd = [sys.executable, "-m", module, *args, "--result", result_path]
+    cmd = [python or sys.executable, "-m", module, *args, "--result", result_path]
     child_env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
                  "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1", **(env or {})}
     busy0 = _system_busy_s()

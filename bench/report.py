@@ -29,6 +29,15 @@ TARGETS = {
     # The issue's "if a packed layout ... is needed to get there" reading of the 4x target.
     "remote_packed_vs_mbfd_gzip": ("gs:// (emulated): readers on --layout packed shards / make_batched_features_dataset "
                                    "on the default layout's shards (gzip)", ">=", 4.0, "x", None),
+    # TF Transform (bench/tft.py), the peer a TFX user would pick: ratios recordprep / TF Transform.
+    "tft_convert_rate": ("recordprep / TF Transform AnalyzeAndTransformDataset, records/s (same input and run)",
+                         ">=", 15.0, "x", None),
+    "tft_convert_cpu": ("recordprep / TF Transform, CPU-s per record", "<=", 0.1, "x", None),
+    "tft_convert_rss": ("recordprep / TF Transform, peak RSS", "<=", 0.25, "x", None),
+    "tft_layer_batch": ("recordprep serving layer / TF Transform's transform_features_layer, records/s "
+                        "(batches of 1,024)", ">=", 2.0, "x", None),
+    "tft_layer_single": ("recordprep serving layer / TF Transform's layer, median latency of one record",
+                         "<=", 0.5, "x", None),
 }
 
 
@@ -75,6 +84,8 @@ def evaluate_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
         values[f"remote_vs_mbfd_{comp}"] = q["remote_vs_mbfd"]
         values[f"remote_vs_local_{comp}"] = q["remote_vs_local"]
     values["remote_packed_vs_mbfd_gzip"] = _remote_table.ratios(results.get("remote"), "gzip")["packed_vs_mbfd"]
+    values.update(tft_ratios(results.get("tft")))
+    notes = tft_notes(results.get("tft"))
     out = []
     for key, (desc, op, thr, unit, sizes) in TARGETS.items():
         v = values[key]
@@ -86,9 +97,82 @@ def evaluate_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
         note = ""
         if sizes and size not in sizes:
             note = f"target is defined at {'/'.join(sizes)} size; shown for information"
+        if v is None and key in notes:
+            note = notes[key]
         out.append({"key": key, "description": desc, "op": op, "threshold": thr, "unit": unit,
                     "value": v, "status": status, "note": note})
     return out
+
+
+def tft_ratios(tft: dict[str, Any] | None) -> dict[str, float | None]:
+    """recordprep / TF Transform for each TF Transform target (None where a row is missing)."""
+    rows = (tft or {}).get("rows", {})
+    g = lambda k, f: _row_get(rows, k, f)  # noqa: E731
+    return {
+        "tft_convert_rate": _ratio(g("recordprep_convert", "records_per_s"), g("tft_convert", "records_per_s")),
+        "tft_convert_cpu": _ratio(g("recordprep_convert", "cpu_s_per_1k"), g("tft_convert", "cpu_s_per_1k")),
+        "tft_convert_rss": _ratio(g("recordprep_convert", "peak_rss_mb"), g("tft_convert", "peak_rss_mb")),
+        "tft_layer_batch": _ratio(g("recordprep_layer", "batch_records_per_s"), g("tft_layer", "batch_records_per_s")),
+        "tft_layer_single": _ratio(g("recordprep_layer", "single_median_ms"), g("tft_layer", "single_median_ms")),
+    }
+
+
+def tft_notes(tft: dict[str, Any] | None) -> dict[str, str]:
+    """Why a TF Transform target has no value: the peer skipped, or recordprep's layer not there yet."""
+    keys = ("tft_convert_rate", "tft_convert_cpu", "tft_convert_rss", "tft_layer_batch", "tft_layer_single")
+    if tft is None:
+        return dict.fromkeys(keys, "TF Transform rows not run (--skip-tft)")
+    if tft.get("skipped"):
+        return dict.fromkeys(keys, "TF Transform skipped: " + tft["skipped"])
+    layer = tft.get("rows", {}).get("recordprep_layer") or {}
+    if layer.get("unavailable"):
+        return dict.fromkeys(keys[3:], "recordprep's serving layer: " + layer.get("error", "not available yet"))
+    return {}
+
+
+def tft_md(results: dict[str, Any]) -> list[str]:
+    tft = results.get("tft")
+    if tft is None:
+        return ["_not run (--skip-tft)_"]
+    if tft.get("skipped"):
+        return [f"_skipped: {tft['skipped']}_"]
+    v = tft["peer"]["versions"]
+    rows = tft["rows"]
+    lines = [f"Peer virtualenv `bench/.peers/tft-venv`: tensorflow-transform {v['tensorflow-transform']}, "
+             f"TensorFlow {v['tensorflow']}, apache-beam {v['apache-beam']}, tfx-bsl {v['tfx-bsl']}, Python "
+             f"{v['python']} (built {tft['peer']['built']} in {tft['peer']['install_seconds']:.0f} s). Conversion: "
+             f"analysis on the train split of the same records, {tft['workers']} worker process(es) for both, "
+             f"shards {tft.get('shards')}.", "",
+             "| row | records | records/s | CPU-s / 1k records | peak RSS (MB) | runs |",
+             "|---|---:|---:|---:|---:|---:|"]
+    for key in ("recordprep_convert", "tft_convert"):
+        r = rows.get(key)
+        if not r:
+            continue
+        if not r["ok"]:
+            lines.append(f"| {r['label']} | — | FAILED: {r.get('error')} | | | {r['runs']} |")
+            continue
+        lines.append(f"| {r['label']} | {r['records']:,} | {_num(r['records_per_s'])} | {_num(r['cpu_s_per_1k'], 3)} "
+                     f"| {_num(r['peak_rss_mb'])} | {r['runs']} |")
+    lines += ["", "| serving layer | batch of 1,024: median ms | records/s | one record: median ms | p90 ms "
+              "| peak RSS (MB) |", "|---|---:|---:|---:|---:|---:|"]
+    for key in ("tft_layer", "recordprep_layer"):
+        r = rows.get(key)
+        if not r:
+            continue
+        if not r["ok"]:
+            what = r.get("error") if r.get("unavailable") else f"FAILED: {r.get('error')}"
+            lines.append(f"| {r['label']} | {what} | | | | |")
+            continue
+        lines.append(f"| {r['label']} | {r['batch_median_ms']:.2f} | {_num(r['batch_records_per_s'])} "
+                     f"| {r['single_median_ms']:.2f} | {r['single_p90_ms']:.2f} | {_num(r['peak_rss_mb'])} |")
+    q = tft_ratios(tft)
+    lines += ["", "| ratio (recordprep / TF Transform) | measured |", "|---|---:|"]
+    names = {"tft_convert_rate": "conversion records/s", "tft_convert_cpu": "conversion CPU-s per record",
+             "tft_convert_rss": "conversion peak RSS", "tft_layer_batch": "serving layer records/s (batches of 1,024)",
+             "tft_layer_single": "serving layer median latency (one record)"}
+    lines += [f"| {names[k]} | {_fmt_value(val, 'x')} |" for k, val in q.items()]
+    return lines
 
 
 def _fmt_value(v: float | None, unit: str) -> str:
@@ -274,7 +358,8 @@ def markdown(results: dict[str, Any]) -> str:
              f"(deflate, {d['avro_mb']:.1f} MB) and the same records as JSON Lines ({d['json_mb']:.1f} MB); "
              f"config `bench/features.yaml`. Command: `{results['command']}`.", "",
              "## Targets", "", *targets_md(results["targets"]), "",
-             "## Conversion", "", *conversion_md(results), ""]
+             "## Conversion", "", *conversion_md(results), "",
+             "## TF Transform (the TFX peer)", "", *tft_md(results), ""]
     if results.get("scaling"):
         lines += ["## Scaling (recordprep AVRO -> gzip)", "", *scaling_md(results), ""]
     lines += ["## Readers", "", *readers_md(results), ""]

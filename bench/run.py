@@ -4,9 +4,12 @@
 2. Conversion table (:mod:`bench.convert_bench`): recordprep on AVRO (gzip and
    uncompressed) and JSON, the naive Beam pipeline, the decode limits; then
    ``naive.verify`` checks the naive output is the same job.
-3. Reader table (:mod:`bench.reader_bench`) on the two recordprep outputs.
-4. With ``--size large`` or ``--scaling``: recordprep on default vs large.
-5. Results: ``bench/results/<timestamp>-<size>.json`` (raw, git-ignored) and
+3. TF Transform rows (:mod:`bench.tft`, in the peer's own virtualenv, built on
+   demand): its conversion beside recordprep's, its serving layer beside
+   recordprep's; skipped with the reason when the peer cannot be installed.
+4. Reader table (:mod:`bench.reader_bench`) on the two recordprep outputs.
+5. With ``--size large`` or ``--scaling``: recordprep on default vs large.
+6. Results: ``bench/results/<timestamp>-<size>.json`` (raw, git-ignored) and
    ``bench/results/latest-<size>.md`` (tables, ratios, targets), also printed.
 
 Every measurement is a fresh subprocess (:mod:`bench.measure`). Logs of each
@@ -27,7 +30,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from bench import convert_bench, make_data, reader_bench, remote, report
+from bench import convert_bench, make_data, reader_bench, remote, report, tft
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -88,6 +91,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--naive-files", default=None, metavar="N|all",
                     help="input files the naive pipeline reads (default: all of them at small and default size, the "
                          "issue's workload, ~2-4 minutes per run at default size; the first 2 at large size)")
+    ap.add_argument("--skip-tft", action="store_true",
+                    help="leave the TF Transform rows out (they build bench/.peers/tft-venv on first use)")
     ap.add_argument("--skip-readers", action="store_true", help="leave the reader table out")
     ap.add_argument("--skip-remote", action="store_true",
                     help="leave the remote reader table (emulated gs://, bench/remote.py) out")
@@ -125,6 +130,9 @@ def main(argv: list[str] | None = None) -> int:
                                    naive_files=_naive_files(args.naive_files, manifest),
                                    target_repeats=target_repeats)
     results["conversion"] = conv
+    if not args.skip_tft:
+        results["tft"] = tft.run_table(args.size, manifest, log=log, log_dir=log_dir, out_root=out_root,
+                                       target_repeats=target_repeats)
 
     if not args.skip_readers:
         dirs = {}
@@ -178,7 +186,9 @@ def main(argv: list[str] | None = None) -> int:
     log(f"done in {results['elapsed_s']:.0f} s: {raw_path.relative_to(RESULTS.parent.parent)}, "
         f"bench/results/latest-{args.size}.md")
     failed = [k for k, r in {**conv["rows"], **(results.get("readers") or {}).get("rows", {}),
-                             **(results.get("remote") or {}).get("rows", {})}.items() if not r.get("ok")]
+                             **(results.get("remote") or {}).get("rows", {}),
+                             **{f"tft:{k}": r for k, r in (results.get("tft") or {}).get("rows", {}).items()}}.items()
+              if not r.get("ok") and not r.get("unavailable")]
     if failed:
         log(f"rows that failed: {', '.join(failed)} (see their logs under {log_dir})")
     return 1 if failed else 0

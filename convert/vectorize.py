@@ -355,9 +355,14 @@ class Analyzer:
         it prepares anyway to ``add_prepared``, which gives the same result.
         """
         for f in self.config.features:
+            get = self._get[f.name]
             if f.name in self.counts or f.name in self.numeric:
-                get = self._get[f.name]
                 self._add_values(f, [get(r) for r in records])
+            elif f.transform == "cross":
+                gets = [getter(s) for s in f.sources or ()]
+                self.present[f.name] += sum(all(g(r) is not None for g in gets) for r in records)
+            else:
+                self.present[f.name] += sum(get(r) is not None for r in records)
 
     def add_prepared(self, batch: PreparedBatch, rows: np.ndarray) -> None:
         """Accumulate the rows of a batch selected by the bool mask ``rows``.
@@ -430,6 +435,7 @@ class Analyzer:
                 c[terms[i]] += k
 
     def _add_values(self, f: FeatureConfig, values: list[Any]) -> None:
+        self.present[f.name] += len(values) - values.count(None)
         if f.name in self.counts:
             c = self.counts[f.name]
             if f.transform == "text":
@@ -724,6 +730,8 @@ class Preparer:
                 parts.append((f.name, "cols", self._cross(f, records, all_dicts, bad, top)))
             else:
                 parts.append((f.name, "vocab", self._terms(f, values, bad, extras, coded.get(f.name))))
+            if extras is not None and f.name not in extras:
+                extras[f.name] = ("present", _present_rows(f, parts[-1][2], values))
         if self._label_keys is not None:
             lab = self.config.label
             assert lab is not None
@@ -816,6 +824,8 @@ class Preparer:
                 extras[f.name] = ("numbers", col[ok], np.flatnonzero(ok), missing_row)
             else:
                 extras[f.name] = ("values", values)
+        elif extras is not None:
+            extras[f.name] = ("present", ~missing_row)
         # "Finite" means finite as float32 (the output dtype): NaN, +-inf and
         # |x| > 3.4e38 (which the cast would turn into inf) follow ``on_nan``.
         with np.errstate(invalid="ignore"):
@@ -1013,6 +1023,15 @@ class Preparer:
         if extras is not None:
             extras[f.name] = ("values", values, first, new_terms) if fcodes is None else ("terms", first, new_terms, fcodes, row_of)
         return first, new_terms, codes, lens
+
+
+def _present_rows(f: FeatureConfig, cols: dict[str, tuple[str, Any]], values: Any) -> np.ndarray:
+    """Which rows have a value, for a feature finished in ``prepare`` (the
+    analysis only counts them): hash and cross ids are 0 exactly where the
+    input is missing; bytes and timestamps look at their values."""
+    if f.transform in ("hash", "cross"):
+        return (cols[f.name][1] != 0).any(axis=1)
+    return np.fromiter((v is not None for v in values), dtype=bool, count=len(values))
 
 
 # Categorical features (hash and vocabulary paths) reject non-leaf values alike.

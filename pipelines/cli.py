@@ -117,9 +117,9 @@ def convert(
     force: Annotated[bool, typer.Option("--force", help="Re-run even when the output is already complete for these inputs and config (then nothing runs by default). Implies --overwrite.")] = False,
     progress: Annotated[bool, typer.Option(help="Local runs: print records, input MB and rate per pass every 5 s (stderr).")] = True,
     workers: Annotated[int | None, typer.Option(help="Local runs: worker processes. Default: one per core when the input is over 32 MB (faster), else 1. 1 = in-process, least memory. On Linux they are forked from this process when safe (RECORDPREP_WARM_WORKERS=0: start new interpreters).", show_default=False)] = None,
-    dry_run: Annotated[bool, typer.Option(help="Print the plan (inputs, shards, splits, features) and exit.")] = False,
+    dry_run: Annotated[bool, typer.Option(help="Check the config against the data (Avro schemas, a JSON sample), print the plan (inputs, shards, splits, features) and exit.")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show Beam's logs.")] = False,
-    beam_args: Annotated[list[str] | None, typer.Argument(help="Beam flags after a literal `--`, e.g. -- --runner DataflowRunner --project P --region R --temp_location gs://b/tmp", show_default=False)] = None,
+    beam_args: Annotated[list[str] | None, typer.Argument(metavar="-- BEAM_FLAGS", help="Beam flags after a literal `--`, e.g. -- --runner DataflowRunner --project P --region R --temp_location gs://b/tmp", show_default=False)] = None,
 ) -> None:
     """Convert AVRO/JSON files into sharded TFRecords of pre-vectorized tf.train.Examples.
 
@@ -173,6 +173,7 @@ def convert(
                 typer.echo(f"  {feat['name']:<20} <- {feat['source']:<24} {feat['transform']} {extra or ''}")
             if p["features"]["label"]:
                 typer.echo(f"label: {p['features']['label']['name']} <- {p['features']['label']['source']}")
+            typer.echo(f"config checked against: {p['data_check']}")
             return
         typer.echo(f"converting {', '.join(opts.inputs)} -> {opts.output}", err=True)
         result = run_convert(opts)

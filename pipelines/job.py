@@ -34,6 +34,7 @@ from apache_beam.io.filesystem import BeamIOError
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
+from convert.check import check_inputs
 from convert.config import Config, load_config
 from convert.sources import InputFileError
 from convert.spec import FAILURE_FILENAME, METADATA_FILENAME, DatasetInfo
@@ -367,11 +368,22 @@ def _multiprocess_runner(fn_api_runner: Any, command: str) -> Any:
     return fn_api_runner(default_environment=SubprocessSDKEnvironment.from_command_string(command))
 
 
+def _open_input(path: str) -> Any:
+    return FileSystems.open(path, compression_type="uncompressed")
+
+
 def plan(opts: ConvertOptions) -> dict[str, Any]:
-    """Everything the run will do, without running it (``--dry-run``)."""
+    """Everything the run will do, without running it (``--dry-run``).
+
+    The config is checked against the inputs here (:func:`convert.check.check_inputs`:
+    every Avro schema, a sample of the JSON), so a misspelled path fails
+    before anything is written.
+    """
     remote.pipeline_options(opts)  # hdfs:// flags, set on FileSystems before listing inputs
     config = load_config(opts.config)
     files = discover(opts.inputs)
+    data_check = check_inputs(config, [f.path for f in files], _open_input, json_records_path=opts.json_records_path,
+                              max_record_bytes=opts.max_record_bytes, max_block_bytes=opts.max_block_bytes)
     total = sum(f.size for f in files)
     n = opts.num_shards or default_num_shards(total, opts.target_shard_mb)
     units = plan_units(files, n, opts.json_records_path)
@@ -384,6 +396,7 @@ def plan(opts: ConvertOptions) -> dict[str, Any]:
         "split_key": opts.splits.key,
         "features": config.to_json(),
         "fingerprint": input_fingerprint(files, config.hash, opts.fingerprint_fields()),
+        "data_check": data_check.describe(),
         "config": config,
         "files": files,
         "unit_objs": units,

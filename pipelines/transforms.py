@@ -49,6 +49,7 @@ from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.windowed_value import WindowedValue
 from zlib_ng.gzip_ng import GzipNGFile
 
+from convert.check import all_missing_message, common_rejection
 from convert.config import Config
 from convert.example import encode_examples, pack_columns
 from convert.sources import iter_records
@@ -77,6 +78,9 @@ TMP_DIR = ".recordprep-tmp"
 ANALYSIS_FILENAME = "analysis.json"
 #: Key of the analysis side input mapping unit index -> its prepared-batches temp file.
 PREPARED_KEY = "prepared_units"
+#: Key of the analysis side input mapping feature -> values seen in the training
+#: split (``Analyzer.present``); absent with a reused analysis (``--analysis-from``).
+PRESENT_KEY = "present_values"
 ERRORS_DIR = "errors"
 VOCAB_DIR = "vocab"
 
@@ -155,6 +159,7 @@ class _MergeAnalyzers(beam.CombineFn):
         analyzer.flush()
         for k, c in analyzer.counts.items():
             acc[0].counts[k].update(c)
+        acc[0].present.update(analyzer.present)
         acc[1][unit] = analyzer.numeric
         acc[2][unit] = prepared
         return acc
@@ -165,6 +170,7 @@ class _MergeAnalyzers(beam.CombineFn):
         for counts_acc, partials, prepared in accs:
             for k, c in counts_acc.counts.items():
                 first[0].counts[k].update(c)
+            first[0].present.update(counts_acc.present)
             first[1].update(partials)
             first[2].update(prepared)
         return first
@@ -174,8 +180,10 @@ class _MergeAnalyzers(beam.CombineFn):
         for unit in sorted(partials):
             for k, st in partials[unit].items():
                 analyzer.numeric[k].merge(st)
-        # Where each unit's prepared batches are (not part of the saved analysis).
-        return AnalysisValue({**analyzer.result().to_json(), PREPARED_KEY: prepared})
+        # Where each unit's prepared batches are, and which features had values
+        # (for the commit's check; neither is part of the saved analysis).
+        present = {f.name: analyzer.present[f.name] for f in self.config.features}
+        return AnalysisValue({**analyzer.result().to_json(), PREPARED_KEY: prepared, PRESENT_KEY: present})
 
 
 class AnalysisValue(CacheAware):
@@ -706,12 +714,24 @@ class _Commit(beam.DoFn):
         if not opts.errors_tolerated(n_err, read):
             cleanup_tmp(out)
             where = FileSystems.join(out, ERRORS_DIR)
-            msg = (f"{n_err} of {read} records were rejected (first reasons in {where}/); "
-                   f"no dataset was committed. Fix the input or config, or tolerate them with "
-                   f"--max-errors {n_err} or --max-error-fraction {n_err / max(read, 1):.4g}")
+            if n_err == read:  # tolerating them all would commit an empty dataset: say why instead
+                seen = [0]
+                common = common_rejection(_counted(_error_rows(out, error_files), seen))
+                which = "every one" if seen[0] >= n_err else f"the first {seen[0]} all"
+                msg = (f"all {read} records were rejected{f', {which} for {common}' if common else ''} "
+                       f"(reasons in {where}/); no dataset was committed. Fix the config or the input")
+            else:
+                msg = (f"{n_err} of {read} records were rejected (first reasons in {where}/); "
+                       f"no dataset was committed. Fix the input or config, or tolerate them with "
+                       f"--max-errors {n_err} or --max-error-fraction {n_err / max(read, 1):.4g}")
             write_atomic(FileSystems.join(out, FAILURE_FILENAME),
                           json.dumps({"reason": msg, "counts": counts, "fingerprint": ctx.fingerprint}, indent=2).encode())
             raise ConversionFailed(msg)
+        present = analysis_json.get(PRESENT_KEY)
+        if present is not None:  # this run's analysis (a reused one did not see this data)
+            missing = all_missing_message(self.config, present, written[names[0]])
+            if missing:
+                raise ConversionFailed(missing)
 
         # Everything that can fail on the configuration (the analysis, feature
         # specs, the metadata) is built before the first shard is renamed into
@@ -773,6 +793,35 @@ class _Commit(beam.DoFn):
             pass
         write_atomic(FileSystems.join(out, METADATA_FILENAME), metadata)
         yield info.to_json()
+
+
+#: Bytes of the error output a failed run reads to say what its rejections share.
+_ERROR_SCAN_BYTES = 16 * 1024 * 1024
+
+
+def _error_rows(out: str, error_files: list[dict]) -> Iterator[dict]:
+    """The rows of the committed error files, up to ``_ERROR_SCAN_BYTES`` in all
+    (a row cut by the limit is skipped; the rows read all share what is reported)."""
+    budget = _ERROR_SCAN_BYTES
+    for ef in error_files:
+        if budget <= 0:
+            return
+        with FileSystems.open(FileSystems.join(out, ef["file"]), compression_type="uncompressed") as f:
+            data = f.read(budget)
+        budget -= len(data)
+        for line in data.split(b"\n"):
+            try:
+                row = json.loads(line)
+            except ValueError:
+                continue  # the empty tail, or a line cut by the budget
+            if isinstance(row, dict):
+                yield row
+
+
+def _counted(rows: Iterator[dict], seen: list[int]) -> Iterator[dict]:
+    for row in rows:
+        seen[0] += 1
+        yield row
 
 
 def _remove_stale(out: str, patterns: list[str], keep: set[str]) -> None:

@@ -221,8 +221,11 @@ def test_empty_arrays_and_all_null_columns(tmp_path):
         fastavro.writer(f, schema, recs)
     cfg = _cfg(tmp_path / "c.yaml", [
         "{name: xs, transform: identity, max_len: 2}", "{name: tags, transform: vocabulary, max_len: 2}",
-        "{name: z, transform: zscore, missing_indicator: true}", "{name: mm, source: z, transform: minmax}",
-        "{name: c, transform: vocabulary}", "{name: t, transform: text, max_len: 3}", "{name: h, transform: hash, buckets: 9}"])
+        "{name: z, transform: zscore, missing_indicator: true, allow_all_missing: true}",
+        "{name: mm, source: z, transform: minmax, allow_all_missing: true}",
+        "{name: c, transform: vocabulary, allow_all_missing: true}",
+        "{name: t, transform: text, max_len: 3, allow_all_missing: true}",
+        "{name: h, transform: hash, buckets: 9, allow_all_missing: true}"])
     r, out = _convert(tmp_path, tmp_path / "d.avro", cfg)
     assert r.exit_code == 0, r.output
     info = json.loads((out / "dataset_info.json").read_text())
@@ -290,7 +293,7 @@ def test_block_claiming_huge_count_of_empty_records_is_refused(tmp_path):
     assert data[block.offset] == _varint(3)[0]
     path = tmp_path / "bomb.avro"
     path.write_bytes(data[: block.offset] + _varint(2**40) + data[block.offset + 1:])
-    cfg = _cfg(tmp_path / "c.yaml", ["{name: x, transform: identity}"])
+    cfg = _cfg(tmp_path / "c.yaml", ["{name: x, transform: identity, allow_all_missing: true}"])  # records have no fields
     r, out = _convert(tmp_path, path, cfg, "--max-error-fraction", "1")
     assert r.exit_code == 1 and f"{path} at byte {block.offset}" in r.output and str(2**40) in r.output, r.output
     path.write_bytes(data)  # the real count converts: three empty records

@@ -1,0 +1,309 @@
+"""TF Transform, the peer a TFX user would pick instead: its own virtualenv and its rows.
+
+``python -m bench.tft --setup`` builds (or checks) the peer virtualenv;
+``bench.run`` calls :func:`run_table` after the conversion table.
+
+The virtualenv (:data:`VENV`, ``bench/.peers/tft-venv``, git-ignored) holds
+``tensorflow-transform`` with the TensorFlow and Beam it pins
+(``bench/tft_requirements.txt``, every package pinned by
+``bench/tft_constraints.txt``), created with ``python3.11 -m venv`` and pip
+from the package registry. It never enters the project's ``.venv``; it is
+re-created only when those two files change (their hash is in its stamp
+file). If it cannot be built (no network, no wheel), :func:`run_table` returns
+the reason and the bench goes on without these rows.
+
+Rows (each a fresh subprocess measured by :func:`bench.measure.run_child`;
+the TF Transform ones run ``bench/tft_worker.py`` with the peer's interpreter):
+
+``recordprep AVRO -> gzip (beside TF Transform)``
+    ``run_convert`` with default options on every AVRO file, as the
+    conversion table's headline row; run ``target_repeats`` times, the first
+    run just before TF Transform's (interleaved), median reported.
+``TF Transform AnalyzeAndTransformDataset AVRO -> gzip``
+    :mod:`bench.tft_worker` ``convert``: the same input files, the same
+    split rule and analysed split (train), the equivalent preprocessing_fn,
+    gzip tf.train.Example shards in the counts recordprep wrote, the worker
+    processes recordprep chose for that input. Run once (each run costs a
+    minute or more at ``default`` size).
+``TF Transform transform_features_layer``
+    The layer of that run's ``transform_fn``: batches of 1,024 parsed raw
+    records and single records inside a ``tf.function``.
+``recordprep serving layer``
+    The same measurement with recordprep's own layer in the project's
+    virtualenv, once ``readers`` has one (see :func:`_recordprep_layer`);
+    until then the row says it is not available.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.measure import child_main
+
+HERE = Path(__file__).resolve().parent
+VENV = HERE / ".peers" / "tft-venv"
+REQUIREMENTS = HERE / "tft_requirements.txt"
+CONSTRAINTS = HERE / "tft_constraints.txt"
+STAMP = VENV / ".bench-stamp.json"
+CONFIG = str(HERE / "features.yaml")
+#: pip's whole install, generously: about a minute with a warm cache, several on a cold one.
+INSTALL_TIMEOUT_S = 1800
+LAYER_BATCH = 1024
+
+
+class PeerUnavailable(Exception):
+    """The peer virtualenv cannot be built or used; the message says why."""
+
+
+def _requirements_hash() -> str:
+    h = hashlib.sha256()
+    for p in (REQUIREMENTS, CONSTRAINTS):
+        h.update(p.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def _python311() -> str:
+    found = shutil.which("python3.11")
+    if found:
+        return found
+    if sys.version_info[:2] == (3, 11):
+        return sys.executable
+    raise PeerUnavailable("python3.11 is not on PATH (TF Transform 1.21's wheels are built for it)")
+
+
+def venv_python() -> Path:
+    return VENV / "bin" / "python"
+
+
+def read_stamp() -> dict[str, Any] | None:
+    try:
+        stamp = json.loads(STAMP.read_text())
+    except (OSError, ValueError):
+        return None
+    if stamp.get("requirements") != _requirements_hash() or not venv_python().exists():
+        return None
+    return stamp
+
+
+def ensure_venv(log=print) -> dict[str, Any]:
+    """Build the peer virtualenv unless an up-to-date one is there; return its stamp
+    (versions, install seconds). Raises :class:`PeerUnavailable` with the reason."""
+    stamp = read_stamp()
+    if stamp is not None:
+        return stamp
+    shutil.rmtree(VENV, ignore_errors=True)
+    VENV.parent.mkdir(parents=True, exist_ok=True)
+    log_path = VENV.parent / "tft-venv-install.log"
+    log(f"tft: building the peer virtualenv {VENV} (tensorflow-transform, TensorFlow, Beam; pip log: {log_path})")
+    t0 = time.perf_counter()
+    steps = [[_python311(), "-m", "venv", str(VENV)],
+             [str(venv_python()), "-m", "pip", "install", "--upgrade", "pip"],
+             [str(venv_python()), "-m", "pip", "install", "-r", str(REQUIREMENTS), "-c", str(CONSTRAINTS)]]
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PIP_REQUIRE_VIRTUALENV")}
+    with open(log_path, "w") as out:
+        for cmd in steps:
+            try:
+                rc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, env=env,
+                                    timeout=INSTALL_TIMEOUT_S).returncode
+            except (OSError, subprocess.TimeoutExpired) as e:
+                rc, out_err = -1, f"{type(e).__name__}: {e}"
+                out.write(out_err + "\n")
+            if rc != 0:
+                shutil.rmtree(VENV, ignore_errors=True)
+                tail = " | ".join(log_path.read_text(errors="replace").strip().splitlines()[-3:])
+                raise PeerUnavailable(f"building the TF Transform virtualenv failed at `{' '.join(cmd[-4:])}` "
+                                      f"(exit {rc}): {tail} (full log: {log_path})")
+    seconds = time.perf_counter() - t0
+    probe = ("import importlib.metadata as m, platform, json; print(json.dumps({d: m.version(d) for d in "
+             "('tensorflow-transform', 'tensorflow', 'apache-beam', 'tfx-bsl')} | {'python': platform.python_version()}))")
+    try:
+        versions = json.loads(subprocess.run([str(venv_python()), "-c", probe], capture_output=True, text=True,
+                                             env=env, timeout=120, check=True).stdout)
+    except (OSError, subprocess.SubprocessError, ValueError) as e:
+        raise PeerUnavailable(f"the TF Transform virtualenv was built but does not run: {e}") from e
+    stamp = {"requirements": _requirements_hash(), "install_seconds": round(seconds, 1),
+             "built": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "versions": versions}
+    STAMP.write_text(json.dumps(stamp, indent=1) + "\n")
+    log(f"tft: peer virtualenv ready in {seconds:.0f} s: {versions}")
+    return stamp
+
+
+# ------------------------------------------------------- project-venv child
+
+
+def _recordprep_layer(args: argparse.Namespace) -> dict[str, Any]:
+    """recordprep's serving layer (``readers.transform_layer``) measured as
+    TF Transform's is (:func:`bench.tft_worker.measure_layer`), on the same
+    records as JSON decodes them (the input's JSON Lines twin, same order)."""
+    import orjson
+
+    import readers
+
+    if not hasattr(readers, "transform_layer"):
+        return {"unavailable": "not available yet: readers has no serving layer (readers.transform_layer)"}
+    import tensorflow as tf
+
+    from bench.tft_worker import measure_layer
+
+    need = LAYER_BATCH * args.num_batches
+    with open(args.inputs[0], "rb") as f:
+        records = [orjson.loads(line) for _, line in zip(range(need), f, strict=False)]
+    try:
+        layer = readers.transform_layer(args.output)
+    except readers.SpecError as e:  # e.g. the output's format predates the in-graph hash and tokenizer
+        return {"unavailable": f"not available yet: readers.transform_layer refuses the bench output: {e}"}
+
+    def tensors(recs: list[Any]) -> dict[str, tf.Tensor]:
+        return {k: tf.constant(v) for k, v in layer.encode(recs).items()}
+
+    batches = [tensors(records[i * LAYER_BATCH:(i + 1) * LAYER_BATCH]) for i in range(args.num_batches)]
+    singles = [tensors(records[i:i + 1]) for i in range(args.singles)]
+
+    @tf.function  # as TF Transform's batch row: traced on the batches' own shapes
+    def batch_fn(x):
+        return layer(x)
+
+    @tf.function(input_signature=[layer.input_signature])
+    def single_fn(x):
+        return layer(x)
+
+    return measure_layer(batch_fn, single_fn, batches, singles, args.seconds)
+
+
+def _add_args(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--case", choices=("recordprep-layer",), required=True)
+    ap.add_argument("--inputs", nargs="+", required=True)
+    ap.add_argument("--output", required=True, help="the recordprep output whose analysis the layer embeds")
+    ap.add_argument("--seconds", type=float, default=3.0)
+    ap.add_argument("--num-batches", type=int, default=8)
+    ap.add_argument("--singles", type=int, default=64)
+
+
+# ------------------------------------------------------------------ parent
+
+
+def _workers_for(avro: list[str]) -> int:
+    """The worker processes ``recordprep convert`` picks for these files (pipelines.job.local_workers)."""
+    from pipelines.job import MULTIPROCESS_MIN_BYTES
+
+    total = sum(os.path.getsize(p) for p in avro)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return 1 if total < MULTIPROCESS_MIN_BYTES else max(1, min(cores, len(avro)))
+
+
+def run_table(size: str, manifest: dict[str, Any], *, log, log_dir: Path, out_root: Path,
+              target_repeats: int = 1) -> dict[str, Any]:
+    """The TF Transform rows and recordprep beside them; ``{"skipped": reason}`` without the peer."""
+    from bench import convert_bench, make_data
+    from bench.measure import run_child
+
+    try:
+        stamp = ensure_venv(log=log)
+    except PeerUnavailable as e:
+        log(f"tft: SKIPPED: {e}")
+        return {"skipped": str(e), "rows": {}}
+    avro = make_data.avro_files(size, manifest)
+    workers = _workers_for(avro)
+    outs = {"recordprep": out_root / "tft-beside-recordprep", "tft": out_root / "tft-convert"}
+    # The repo root only (for bench.*), not the caller's PYTHONPATH: nothing of the project's environment.
+    peer_env = {"PYTHONPATH": str(HERE.parent), "VIRTUAL_ENV": str(VENV)}
+    runs: dict[str, list[dict[str, Any]]] = {}
+    labels = {
+        "recordprep_convert": "recordprep AVRO -> gzip (beside TF Transform)",
+        "tft_convert": f"TF Transform AnalyzeAndTransformDataset AVRO -> gzip ({workers} worker process"
+                       f"{'es' if workers > 1 else ''})",
+        "tft_layer": f"TF Transform transform_features_layer (batch {LAYER_BATCH:,} / one record)",
+        "recordprep_layer": f"recordprep serving layer (batch {LAYER_BATCH:,} / one record)",
+    }
+
+    def measure(key: str, module: str, argv: list[str], python: str | None = None, timeout: float = 1800) -> Any:
+        log(f"tft: {labels[key]} (run {len(runs.get(key, [])) + 1})")
+        m = run_child(module, argv, log_dir=log_dir, timeout=timeout, python=python,
+                      env=peer_env if python else None)
+        runs.setdefault(key, []).append(m.to_json())
+        log(f"  -> {_one_line(m)}")
+        return m
+
+    shards = None
+    for rep in range(max(1, target_repeats)):
+        m = measure("recordprep_convert", "bench.convert_bench",
+                    ["--case", "recordprep", "--inputs", *avro, "--output", str(outs["recordprep"])], timeout=4 * 3600)
+        if m.ok and shards is None:
+            shards = m.result.get("shards") or {}
+        if rep == 0:
+            counts = [str((shards or {}).get(s, 1)) for s in ("train", "eval")]
+            t = measure("tft_convert", "bench.tft_worker",
+                        ["--case", "convert", "--inputs", *avro, "--config", CONFIG, "--output", str(outs["tft"]),
+                         "--shards", *counts, "--workers", str(workers)], python=str(venv_python()), timeout=3600)
+    if t.ok:
+        measure("tft_layer", "bench.tft_worker",
+                ["--case", "layer", "--inputs", avro[0], "--config", CONFIG,
+                 "--transform-dir", str(outs["tft"] / "transform_fn")], python=str(venv_python()))
+    else:
+        runs["tft_layer"] = [{"ok": False, "error": "no transform_fn: the TF Transform conversion failed",
+                              "result": {}}]
+    rp = measure("recordprep_layer", "bench.tft", ["--case", "recordprep-layer", "--inputs",
+                                                   make_data.json_files(size, manifest)[0],
+                                                   "--output", str(outs["recordprep"])])
+    rows = {k: convert_bench.summarize(labels[k], v) for k, v in runs.items() if k.endswith("_convert")}
+    for k in ("tft_layer", "recordprep_layer"):
+        rows[k] = _layer_row(labels[k], runs[k])
+    if rp.ok and rp.result.get("unavailable"):
+        rows["recordprep_layer"] = {"label": labels["recordprep_layer"], "ok": False, "unavailable": True,
+                                    "error": rp.result["unavailable"], "runs": 1, "raw": runs["recordprep_layer"]}
+    return {"rows": rows, "workers": workers, "peer": stamp, "shards": shards}
+
+
+def _layer_row(label: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
+    ok = [r for r in runs if r["ok"] and not r["result"].get("unavailable")]
+    row: dict[str, Any] = {"label": label, "runs": len(runs), "ok": bool(ok), "raw": runs}
+    if not ok:
+        row["error"] = runs[-1].get("error")
+        return row
+    r = ok[-1]
+    row.update({k: r["result"][k] for k in ("batch", "batch_median_ms", "batch_records_per_s", "single_median_ms",
+                                            "single_p90_ms", "batch_calls", "single_calls", "outputs")},
+               peak_rss_mb=r["peak_rss_mb"])
+    return row
+
+
+def _one_line(m) -> str:
+    if not m.ok:
+        return f"FAILED: {m.error} (log: {m.log})"
+    r = m.result
+    if r.get("unavailable"):
+        return r["unavailable"]
+    if "batch_median_ms" in r:
+        return (f"batch of {r['batch']:,}: {r['batch_median_ms']:.2f} ms median ({r['batch_records_per_s']:,.0f} "
+                f"records/s); one record: {r['single_median_ms']:.2f} ms median; peak RSS {m.peak_rss_mb:.0f} MB")
+    from bench.convert_bench import _one_line as convert_line
+
+    return convert_line(m)
+
+
+def main() -> None:
+    if "--setup" in sys.argv[1:]:
+        ap = argparse.ArgumentParser(description="build (or check) the TF Transform peer virtualenv")
+        ap.add_argument("--setup", action="store_true", required=True)
+        ap.parse_args()
+        try:
+            stamp = ensure_venv()
+        except PeerUnavailable as e:
+            print(f"TF Transform peer unavailable: {e}", file=sys.stderr)
+            sys.exit(1)
+        print(f"{VENV}: {stamp['versions']} (built {stamp['built']} in {stamp['install_seconds']} s)")
+        return
+    child_main("recordprep's side of a TF Transform row", _add_args, _recordprep_layer)
+
+
+if __name__ == "__main__":
+    main()
