@@ -22,6 +22,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from readers.errors import (
+    DatasetDeadError,
     DatasetFailedError,
     DatasetIncompleteError,
     ShardMismatchError,
@@ -35,8 +36,10 @@ from readers.options import ReadOptions
 
 if TYPE_CHECKING:  # pragma: no cover
     from readers.dataset import eval_dataset, parse_plan, train_dataset
+    from readers.serving import TransformLayer, export_serving, transform_layer
 
 __all__ = [
+    "DatasetDeadError",
     "DatasetFailedError",
     "DatasetIncompleteError",
     "ReadOptions",
@@ -45,15 +48,19 @@ __all__ = [
     "ShardSelectionError",
     "SpecError",
     "StagingError",
+    "TransformLayer",
     "eval_dataset",
+    "export_serving",
     "keras_inputs",
     "load_info",
     "parse_plan",
     "train_dataset",
+    "transform_layer",
     "wait_for_dataset",
 ]
 
-_LAZY = {"train_dataset": "readers.dataset", "eval_dataset": "readers.dataset", "parse_plan": "readers.dataset"}
+_LAZY = {"train_dataset": "readers.dataset", "eval_dataset": "readers.dataset", "parse_plan": "readers.dataset",
+         "transform_layer": "readers.serving", "export_serving": "readers.serving", "TransformLayer": "readers.serving"}
 
 
 def __getattr__(name: str) -> Any:

@@ -1,0 +1,115 @@
+"""Apply a finished output's analysis to new records, without TensorFlow.
+
+What ``recordprep convert --analysis-from`` does, as a function for offline
+scoring and tests: the output's own config and analysis (vocabularies,
+statistics, bucket boundaries) drive the converter's ``Vectorizer``, so the
+columns are exactly what a conversion of the same records with
+``--analysis-from OUTPUT`` writes into its shards (same names, dtypes, shapes;
+records the converter rejects are reported, not converted).
+
+Usage::
+
+    from convert.apply import OutputAnalysis
+
+    applied = OutputAnalysis.load("out/")            # a local output directory
+    batch = applied.vectorize(records)                # records: the dicts JSON/Avro decode to
+    batch.columns["age"]                              # ("float32", array of shape (kept, 1))
+    batch.rejections                                  # [Rejection(index, field, reason), ...]
+
+Pure Python (numpy), like the rest of ``convert/``: conversion workers and
+batch-scoring jobs need no TensorFlow. Remote outputs: read the two files with
+your own client and pass their bytes to :meth:`OutputAnalysis.from_json`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from convert.config import Config, ConfigError, parse_config
+from convert.spec import METADATA_FILENAME, DatasetInfo, SpecError
+from convert.vectorize import Analysis, VectorBatch, Vectorizer
+
+#: Name of the analysis file when the metadata does not say (``analysis_file``).
+DEFAULT_ANALYSIS_FILENAME = "analysis.json"
+
+
+@dataclasses.dataclass(frozen=True)
+class OutputAnalysis:
+    """A finished output's metadata, config and analysis: everything needed to
+    map new records exactly as its shards were mapped."""
+
+    info: DatasetInfo
+    config: Config
+    analysis: Analysis
+
+    @classmethod
+    def from_json(cls, info: str | bytes | Mapping[str, Any] | DatasetInfo,
+                  analysis: str | bytes | Mapping[str, Any], *, source: str = "output") -> OutputAnalysis:
+        """From the contents of ``dataset_info.json`` and the analysis file.
+
+        Raises SpecError when the metadata has no config (not a recordprep
+        conversion) or the analysis does not match it.
+        """
+        if not isinstance(info, DatasetInfo):
+            info = (DatasetInfo.from_json(info, source=f"{source}/{METADATA_FILENAME}") if isinstance(info, Mapping)
+                    else DatasetInfo.loads(info, source=f"{source}/{METADATA_FILENAME}"))
+        raw_config = info.extra.get("config")
+        if not isinstance(raw_config, Mapping):
+            raise SpecError(f"{source}: the metadata holds no feature config; re-run the conversion with this recordprep")
+        try:
+            config = parse_config(raw_config, source=f"{source}: config")
+        except ConfigError as e:
+            raise SpecError(f"{e}; re-run the conversion with this recordprep") from None
+        if not isinstance(analysis, Mapping):
+            try:
+                analysis = json.loads(analysis)
+            except ValueError as e:
+                raise SpecError(f"{source}: the analysis file is not valid JSON ({e}); re-run the conversion") from None
+        if not isinstance(analysis, Mapping) or not isinstance(analysis.get("vocabularies"), Mapping) \
+                or not isinstance(analysis.get("stats"), Mapping):
+            raise SpecError(f"{source}: the analysis file has no 'vocabularies' and 'stats' objects; re-run the conversion")
+        for f in config.features:
+            if f.needs_vocabulary and not isinstance(analysis["vocabularies"].get(f.name), list):
+                raise SpecError(f"{source}: the analysis has no vocabulary for feature {f.name!r}; re-run the conversion")
+        return cls(info=info, config=config, analysis=Analysis.from_json(analysis))
+
+    @classmethod
+    def load(cls, output: str | Path) -> OutputAnalysis:
+        """From a local output directory (``dataset_info.json`` and the analysis file it names)."""
+        root = Path(output)
+        meta = root / METADATA_FILENAME
+        try:
+            info = DatasetInfo.loads(meta.read_bytes(), source=str(meta))
+        except FileNotFoundError:
+            raise SpecError(f"{root}: no {METADATA_FILENAME}; point at a completed recordprep output") from None
+        name = info.extra.get("analysis_file", DEFAULT_ANALYSIS_FILENAME)
+        try:
+            analysis = (root / name).read_bytes()
+        except FileNotFoundError:
+            raise SpecError(f"{root}: no {name} (the analysis); re-run the conversion") from None
+        return cls.from_json(info, analysis, source=str(root))
+
+    def vectorizer(self, *, label: bool = False) -> Vectorizer:
+        """The converter's vectorizer with this output's analysis fixed;
+        ``label``: also read (and require) the label, as a conversion does."""
+        config = self.config if label else dataclasses.replace(self.config, label=None)
+        return Vectorizer(config, self.analysis)
+
+    def vectorize(self, records: Sequence[Any], *, label: bool = False) -> VectorBatch:
+        """Columns for ``records`` exactly as a conversion with ``--analysis-from`` writes them.
+
+        Rejected records are left out of every column and listed in
+        ``rejections`` (index into ``records``, field, reason). Scoring
+        records have no label: by default it is neither read nor required;
+        ``label=True`` treats it as a conversion does (a record without it is rejected).
+        """
+        return self.vectorizer(label=label).vectorize(records)
+
+
+def apply_analysis(output: str | Path, records: Sequence[Any], *, label: bool = False) -> VectorBatch:
+    """``OutputAnalysis.load(output).vectorize(records, label=label)``: see the module docstring."""
+    return OutputAnalysis.load(output).vectorize(records, label=label)

@@ -1,0 +1,289 @@
+"""The serving layer's wire format: raw records as dense arrays (no TensorFlow here).
+
+TensorFlow Serving's REST ``instances`` have no null and need one shape per
+input, so every source field (a dotted ``source`` path of the config) travels
+as a few dense inputs, named from the path (``Wire.sources``; the key is the path with every
+character other than ASCII letters, digits and ``_`` replaced by ``_``,
+``user.id`` -> ``user_id``, made unique with a ``_2`` suffix if taken):
+
+- ``<key>__kind`` (int32): what the record held there, per value (per item
+  for list sources): ``0`` null or absent (also when a parent record is
+  null/absent or not a record), ``1`` bool, ``2`` integer, ``3`` float, ``4``
+  string, ``5`` bytes, ``6`` a record or a list (where a single value
+  belongs, or as a list item), ``7`` any other scalar.
+- value inputs, one per form the source's features read; where the kind does
+  not use it, any value of its dtype (``0``, ``""``):
+  ``number`` (float64: bools as 0/1, integers rounded to float64, beyond its
+  range +-inf), ``term`` (string: the converter's canonical term, ``str`` for
+  strings, ``"true"``/``"false"``, ``"3"`` for ``3`` and ``3.0``, Python's
+  ``repr`` of other floats, bytes decoded as UTF-8 with backslash escapes),
+  ``raw`` (string: the bytes, or a string's UTF-8) and ``int`` (int64: an
+  integer's value, for timestamps). The first form of a source is named
+  ``<key>``, the others ``<key>__term``, ``<key>__raw``, ``<key>__int``.
+- list sources (features with ``max_len``): values and kinds are
+  ``[batch, width]`` (any width; shorter lists padded, items past
+  ``__len`` ignored), plus ``<key>__len`` (int32): the list's length, ``-1``
+  when it is null or absent; a single value where a list belongs counts as a
+  one-item list (as in the converter).
+
+``encode`` builds these arrays from records (the dicts the converter reads);
+``instances`` writes them as a REST request body.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from convert.config import Config, FeatureConfig
+from convert.vectorize import getter, term
+
+KIND_NULL, KIND_BOOL, KIND_INT, KIND_FLOAT, KIND_STRING, KIND_BYTES, KIND_NESTED, KIND_OTHER = range(8)
+KIND_NAMES = ("null", "bool", "int", "float", "str", "bytes", "nested", "other")
+#: Value forms and their numpy dtypes, in naming order (the first a source uses is ``<key>``).
+FORMS = {"number": np.float64, "term": object, "raw": object, "int": np.int64}
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+_KEY_RE = re.compile(r"[^A-Za-z0-9_]")
+
+
+class WireError(ValueError):
+    """A record value the wire format cannot carry, or a config it cannot serve."""
+
+
+def kind_of(v: Any) -> int:
+    if v is None:
+        return KIND_NULL
+    t = type(v)
+    if t is bool:
+        return KIND_BOOL
+    if t is int or isinstance(v, int) and not isinstance(v, bool):
+        return KIND_INT
+    if isinstance(v, float):
+        return KIND_FLOAT
+    if isinstance(v, str):
+        return KIND_STRING
+    if isinstance(v, bytes | bytearray):
+        return KIND_BYTES
+    if isinstance(v, dict | list | tuple):
+        return KIND_NESTED
+    return KIND_OTHER
+
+
+def _number(v: Any) -> float:
+    try:
+        return float(v)
+    except OverflowError:
+        return math.inf if v > 0 else -math.inf
+
+
+def _forms(f: FeatureConfig) -> tuple[str, ...]:
+    if f.is_numeric:
+        return ("number",)
+    if f.transform == "bytes":
+        return ("raw",)
+    if f.transform == "timestamp":
+        return ("number", "term", "int")
+    return ("term",)
+
+
+@dataclasses.dataclass(frozen=True)
+class Source:
+    """One source field on the wire."""
+
+    path: str
+    key: str
+    is_list: bool
+    forms: tuple[str, ...]
+    #: list sources: items the features look at, per use: ("items", n) the
+    #: first n items, ("non_null", n) the items up to the n-th non-null one
+    uses: tuple[tuple[str, int], ...] = ()
+
+    def input_name(self, form: str) -> str:
+        return self.key if form == self.forms[0] else f"{self.key}__{form}"
+
+    @property
+    def kind_name(self) -> str:
+        return f"{self.key}__kind"
+
+    @property
+    def len_name(self) -> str:
+        return f"{self.key}__len"
+
+    def input_names(self) -> list[str]:
+        names = [self.input_name(f) for f in self.forms] + [self.kind_name]
+        return names + [self.len_name] if self.is_list else names
+
+
+def _key(path: str, taken: set[str]) -> str:
+    """An input name for ``path``: ASCII letters, digits and ``_``, starting with a
+    letter (TensorFlow renames signature inputs that are not Python identifiers)."""
+    key = _KEY_RE.sub("_", path)
+    if not ("a" <= key[:1].lower() <= "z"):
+        key = "f_" + key
+    base, i = key, 2
+    while key in taken:
+        key = f"{base}_{i}"
+        i += 1
+    return key
+
+
+class Wire:
+    """The inputs a config's features read, and how records become them."""
+
+    def __init__(self, config: Config):
+        uses: dict[str, list[tuple[FeatureConfig, bool]]] = {}
+        for f in config.features:
+            for path in f.sources or (f.source,):
+                uses.setdefault(path, []).append((f, f.multi_valued))
+        self.sources: list[Source] = []
+        taken: set[str] = set()
+        for path, fs in uses.items():
+            lists = {is_list for _, is_list in fs}
+            if len(lists) > 1:
+                names = ", ".join(f.name for f, _ in fs)
+                raise WireError(f"source {path!r} is read both as a list (max_len) and as a single value "
+                                f"(features {names}); the serving layer takes one shape per source: "
+                                f"give them separate source fields")
+            forms = tuple(form for form in FORMS if any(form in _forms(f) for f, _ in fs))
+            key = _key(path, taken)
+            src = Source(path, key, lists.pop(), forms,
+                         tuple(("items" if f.is_numeric else "non_null", f.max_len or 1) for f, _ in fs))
+            for n in src.input_names():
+                if n in taken:
+                    raise WireError(f"input name {n!r} of source {path!r} is taken by another source; rename a field")
+            taken.update(src.input_names())
+            self.sources.append(src)
+        self._get = {s.path: getter(s.path) for s in self.sources}
+
+    def by_path(self, path: str) -> Source:
+        for s in self.sources:
+            if s.path == path:
+                return s
+        raise KeyError(path)
+
+    def input_names(self) -> list[str]:
+        return [n for s in self.sources for n in s.input_names()]
+
+    def encode(self, records: Sequence[Any]) -> tuple[dict[str, np.ndarray], dict[int, str]]:
+        """``(inputs, rejected)``: the arrays of ``records`` and, per record the
+        wire cannot carry, its index and why (its row is sent as all-null).
+
+        What cannot travel: a record that is not an object (the converter
+        rejects it too) and, in a source read by a ``timestamp`` feature, an
+        integer beyond int64 (the converter accepts one whose seconds fit in
+        int64, e.g. nanoseconds after 2262; the layer takes int64 counts).
+        """
+        b = len(records)
+        rejected: dict[int, str] = {}
+        rows = []
+        for i, r in enumerate(records):
+            if isinstance(r, dict):
+                rows.append(r)
+            else:
+                rejected[i] = f"<record>: expected a record (object), found {type(r).__name__}"
+                rows.append({})
+        out: dict[str, np.ndarray] = {}
+        for s in self.sources:
+            get = self._get[s.path]
+            values = [get(r) for r in rows]
+            if s.is_list:
+                self._encode_list(s, values, out)
+            else:
+                kinds = np.fromiter(map(kind_of, values), dtype=np.int32, count=b)
+                out[s.kind_name] = kinds
+                for form in s.forms:
+                    out[s.input_name(form)] = _form_values(form, values, kinds, s, rejected)
+        return out, rejected
+
+    def _encode_list(self, s: Source, values: list[Any], out: dict[str, np.ndarray]) -> None:
+        b = len(values)
+        lens = np.full(b, -1, dtype=np.int32)
+        items_per_row: list[list[Any]] = []
+        for i, v in enumerate(values):
+            if v is None:
+                items_per_row.append([])
+                continue
+            items = list(v) if isinstance(v, list | tuple) else [v]
+            lens[i] = len(items)
+            items_per_row.append(items[: _needed(items, s.uses)])
+        width = max([len(x) for x in items_per_row] + [1])
+        kinds = np.zeros((b, width), dtype=np.int32)
+        flat = [x for items in items_per_row for x in items]
+        fk = np.fromiter(map(kind_of, flat), dtype=np.int32, count=len(flat))
+        counts = np.array([len(x) for x in items_per_row], dtype=np.int64)
+        mask = np.arange(width)[None, :] < counts[:, None]
+        kinds[mask] = fk
+        out[s.kind_name] = kinds
+        out[s.len_name] = lens
+        for form in s.forms:
+            col = _form_values(form, flat, fk, s, {})
+            arr = np.zeros((b, width), dtype=FORMS[form]) if form in ("number", "int") else np.full((b, width), b"", dtype=object)
+            arr[mask] = col
+            out[s.input_name(form)] = arr
+
+
+def _needed(items: list[Any], uses: tuple[tuple[str, int], ...]) -> int:
+    """How many leading items of a list the features look at."""
+    need = 0
+    for how, n in uses:
+        if how == "items":
+            need = max(need, n)
+        else:
+            seen = 0
+            for j, x in enumerate(items):
+                if x is not None:
+                    seen += 1
+                    if seen == n:
+                        need = max(need, j + 1)
+                        break
+            else:
+                need = len(items)
+    return min(need, len(items))
+
+
+def _form_values(form: str, values: list[Any], kinds: np.ndarray, s: Source, rejected: dict[int, str]) -> np.ndarray:
+    n = len(values)
+    if form == "number":
+        return np.array([_number(v) if k in (KIND_BOOL, KIND_INT, KIND_FLOAT) else 0.0
+                         for v, k in zip(values, kinds.tolist(), strict=True)], dtype=np.float64).reshape(n)
+    if form == "int":
+        out = np.zeros(n, dtype=np.int64)
+        for i, (v, k) in enumerate(zip(values, kinds.tolist(), strict=True)):
+            if k == KIND_INT:
+                if _INT64_MIN <= v <= _INT64_MAX:
+                    out[i] = v
+                else:
+                    rejected.setdefault(i, f"{s.path}: the integer {v} is beyond int64; the serving layer "
+                                           f"takes timestamps as int64 epoch counts")
+        return out
+    col = np.empty(n, dtype=object)
+    for i, (v, k) in enumerate(zip(values, kinds.tolist(), strict=True)):
+        if form == "raw":
+            col[i] = bytes(v) if k == KIND_BYTES else v.encode("utf-8", "surrogatepass") if k == KIND_STRING else b""
+        else:
+            col[i] = term(v).encode("utf-8", "surrogatepass") if k not in (KIND_NULL, KIND_NESTED) else b""
+    return col
+
+
+def instances(inputs: dict[str, np.ndarray]) -> list[dict[str, Any]]:
+    """The rows of ``inputs`` as TF Serving REST ``instances`` (JSON-ready):
+    strings as UTF-8 text (bytes that are not UTF-8 as ``{"b64": ...}``)."""
+    import base64
+
+    def cell(x: Any) -> Any:
+        if isinstance(x, np.ndarray):
+            return [cell(y) for y in x]
+        if isinstance(x, bytes):
+            try:
+                return x.decode("utf-8")
+            except UnicodeDecodeError:
+                return {"b64": base64.b64encode(x).decode("ascii")}
+        return x.item() if isinstance(x, np.generic) else x
+
+    b = len(next(iter(inputs.values()))) if inputs else 0
+    return [{k: cell(v[i]) for k, v in inputs.items()} for i in range(b)]

@@ -1,0 +1,525 @@
+"""Serving: the converter's transforms as TensorFlow ops, bit for bit.
+
+A model trained on recordprep shards sees features the converter computed
+(vocabulary ids, z-scores with the training mean, fills, bucket ids, ...). At
+serving time the same mapping must be applied to raw records, exactly: this
+module builds it from a finished output, so the model can be exported with its
+preprocessing and fed raw fields.
+
+Contract:
+
+- **In**: raw source values in the wire format of ``readers._serving_wire``
+  (per source field a value tensor per form, a kind tensor saying what the
+  record held, null included, and for list sources a length). Build them from
+  records with :meth:`TransformLayer.encode` (or write them by hand: the
+  README's Serving section has a TF Serving REST example).
+- **Out**: ``{feature name: tensor}`` for every non-label feature the output
+  holds, with the dtypes and shapes of its metadata (``[batch] + shape``).
+  For every record the converter accepts, each tensor equals what the
+  converter wrote for it: int64 and string features identical, float32
+  features identical as bits (NaN and +-inf where ``on_nan: keep`` writes
+  them). The statistics, boundaries and vocabularies are constants of the
+  layer: the output directory is not needed at serving time.
+- **Rejected records**: a record the converter would reject (a NaN under
+  ``on_nan: error``, a number beyond float32's range, ``log1p`` of a value
+  <= -1, a string in a numeric field, a record where a single value belongs,
+  an unparsable timestamp, ...) is never mapped silently:
+  :meth:`TransformLayer.transform` returns, per row, ``""`` or the reason
+  (``"<source>: <why>"``, the first in config order); calling the layer
+  raises ``InvalidArgumentError`` naming the first one. The features of such
+  rows are unspecified.
+- The label is not an input: serving records have none.
+
+Exactness is tested against the converter's shards (``tests/test_readers_serving.py``):
+every transform and option, hypothesis-generated records with nulls at every
+depth and numbers at the float edges, and ``examples/data``.
+
+What is not reproduced in-graph, and refused or reported instead of
+approximated: see ``unsupported_reason``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from convert import spec as _spec
+from convert.apply import DEFAULT_ANALYSIS_FILENAME, OutputAnalysis
+from convert.config import FeatureConfig
+from convert.derive import CROSS_SEPARATOR, DAY_SECONDS, UNITS
+from readers import _io
+from readers._serving_wire import (
+    KIND_BOOL,
+    KIND_BYTES,
+    KIND_FLOAT,
+    KIND_INT,
+    KIND_NAMES,
+    KIND_NESTED,
+    KIND_NULL,
+    KIND_STRING,
+    Source,
+    Wire,
+    WireError,
+    instances,
+)
+from readers.errors import SpecError
+from readers.info import locate
+
+#: ASCII characters that are not ``[0-9A-Za-z_]``: the converter's token delimiters.
+_TEXT_DELIMITERS = "[\\x00-\\x2f\\x3a-\\x40\\x5b-\\x5e\\x60\\x7b-\\x7f]+"
+_F32_MAX = float(np.finfo(np.float32).max)
+_TF_FORM = {"number": tf.float64, "term": tf.string, "raw": tf.string, "int": tf.int64}
+_NUMBER_KINDS = (KIND_BOOL, KIND_INT, KIND_FLOAT)
+#: Transforms whose ids come from a hash the converter computes; the layer
+#: computes them only for outputs whose format defines that hash in-graph.
+_HASHED = ("hash", "cross", "text")
+SERVING_MIN_FORMAT_VERSION: int | None = getattr(_spec, "SERVING_MIN_FORMAT_VERSION", None)
+
+
+def unsupported_reason(info_version: int, f: FeatureConfig) -> str | None:
+    """Why feature ``f`` of an output of ``info_version`` cannot be served exactly, or None."""
+    oov_hash = f.transform == "vocabulary" and f.num_oov_buckets > 1
+    if f.transform in _HASHED or oov_hash:
+        if SERVING_MIN_FORMAT_VERSION is None or info_version < SERVING_MIN_FORMAT_VERSION:
+            what = "out-of-vocabulary buckets" if oov_hash else f"transform {f.transform!r}"
+            return (f"feature {f.name!r}: {what} uses a hash or tokenizer TensorFlow cannot reproduce in "
+                    f"this output's format (version {info_version}); re-convert with this recordprep to "
+                    f"export a serving model")
+    return None
+
+
+def _reason(source: str, why: str) -> str:
+    return f"{source}: {why}"
+
+
+class TransformLayer(tf.Module):
+    """The converter's mapping of one output, raw fields -> feature tensors.
+
+    Build it with :func:`transform_layer`. ``layer.input_signature`` is the
+    inputs it takes (``{name: tf.TensorSpec}``); ``layer.encode(records)``
+    makes them from raw records.
+    """
+
+    def __init__(self, applied: OutputAnalysis, name: str = "recordprep_transform"):
+        super().__init__(name=name)
+        info, config = applied.info, applied.config
+        problems = [r for f in config.features if (r := unsupported_reason(info.format_version, f))]
+        if problems:
+            raise SpecError("; ".join(problems))
+        self._applied = applied
+        self.config = config
+        self.wire = Wire(config)
+        self.features = tuple(f for f in info.features if f.role != "label")
+        self._stats = {k: dict(v) for k, v in applied.analysis.stats.items()}
+        self._tables: dict[str, tf.lookup.StaticHashTable] = {}
+        for f in config.features:
+            if f.needs_vocabulary:
+                terms = applied.analysis.vocabularies[f.name]
+                base = 1 + f.num_oov_buckets
+                keys = tf.constant([t.encode("utf-8", "surrogatepass") for t in terms] or [b""], tf.string)
+                ids = tf.constant(list(range(base, base + len(terms))) or [0], tf.int64)
+                self._tables[f.name] = tf.lookup.StaticHashTable(
+                    tf.lookup.KeyValueTensorInitializer(keys, ids), default_value=0, name=f"vocab_{len(self._tables)}")
+        # Tracked so a SavedModel keeps the tables.
+        self._table_list = list(self._tables.values())
+
+    # -- the interface
+    @property
+    def input_signature(self) -> dict[str, tf.TensorSpec]:
+        sig: dict[str, tf.TensorSpec] = {}
+        for s in self.wire.sources:
+            shape = [None, None] if s.is_list else [None]
+            for form in s.forms:
+                sig[s.input_name(form)] = tf.TensorSpec(shape, _TF_FORM[form], name=s.input_name(form))
+            sig[s.kind_name] = tf.TensorSpec(shape, tf.int32, name=s.kind_name)
+            if s.is_list:
+                sig[s.len_name] = tf.TensorSpec([None], tf.int32, name=s.len_name)
+        return sig
+
+    def encode(self, records: Sequence[Any]) -> dict[str, np.ndarray]:
+        """The layer's inputs for ``records`` (dicts as JSON/Avro decode them), as numpy arrays.
+
+        Raises ValueError naming the record for the few values the wire format
+        cannot carry (see ``readers._serving_wire.Wire.encode``).
+        """
+        inputs, rejected = self.wire.encode(records)
+        if rejected:
+            i, why = min(rejected.items())
+            raise ValueError(f"record {i}: {why}")
+        return inputs
+
+    def instances(self, records: Sequence[Any]) -> list[dict[str, Any]]:
+        """``records`` as TF Serving REST ``instances`` (JSON-ready) for an exported model."""
+        return instances(self.encode(records))
+
+    def transform(self, inputs: Mapping[str, Any]) -> tuple[dict[str, tf.Tensor], tf.Tensor]:
+        """``(features, errors)``: the feature tensors, and per row ``""`` or why
+        the converter would reject the record (its features are then unspecified)."""
+        inputs = {k: tf.convert_to_tensor(inputs[k], dtype=spec.dtype) for k, spec in self.input_signature.items()}
+        first_key = next(iter(inputs))
+        batch = tf.shape(inputs[first_key], out_type=tf.int64)[0]
+        out: dict[str, tf.Tensor] = {}
+        bad: list[tuple[tf.Tensor, str | tf.Tensor]] = []
+        for f in self.config.features:
+            if f.transform == "cross":
+                out.update(self._cross(f, inputs, bad))
+                continue
+            s = self.wire.by_path(f.source)
+            if f.is_numeric:
+                out.update(self._numeric(f, s, inputs, bad))
+            elif f.transform == "bytes":
+                out.update(self._bytes(f, s, inputs, bad))
+            elif f.transform == "timestamp":
+                out.update(self._timestamp(f, s, inputs, bad, batch))
+            elif f.transform == "text":
+                out.update(self._text(f, s, inputs, bad))
+            else:
+                out.update(self._vocabulary(f, s, inputs, bad))
+        errors = tf.fill(tf.reshape(batch, [1]), "")
+        for mask, why in reversed(bad):
+            errors = tf.where(mask, why, errors)
+        return {f.name: out[f.name] for f in self.features}, errors
+
+    def __call__(self, inputs: Mapping[str, Any]) -> dict[str, tf.Tensor]:
+        """The feature tensors; raises ``InvalidArgumentError`` if any record would be rejected."""
+        features, errors = self.transform(inputs)
+        failed = tf.not_equal(errors, "")
+        first = tf.boolean_mask(errors, failed)[:1]
+        with tf.control_dependencies([tf.debugging.Assert(
+                tf.logical_not(tf.reduce_any(failed)),
+                ["the converter would reject a record: ", first,
+                 " (use TransformLayer.transform for per-row errors)"])]):
+            return {k: tf.identity(v) for k, v in features.items()}
+
+    def transform_records(self, records: Sequence[Any]) -> tuple[dict[str, np.ndarray], list[str]]:
+        """Features (numpy) and per-record errors (``""`` = converted) for raw records:
+        batch scoring without building inputs by hand. Records the wire format
+        cannot carry are reported like rejected ones."""
+        inputs, rejected = self.wire.encode(records)
+        features, errors = self.transform(inputs)
+        errs = [e.decode("utf-8", "replace") for e in errors.numpy().tolist()]
+        for i, why in rejected.items():
+            errs[i] = why
+        return {k: v.numpy() for k, v in features.items()}, errs
+
+    # -- pieces
+    def _kind(self, s: Source, inputs: Mapping[str, tf.Tensor]) -> tf.Tensor:
+        return inputs[s.kind_name]
+
+    def _numeric(self, f: FeatureConfig, s: Source, inputs: Mapping[str, tf.Tensor],
+                 bad: list) -> dict[str, tf.Tensor]:
+        kind = self._kind(s, inputs)
+        x = inputs[s.input_name("number")]
+        is_num = _isin(kind, _NUMBER_KINDS)
+        n = f.max_len or 1
+        if f.multi_valued:
+            lens_in = tf.cast(inputs[s.len_name], tf.int64)
+            missing_row = lens_in < 0
+            x, kind, is_num = (_pad_to(t, n) for t in (x, kind, is_num))
+            lens = tf.clip_by_value(lens_in, 0, n)
+            in_list = tf.range(n, dtype=tf.int64)[None, :] < lens[:, None]
+            width_ok = tf.minimum(lens, tf.cast(tf.shape(inputs[s.kind_name])[1], tf.int64)) >= lens
+            bad.append((~width_ok, _reason(s.path, "the list has more items than were sent (__len > width)")))
+            wrong = in_list & ~is_num & tf.not_equal(kind, KIND_NULL)
+            bad.append((tf.reduce_any(wrong, axis=1), _reason(s.path, "a list item is not a number")))
+            present = in_list & is_num
+        else:
+            missing_row = tf.equal(kind, KIND_NULL)
+            wrong = ~is_num & ~missing_row
+            bad.append((wrong, _wrong_kind_reason(s.path, kind, "expected a number, found ")))
+            present = is_num
+            x, present = x[:, None], present[:, None]
+            lens = None
+        finite = (tf.abs(x) <= _F32_MAX) | ~present
+        if f.on_nan == "error":
+            bad.append((~tf.reduce_all(finite, axis=1), _reason(
+                s.path, f"value is NaN or infinite (or beyond float32's range, |x| > 3.4e38); set on_nan: fill "
+                        f"or keep for feature {f.name!r} to accept it")))
+        elif f.on_nan == "fill":
+            present = present & finite
+        if f.transform == "log1p":
+            neg = (x <= -1.0) & present
+            bad.append((tf.reduce_any(neg, axis=1), _reason(s.path, "log1p needs values > -1; use 'clip' first or another transform")))
+        stats = self._stats.get(f.name) or {}
+        cols: dict[str, tf.Tensor] = {}
+        if f.transform == "bucketize":
+            bounds = [float(b) for b in stats.get("boundaries") or []]
+            if bounds:
+                pos = tf.searchsorted(tf.constant(bounds, tf.float64), tf.reshape(x, [-1]), side="right", out_type=tf.int64)
+                ids = tf.reshape(pos, [-1, 1]) + 1
+            else:
+                ids = tf.ones_like(x, dtype=tf.int64)
+            cols[f.name] = tf.where(present, ids, tf.zeros_like(ids))
+        else:
+            fill = stats.get("mean") if f.fill == "mean" else f.fill
+            fill = 0.0 if fill is None else float(fill)
+            if f.multi_valued:
+                out = tf.where(present, x, tf.where(in_list, _f64(fill), _f64(0.0)))
+            else:
+                out = tf.where(present, x, tf.broadcast_to(_f64(fill), tf.shape(x)))
+            y = _scale(f, out, present, stats)
+            if f.multi_valued:
+                y = tf.where(in_list, y, tf.zeros_like(y))
+            cols[f.name] = tf.cast(y, tf.float32)
+        if f.multi_valued:
+            cols[f"{f.name}_len"] = lens[:, None]
+        if f.missing_indicator:
+            cols[f"{f.name}_missing"] = tf.cast(missing_row, tf.int64)[:, None]
+        return cols
+
+    def _bytes(self, f: FeatureConfig, s: Source, inputs: Mapping[str, tf.Tensor], bad: list) -> dict[str, tf.Tensor]:
+        kind = self._kind(s, inputs)
+        ok = _isin(kind, (KIND_STRING, KIND_BYTES))
+        bad.append((~ok & tf.not_equal(kind, KIND_NULL), _wrong_kind_reason(s.path, kind, "expected bytes or a string, found ")))
+        v = tf.where(ok, inputs[s.input_name("raw")], "")
+        return {f.name: v[:, None]}
+
+    def _timestamp(self, f: FeatureConfig, s: Source, inputs: Mapping[str, tf.Tensor], bad: list,
+                   batch: tf.Tensor) -> dict[str, tf.Tensor]:
+        kind = self._kind(s, inputs)
+        unit = f.unit or "ms"
+        why = f"; give an epoch count in {unit!r} or an ISO 8601 string"
+        is_int, is_float, is_str = tf.equal(kind, KIND_INT), tf.equal(kind, KIND_FLOAT), tf.equal(kind, KIND_STRING)
+        wrong = ~(is_int | is_float | is_str) & tf.not_equal(kind, KIND_NULL)
+        bad.append((wrong, _wrong_kind_reason(s.path, kind, "not a timestamp (expected an epoch number or an ISO 8601 string, found ", ")" + why)))
+        v = inputs[s.input_name("int")]
+        if unit == "days":
+            lo, hi = -((2**63) // DAY_SECONDS), (2**63 - 1) // DAY_SECONDS
+            int_ok = (v >= lo) & (v <= hi)
+            secs_i = tf.where(int_ok, v, 0) * DAY_SECONDS
+        else:
+            int_ok = tf.ones_like(is_int)
+            secs_i = tf.math.floordiv(v, UNITS[unit])
+        bad.append((is_int & ~int_ok, _reason(s.path, f"not a timestamp (beyond int64 seconds){why}")))
+        x = inputs[s.input_name("number")]
+        finite = tf.math.is_finite(x)
+        y = tf.floor(x * DAY_SECONDS) if unit == "days" else tf.floor(x / UNITS[unit])
+        float_ok = finite & (y >= -(2.0**63)) & (y < 2.0**63)
+        bad.append((is_float & ~float_ok, _reason(s.path, f"not a timestamp (NaN, infinite or beyond int64 seconds){why}")))
+        secs_f = tf.cast(tf.where(float_ok, y, tf.zeros_like(y)), tf.int64)
+        bad.append((is_str, _reason(s.path, "ISO 8601 strings are not supported by the serving layer; send epoch numbers")))
+        present = (is_int & int_ok) | (is_float & float_ok)
+        secs = tf.where(is_int & int_ok, secs_i, tf.where(is_float & float_ok, secs_f, tf.zeros_like(secs_i)))
+        cols: dict[str, tf.Tensor] = {f.name: secs[:, None]}
+        days = tf.math.floordiv(secs, DAY_SECONDS)
+        for part in f.parts or ():
+            if part == "hour":
+                col = tf.math.floordiv(tf.math.floormod(secs, DAY_SECONDS), 3600)
+            elif part == "day_of_week":
+                col = tf.math.floormod(days + 3, 7)
+            else:
+                col = _civil_month(days)
+            cols[f"{f.name}_{part}"] = tf.where(present, col, tf.zeros_like(col))[:, None]
+        if f.missing_indicator:
+            cols[f"{f.name}_missing"] = tf.cast(~present, tf.int64)[:, None]
+        return cols
+
+    def _ids(self, f: FeatureConfig, terms: tf.Tensor) -> tf.Tensor:
+        """Ids of terms (UTF-8 bytes): ``hash`` buckets, or vocabulary ids with OOV buckets."""
+        if f.transform == "hash":
+            return tf.strings.to_hash_bucket_fast(terms, f.buckets) + 1
+        ids = self._tables[f.name].lookup(terms)
+        if f.num_oov_buckets > 1:
+            oov = tf.strings.to_hash_bucket_fast(terms, f.num_oov_buckets) + 1
+        else:
+            oov = tf.ones_like(ids)
+        return tf.where(tf.equal(ids, 0), oov, ids)
+
+    def _cross(self, f: FeatureConfig, inputs: Mapping[str, tf.Tensor], bad: list) -> dict[str, tf.Tensor]:
+        missing = None
+        terms = []
+        for path in f.sources or ():
+            s = self.wire.by_path(path)
+            kind = self._kind(s, inputs)
+            nested = tf.equal(kind, KIND_NESTED)
+            bad.append((nested, _reason(path, "cross needs single values, found a record or list; cross scalar fields only")))
+            m = tf.equal(kind, KIND_NULL) | nested
+            missing = m if missing is None else missing | m
+            terms.append(inputs[s.input_name("term")])
+        ids = tf.strings.to_hash_bucket_fast(tf.strings.join(terms, separator=CROSS_SEPARATOR), f.buckets) + 1
+        return {f.name: tf.where(missing, tf.zeros_like(ids), ids)[:, None]}
+
+    def _text(self, f: FeatureConfig, s: Source, inputs: Mapping[str, tf.Tensor], bad: list) -> dict[str, tf.Tensor]:
+        kind = self._kind(s, inputs)
+        is_str = tf.equal(kind, KIND_STRING)
+        bad.append((~is_str & tf.not_equal(kind, KIND_NULL), _wrong_kind_reason(s.path, kind, "expected text (a string), found ")))
+        text = tf.where(is_str, inputs[s.input_name("term")], "")
+        if f.lowercase:
+            text = tf.strings.lower(text)  # ASCII only, like convert.vectorize.ascii_lower
+        text = tf.strings.regex_replace(text, _TEXT_DELIMITERS, " ")
+        tokens = tf.strings.split(text, sep=" ")
+        tokens = tf.ragged.boolean_mask(tokens, tf.not_equal(tokens, ""))
+        ids = tf.ragged.map_flat_values(lambda t: self._ids(f, t), tokens)
+        n = f.max_len
+        lens = tf.minimum(ids.row_lengths(), n)
+        return {f.name: ids.to_tensor(default_value=0, shape=[None, n]), f"{f.name}_len": lens[:, None]}
+
+    def _vocabulary(self, f: FeatureConfig, s: Source, inputs: Mapping[str, tf.Tensor], bad: list) -> dict[str, tf.Tensor]:
+        kind = self._kind(s, inputs)
+        terms = inputs[s.input_name("term")]
+        ids = self._ids(f, terms)
+        if not f.multi_valued:
+            nested = tf.equal(kind, KIND_NESTED)
+            bad.append((nested, _reason(s.path, "expected a scalar value, found a record or list; set max_len for "
+                                                "lists or point 'source' at a leaf field")))
+            ids = tf.where(tf.equal(kind, KIND_NULL) | nested, tf.zeros_like(ids), ids)
+            return {f.name: ids[:, None]}
+        n = f.max_len
+        lens_in = tf.cast(inputs[s.len_name], tf.int64)
+        width = tf.shape(kind, out_type=tf.int64)[1]
+        sent = tf.range(width)[None, :] < lens_in[:, None]
+        non_null = sent & tf.not_equal(kind, KIND_NULL)
+        rank = tf.cumsum(tf.cast(non_null, tf.int64), axis=1) - 1
+        kept = non_null & (rank < n)
+        bad.append((tf.reduce_any(kept & tf.equal(kind, KIND_NESTED), axis=1), _reason(
+            s.path, "expected a list of scalar values, found nested records/lists; point 'source' at a leaf field")))
+        ragged = tf.ragged.boolean_mask(ids, kept)
+        lens = ragged.row_lengths()
+        dense = ragged.to_tensor(default_value=0, shape=[None, n])
+        return {f.name: dense, f"{f.name}_len": lens[:, None]}
+
+
+def _f64(v: float) -> tf.Tensor:
+    """A float64 scalar constant with exactly ``v``'s bits. ``tf.constant(-0.0)``
+    may return a cached ``0.0`` in eager mode (the scalar cache compares by value)."""
+    return tf.bitcast(tf.constant(np.array(v, np.float64).view(np.int64)), tf.float64)
+
+
+def _isin(kind: tf.Tensor, kinds: Sequence[int]) -> tf.Tensor:
+    out = tf.equal(kind, kinds[0])
+    for k in kinds[1:]:
+        out = out | tf.equal(kind, k)
+    return out
+
+
+def _pad_to(t: tf.Tensor, n: int) -> tf.Tensor:
+    """``t[:, :n]``, padded with zeros/False to n columns."""
+    width = tf.shape(t)[1]
+    pad = tf.maximum(n - width, 0)
+    return tf.pad(t, [[0, 0], [0, pad]])[:, :n]
+
+
+def _wrong_kind_reason(source: str, kind: tf.Tensor, prefix: str, suffix: str = "") -> tf.Tensor:
+    names = tf.constant([_reason(source, f"{prefix}{k}{suffix}") for k in KIND_NAMES])
+    return tf.gather(names, tf.clip_by_value(kind, 0, len(KIND_NAMES) - 1))
+
+
+def _np_max(a: tf.Tensor, b: float) -> tf.Tensor:
+    """numpy's ``maximum`` inside ``np.clip``: NaN propagates, ``a >= b`` keeps ``a`` (so -0.0 stays)."""
+    c = _f64(b)
+    return tf.where(tf.math.is_nan(a) | (a >= c), a, tf.broadcast_to(c, tf.shape(a)))
+
+
+def _np_min(a: tf.Tensor, b: float) -> tf.Tensor:
+    c = _f64(b)
+    return tf.where(tf.math.is_nan(a) | (a <= c), a, tf.broadcast_to(c, tf.shape(a)))
+
+
+def _scale(f: FeatureConfig, x: tf.Tensor, present: tf.Tensor, stats: Mapping[str, Any]) -> tf.Tensor:
+    """The converter's scaling (``_numeric_finish``), in float64 and in its order of operations."""
+    if f.transform == "zscore":
+        std = stats.get("std") or 1.0
+        return (x - _f64(stats.get("mean") or 0.0)) / _f64(std)
+    if f.transform == "minmax":
+        lo, hi = stats.get("min"), stats.get("max")
+        if lo is not None and hi is not None and hi > lo:
+            return (x - _f64(lo)) / _f64(hi - lo)
+        return tf.zeros_like(x)
+    if f.transform == "log1p":
+        neg = (x <= _f64(-1.0)) & present
+        return tf.math.log1p(tf.where(neg, tf.zeros_like(x), x))
+    if f.transform == "clip":
+        lo = f.clip_min if f.clip_min is not None else -np.inf
+        hi = f.clip_max if f.clip_max is not None else np.inf
+        return _np_min(_np_max(x, lo), hi)
+    return x
+
+
+def _civil_month(days: tf.Tensor) -> tf.Tensor:
+    """``convert.derive._civil_month`` in int64 ops."""
+    z = days + 719_468
+    era = tf.math.floordiv(z, 146_097)
+    doe = z - era * 146_097
+    yoe = tf.math.floordiv(doe - tf.math.floordiv(doe, 1460) + tf.math.floordiv(doe, 36_524)
+                           - tf.math.floordiv(doe, 146_096), 365)
+    doy = doe - (365 * yoe + tf.math.floordiv(yoe, 4) - tf.math.floordiv(yoe, 100))
+    mp = tf.math.floordiv(5 * doy + 2, 153)
+    return tf.where(mp < 10, mp + 3, mp - 9)
+
+
+def transform_layer(output: str) -> TransformLayer:
+    """The serving transform of a finished output (local, ``gs://``, ``hdfs://`` path).
+
+    Reads ``dataset_info.json`` and the analysis once; the layer holds
+    everything it needs. Raises SpecError for an output it cannot serve
+    exactly (the message says which feature and what to do).
+    """
+    location = locate(output)
+    meta = _io.read_bytes(location.metadata_path)
+    if meta is None:
+        raise SpecError(f"{location.root}: no {_spec.METADATA_FILENAME}; point at a completed recordprep output")
+    info = _spec.DatasetInfo.loads(meta, source=location.metadata_path)
+    name = info.extra.get("analysis_file", DEFAULT_ANALYSIS_FILENAME)
+    analysis = _io.read_bytes(_io.join(location.root, _spec.check_name(name, f"{location.metadata_path}: analysis_file")))
+    if analysis is None:
+        raise SpecError(f"{location.root}: no {name} (the analysis); re-run the conversion")
+    try:
+        return TransformLayer(OutputAnalysis.from_json(info, analysis, source=location.root))
+    except WireError as e:
+        raise SpecError(f"{location.root}: {e}") from None
+
+
+
+#: Output of the exported signature holding, per row, ``""`` or why the
+#: converter would reject the record (the row's other outputs are then meaningless).
+ERROR_OUTPUT = "recordprep_error"
+
+
+class _Serving(tf.Module):
+    """Raw inputs -> transform -> model, as one SavedModel."""
+
+    def __init__(self, model: Any, layer: TransformLayer):
+        super().__init__(name="recordprep_serving")
+        self.model = model
+        self.layer = layer
+        inputs = getattr(model, "inputs", None)
+        names = [getattr(t, "name", None) for t in inputs] if isinstance(inputs, list | tuple) else []
+        wanted = {f.name for f in layer.features}
+        self._model_inputs = [n for n in names if n in wanted] if names and all(n in wanted for n in names) else None
+        self.serve = tf.function(self._serve, input_signature=[layer.input_signature])
+
+    def _serve(self, inputs: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+        features, errors = self.layer.transform(inputs)
+        if self._model_inputs is not None:
+            features = {n: features[n] for n in self._model_inputs}
+        outputs = self.model(features, training=False)
+        if not isinstance(outputs, Mapping):
+            outputs = {"outputs": outputs}
+        if ERROR_OUTPUT in outputs:
+            raise ValueError(f"the model has an output named {ERROR_OUTPUT!r}, which the export adds; rename it")
+        return {**outputs, ERROR_OUTPUT: errors}
+
+
+def export_serving(model: Any, output: str | TransformLayer, export_dir: str) -> str:
+    """Write a SavedModel whose ``serving_default`` takes raw fields and returns the model's outputs.
+
+    Args:
+      model: a Keras model (or any callable trackable) taking the feature dict
+        the output's shards hold (``readers.keras_inputs(info)``).
+      output: the recordprep output the model was trained on (its analysis is
+        embedded), or a layer from :func:`transform_layer`.
+      export_dir: where to write the SavedModel (local or ``gs://``).
+
+    The signature's inputs are the layer's wire format (``layer.input_signature``,
+    see ``readers._serving_wire``); its outputs are the model's (a single
+    tensor is named ``outputs``) plus ``recordprep_error`` (string per row,
+    ``""`` when the record converts). The SavedModel needs TensorFlow only, not
+    recordprep. Raises SpecError for an output it cannot serve exactly.
+    """
+    layer = output if isinstance(output, TransformLayer) else transform_layer(output)
+    module = _Serving(model, layer)
+    tf.saved_model.save(module, export_dir, signatures={"serving_default": module.serve.get_concrete_function()})
+    return export_dir

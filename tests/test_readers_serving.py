@@ -1,0 +1,431 @@
+"""The serving layer maps raw records to exactly the converter's features.
+
+Parity is checked against Examples the converter's own code serializes
+(``OutputAnalysis.vectorize``, what ``--analysis-from`` runs, then
+``convert.example``) parsed back by TensorFlow, record for record: int and
+string features equal, float32 features equal as bits. Rejections must agree:
+every record the converter rejects is flagged by the layer; a record the layer
+flags and the converter accepts is allowed only for the documented serving
+limits (ISO 8601 strings, timestamps beyond int64). The slow tests run the real
+CLI (``--analysis-from``) and read the shards, export a SavedModel and run it in
+a process without recordprep, and cover ``examples/data`` and ``../shared/realdata``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from _e2e import cli, error_rows
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import readers
+from convert.apply import OutputAnalysis, apply_analysis
+from convert.example import encode_examples, split_buffer
+from readers import serving
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "examples" / "data"
+REALDATA = ROOT.parent / "shared" / "realdata"
+#: Layer errors allowed on records the converter accepts (documented serving limits).
+SERVING_LIMITS = ("ISO 8601 strings are not supported", "beyond int64; the serving layer")
+
+BASE_FEATURES = """
+  - {name: n_id, source: num, transform: identity, on_nan: keep}
+  - {name: n_z, source: num, transform: zscore, missing_indicator: true, on_nan: fill}
+  - {name: n_mm, source: num2, transform: minmax, on_nan: keep}
+  - {name: n_mm_fill, source: num2, transform: minmax, fill: 2.5, on_nan: fill}
+  - {name: n_log, source: num2, transform: log1p, fill: 1.5, on_nan: fill}
+  - {name: n_log_keep, source: num, transform: log1p, on_nan: keep, missing_indicator: true}
+  - {name: n_clip, source: num3, transform: clip, clip_min: 0, clip_max: 10.5, missing_indicator: true}
+  - {name: n_clip_lo, source: num, transform: clip, clip_min: -0.0, on_nan: keep}
+  - {name: n_id_mean, source: num3, transform: identity, fill: mean}
+  - {name: n_list, source: nums, transform: identity, max_len: 3, on_nan: keep, fill: mean, missing_indicator: true}
+  - {name: n_list_log, source: nums, transform: log1p, max_len: 2, on_nan: fill}
+  - {name: n_list_clip, source: nums, transform: clip, clip_max: 1, max_len: 4, on_nan: fill, fill: -3}
+  - {name: b, source: num, transform: bucketize, num_buckets: 4, missing_indicator: true, on_nan: keep}
+  - {name: b_fill, source: num2, transform: bucketize, on_nan: fill}
+  - {name: cat, transform: vocabulary, min_frequency: 2}
+  - {name: cat_top, source: cat, transform: vocabulary, top_k: 3}
+  - {name: tags, transform: vocabulary, max_len: 3}
+  - {name: seg, source: user.segment, transform: vocabulary}
+  - {name: ts, transform: timestamp, parts: [hour, day_of_week, month], missing_indicator: true}
+  - {name: ts_ns, source: ts, transform: timestamp, unit: ns, parts: [month]}
+  - {name: day, transform: timestamp, unit: days, parts: [day_of_week, month]}
+  - {name: secs, transform: timestamp, unit: s, parts: [hour]}
+  - {name: blob, transform: bytes}
+"""
+HASHED_FEATURES = """
+  - {name: h, source: user.id, transform: hash, buckets: 97}
+  - {name: h_list, source: tags2, transform: hash, buckets: 13, max_len: 2}
+  - {name: x, transform: cross, sources: [cat, user.segment], buckets: 50}
+  - {name: x3, transform: cross, sources: [cat, user.id, flag], buckets: 1000000}
+  - {name: cat_oov, source: cat, transform: vocabulary, num_oov_buckets: 5, top_k: 2}
+  - {name: tags_oov, source: tags, transform: vocabulary, num_oov_buckets: 3, max_len: 2}
+  - {name: q, source: query, transform: text, max_len: 4}
+  - {name: q_case, source: query, transform: text, max_len: 3, lowercase: false, num_oov_buckets: 3}
+"""
+HASHED_SUPPORTED = serving.SERVING_MIN_FORMAT_VERSION is not None
+LABEL = "label: {source: y, dtype: float32}\n"
+
+
+def _config(hashed: bool) -> str:
+    return LABEL + "features:" + BASE_FEATURES + (HASHED_FEATURES if hashed else "")
+
+
+WORDS = ["red", "Blue", "BLUE", "café", "naïve", "x_y", "42", "σας", "İstanbul", "straße", "a-b", "ǅ"]
+
+
+def _train_record(i: int) -> dict[str, Any]:
+    r = np.random.default_rng(i)
+    return {
+        "y": float(i % 2),
+        "num": None if i % 7 == 0 else float(r.uniform(-0.9, 8)),
+        "num2": float(r.uniform(-0.5, 20)) if i % 5 else None,
+        "num3": int(r.integers(-5, 15)),
+        "nums": [float(r.uniform(-0.9, 3)) for _ in range(i % 5)] if i % 6 else None,
+        "cat": ["a", "b", "c", "d", "é", "7"][i % 6] if i % 9 else 7,
+        "tags": ["x", "y", "z", "w"][: i % 4],
+        "tags2": ["p", None, "q"][: i % 3],
+        "user": {"id": f"u{i % 13}", "segment": ["s1", "s2", None][i % 3]} if i % 8 else None,
+        "flag": bool(i % 2),
+        "ts": 1767225600000 + i * 3_600_123,
+        "day": 20_000 + i,
+        "secs": 1_700_000_000 + i * 7777,
+        "blob": f"b{i}",
+        "query": " ".join(WORDS[(i * k) % len(WORDS)] for k in range(1, 2 + i % 5)),
+    }
+
+
+@pytest.fixture(scope="module")
+def output(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("serving")
+    (root / "in").mkdir()
+    (root / "in" / "train.jsonl").write_text("".join(json.dumps(_train_record(i)) + "\n" for i in range(240)))
+    (root / "features.yaml").write_text(_config(HASHED_SUPPORTED))
+    out = root / "out"
+    r = cli("convert", "--input", root / "in", "--config", root / "features.yaml", "--output", out,
+            "--splits", "train=1", "--no-progress")
+    assert r.exit_code == 0, r.output
+    return out
+
+
+@pytest.fixture(scope="module")
+def layer(output) -> serving.TransformLayer:
+    return readers.transform_layer(str(output))
+
+
+# ------------------------------------------------------------------ parity helpers
+
+_TF = {"float32": tf.float32, "int64": tf.int64, "string": tf.string}
+
+
+def converter_examples(output: Path, records: list[Any]) -> tuple[dict[str, np.ndarray], np.ndarray, list]:
+    """The converter's Examples for ``records`` (``--analysis-from`` semantics), parsed by TensorFlow."""
+    applied = OutputAnalysis.load(output)
+    vb = applied.vectorize(records)
+    kept = np.flatnonzero(vb.keep)
+    buf, lens = encode_examples(vb.columns, len(kept))
+    specs = [f for f in applied.info.features if f.role != "label"]
+    parsed = tf.io.parse_example(tf.constant(split_buffer(buf, lens), dtype=tf.string), {f.name: tf.io.FixedLenFeature(f.shape, _TF[f.dtype]) for f in specs})
+    return {k: v.numpy() for k, v in parsed.items()}, kept, vb.rejections
+
+
+def assert_same(name: str, expected: np.ndarray, got: np.ndarray, rows: Any) -> None:
+    assert expected.shape == got.shape, (name, expected.shape, got.shape)
+    if expected.dtype == np.float32:
+        diff = expected.view(np.uint32) != got.view(np.uint32)
+    else:
+        diff = expected != got
+    if diff.any():
+        i = int(np.flatnonzero(diff.any(axis=tuple(range(1, diff.ndim))))[0])
+        raise AssertionError(f"feature {name!r}, record {rows[i]!r}: converter {expected[i]!r}, layer {got[i]!r}")
+
+
+def check_parity(output: Path, layer: serving.TransformLayer, records: list[Any]) -> None:
+    expected, kept, rejections = converter_examples(output, records)
+    features, errors = layer.transform_records(records)
+    conv_rejected = {r.index for r in rejections}
+    layer_rejected = {i for i, e in enumerate(errors) if e}
+    missed = conv_rejected - layer_rejected
+    assert not missed, [(records[i], [r.reason for r in rejections if r.index == i]) for i in sorted(missed)][:3]
+    extra = sorted(layer_rejected - conv_rejected)
+    for i in extra:
+        assert any(why in errors[i] for why in SERVING_LIMITS), (records[i], errors[i])
+    rows = [i for i in kept.tolist() if i not in layer_rejected]
+    pick = np.array([np.flatnonzero(kept == i)[0] for i in rows], dtype=np.int64)
+    assert set(expected) == set(features)
+    for name, exp in expected.items():
+        got = features[name][rows] if rows else features[name][:0]
+        assert got.dtype == exp.dtype or (exp.dtype == object and got.dtype == object), (name, got.dtype, exp.dtype)
+        assert_same(name, exp[pick] if rows else exp[:0], got, [records[i] for i in rows])
+
+
+# ------------------------------------------------------------------ random records
+
+BIG = [2**53 + 1, 2**63 - 1, 2**63, -(2**63), -(2**63) - 1, 2**64, 10**30, 10**400, -(10**400)]
+EDGE_FLOATS = [0.0, -0.0, 5e-324, -5e-324, 1.1754943508222875e-38, 3.4028234663852886e38, 3.4028235677973366e38,
+               3.4028235677973362e38, -3.5e38, 1e308, math.inf, -math.inf, math.nan, -math.nan, -1.0, -0.9999999999999999, 0.5]
+NUMBERS = st.one_of(st.floats(), st.sampled_from(EDGE_FLOATS), st.integers(-(2**64), 2**64), st.sampled_from(BIG),
+                    st.integers(-3, 20).map(float))
+STRINGS = st.one_of(st.text(max_size=12), st.sampled_from(["a", "b", "é", "7", "", "true", "x", "y", "nan", "inf"] + WORDS))
+TS_STRINGS = st.sampled_from(["2026-01-01", "2026-01-01T10:11:12Z", "nope", "", "1767225600000", "2026-02-30"])
+SCALARS = st.one_of(st.none(), st.booleans(), NUMBERS, STRINGS, st.binary(max_size=6))
+NESTED = st.one_of(st.just({}), st.just({"a": 1}), st.just([]), st.just([1, "a"]))
+ANY = st.one_of(SCALARS, NESTED)
+
+
+def lists(items: st.SearchStrategy) -> st.SearchStrategy:
+    return st.one_of(st.none(), st.lists(st.one_of(st.none(), items), max_size=6), items)
+
+
+def _value(kind: str) -> st.SearchStrategy:
+    return {
+        "num": st.one_of(st.none(), st.booleans(), NUMBERS, NUMBERS, STRINGS, NESTED),
+        "nums": st.one_of(lists(st.one_of(NUMBERS, NUMBERS, st.booleans(), STRINGS)), NESTED),
+        "cat": ANY,
+        "tags": st.one_of(lists(st.one_of(STRINGS, NUMBERS, st.booleans())), lists(ANY)),
+        "ts": st.one_of(st.none(), st.integers(-(2**64), 2**64), st.sampled_from(BIG), st.floats(), st.sampled_from(EDGE_FLOATS),
+                        TS_STRINGS, st.booleans(), NESTED),
+        "text": st.one_of(st.none(), st.text(max_size=30), st.sampled_from(WORDS).map(lambda w: f" {w}, {w.upper()}!"), NUMBERS),
+        "blob": st.one_of(st.none(), st.text(max_size=5), st.binary(max_size=5), NUMBERS, NESTED),
+    }[kind]
+
+
+FIELDS = {"num": "num", "num2": "num", "num3": "num", "nums": "nums", "cat": "cat", "tags": "tags", "tags2": "tags",
+          "flag": "cat", "ts": "ts", "day": "ts", "secs": "ts", "blob": "blob", "query": "text"}
+
+
+@st.composite
+def records(draw) -> Any:
+    if draw(st.integers(0, 30)) == 0:
+        return draw(st.one_of(st.none(), st.integers(), st.text(max_size=3), st.lists(st.integers(), max_size=2)))
+    r: dict[str, Any] = {}
+    for name, kind in FIELDS.items():
+        if draw(st.integers(0, 5)):  # absent sometimes
+            r[name] = draw(_value(kind))
+    user = draw(st.one_of(st.none(), st.just("not a record"), st.fixed_dictionaries(
+        {}, optional={"id": ANY, "segment": st.one_of(st.none(), st.sampled_from(["s1", "s2", "s3"]), ANY)})))
+    if draw(st.booleans()):
+        r["user"] = user
+    return r
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.lists(records(), min_size=1, max_size=12))
+def test_parity_on_random_records(output, layer, recs):
+    check_parity(output, layer, recs)
+
+
+def test_parity_on_training_records(output, layer):
+    check_parity(output, layer, [_train_record(i) for i in range(240)])
+
+
+def test_every_feature_of_the_output_is_produced_with_its_dtype_and_shape(output, layer):
+    info = readers.load_info(str(output))
+    features, errors = layer.transform_records([_train_record(3), {}])
+    assert errors == ["", ""]
+    for spec in info.features:
+        if spec.role == "label":
+            assert spec.name not in features
+            continue
+        assert features[spec.name].shape == (2, *spec.shape), spec.name
+        assert features[spec.name].dtype == {"float32": np.float32, "int64": np.int64, "string": object}[spec.dtype]
+
+
+# ------------------------------------------------------------------ rejections and refusals
+
+
+@pytest.mark.parametrize(("record", "field"), [
+    ({"num3": math.nan}, "num3"),                  # on_nan: error
+    ({"num3": 1e39}, "num3"),                      # beyond float32
+    ({"num2": "12"}, "num2"),                      # a string in a numeric field
+    ({"num": -1.0}, "num"),                        # log1p of -1 (on_nan: keep still checks the domain)
+    ({"cat": {"a": 1}}, "cat"),                    # a record where a single value belongs
+    ({"tags": [["x"]]}, "tags"),                   # a nested list item
+    ({"nums": ["1"]}, "nums"),                     # a string list item
+    ({"ts": True}, "ts"),                          # a bool timestamp
+    ({"ts": math.inf}, "ts"),                      # a non-finite timestamp
+    ({"day": 2**62}, "day"),                       # days beyond int64 seconds
+    ({"blob": 3}, "blob"),                         # a number where bytes belong
+])
+def test_values_the_converter_rejects_are_reported_per_row(output, layer, record, field):
+    _, _, rejections = converter_examples(output, [record])
+    assert rejections, record
+    features, errors = layer.transform_records([{}, record])
+    assert errors[0] == ""
+    assert errors[1].startswith(f"{field}"), errors[1]
+
+
+def test_calling_the_layer_raises_on_a_rejected_record(layer):
+    with pytest.raises(tf.errors.InvalidArgumentError, match="num3: value is NaN"):
+        layer(layer.encode([{}, {"num3": math.nan}]))
+    assert set(layer(layer.encode([{}]))) == {f.name for f in layer.features}
+
+
+def test_encode_names_a_record_the_wire_cannot_carry(layer):
+    with pytest.raises(ValueError, match=r"record 1: <record>: expected a record"):
+        layer.encode([{}, ["not", "a", "record"]])
+    with pytest.raises(ValueError, match="record 0: ts: the integer .* beyond int64"):
+        layer.encode([{"ts": 2**64}])
+
+
+def test_a_source_read_as_a_list_and_as_a_single_value_is_refused(tmp_path):
+    (tmp_path / "in.jsonl").write_text('{"a": ["x"], "y": 1}\n')
+    (tmp_path / "c.yaml").write_text("label: y\nfeatures:\n  - {name: a, transform: vocabulary, max_len: 2}\n"
+                                     "  - {name: a1, source: a, transform: vocabulary}\n")
+    r = cli("convert", "--input", tmp_path / "in.jsonl", "--config", tmp_path / "c.yaml", "--output", tmp_path / "o",
+            "--splits", "train=1", "--no-progress", "--max-errors", "5")
+    assert r.exit_code == 0, r.output
+    with pytest.raises(readers.SpecError, match="source 'a' is read both as a list"):
+        readers.transform_layer(str(tmp_path / "o"))
+
+
+@pytest.mark.skipif(not HASHED_SUPPORTED, reason="the converter has no serving format version yet")
+def test_an_output_of_an_older_format_is_refused_with_what_to_do(output, tmp_path):
+    old = tmp_path / "old"
+    old.mkdir()
+    meta = json.loads((output / "dataset_info.json").read_text())
+    meta["format_version"] = serving.SERVING_MIN_FORMAT_VERSION - 1
+    (old / "dataset_info.json").write_text(json.dumps(meta))
+    (old / "analysis.json").write_text((output / "analysis.json").read_text())
+    with pytest.raises(readers.SpecError, match="re-convert with this recordprep to export a serving model"):
+        readers.transform_layer(str(old))
+
+
+# ------------------------------------------------------------------ TF-free application
+
+
+def test_apply_analysis_is_what_analysis_from_writes(output, tmp_path):
+    recs = [_train_record(i) for i in range(5)] + [{"num3": math.nan}]
+    vb = apply_analysis(output, recs)
+    assert [r.index for r in vb.rejections] == [5]
+    assert vb.columns["n_z"][0] == "float32" and vb.columns["n_z"][1].shape == (5, 1)
+    code = ("import sys, json; sys.modules['tensorflow'] = None\n"
+            "from convert.apply import apply_analysis\n"
+            f"vb = apply_analysis({str(output)!r}, [json.loads(l) for l in sys.stdin])\n"
+            "print(json.dumps({k: (kind, v.tolist() if kind != 'string' else [x.decode() for x in v]) for k, (kind, v) in vb.columns.items()}))")
+    run = subprocess.run([sys.executable, "-c", code], input="".join(json.dumps(r) + "\n" for r in recs[:5]),
+                         capture_output=True, text=True, cwd=ROOT, check=True)
+    cols = json.loads(run.stdout)
+    for name, (kind, values) in vb.columns.items():
+        assert cols[name][1] == (values.tolist() if kind != "string" else [x.decode() for x in values]), name
+
+
+# ------------------------------------------------------------------ export
+
+
+def _model(info: readers.DatasetInfo) -> tf.keras.Model:
+    inputs = readers.keras_inputs(info)
+    parts = []
+    for x in inputs.values():
+        if x.dtype == "string":
+            continue
+        parts.append(tf.keras.layers.Flatten()(tf.keras.layers.Lambda(lambda t: tf.cast(t, tf.float32) * 1e-3)(x)))
+    h = tf.keras.layers.Concatenate()(parts)
+    out = tf.keras.layers.Dense(1, kernel_initializer="ones")(tf.keras.layers.Lambda(lambda t: tf.where(tf.math.is_finite(t), t, 0.0))(h))
+    return tf.keras.Model(inputs=inputs, outputs=out)
+
+
+def _site_packages() -> str:
+    import numpy
+    return str(Path(numpy.__file__).resolve().parents[1])
+
+
+@pytest.mark.slow
+def test_exported_model_predicts_from_a_rest_request_in_a_process_without_recordprep(output, layer, tmp_path):
+    info = readers.load_info(str(output))
+    model = _model(info)
+    export = tmp_path / "export"
+    readers.export_serving(model, layer, str(export))
+    recs = [_train_record(i) for i in range(20)] + [{}, {"num3": math.nan}]
+    # What the model predicts on the converter's Examples for the same records.
+    expected, kept, _ = converter_examples(output, recs)
+    want = model({k: tf.constant(v) for k, v in expected.items() if k in {t.name for t in model.inputs}}).numpy()
+    body = json.dumps({"instances": layer.instances(recs)})
+    script = (
+        "import sys\nsys.path.append(sys.argv[1])\n"
+        "import json, numpy as np\n"
+        "try:\n    import convert\n    raise SystemExit('recordprep is importable')\nexcept ImportError:\n    pass\n"
+        "import tensorflow as tf\n"
+        "f = tf.saved_model.load(sys.argv[2]).signatures['serving_default']\n"
+        "spec = f.structured_input_signature[1]\n"
+        "rows = json.load(sys.stdin)['instances']\n"
+        # TF Serving's REST API: per input, the instances' values as an array of the signature's dtype.
+        "def arr(k):\n"
+        "    dt = spec[k].dtype\n"
+        "    if dt == tf.string:\n"
+        "        return np.array([r[k] for r in rows], dtype=object)\n"
+        "    return np.array([r[k] for r in rows], dtype=dt.as_numpy_dtype)\n"
+        "out = f(**{k: tf.constant(arr(k)) for k in spec})\n"
+        "print(json.dumps({k: v.numpy().tolist() if v.dtype != tf.string else [x.decode() for x in v.numpy()] for k, v in out.items()}))\n"
+    )
+    run = subprocess.run([sys.executable, "-I", "-S", "-c", script, _site_packages(), str(export)], input=body,
+                         capture_output=True, text=True, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    got = json.loads(run.stdout.strip().splitlines()[-1])
+    errors = got["recordprep_error"]
+    assert errors[-1].startswith("num3: value is NaN") and not any(errors[:-1])
+    pred = np.array(got["outputs"], dtype=np.float32)[kept]
+    np.testing.assert_array_equal(pred, want)
+
+
+# ------------------------------------------------------------------ real data, end to end
+
+
+def _shard_examples(out: Path, info: readers.DatasetInfo, split: str = "train") -> dict[str, np.ndarray]:
+    files = [str(out / s.file) for s in info.split(split).shards]
+    ds = tf.data.TFRecordDataset(files, compression_type=info.compression if info.compression != "NONE" else "")
+    specs = {f.name: tf.io.FixedLenFeature(f.shape, _TF[f.dtype]) for f in info.features if f.role != "label"}
+    rows = [tf.io.parse_example(tf.stack(list(b)), specs) for b in ds.batch(100000)]
+    return {k: np.concatenate([r[k].numpy() for r in rows]) for k in specs} if rows else {}
+
+
+@pytest.mark.slow
+@settings(max_examples=3, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.lists(records(), min_size=20, max_size=80))
+def test_parity_with_the_shards_of_an_analysis_from_run(output, layer, tmp_path_factory, random_records):
+    """The real CLI converts random records with --analysis-from; the layer matches the shards' bytes."""
+    tmp_path = tmp_path_factory.mktemp("analysis_from")
+    recs: list[Any] = [_train_record(1000 + i) for i in range(20)]
+    for r in random_records:
+        if isinstance(r, dict):
+            recs.append({**r, "y": 1.0})
+    lines = []
+    for r in recs:
+        try:
+            lines.append(json.dumps(r, allow_nan=True))
+        except (TypeError, ValueError):  # bytes: not JSON
+            continue
+    (tmp_path / "in.jsonl").write_text("\n".join(lines) + "\n")
+    recs = [json.loads(line) for line in lines]
+    out = tmp_path / "out"
+    r = cli("convert", "--input", tmp_path / "in.jsonl", "--config", _cfg_file(tmp_path), "--output", out,
+            "--analysis-from", output, "--splits", "train=1", "--num-shards", "1", "--no-progress",
+            "--max-error-fraction", "1")
+    assert r.exit_code == 0, r.output
+    rejected = {row["line"] - 1 for row in error_rows(out)}
+    accepted = [i for i in range(len(recs)) if i not in rejected]
+    shards = _shard_examples(out, readers.load_info(str(out)))
+    features, errors = layer.transform_records(recs)
+    assert all(errors[i] for i in rejected)
+    rows = [j for j, i in enumerate(accepted) if not errors[i]]
+    assert len(rows) >= len(accepted) - 5
+    for name, exp in shards.items():
+        got = features[name][[accepted[j] for j in rows]]
+        assert_same(name, exp[rows], got, [recs[accepted[j]] for j in rows])
+
+
+def _cfg_file(tmp_path: Path) -> Path:
+    p = tmp_path / "features.yaml"
+    p.write_text(_config(HASHED_SUPPORTED))
+    return p
