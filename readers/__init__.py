@@ -22,7 +22,6 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from readers.errors import (
-    DatasetDeadError,
     DatasetFailedError,
     DatasetIncompleteError,
     ShardMismatchError,
@@ -39,7 +38,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from readers.serving import TransformLayer, export_serving, transform_layer
 
 __all__ = [
-    "DatasetDeadError",
     "DatasetFailedError",
     "DatasetIncompleteError",
     "ReadOptions",
