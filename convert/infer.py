@@ -6,6 +6,13 @@ and a comment saying why, so the user edits a reasonable draft instead of
 writing a config from nothing. Avro writer schemas tell which dicts are maps
 (not records); JSON has no schema, so every object is treated as a record.
 
+Beyond the value types, a draft reads: ISO 8601 strings as ``timestamp``;
+identifier-like fields (named ``id``, ``*_id``, ``userId``, ``*uuid``; or card-
+number-like: integers of 12+ digits nearly all distinct, digit strings of 9+
+digits) as ``hash``, since their numeric value means nothing and new ids keep
+coming; epoch integers of a time-named field (``ts``, ``*_at``, ``*_time``) as
+``timestamp`` in the unit their magnitude shows.
+
 Nested records are flattened to dotted paths down to ``MAX_DEPTH`` levels,
 which also bounds recursive schemas (``LongList.next.next...``).
 """
@@ -19,6 +26,8 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
+from convert.config import TRANSFORM_TABLE
+from convert.derive import epoch_seconds
 from convert.spec import MAX_FEATURE_SIZE
 from convert.vectorize import tokenize
 
@@ -32,6 +41,20 @@ _TIMESTAMP_UNITS = {
     "timestamp-millis": "ms", "timestamp-micros": "us", "timestamp-nanos": "ns",
     "local-timestamp-millis": "ms", "local-timestamp-micros": "us", "local-timestamp-nanos": "ns",
 }
+#: ISO 8601 dates and date-times (the converter's parser takes more; infer wants unmistakable ones).
+_ISO_RE = re.compile(r"\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:[.,]\d+)?)?(?:Z|[+-]\d{2}(?::?\d{2})?)?)?")
+#: Card, account or phone numbers written as text: 9+ digits, maybe grouped by spaces or dashes.
+_DIGITS_RE = re.compile(r"\+?\d[\d \-]{7,}\d")
+#: Names (last path component) of identifier fields: ``id``, ``user_id``, ``userId``, ``session_uuid``.
+_ID_NAMES = (re.compile(r"(?:^|_)(?:id|uuid|guid)$", re.IGNORECASE), re.compile(r"[a-z0-9](?:Id|ID|Uuid|UUID|Guid|GUID)$"))
+#: Names of instants: ``ts``, ``event_time``, ``created_at``, ``updatedAt``.
+_TIME_NAMES = (re.compile(r"(?:^|_)(?:ts|time|timestamp|datetime|at)$", re.IGNORECASE),
+               re.compile(r"[a-z0-9](?:Time|Timestamp|At|Ts)$"))
+#: Epoch integers of present-day instants (2000..2100) in each unit; the ranges do not overlap.
+_EPOCH_RANGES = {unit: (946_684_800 * k, 4_102_444_800 * k) for unit, k in
+                 (("s", 1), ("ms", 10**3), ("us", 10**6), ("ns", 10**9))}
+#: An integer label with at most this many values is a class id (int64); past it, a regression target.
+LABEL_MAX_CLASSES = 100
 _TIME_TYPES = ("date", "time-millis", "time-micros", "timestamp-millis", "timestamp-micros", "timestamp-nanos",
                "local-timestamp-millis", "local-timestamp-micros", "local-timestamp-nanos")
 
@@ -46,7 +69,11 @@ class _FieldStats:
     lengths: list[int] = dataclasses.field(default_factory=list)
     elem_types: Counter = dataclasses.field(default_factory=Counter)
     nonfinite: int = 0  # NaN, +-inf or beyond float32's range
-
+    iso: int = 0  # strings that are ISO 8601 dates or date-times
+    iso_dates: int = 0  # ... of them, dates without a time
+    digit_strings: int = 0  # strings of 9+ digits (card, account, phone numbers)
+    int_lo: int | None = None
+    int_hi: int | None = None
 
     def add_distinct(self, v: Any) -> None:
         if len(self.distinct) < _DISTINCT_CAP:
@@ -133,11 +160,19 @@ def _walk(rec: dict, stats: dict[str, _FieldStats], maps: set[str], prefix: str 
                     st.add_distinct(x)
         elif kind == "str":
             st.add_distinct(v)
+            if _ISO_RE.fullmatch(v):
+                st.iso += 1
+                st.iso_dates += len(v) == 10
+            elif _DIGITS_RE.fullmatch(v) and sum(c.isdigit() for c in v) >= 9:
+                st.digit_strings += 1
             st.tokens.append(len(tokenize(v, lowercase=False)))
         elif kind in ("int", "float", "bool"):
             st.add_distinct(v)
             if kind != "bool" and not _f32_finite(v):
                 st.nonfinite += 1
+            if kind == "int":
+                st.int_lo = v if st.int_lo is None else min(st.int_lo, v)
+                st.int_hi = v if st.int_hi is None else max(st.int_hi, v)
 
 
 def _f32_finite(v: int | float) -> bool:
@@ -167,11 +202,73 @@ def _safe_name(path: str, taken: set[str]) -> str:
 
 @dataclasses.dataclass
 class Draft:
-    """An inferred config entry: ``entry`` is the YAML mapping, ``comment`` why."""
+    """An inferred config entry: ``entry`` is the YAML mapping, ``comment`` why.
+
+    ``role`` is ``"label"`` for the label's draft (``entry`` is then the
+    config's ``label`` mapping, or None when the field cannot be a label);
+    ``warnings`` are what the user must know before converting with it.
+    """
 
     entry: dict[str, Any] | None
     comment: str
     path: str
+    role: str = "feature"
+    warnings: list[str] = dataclasses.field(default_factory=list)
+
+
+def _named(path: str, patterns: tuple[re.Pattern, ...]) -> bool:
+    last = path.rsplit(".", 1)[-1]
+    return any(p.search(last) for p in patterns)
+
+
+def _epoch_unit(st: _FieldStats) -> str | None:
+    """The unit in which every integer of ``st`` is a present-day instant, if one is."""
+    if st.int_lo is None:
+        return None
+    return next((u for u, (lo, hi) in _EPOCH_RANGES.items() if lo <= st.int_lo and st.int_hi <= hi), None)
+
+
+def _few(distinct: int, non_null: int) -> bool:
+    """Few enough values for a vocabulary (codes like ``country_id``), not an open-ended set of ids."""
+    return distinct <= 50 and distinct <= 0.5 * non_null
+
+
+def _identifier(path: str, st: _FieldStats, types: set[str], non_null: int, null_note: str) -> Draft | None:
+    """A draft for a field whose values identify things or instants rather than measure them, else None."""
+    distinct = len(st.distinct)
+    more = "+" if distinct >= _DISTINCT_CAP else ""
+    missing = bool(null_note)  # null or absent in some records
+    if types == {"str"} and st.iso == non_null:
+        _, _, bad = epoch_seconds(list(st.distinct), "s")
+        if not bad:
+            parts = ["day_of_week", "month"] if st.iso_dates == non_null else ["hour", "day_of_week"]
+            e: dict[str, Any] = {"transform": "timestamp", "parts": parts}
+            if missing:
+                e["missing_indicator"] = True
+            return Draft(e, f"{path}: ISO 8601 {'dates' if st.iso_dates == non_null else 'date-times'} -> epoch seconds + "
+                            f"{', '.join(parts)} (UTC; times without an offset read as UTC){null_note}", path)
+    if types == {"int"} and _named(path, _TIME_NAMES) and (unit := _epoch_unit(st)):
+        e = {"transform": "timestamp", "unit": unit, "parts": ["hour", "day_of_week"]}
+        if missing:
+            e["missing_indicator"] = True
+        return Draft(e, f"{path}: integers that are epoch {unit} of years 2000-2100 -> epoch seconds + hour, day_of_week "
+                        f"(UTC){null_note}", path)
+    hashed = {"transform": "hash", "buckets": _hash_buckets(distinct)}
+    if _named(path, _ID_NAMES):
+        if _few(distinct, non_null):
+            return Draft({"transform": "vocabulary"}, f"{path}: an id with {distinct} values in the sample: categorical{null_note}", path)
+        why = "its numeric value means nothing and new ids keep coming" if types == {"int"} else "new ids keep coming"
+        return Draft(hashed, f"{path}: identifier ({distinct}{more} distinct in {non_null}), hashed: {why}{null_note}", path)
+    if types == {"int"} and st.int_lo is not None and not st.nonfinite:
+        big = max(abs(st.int_lo), abs(st.int_hi))
+        if big > 2**53 or (min(abs(st.int_lo), abs(st.int_hi)) >= 10**11 and st.int_lo > 0 and distinct >= 0.9 * non_null
+                           and _epoch_unit(st) is None):
+            return Draft(hashed, f"{path}: identifier-like integers (12+ digits, {distinct}{more} distinct in {non_null}: "
+                                 f"card or account numbers?), hashed{null_note}", path)
+    if types == {"str"} and st.digit_strings == non_null and not _few(distinct, non_null):
+        return Draft(hashed, f"{path}: digit strings of 9+ digits ({distinct}{more} distinct in {non_null}: card, account "
+                             f"or phone numbers?), hashed{null_note}", path)
+    return None
 
 
 def _max_len(counts: list[int]) -> tuple[int, int, str]:
@@ -223,6 +320,8 @@ def _decide(path: str, st: _FieldStats, total: int, logical: str | None = None) 
     if logical == "duration" and types == {"bytes"}:
         return Draft({"transform": "bytes"}, f"{path}: duration (fixed 12 bytes: months, days, millis), "
                      f"passed through unvectorized{null_note}", path)
+    if types in ({"int"}, {"str"}) and (ident := _identifier(path, st, types, non_null, null_note)):
+        return ident
     if types <= {"int", "float"}:
         if types == {"int"} and distinct <= 2 and non_null > 0 and not st.nonfinite:
             return Draft({"transform": "vocabulary"}, f"{path}: integer with {distinct} values{null_note}", path)
@@ -281,20 +380,16 @@ def infer_config(records: Iterable[dict], avro_schema: Any = None, label: str | 
             total += 1
     drafts = [_decide(p, st, total, kinds.get(p)) for p, st in stats.items()]
     label_path = label
-    if label_path is None:
-        for d in drafts:
-            if d.path.lower() in _LABEL_NAMES and d.entry and d.entry["transform"] in ("vocabulary", "zscore"):
-                label_path = d.path
-                break
+    if label_path is None:  # a numeric field with a label's name
+        label_path = next((p for p, st in stats.items() if p.lower() in _LABEL_NAMES
+                           and set(st.types) - {"null"} and set(st.types) - {"null"} <= {"int", "float", "bool"}), None)
     taken: set[str] = set()
     features = []
     label_entry = None
-    for d in drafts:
+    for i, d in enumerate(drafts):
         if d.path == label_path:
-            st = stats[d.path]
-            dtype = "int64" if set(st.types) - {"null"} <= {"int", "bool"} else "float32"
-            label_entry = {"source": d.path, "dtype": dtype}
-            taken.add(d.path.replace(".", "_"))
+            drafts[i] = _label_draft(d.path, stats[d.path], total, taken)
+            label_entry = drafts[i].entry
             continue
         if d.entry is None:
             continue
@@ -306,6 +401,48 @@ def infer_config(records: Iterable[dict], avro_schema: Any = None, label: str | 
         d.entry = e
         features.append(e)
     return {"label": label_entry, "features": features}, drafts
+
+
+def _label_draft(path: str, st: _FieldStats, total: int, taken: set[str]) -> Draft:
+    """The label's draft: its kind from the sample (few integer values: class ids,
+    int64; other numbers: float32), or no entry for values that cannot be a label
+    yet (strings), with warnings for what convert would reject."""
+    types = set(st.types) - {"null"}
+    distinct = len(st.distinct)
+    warnings = []
+    missing = st.nulls + (total - st.count)
+    if missing and types:
+        warnings.append(f"label {path!r} is null or absent in {missing} of {total} sampled records: convert rejects "
+                        f"such records (OUTPUT/errors/; the run fails unless --max-errors/--max-error-fraction "
+                        f"tolerates them); filter them out first or pick another label")
+    if st.nonfinite:
+        warnings.append(f"label {path!r} is NaN, infinite or beyond float32 in {st.nonfinite} sampled records: "
+                        f"convert rejects them (labels must be finite)")
+    name = _safe_name(path, taken)
+    entry: dict[str, Any] | None = {"source": path}
+    if name != path.replace(".", "_"):
+        entry["name"] = name
+    if types and types <= {"int", "bool"} and distinct <= LABEL_MAX_CLASSES:
+        entry["dtype"] = "int64"
+        why = f"{path}: integer with {distinct} values: class ids (int64)"
+    elif types and types <= {"int", "float", "bool"}:
+        entry["dtype"] = "float32"
+        why = (f"{path}: integer with {distinct}{'+' if distinct >= _DISTINCT_CAP else ''} values (more than "
+               f"{LABEL_MAX_CLASSES}): a regression target (float32); use dtype: int64 if they are class ids"
+               if types <= {"int", "bool"} else f"{path}: numeric: a regression target (float32)")
+    else:
+        entry = None
+        if types == {"str"}:
+            shown = ", ".join(sorted(map(str, st.distinct))[:5]) + (", ..." if distinct > 5 else "")
+            why = (f"{path} holds strings ({distinct} distinct: {shown}); string labels are not supported yet (a "
+                   f"vocabulary-mapped label is planned): map the classes to integers 0..K-1 in the data and use "
+                   f"label: {{source: {path}, dtype: int64}}")
+        elif not types:
+            why = f"{path} is always null in the sample; it cannot be the label"
+        else:
+            why = f"{path} holds {', '.join(sorted(types))} values; a label is one number per record"
+        warnings.insert(0, why)
+    return Draft(entry, why, path, role="label", warnings=warnings)
 
 
 def _yaml_scalar(v: Any) -> str:
@@ -321,27 +458,46 @@ def _yaml_scalar(v: Any) -> str:
     return s if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.\-/]*", s) and s.lower() not in ("true", "false", "null", "yes", "no", "on", "off") else json.dumps(s)
 
 
+def _comment(text: str) -> str:
+    """``text`` on one comment line (field names from the data may hold line breaks)."""
+    return re.sub(r"[\x00-\x1f\x7f\u2028\u2029\x85]", lambda m: repr(m.group(0))[1:-1], text)
+
+
+def _header() -> list[str]:
+    """Every transform, what it does and its options (the config's own table)."""
+    width = max(map(len, TRANSFORM_TABLE))
+    lines = ["# Drafted by `recordprep infer`: check every entry. Every transform, and its options",
+             "# (besides name, source, allow_all_missing; details: README 'Feature config'):"]
+    for t, info in TRANSFORM_TABLE.items():
+        opts = f" [{', '.join(info.options)}]" if info.options else ""
+        lines.append(f"#   {t:<{width}}  {info.summary}{opts}")
+    return lines
+
+
 def render_yaml(config: dict[str, Any], drafts: list[Draft], header: str = "") -> str:
     """The draft as commented YAML (loads back with ``load_config``)."""
     lines = []
     if header:
-        lines += [f"# {h}" for h in header.splitlines()]
-    lines.append("# Drafted by `recordprep infer`: check every entry. Transforms: identity zscore minmax log1p clip")
-    lines.append("# vocabulary hash text bytes; options: README 'Feature config'.")
-    if config["label"]:
-        lab = config["label"]
-        lines.append(f"label: {{source: {_yaml_scalar(lab['source'])}, dtype: {lab['dtype']}}}")
+        lines += [f"# {_comment(h)}" for h in header.splitlines()]
+    lines += _header()
+    label = next((d for d in drafts if d.role == "label"), None)
+    if label is not None and label.entry is not None:
+        body = ", ".join(f"{k}: {_yaml_scalar(v)}" for k, v in label.entry.items())
+        lines.append(f"label: {{{body}}}  # {_comment(label.comment)}")
+    elif label is not None:
+        lines.append(f"# label: none drafted: {_comment(label.comment)}")
     else:
-        lines.append("# label: {source: FIELD, dtype: int64}   # no field looked like a label; name yours here")
+        lines.append("# label: {source: FIELD, dtype: int64}   # no numeric field looked like a label; name yours here")
+    lines += [f"# warning: {_comment(w)}" for w in (label.warnings if label else ())]
     lines.append("features:")
     for d in drafts:
-        if d.entry is None:
-            lines.append(f"  # skipped {d.comment}")
-        elif config["label"] and d.path == config["label"]["source"]:
+        if d.role == "label":
             continue
+        if d.entry is None:
+            lines.append(f"  # skipped {_comment(d.comment)}")
         else:
             body = ", ".join(f"{k}: {_yaml_scalar(v)}" for k, v in d.entry.items())
-            lines.append(f"  - {{{body}}}  # {d.comment}")
+            lines.append(f"  - {{{body}}}  # {_comment(d.comment)}")
     if not config["features"]:
         lines.append("  []  # nothing vectorizable found in the sample")
     return "\n".join(lines) + "\n"

@@ -199,7 +199,7 @@ def convert(
 def infer(
     input: Annotated[list[str], typer.Option("--input", "-i", help="Input files, globs or directories: several after one -i, or repeat -i.")],
     sample: Annotated[int, typer.Option(help="Records to sample (from the first files).")] = 2000,
-    label: Annotated[str | None, typer.Option(help="Field to use as the label (default: a field named label/target/y/...).")] = None,
+    label: Annotated[str | None, typer.Option(help="Field to use as the label (default: a numeric field named label/target/y/...); its kind comes from the data: few integer values -> int64, other numbers -> float32; warns when it is null in part of the sample.")] = None,
     json_records_path: Annotated[str | None, typer.Option(help="Dotted key holding the record array in JSON documents.")] = None,
     max_record_mb: Annotated[float, typer.Option(help=_MAX_RECORD_HELP)] = _DEFAULT_RECORD_MB,
     max_block_mb: Annotated[float, typer.Option(help=_MAX_BLOCK_HELP)] = _DEFAULT_BLOCK_MB,
@@ -207,10 +207,13 @@ def infer(
     """Draft a feature config from a sample of the data: `recordprep infer -i 'data/*.avro' > features.yaml`.
 
     One entry per leaf field with a transform chosen from the sample (numeric ->
-    zscore, low-cardinality -> vocabulary, high-cardinality -> hash, free text ->
+    zscore, low-cardinality -> vocabulary, high-cardinality and identifiers (id,
+    *_id, card numbers) -> hash, ISO 8601 strings -> timestamp, free text ->
     text, lists -> padded to their 95th-percentile length) and a comment saying why.
     """
     _setup_logging(False)
+    import difflib
+
     from apache_beam.io.filesystems import FileSystems
 
     from convert.infer import infer_config, render_yaml
@@ -271,8 +274,14 @@ def infer(
     if not config["features"]:
         _fail(f"unsupported input: no field of the {len(records)} sampled records of {where} can be vectorized "
               f"({'; '.join(d.comment for d in drafts) or 'the records have no fields'})")
-    if label and not config["label"]:
-        _fail(f"--label {label!r}: no such field in the sample; fields: {', '.join(d.path for d in drafts)}", 2)
+    paths = [d.path for d in drafts]
+    if label and label not in paths:
+        close = difflib.get_close_matches(label, paths, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        _fail(f"--label {label!r}: no such field in the sample{hint}; fields: {', '.join(paths)}", 2)
+    for d in drafts:  # the label's: null in part of the sample, or not a kind of label convert takes
+        for w in d.warnings:
+            typer.secho(f"warning: {w}", fg=typer.colors.YELLOW, err=True)
     typer.echo(render_yaml(config, drafts, header=f"inferred from {len(records)} records of {len(files)} file(s)"), nl=False)
 
 

@@ -222,6 +222,14 @@ def expected_row(record: Any, feature: dict, vocab: list[str] | None) -> dict[st
         # Independent of convert/derive.py: datetime-free integer arithmetic
         # spelled out per unit, floor towards -inf.
         per = {"s": 1, "ms": 1000, "us": 10**6, "ns": 10**9}
+        if isinstance(v, str):  # ISO 8601: seconds from the date and time fields; no offset = UTC
+            import datetime as dt
+
+            t = dt.datetime.fromisoformat(v.replace("Z", "+00:00"))
+            day = dt.date(t.year, t.month, t.day).toordinal() - dt.date(1970, 1, 1).toordinal()
+            off = t.utcoffset() or dt.timedelta(0)
+            v = day * 86400 + t.hour * 3600 + t.minute * 60 + t.second - int(off.total_seconds())
+            params = {**params, "unit": "s"}
         secs = 0 if v is None else v * 86400 if params["unit"] == "days" else v // per[params["unit"]]
         out[name] = np.asarray([secs], dtype=np.int64)
         days, rem = divmod(secs, 86400)

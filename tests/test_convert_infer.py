@@ -1,15 +1,28 @@
-"""convert.infer: drafted configs stay within what the config accepts."""
+"""convert.infer: drafted configs stay within what the config accepts, read
+what a field is (instants, identifiers, the label's kind) and say what the user
+must know before converting with them."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
+import os
+import random
+from pathlib import Path
 
+import pytest
+import yaml
+from _e2e import cli
 from typer.testing import CliRunner
 
-from convert.config import load_config
-from convert.infer import infer_config, render_yaml
+from convert.config import TRANSFORM_TABLE, load_config, parse_config
+from convert.infer import LABEL_MAX_CLASSES, infer_config, render_yaml
 from convert.spec import MAX_FEATURE_SIZE
 from pipelines.cli import app
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "examples" / "data"
+REALDATA = Path(os.environ.get("RECORDPREP_REALDATA", ROOT.parent / "shared" / "realdata"))
 
 LONG = MAX_FEATURE_SIZE * 4
 
@@ -41,3 +54,182 @@ def test_infer_cli_draft_of_long_lists_loads_back(tmp_path):
     draft = tmp_path / "draft.yaml"
     draft.write_text(yaml_text)
     assert all(f.max_len is None or f.max_len <= MAX_FEATURE_SIZE for f in load_config(draft).features)
+
+
+# ------------------------------------------------------------- what a field is
+
+
+def _draft(records: list[dict], label: str | None = None) -> tuple[dict, dict]:
+    """(features by name, the config mapping), after checking the draft loads."""
+    config, drafts = infer_config(records, label=label)
+    text = render_yaml(config, drafts)
+    parse_config(yaml.safe_load(text), source="draft")
+    return {f["name"]: f for f in config["features"]}, config
+
+
+def test_iso_8601_strings_are_timestamps():
+    base = dt.datetime(2024, 3, 1, 8, 30, tzinfo=dt.UTC)
+    records = [{"at": (base + dt.timedelta(hours=7 * i)).isoformat().replace("+00:00", "Z"),
+                "local": (base + dt.timedelta(minutes=13 * i)).strftime("%Y-%m-%dT%H:%M:%S"),
+                "offset": (base + dt.timedelta(days=i)).astimezone(dt.timezone(dt.timedelta(hours=2))).isoformat(),
+                "day": (base + dt.timedelta(days=i)).date().isoformat() if i % 5 else None,
+                "almost": f"2024-03-{i % 28 + 1:02d} or so"} for i in range(40)]
+    feats, _ = _draft(records)
+    for name in ("at", "local", "offset"):
+        assert feats[name] == {"name": name, "transform": "timestamp", "parts": ["hour", "day_of_week"]}, feats[name]
+    assert feats["day"] == {"name": "day", "transform": "timestamp", "parts": ["day_of_week", "month"],
+                            "missing_indicator": True}
+    assert feats["almost"]["transform"] != "timestamp"
+
+
+def test_a_string_that_only_looks_like_a_date_keeps_the_field_out_of_timestamp():
+    records = [{"d": f"2024-01-{i + 1:02d}"} for i in range(20)] + [{"d": "2024-02-30"}]  # no such day
+    feats, _ = _draft(records)
+    assert feats["d"]["transform"] != "timestamp"
+
+
+@pytest.mark.parametrize("field", ["id", "user_id", "userId", "sessionUUID", "request_guid"])
+def test_identifier_names_are_hashed(field):
+    records = [{field: 10_000 + 7 * i, "n": i % 2} for i in range(300)]
+    feats, _ = _draft(records)
+    assert feats[field]["transform"] == "hash" and feats[field]["buckets"] >= 300, feats[field]
+    strings, _ = _draft([{field: f"u{i * 31 % 997}"} for i in range(300)])
+    assert strings[field]["transform"] == "hash", strings[field]
+
+
+def test_nested_id_and_few_valued_ids():
+    records = [{"user": {"id": f"u{i}"}, "category_id": i % 6, "valid": 1000 + i, "paid": i * 3} for i in range(200)]
+    feats, _ = _draft(records)
+    assert feats["user_id"]["transform"] == "hash" and feats["user_id"]["source"] == "user.id"
+    assert feats["category_id"]["transform"] == "vocabulary"  # a code with few values
+    assert feats["valid"]["transform"] == "zscore" and feats["paid"]["transform"] == "zscore"  # not *_id names
+
+
+def test_card_numbers_are_hashed_whether_integers_or_digit_strings():
+    rng = random.Random(5)
+    cards = [rng.randrange(4000_0000_0000_0000, 4999_9999_9999_9999) for _ in range(200)]
+    records = [{"cc": c, "card": " ".join(f"{c:016d}"[k:k + 4] for k in range(0, 16, 4)), "phone": f"+1-555-{c % 10**7:07d}",
+                "amount": c % 100_000, "zip": f"{c % 40:05d}"} for c in cards]
+    feats, _ = _draft(records)
+    for name in ("cc", "card", "phone"):
+        assert feats[name]["transform"] == "hash", feats[name]
+    assert feats["amount"]["transform"] == "zscore"
+    assert feats["zip"]["transform"] == "vocabulary"  # digits, but few values
+
+
+def test_epoch_integers_of_a_time_named_field_are_timestamps_in_their_unit():
+    start = 1_700_000_000
+    records = [{"ts": (start + 61 * i) * 1000, "created_at": start + 3600 * i, "eventTime": (start + i) * 10**6,
+                "count": start + i, "time": -619524000000 + i} for i in range(50)]
+    feats, _ = _draft(records)
+    assert {k: feats["ts"][k] for k in ("transform", "unit")} == {"transform": "timestamp", "unit": "ms"}
+    assert feats["created_at"]["unit"] == "s" and feats["eventTime"]["unit"] == "us"
+    assert feats["count"]["transform"] == "zscore"  # epoch-like values, but not a time's name
+    assert feats["time"]["transform"] == "zscore"  # a time's name, values of 1950: not drafted as an instant
+
+
+def test_header_lists_every_transform_with_its_description():
+    config, drafts = infer_config([{"x": 1.5}, {"x": 2.5}])
+    header = [line for line in render_yaml(config, drafts).splitlines() if line.startswith("#")]
+    for name, info in TRANSFORM_TABLE.items():
+        assert any(line.split()[1:2] == [name] and info.summary in line for line in header), (name, header)
+
+
+def test_field_names_with_line_breaks_stay_in_their_comment():
+    config, drafts = infer_config([{"a\nb": i * 1.5, "c\r\n: x": [i]} for i in range(3)])
+    loaded = parse_config(yaml.safe_load(render_yaml(config, drafts)))
+    assert {f.source for f in loaded.features} == {"a\nb", "c\r\n: x"}
+
+
+# ------------------------------------------------------------------------ labels
+
+
+@pytest.mark.parametrize("values, dtype", [
+    ([0, 1, 1, 0, 2], "int64"), ([True, False, True], "int64"),
+    (list(range(LABEL_MAX_CLASSES + 1)), "float32"), ([0.5, 1.5, 2.0], "float32"), ([1, 2.5, 3], "float32"),
+])
+def test_label_kind_comes_from_the_data(values, dtype):
+    _, config = _draft([{"x": i, "target": v} for i, v in enumerate(values)], label="target")
+    assert config["label"] == {"source": "target", "dtype": dtype}
+
+
+def test_label_name_that_is_no_config_name_is_renamed_and_loads():
+    _, config = _draft([{"x": i, "my label": i % 2} for i in range(4)], label="my label")
+    assert config["label"] == {"source": "my label", "name": "my_label", "dtype": "int64"}
+
+
+def test_string_label_is_not_drafted_and_the_cli_says_why(tmp_path):
+    data = tmp_path / "d.jsonl"
+    data.write_text("".join(json.dumps({"x": i, "gender": ["F", "M"][i % 2]}) + "\n" for i in range(10)))
+    r = CliRunner().invoke(app, ["infer", "-i", str(data), "--label", "gender"])
+    assert r.exit_code == 0, r.output
+    assert "string labels are not supported yet" in r.stderr and "gender" in r.stderr
+    draft = yaml.safe_load(r.stdout)
+    assert "label" not in draft and [f["name"] for f in draft["features"]] == ["x"]  # not a feature either
+    assert "# label: none drafted: gender holds strings (2 distinct: F, M)" in r.stdout
+    cfg = tmp_path / "f.yaml"
+    cfg.write_text(r.stdout)
+    assert load_config(cfg).label is None
+
+
+def test_label_null_in_part_of_the_sample_warns_in_the_draft_and_on_stderr(tmp_path):
+    data = tmp_path / "d.jsonl"
+    data.write_text("".join(json.dumps({"x": i, **({"y": i % 2} if i % 4 else {"y": None})}) + "\n" for i in range(12))
+                    + json.dumps({"x": 99}) + "\n")
+    r = CliRunner().invoke(app, ["infer", "-i", str(data), "--label", "y"])
+    assert r.exit_code == 0, r.output
+    want = "label 'y' is null or absent in 4 of 13 sampled records"
+    assert want in r.stderr and f"# warning: {want}" in r.stdout
+    assert yaml.safe_load(r.stdout)["label"] == {"source": "y", "dtype": "int64"}
+    clean = tmp_path / "clean.jsonl"
+    clean.write_text("".join(json.dumps({"x": i, "y": i % 2}) + "\n" for i in range(12)))
+    r = CliRunner().invoke(app, ["infer", "-i", str(clean), "--label", "y"])
+    assert r.exit_code == 0 and "warning" not in r.stderr and "# warning" not in r.stdout, r.output
+
+
+def test_unknown_label_field_exits_2_with_a_suggestion(tmp_path):
+    data = tmp_path / "d.jsonl"
+    data.write_text("".join(json.dumps({"salary": i, "age": i}) + "\n" for i in range(5)))
+    r = CliRunner().invoke(app, ["infer", "-i", str(data), "--label", "salry"])
+    assert r.exit_code == 2 and "did you mean 'salary'?" in r.output, r.output
+
+
+def test_label_named_field_holding_strings_is_not_picked_as_a_float_label():
+    _, config = _draft([{"x": i, "class": ["cat", "dog"][i % 2]} for i in range(6)])
+    assert config["label"] is None  # before: {source: class, dtype: float32}, every record then rejected
+
+
+# ------------------------------------------------------ drafts load and convert
+
+
+def test_drafts_of_the_examples_load_and_convert(tmp_path):
+    for pattern in ("*.avro", "*.jsonl"):
+        r = cli("infer", "-i", str(EXAMPLES / pattern))
+        assert r.exit_code == 0, r.output
+        cfg = tmp_path / f"features-{pattern[2:]}.yaml"
+        cfg.write_text(r.stdout)
+        config = load_config(cfg)
+        by = {f.name: f for f in config.features}
+        assert by["ts"].transform == "timestamp" and by["user_id"].transform == "hash"
+        assert by["event_id"].transform == "hash" and config.label.source == "clicked"
+    out = tmp_path / "out"
+    r = cli("convert", "-i", str(EXAMPLES / "*.avro"), "-c", str(tmp_path / "features-avro.yaml"), "-o", str(out))
+    assert r.exit_code == 0, r.output
+    info = json.loads((out / "dataset_info.json").read_text())
+    assert {f["name"]: f["transform"] for f in info["features"]}["ts"] == "timestamp"
+    assert sum(s["num_records"] for s in info["splits"].values()) == 4000  # 4 files of 1000 records
+
+
+@pytest.mark.skipif(not (REALDATA / "README.md").is_file(), reason=f"{REALDATA} is absent (real files from other tools)")
+def test_drafts_of_every_real_world_file_load():
+    """Every file `infer` drafts a config for (test_realdata_convert.py converts them too)."""
+    drafted = 0
+    for path in sorted(p for p in REALDATA.rglob("*") if p.is_file() and p.suffix in (".avro", ".json", ".ndjson", ".jsonl")):
+        r = cli("infer", "-i", str(path))
+        if r.exit_code != 0:
+            assert r.exit_code == 1 and str(path) in r.output, r.output  # a clear "cannot draft", never a crash
+            continue
+        cfg = parse_config(yaml.safe_load(r.stdout), source=str(path))
+        assert cfg.features, path
+        drafted += 1
+    assert drafted >= 20
