@@ -195,6 +195,7 @@ def _child(job_fd: int) -> None:
 
         _tune_malloc()
         signal.signal(signal.SIGINT, signal.SIG_DFL)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the launcher's handler (pipelines.interrupt) is its own
         import importlib
 
         for name in _PRELOAD:

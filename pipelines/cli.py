@@ -326,14 +326,21 @@ def wait(
     output: Annotated[str, typer.Argument(help="Output directory a scheduled conversion writes.")],
     timeout: Annotated[float, typer.Option(help="Seconds to wait before giving up (exit 1); finite, >= 0.")] = 3600.0,
     poll: Annotated[float, typer.Option(help="Seconds between checks; finite, >= 0.01.")] = 10.0,
+    stale_after: Annotated[float | None, typer.Option(help="A conversion whose lock has had no heartbeat for this many seconds is dead (exit 1 at once); more than its heartbeat period (10 s). Default: the limit the run recorded (60 s).", show_default=False)] = None,
 ) -> None:
-    """Block until OUTPUT is complete (a valid dataset_info.json); exit 1 on timeout or failure."""
+    """Block until OUTPUT is complete (a valid dataset_info.json); exit 1 on timeout or failure.
+
+    A failed conversion (its _FAILURE.json) or a dead one (killed, or its
+    machine lost: its lock's heartbeat stopped) ends the wait at once with
+    exit 1. No lock and no metadata means not started yet: the wait goes on.
+    """
     from convert.spec import METADATA_FILENAME, SpecError
-    from readers.errors import DatasetFailedError
+    from readers.errors import DatasetDeadError, DatasetFailedError
     from readers.info import check_wait_arguments, locate, wait_for_metadata
 
+    names = ("--timeout", "--poll", "--stale-after")
     try:
-        check_wait_arguments(timeout, poll, names=("--timeout", "--poll"))
+        check_wait_arguments(timeout, poll, stale_after, names=names)
         location = locate(output)
     except (ValueError, TypeError) as e:
         _fail(str(e), 2)
@@ -354,7 +361,10 @@ def wait(
             return None
 
     try:
-        wait_for_metadata(location, timeout, poll, read)
+        wait_for_metadata(location, timeout, poll, read, stale_after=stale_after, names=names)
+    except DatasetDeadError as e:
+        _fail(f"{e.reason}; it left no {METADATA_FILENAME} and no failure report. Re-run the conversion: "
+              f"it takes over the dead run's lock ({location.lock_path}) without --overwrite.")
     except DatasetFailedError as e:
         _fail(f"the conversion into {output} failed: {e.reason} (from {location.failure_path})")
     except TimeoutError as e:
@@ -362,6 +372,8 @@ def wait(
               f"{getattr(e, 'problem', '')}; is the conversion running?")
     except SpecError as e:
         _fail(f"{output} is not a complete recordprep output: {e}")
+    except ValueError as e:  # --stale-after within the run's heartbeat period
+        _fail(str(e), 2)
     typer.echo(f"{output} is complete")
 
 
@@ -395,13 +407,15 @@ def _records_key_hint(paths: list[str]) -> str:
 
 def main() -> None:
     from pipelines._worker import prepare_launcher
+    from pipelines.interrupt import Interrupted, raise_on_signals
 
     prepare_launcher(sys.argv[1:])  # a local convert loads no more of Beam than its workers
+    raise_on_signals()  # a run stopped by Ctrl-C or a scheduler's SIGTERM cleans up and says so
     try:
         app()
-    except KeyboardInterrupt:
-        typer.echo("interrupted", err=True)
-        sys.exit(130)
+    except Interrupted as e:
+        typer.echo(f"error: {e}", err=True)
+        sys.exit(e.exit_code)
 
 
 if __name__ == "__main__":

@@ -37,7 +37,7 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 from convert.check import check_inputs
 from convert.config import Config, load_config
 from convert.sources import InputFileError
-from convert.spec import FAILURE_FILENAME, METADATA_FILENAME, DatasetInfo
+from convert.spec import FAILURE_FILENAME, FORMAT_VERSION, METADATA_FILENAME, DatasetInfo
 from convert.vectorize import Analysis, AnalysisMismatchError
 from pipelines import remote
 from pipelines._fs import delete as fs_delete
@@ -47,6 +47,7 @@ from pipelines._progress import PASSES, PROGRESS_DIR, ProgressReporter
 from pipelines._warm import WarmPool
 from pipelines._worker import command as worker_command
 from pipelines._worker import schemes_of, shorten_bundle_end_waits
+from pipelines.interrupt import Interrupted
 from pipelines.lock import LOCK_FILENAME, OutputLock
 from pipelines.options import ConvertOptions
 from pipelines.plan import InputFile, default_num_shards, discover, input_fingerprint, plan_units
@@ -496,8 +497,12 @@ def _check_existing(opts: ConvertOptions, fingerprint: str) -> dict[str, Any] | 
         log.info("%s is already complete for these inputs and config; nothing to do", opts.output)
         return existing
     if not (opts.overwrite or opts.force):
+        old = existing.get("format_version")
+        made = (f"written by an older recordprep (format_version {old}; this one writes {FORMAT_VERSION}, "
+                f"with other hash and text ids)" if type(old) is int and old < FORMAT_VERSION
+                else "made from other inputs or another config")
         raise OutputExistsError(
-            f"{opts.output} already holds a dataset made from other inputs or another config "
+            f"{opts.output} already holds a dataset {made} "
             f"(fingerprint {str(existing.get('fingerprint'))[:12]}, this run {fingerprint[:12]}); "
             f"pass --overwrite to replace it, or write to a new directory such as {opts.output.rstrip('/')}/dt=YYYY-MM-DD/"
         )
@@ -532,6 +537,8 @@ def failure_reason(e: BaseException) -> str:
         return e.message
     if isinstance(e, KeyboardInterrupt):
         return "interrupted (KeyboardInterrupt)"
+    if isinstance(e, Interrupted):
+        return str(e)  # "interrupted by SIGTERM"
     text = str(e).strip()
     return f"{type(e).__name__}: {text.splitlines()[0] if text else ''}".rstrip(": ")
 

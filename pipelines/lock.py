@@ -10,8 +10,9 @@ The lock holds its ``owner`` (host, pid, user, start time, fingerprint,
 recordprep version, a random token) and a ``heartbeat`` (UTC, ISO and Unix
 seconds) that a daemon thread rewrites every ``heartbeat_seconds`` while the
 run lives; ``heartbeat_seconds`` and ``stale_after_seconds`` are stored too,
-so a reader of the lock alone (``read_lock`` + ``is_stale``, e.g. a future
-``recordprep wait``) can tell a slow run from a dead one.
+so a reader of the lock alone can tell a slow run from a dead one. The format
+and that judgement live in :mod:`convert.lockfile` (no Beam), which
+``recordprep wait`` and ``readers.wait_for_dataset`` share.
 
 A second run finding a live lock gets :class:`LockHeldError` naming the owner
 at once. A lock is *stale* (its run is dead) when its heartbeat is older than
@@ -47,15 +48,29 @@ import time
 import uuid
 from typing import Any
 
+from convert.lockfile import (
+    HEARTBEAT_SECONDS,
+    LOCK_FILENAME,
+    STALE_AFTER_SECONDS,
+    boot_id,
+    describe_owner,
+    is_stale,
+    parse_lock,
+    process_start,
+)
+
 log = logging.getLogger("recordprep")
 
-LOCK_FILENAME = "_LOCK.json"
-#: How often a live run rewrites its heartbeat: often enough that a dead run is
-#: noticed within a minute, rarely enough to cost nothing (one small write).
-HEARTBEAT_SECONDS = 10.0
-#: A heartbeat older than this means the run is dead: six missed beats, far
-#: more than a stalled write or a long GC pause takes, and room for clock skew.
-STALE_AFTER_SECONDS = 60.0
+__all__ = [
+    "HEARTBEAT_SECONDS",
+    "LOCK_FILENAME",
+    "STALE_AFTER_SECONDS",
+    "LockHeldError",
+    "OutputLock",
+    "describe_owner",
+    "is_stale",
+    "read_lock",
+]
 
 
 class LockHeldError(RuntimeError):
@@ -74,12 +89,6 @@ class LockHeldError(RuntimeError):
         )
 
 
-def describe_owner(owner: dict[str, Any]) -> str:
-    """``pid 123 of alice on host-a (recordprep 1.2)``."""
-    return (f"pid {owner.get('pid', '?')} of {owner.get('user', '?')} on {owner.get('host', '?')} "
-            f"(recordprep {owner.get('version', '?')})")
-
-
 def _now() -> float:
     return time.time()
 
@@ -88,62 +97,11 @@ def _iso(t: float) -> str:
     return _dt.datetime.fromtimestamp(t, _dt.UTC).isoformat(timespec="seconds")
 
 
-def _boot_id() -> str:
-    try:
-        with open("/proc/sys/kernel/random/boot_id") as f:
-            return f.read().strip()
-    except OSError:
-        return ""
-
-
-def _process_start(pid: int) -> str:
-    """The process's start time in clock ticks since boot (Linux), else ``""``."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            stat = f.read()
-        return stat.rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return ""
-
-
 def _user() -> str:
     try:
         return getpass.getuser()
     except Exception:  # noqa: BLE001 - no passwd entry (containers)
         return str(os.getuid()) if hasattr(os, "getuid") else "?"
-
-
-def _owner_dead_here(owner: dict[str, Any]) -> bool:
-    """True when the owner ran on this host (same boot) and its process is gone."""
-    if owner.get("host") != socket.gethostname():
-        return False
-    boot = _boot_id()
-    if boot and owner.get("boot_id") and owner["boot_id"] != boot:
-        return True  # the host rebooted since: every process of that boot is gone
-    pid = owner.get("pid")
-    if not isinstance(pid, int) or pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except (PermissionError, OSError):
-        return False  # exists (another user's process)
-    started = _process_start(pid)
-    return bool(started and owner.get("pid_start") and started != owner["pid_start"])  # pid reused
-
-
-def is_stale(lock: dict[str, Any], now: float | None = None) -> bool:
-    """Whether ``lock`` (as :func:`read_lock` returns it) belongs to a dead run."""
-    now = _now() if now is None else now
-    bound = lock.get("stale_after_seconds")
-    bound = float(bound) if isinstance(bound, int | float) and bound > 0 else STALE_AFTER_SECONDS
-    beat = lock.get("heartbeat_unix")
-    if not isinstance(beat, int | float):
-        beat = lock.get("_modified", now)  # unreadable lock: judge by the object's age
-    if now - float(beat) > bound:
-        return True
-    return _owner_dead_here(lock.get("owner") or {})
 
 
 # ---------------------------------------------------------------- storage
@@ -306,15 +264,7 @@ def _lock_path(output: str) -> str:
     return output.rstrip("/") + "/" + LOCK_FILENAME
 
 
-def _parse(data: bytes, modified: float) -> dict[str, Any]:
-    try:
-        lock = json.loads(data)
-    except ValueError:
-        lock = None
-    if not isinstance(lock, dict):
-        lock = {}  # being created, or damaged: judged by its age
-    lock["_modified"] = modified
-    return lock
+_parse = parse_lock
 
 
 def read_lock(output: str, gcs_client: Any = None) -> dict[str, Any] | None:
@@ -350,7 +300,7 @@ class OutputLock:
         self.owner = {
             "host": socket.gethostname(), "pid": os.getpid(), "user": _user(), "started": _iso(now),
             "fingerprint": fingerprint, "version": version, "token": uuid.uuid4().hex,
-            "boot_id": _boot_id(), "pid_start": _process_start(os.getpid()),
+            "boot_id": boot_id(), "pid_start": process_start(os.getpid()),
         }
         self._held: Any = None  # the storage's state of our lock (bytes, or a GCS generation)
         self._stop = threading.Event()

@@ -22,6 +22,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from readers.errors import (
+    DatasetDeadError,
     DatasetFailedError,
     DatasetIncompleteError,
     ShardMismatchError,
@@ -38,6 +39,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from readers.serving import TransformLayer, export_serving, transform_layer
 
 __all__ = [
+    "DatasetDeadError",
     "DatasetFailedError",
     "DatasetIncompleteError",
     "ReadOptions",

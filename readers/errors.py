@@ -16,6 +16,7 @@ from __future__ import annotations
 from convert.spec import SpecError
 
 __all__ = [
+    "DatasetDeadError",
     "DatasetFailedError",
     "DatasetIncompleteError",
     "ShardMismatchError",
@@ -46,6 +47,19 @@ class DatasetFailedError(DatasetIncompleteError):
     def __init__(self, message: str, reason: str | None = None) -> None:
         super().__init__(message)
         self.reason = reason
+
+
+class DatasetDeadError(DatasetFailedError):
+    """The conversion died without saying so: its lock's heartbeat stopped (killed, or its machine lost).
+
+    ``lock`` is the lock document it left (``convert.lockfile``), ``reason``
+    why it counts as dead ("no heartbeat for 75 s"). A new conversion into
+    the same output takes the dead run's lock over (no ``--overwrite`` needed).
+    """
+
+    def __init__(self, message: str, reason: str, lock: dict) -> None:
+        super().__init__(message, reason)
+        self.lock = lock
 
 
 class ShardNotFoundError(FileNotFoundError):

@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from convert import lockfile as _lockfile
 from convert import spec as _spec
 from convert.spec import (
     METADATA_FILENAME,
@@ -34,7 +35,12 @@ from convert.spec import (
     SpecError,
 )
 from readers import _io
-from readers.errors import DatasetFailedError, DatasetIncompleteError, ShardSelectionError
+from readers.errors import (
+    DatasetDeadError,
+    DatasetFailedError,
+    DatasetIncompleteError,
+    ShardSelectionError,
+)
 
 logger = logging.getLogger("readers")
 
@@ -65,6 +71,10 @@ class Location:
     @property
     def failure_path(self) -> str:
         return _io.join(self.root, FAILURE_FILENAME)
+
+    @property
+    def lock_path(self) -> str:
+        return _io.join(self.root, _lockfile.LOCK_FILENAME)
 
 
 def locate(path_or_pattern: str) -> Location:
@@ -321,9 +331,14 @@ def keras_inputs(info: DatasetInfo, features: Sequence[str] | None = None) -> di
 
 
 def check_wait_arguments(
-    timeout: float | None, poll: float, *, names: tuple[str, str] = ("timeout", "poll")
+    timeout: float | None,
+    poll: float,
+    stale_after: float | None = None,
+    *,
+    names: tuple[str, str, str] = ("timeout", "poll", "stale_after"),
 ) -> None:
-    """ValueError unless ``timeout`` is None or finite and >= 0, and ``poll`` is finite and >= MIN_POLL_SECONDS.
+    """ValueError unless ``timeout`` is None or finite and >= 0, ``poll`` finite and >= MIN_POLL_SECONDS,
+    and ``stale_after`` None or finite and > 0.
 
     A NaN timeout would never expire and a NaN or zero poll would never sleep,
     so they are refused rather than waited on. ``names`` word the message
@@ -333,6 +348,63 @@ def check_wait_arguments(
         raise ValueError(f"{names[0]} must be a finite number of seconds >= 0, found {timeout!r}")
     if not (isinstance(poll, int | float) and math.isfinite(poll) and poll >= MIN_POLL_SECONDS):
         raise ValueError(f"{names[1]} must be a finite number of seconds >= {MIN_POLL_SECONDS}, found {poll!r}")
+    if stale_after is not None and not (
+        isinstance(stale_after, int | float) and math.isfinite(stale_after) and stale_after > 0
+    ):
+        raise ValueError(f"{names[2]} must be a finite number of seconds > 0, found {stale_after!r}")
+
+
+class _LockWatch:
+    """Reads the output's lock while waiting and tells when the run holding it is dead.
+
+    A lock's age comes from its heartbeat; a lock without a readable one is
+    judged by how long its exact bytes have stayed the same, as seen from
+    here (a read does not give the object's own time on every file layer).
+    """
+
+    def __init__(self, location: Location, read: Callable[[str], bytes | None],
+                 stale_after: float | None, stale_after_name: str):
+        self.location = location
+        self.read = read
+        self.stale_after = stale_after
+        self.name = stale_after_name
+        self.data: bytes | None = None
+        self.since = 0.0
+
+    def dead(self) -> DatasetDeadError | None:
+        try:
+            data = self.read(self.location.lock_path)
+        except Exception:  # noqa: BLE001 - unreachable now (network): judged at the next check
+            return None
+        if data is None:  # not started yet, or finished and its metadata is next
+            self.data = None
+            return None
+        if data != self.data:
+            self.data, self.since = data, time.time()
+        lock = _lockfile.parse_lock(data, self.since)
+        owner = lock.get("owner") if isinstance(lock.get("owner"), dict) else {}
+        period = lock.get("heartbeat_seconds")
+        if (self.stale_after is not None and isinstance(period, int | float) and self.stale_after <= period
+                and not _lockfile.owner_gone(owner)):
+            raise ValueError(
+                f"{self.name} {self.stale_after:g} s is not longer than the heartbeat period of the "
+                f"conversion writing {self.location.root} ({period:g} s): a live run would look dead "
+                f"between two heartbeats. Use a larger value, or leave it out (the run's own limit, "
+                f"{_lockfile.stale_bound(lock):g} s)."
+            )
+        reason = _lockfile.why_dead(lock, stale_after=self.stale_after)
+        if not reason:
+            return None
+        started, host, pid = (str(owner.get(k) or "?")[:100] for k in ("started", "host", "pid"))  # untrusted
+        verdict = "is dead" if _lockfile.owner_gone(owner) else "appears dead"
+        run = f"the conversion into {self.location.root} started at {started} on {host} (pid {pid})"
+        return DatasetDeadError(
+            f"{run} {verdict}: {reason}; it left no {METADATA_FILENAME} and no failure report "
+            f"(killed, or its machine was lost). Re-run the conversion: it takes over the dead run's "
+            f"lock ({self.location.lock_path}) without --overwrite.",
+            f"{run} {verdict}: {reason}",
+            lock,
+        )
 
 
 def wait_for_metadata(
@@ -340,6 +412,9 @@ def wait_for_metadata(
     timeout: float | None,
     poll: float,
     read: Callable[[str], bytes | None] | None = None,
+    *,
+    stale_after: float | None = None,
+    names: tuple[str, str, str] = ("timeout", "poll", "stale_after"),
 ) -> DatasetInfo:
     """The loop behind :func:`wait_for_dataset` and ``recordprep wait``, on any file layer.
 
@@ -348,9 +423,13 @@ def wait_for_metadata(
     TensorFlow). Metadata that is not valid JSON may be a file being replaced:
     polling goes on until the deadline. Metadata that parses but is not valid
     recordprep metadata, or a directory in its place, raises SpecError at once.
+    While there is no metadata and no failure report, the output's lock is
+    read: a dead run's raises :class:`DatasetDeadError` (see
+    :func:`wait_for_dataset`); no lock means not started yet.
     """
-    check_wait_arguments(timeout, poll)
+    check_wait_arguments(timeout, poll, stale_after, names=names)
     read = read or _io.read_bytes
+    watch = _LockWatch(location, read, stale_after, names[2])
     start = time.monotonic()
     deadline = None if timeout is None else start + timeout
     last_problem = ""
@@ -370,7 +449,7 @@ def wait_for_metadata(
                 )
                 return info
         else:
-            failed = failed_error(location, read)
+            failed = failed_error(location, read) or watch.dead()
             if failed is not None:
                 raise failed
         now = time.monotonic()
@@ -391,7 +470,7 @@ def wait_for_metadata(
 
 
 def wait_for_dataset(
-    path_or_pattern: str, timeout: float | None, *, poll: float = 5.0
+    path_or_pattern: str, timeout: float | None, *, poll: float = 5.0, stale_after: float | None = None
 ) -> DatasetInfo:
     """Block until the output's ``dataset_info.json`` exists and parses; return it.
 
@@ -403,6 +482,10 @@ def wait_for_dataset(
       timeout: seconds to wait (finite, >= 0); ``None`` waits indefinitely.
       poll: seconds between checks (finite, >= ``MIN_POLL_SECONDS``; each
         check is one stat/read, cheap on gs://).
+      stale_after: a conversion whose lock's heartbeat is older than this
+        (seconds, longer than its heartbeat period) is dead; default: the
+        limit the run recorded in its lock (``convert.lockfile``). A run on
+        this host whose process is gone is dead at once.
 
     Raises:
       ValueError: a NaN, infinite or negative timeout or poll.
@@ -410,10 +493,13 @@ def wait_for_dataset(
       DatasetFailedError: the converter reported that it failed
         (``_FAILURE.json``, even an unreadable one); raised at once, like
         ``recordprep wait``.
+      DatasetDeadError: (a DatasetFailedError) the conversion died without a
+        report: killed, or its machine lost; the message names its host,
+        pid and start time.
       SpecError: it appeared but is from a newer recordprep or is not a
         recordprep metadata file (waiting longer would not help).
     """
-    return wait_for_metadata(locate(path_or_pattern), timeout, poll)
+    return wait_for_metadata(locate(path_or_pattern), timeout, poll, stale_after=stale_after)
 
 
 __all__ = [
