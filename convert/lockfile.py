@@ -87,7 +87,7 @@ def owner_gone(owner: dict[str, Any]) -> str:
     if boot and owner.get("boot_id") and owner["boot_id"] != boot:
         return "this host rebooted since it started"
     pid = owner.get("pid")
-    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
+    if not isinstance(pid, int) or isinstance(pid, bool) or not 0 < pid < 2**31:  # os.kill overflows past it
         return ""
     try:
         os.kill(pid, 0)

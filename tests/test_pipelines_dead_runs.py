@@ -205,7 +205,10 @@ def test_no_lock_and_no_metadata_is_a_run_not_started_yet(tmp_path):
     assert r.exit_code == 1 and "still incomplete" in r.output, r.output
 
 
-@pytest.mark.parametrize("content", [b"", b"{not json", b"[]", b'{"owner": "x", "heartbeat_unix": "soon"}'])
+@pytest.mark.parametrize("content", [b"", b"{not json", b"[]", b'{"owner": "x", "heartbeat_unix": "soon"}',
+                                     b'{"owner": {"host": "%s", "pid": 1e400, "started": []}, "heartbeat_unix": NaN}'
+                                     % socket.gethostname().encode(),
+                                     b'{"owner": {"host": "%s", "pid": %d}}' % (socket.gethostname().encode(), 2**70)])
 def test_a_damaged_lock_is_judged_by_how_long_it_stays_unchanged(tmp_path, content):
     (tmp_path / LOCK_FILENAME).write_bytes(content)
     with pytest.raises(TimeoutError):
