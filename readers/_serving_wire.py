@@ -139,7 +139,8 @@ class Wire:
         uses: dict[str, list[tuple[FeatureConfig, bool]]] = {}
         for f in config.features:
             for path in f.sources or (f.source,):
-                uses.setdefault(path, []).append((f, f.multi_valued))
+                # text: one string per record (max_len counts its tokens)
+                uses.setdefault(path, []).append((f, f.multi_valued and f.transform != "text"))
         self.sources: list[Source] = []
         taken: set[str] = set()
         for path, fs in uses.items():

@@ -50,6 +50,7 @@ from convert import spec as _spec
 from convert.apply import DEFAULT_ANALYSIS_FILENAME, OutputAnalysis
 from convert.config import FeatureConfig
 from convert.derive import CROSS_SEPARATOR, DAY_SECONDS, UNITS
+from convert.vectorize import TEXT_DELIMITERS_RE
 from readers import _io
 from readers._serving_wire import (
     KIND_BOOL,
@@ -68,8 +69,6 @@ from readers._serving_wire import (
 from readers.errors import SpecError
 from readers.info import locate
 
-#: ASCII characters that are not ``[0-9A-Za-z_]``: the converter's token delimiters.
-_TEXT_DELIMITERS = "[\\x00-\\x2f\\x3a-\\x40\\x5b-\\x5e\\x60\\x7b-\\x7f]+"
 _F32_MAX = float(np.finfo(np.float32).max)
 _TF_FORM = {"number": tf.float64, "term": tf.string, "raw": tf.string, "int": tf.int64}
 _NUMBER_KINDS = (KIND_BOOL, KIND_INT, KIND_FLOAT)
@@ -106,6 +105,11 @@ class TransformLayer(tf.Module):
     def __init__(self, applied: OutputAnalysis, name: str = "recordprep_transform"):
         super().__init__(name=name)
         info, config = applied.info, applied.config
+        if SERVING_MIN_FORMAT_VERSION is not None and info.format_version < SERVING_MIN_FORMAT_VERSION:
+            raise SpecError(
+                f"this output has format_version {info.format_version}: its hash and text ids were computed "
+                f"in ways TensorFlow cannot reproduce (serving needs {SERVING_MIN_FORMAT_VERSION}); "
+                f"re-convert with this recordprep to export a serving model")
         problems = [r for f in config.features if (r := unsupported_reason(info.format_version, f))]
         if problems:
             raise SpecError("; ".join(problems))
@@ -125,6 +129,7 @@ class TransformLayer(tf.Module):
                     tf.lookup.KeyValueTensorInitializer(keys, ids), default_value=0, name=f"vocab_{len(self._tables)}")
         # Tracked so a SavedModel keeps the tables.
         self._table_list = list(self._tables.values())
+        self._compiled: Any = None
 
     # -- the interface
     @property
@@ -199,7 +204,9 @@ class TransformLayer(tf.Module):
         batch scoring without building inputs by hand. Records the wire format
         cannot carry are reported like rejected ones."""
         inputs, rejected = self.wire.encode(records)
-        features, errors = self.transform(inputs)
+        if self._compiled is None:
+            self._compiled = tf.function(self.transform, input_signature=[self.input_signature])
+        features, errors = self._compiled(inputs)
         errs = [e.decode("utf-8", "replace") for e in errors.numpy().tolist()]
         for i, why in rejected.items():
             errs[i] = why
@@ -349,7 +356,7 @@ class TransformLayer(tf.Module):
         text = tf.where(is_str, inputs[s.input_name("term")], "")
         if f.lowercase:
             text = tf.strings.lower(text)  # ASCII only, like convert.vectorize.ascii_lower
-        text = tf.strings.regex_replace(text, _TEXT_DELIMITERS, " ")
+        text = tf.strings.regex_replace(text, TEXT_DELIMITERS_RE, " ")
         tokens = tf.strings.split(text, sep=" ")
         tokens = tf.ragged.boolean_mask(tokens, tf.not_equal(tokens, ""))
         ids = tf.ragged.map_flat_values(lambda t: self._ids(f, t), tokens)

@@ -220,7 +220,7 @@ def records(draw) -> Any:
     return r
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.lists(records(), min_size=1, max_size=12))
 def test_parity_on_random_records(output, layer, recs):
     check_parity(output, layer, recs)
