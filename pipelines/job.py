@@ -369,7 +369,17 @@ def _multiprocess_runner(fn_api_runner: Any, command: str) -> Any:
     return fn_api_runner(default_environment=SubprocessSDKEnvironment.from_command_string(command))
 
 
+#: gs:// reads fetch this much at a time for the config check, which reads
+#: headers and samples (Beam's own reader would fetch 16 MB per file).
+_CHECK_READ_BUFFER = 1 << 20
+
+
 def _open_input(path: str) -> Any:
+    """An input for the config check (headers and samples only)."""
+    if path.startswith("gs://"):
+        gcsio = getattr(FileSystems.get_filesystem(path), "_gcsIO", None)
+        if gcsio is not None:
+            return gcsio().open(path, "rb", read_buffer_size=_CHECK_READ_BUFFER)
     return FileSystems.open(path, compression_type="uncompressed")
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import fastavro
 import pytest
 from _e2e import cli
+from _remote import remote_stack  # noqa: F401 - the session fixture
 
 USER = {"type": "record", "name": "User", "fields": [
     {"name": "country", "type": "string"},
@@ -191,3 +192,17 @@ def test_some_records_rejected_still_suggest_the_tolerance(tmp_path):
     r = cli("convert", "-i", inp, "-c", _config(tmp_path, GOOD), "-o", tmp_path / "out")
     assert r.exit_code == 1, r.output
     assert "1 of 60 records were rejected" in r.output and "--max-errors 1" in r.output, r.output
+
+
+@pytest.mark.slow
+def test_inputs_on_gcs_are_checked_before_the_run(remote_stack, tmp_path):  # noqa: F811
+    """Headers and samples of gs:// inputs are read through the emulator (a small read buffer)."""
+    up = tmp_path / "up"
+    _write(up, _records(), "avro", "part-0")
+    _write(up, _records(), "json", "part-1")
+    gs_in = remote_stack.upload_dir(up, "check/in")
+    cfg = _config(tmp_path, GOOD.replace("{name: country,", "{name: contry,"))
+    r = cli("convert", "-i", f"{gs_in}/*", "-c", cfg, "-o", f"gs://{remote_stack.bucket}/check/out", "--dry-run")
+    assert r.exit_code == 2, r.output
+    assert f"the Avro schema of {gs_in}/part-0.avro" in r.output and f"sampled from {gs_in}/part-1.jsonl" in r.output
+    assert r.output.count("did you mean 'country'") == 2, r.output
