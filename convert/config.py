@@ -555,6 +555,10 @@ def _parse_feature(i: int, raw: Any, src: str, out: _Problems) -> FeatureConfig 
     return None if len(out) > before else feature
 
 
+_STRING_LABELS = ("; string labels are not supported yet (a vocabulary-mapped label is planned): map the classes "
+                  "to integers 0..K-1 in the data and use dtype: int64")
+
+
 def _parse_label(lraw: Any, src: str, out: _Problems) -> LabelConfig | None:
     where = f"{src}: label"
     if isinstance(lraw, str):
@@ -571,13 +575,14 @@ def _parse_label(lraw: Any, src: str, out: _Problems) -> LabelConfig | None:
     extra = [k for k in lraw if k not in ("source", "name", "dtype")]
     if extra:
         hints = "".join(_did_you_mean(k, ("source", "name", "dtype")) for k in extra[:_MAX_UNKNOWN_SHOWN])
+        if "transform" in extra:
+            hints += _STRING_LABELS
         out.add(where, f"unknown option(s) {_show(sorted(extra))}{hints}; allowed: source, name, dtype")
     dtype = lraw.get("dtype", "int64")
     if dtype not in LABEL_DTYPES:
         hint = _did_you_mean(dtype, LABEL_DTYPES)
         if isinstance(dtype, str) and dtype.lower() in ("string", "str", "bytes", "category", "categorical", "vocabulary"):
-            hint = ("; string labels are not supported yet (a vocabulary-mapped label is planned): map the classes "
-                    "to integers 0..K-1 in the data and use dtype: int64")
+            hint = _STRING_LABELS
         out.add(where, f"dtype must be int64 or float32, found {_show(dtype)}{hint}")
     lname = lraw.get("name") or lraw["source"].replace(".", "_")
     problem = _name_problem("'name'", lname)

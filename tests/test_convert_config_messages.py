@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from convert.config import (
@@ -209,6 +211,40 @@ def test_label_dtype_suggestions(dtype, words):
         assert w in msg, msg
 
 
+def test_label_with_a_transform_says_string_labels_are_not_supported_yet():
+    [msg] = _problems({"features": [{"name": "f", "transform": "zscore"}],
+                       "label": {"source": "gender", "transform": "vocabulary"}})
+    assert "'transform'" in msg and "string labels are not supported yet" in msg, msg
+
+
 def test_top_level_key_suggestion():
     [msg] = _problems({"feature": [], "features": [{"name": "f", "transform": "zscore"}]})
     assert "did you mean 'features'?" in msg
+
+
+# ---------------------------------------------------------------------- property
+
+_JUNK = st.one_of(st.none(), st.booleans(), st.integers(-3, 10**6), st.floats(), st.text(max_size=6),
+                  st.lists(st.text(max_size=3), max_size=3), st.sampled_from(["mean", "ms", "hour", "fill", "keep"]))
+_FEATURE = st.builds(
+    lambda name, transform, opts: {"name": name, "transform": transform, **opts},
+    st.sampled_from(["a", "b", "c"]), st.one_of(st.sampled_from(TRANSFORMS), st.text(max_size=8)),
+    st.dictionaries(st.sampled_from(sorted(VALID) + ["topk", "dtype"]),
+                    st.one_of(st.sampled_from(list(VALID.values())), _JUNK), max_size=5))
+
+
+@settings(max_examples=300, deadline=None, database=None)
+@given(st.lists(_FEATURE, min_size=1, max_size=4), st.one_of(st.none(), st.sampled_from(["y", {"source": "y", "dtype": "int"}])))
+def test_any_near_valid_config_loads_within_its_table_or_lists_its_problems(features, label):
+    raw = {"features": features, **({"label": label} if label else {})}
+    try:
+        cfg = parse_config(raw, source="cfg.yaml")
+    except ConfigError as e:
+        assert 1 <= len(e.problems) <= MAX_PROBLEMS and all(p.startswith("cfg.yaml") for p in e.problems)
+        return
+    for given_, f in zip(features, cfg.features, strict=True):
+        takes = {"name", "transform", "source", "allow_all_missing", *TRANSFORM_TABLE[f.transform].options}
+        if f.transform == "cross":
+            takes.discard("source")
+        assert {k for k, v in given_.items() if v is not None} <= takes, given_
+    assert parse_config(cfg.to_json()) == cfg  # the normalized form loads back
