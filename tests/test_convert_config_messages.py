@@ -168,12 +168,14 @@ def test_cli_lists_every_problem_and_exits_2(tmp_path):
     cfg.write_text("label: {source: age, dtype: float}\nfeatures:\n"
                    "  - {name: age, transform: zscore, top-k: 5}\n"
                    "  - {name: country, transform: vocabulary, buckts: 9}\n"
-                   "  - {name: user, transform: hsh, buckets: 9}\n")
+                   "  - {name: user, transform: hsh, buckets: 9}\n"
+                   "  - {name: score, source: age, transform: zscore, buckets: 3}\n")
     r = runner.invoke(app, ["convert", "-i", str(data), "-c", str(cfg), "-o", str(tmp_path / "out")])
     assert r.exit_code == 2, r.output
     for where, hint in [("feature 'age'", "did you mean 'top_k'?"), ("feature 'country'", "did you mean 'buckets'?"),
                         ("feature 'user'", "did you mean 'hash'?"), ("label", "did you mean 'float32'?")]:
         assert re.search(rf"{re.escape(str(cfg))}: {where}: .*{re.escape(hint)}", r.output), (where, r.output)
+    assert f"{cfg}: feature 'score': transform 'zscore' does not take 'buckets'" in r.output, r.output
     assert "Traceback" not in r.output and not (tmp_path / "out").exists()
 
 
