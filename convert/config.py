@@ -12,7 +12,9 @@ A config is a YAML (safe-loaded) or JSON file::
 
 Everything is validated here, before any pipeline starts, so a typo fails in
 a second with a message naming the feature and what is allowed, not an hour
-into a Dataflow job.
+into a Dataflow job. One ConfigError lists every problem of a config (near
+misses get a "did you mean"), so it is fixed in one round; ``TRANSFORM_TABLE``
+says which options each transform takes, and any other is an error.
 """
 
 from __future__ import annotations
@@ -106,7 +108,6 @@ TRANSFORM_TABLE: dict[str, TransformInfo] = {
 }
 TRANSFORMS = tuple(TRANSFORM_TABLE)
 NUMERIC_TRANSFORMS = tuple(t for t, info in TRANSFORM_TABLE.items() if info.numeric)
-CATEGORICAL_TRANSFORMS = ("vocabulary", "hash")
 #: Why a transform does not take an option, where more can be said than which transforms do.
 _NOT_TAKEN_WHY = {
     ("bucketize", "fill"): "a missing value gets id 0, values ids 1..num_buckets",
@@ -260,7 +261,6 @@ class Config:
 
 
 _FEATURE_KEYS = tuple(f.name for f in dataclasses.fields(FeatureConfig))
-_DEFAULTS = {f.name: f.default for f in dataclasses.fields(FeatureConfig) if f.default is not dataclasses.MISSING}
 #: (option, lowest, highest) of the integer options.
 _INT_RANGES = (
     ("top_k", 1, MAX_TOP_K), ("min_frequency", 1, MAX_MIN_FREQUENCY), ("num_oov_buckets", 1, MAX_OOV_BUCKETS),
