@@ -362,7 +362,7 @@ class Analyzer:
                 gets = [getter(s) for s in f.sources or ()]
                 self.present[f.name] += sum(all(g(r) is not None for g in gets) for r in records)
             else:
-                self.present[f.name] += sum(get(r) is not None for r in records)
+                self.present[f.name] += count_values(f, [get(r) for r in records])
 
     def add_prepared(self, batch: PreparedBatch, rows: np.ndarray) -> None:
         """Accumulate the rows of a batch selected by the bool mask ``rows``.
@@ -435,7 +435,7 @@ class Analyzer:
                 c[terms[i]] += k
 
     def _add_values(self, f: FeatureConfig, values: list[Any]) -> None:
-        self.present[f.name] += len(values) - values.count(None)
+        self.present[f.name] += count_values(f, values)
         if f.name in self.counts:
             c = self.counts[f.name]
             if f.transform == "text":
@@ -825,7 +825,7 @@ class Preparer:
             else:
                 extras[f.name] = ("values", values)
         elif extras is not None:
-            extras[f.name] = ("present", ~missing_row)
+            extras[f.name] = ("present", present.any(axis=1))  # a row with a value (not null, not all null items)
         # "Finite" means finite as float32 (the output dtype): NaN, +-inf and
         # |x| > 3.4e38 (which the cast would turn into inf) follow ``on_nan``.
         with np.errstate(invalid="ignore"):
@@ -1023,6 +1023,17 @@ class Preparer:
         if extras is not None:
             extras[f.name] = ("values", values, first, new_terms) if fcodes is None else ("terms", first, new_terms, fcodes, row_of)
         return first, new_terms, codes, lens
+
+
+def count_values(f: FeatureConfig, values: Sequence[Any]) -> int:
+    """Values of ``f`` in ``values`` as ``Analyzer.present`` counts them: non-null
+    scalars, non-null list items, text tokens. Zero exactly when the pipeline's
+    count (``add_prepared``) is zero, for lists up to ``max_len`` long."""
+    if f.transform == "text":
+        return sum(len(tokenize(v, f.lowercase)) for v in values if isinstance(v, str))
+    if f.multi_valued:
+        return sum(x is not None for v in values for x in _as_list(v))
+    return len(values) - list(values).count(None)
 
 
 def _present_rows(f: FeatureConfig, cols: dict[str, tuple[str, Any]], values: Any) -> np.ndarray:

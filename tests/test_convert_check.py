@@ -7,6 +7,7 @@ import io
 import json
 
 import fastavro
+import numpy as np
 import pytest
 
 from convert.check import (
@@ -176,3 +177,58 @@ def test_all_missing_message_exempts_allowed_features_and_empty_training_splits(
     assert "'b'" not in msg and "every one of the 10 training records" in msg
     assert all_missing_message(cfg, {"a": 1, "b": 0, "c": 5}, 10) is None
     assert all_missing_message(cfg, {"a": 0, "b": 0, "c": 0}, 0) is None
+
+
+# The training split's value counts (Analyzer.present) decide the all-missing
+# check: the pipeline's count (prepared batches) and the record-by-record one
+# must agree on which features had no value at all.
+_COUNT_CFG = {"features": [
+    {"name": "i", "transform": "identity"}, {"name": "z", "transform": "zscore"},
+    {"name": "lg", "source": "nl", "transform": "log1p", "max_len": 2}, {"name": "bk", "source": "z", "transform": "bucketize"},
+    {"name": "v", "transform": "vocabulary"}, {"name": "vl", "transform": "vocabulary", "max_len": 2},
+    {"name": "t", "transform": "text", "max_len": 3}, {"name": "h", "transform": "hash", "buckets": 7},
+    {"name": "hl", "source": "vl", "transform": "hash", "buckets": 7, "max_len": 2}, {"name": "b", "source": "v", "transform": "bytes"},
+    {"name": "ts", "transform": "timestamp"}, {"name": "x", "transform": "cross", "sources": ["v", "h"], "buckets": 5},
+]}
+
+
+def _field(values):
+    from hypothesis import strategies as st
+
+    return st.one_of(st.just("<absent>"), st.none(), values)
+
+
+def _records_strategy():
+    from hypothesis import strategies as st
+
+    word = st.sampled_from(["", " ", "a", "b c", "-"])
+    item_lists = st.lists(st.one_of(st.none(), word), max_size=2)
+    return st.lists(st.fixed_dictionaries({
+        "i": _field(st.integers(-5, 5)), "z": _field(st.floats(-1e3, 1e3)),
+        "nl": _field(st.lists(st.one_of(st.none(), st.floats(0, 9)), max_size=2)),
+        "v": _field(word), "vl": _field(item_lists), "t": _field(word), "h": _field(st.integers(0, 3)),
+        "ts": _field(st.integers(0, 10**12)),
+    }).map(lambda r: {k: v for k, v in r.items() if v != "<absent>"}), max_size=12)
+
+
+def test_pipeline_and_record_by_record_counts_agree_on_features_without_values():
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from convert.vectorize import Analyzer, Preparer
+
+    config = parse_config(_COUNT_CFG)
+
+    @settings(max_examples=150, deadline=None)
+    @given(_records_strategy(), st.randoms(use_true_random=False))
+    def check(records, rnd):
+        pb = Preparer(config).prepare(records, analyze=True)
+        rows = np.array([rnd.random() < 0.7 and i not in pb.bad for i in range(len(records))], dtype=bool)
+        fast = Analyzer(config)
+        fast.add_prepared(pb, rows)
+        ref = Analyzer(config)
+        ref.add_records([r for r, keep in zip(records, rows.tolist(), strict=True) if keep])
+        for f in config.features:
+            assert (fast.present[f.name] == 0) == (ref.present[f.name] == 0), (f.name, fast.present, ref.present)
+
+    check()
