@@ -488,7 +488,9 @@ def wait_for_dataset(
         this host whose process is gone is dead at once.
 
     Raises:
-      ValueError: a NaN, infinite or negative timeout or poll.
+      ValueError: a NaN, infinite or negative timeout, poll or stale_after,
+        or a stale_after not longer than the heartbeat period of the run
+        whose lock is found (a live run would look dead between beats).
       TimeoutError: the metadata did not appear (or stayed unreadable) in time.
       DatasetFailedError: the converter reported that it failed
         (``_FAILURE.json``, even an unreadable one); raised at once, like
