@@ -392,17 +392,19 @@ def _sample(f: IO[bytes], path: str, limits: SampleLimits, json_records_path: st
 
 def _report(problems: list[tuple[str, list[str]]]) -> str:
     lines = ["the config does not match the input data (nothing was written):"]
+    total = sum(len(found) for _, found in problems)
     shown = 0
     for where, found in problems:
+        if shown == _MAX_SHOWN:
+            lines.append(f"  ... and {total - shown} more")
+            break
         lines.append(f"  in {where}:")
-        for msg in found:
-            if shown == _MAX_SHOWN:
-                lines.append("    ... and more")
-                break
+        for msg in found[: _MAX_SHOWN - shown]:
             lines.append(f"    - {msg}")
-            shown += 1
-    lines.append("Fix each source path (a dotted path into the record); a feature whose field is legitimately "
-                 "absent may set allow_all_missing: true")
+        shown += min(len(found), _MAX_SHOWN - shown)
+    lines.append("Fix each source path (a dotted path into the record)")
+    if any(msg.startswith("feature ") for _, found in problems for msg in found):
+        lines[-1] += "; a feature whose field is legitimately absent may set allow_all_missing: true"
     return "\n".join(lines)
 
 

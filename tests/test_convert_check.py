@@ -232,3 +232,17 @@ def test_pipeline_and_record_by_record_counts_agree_on_features_without_values()
             assert (fast.present[f.name] == 0) == (ref.present[f.name] == 0), (f.name, fast.present, ref.present)
 
     check()
+
+
+def test_many_problems_are_listed_up_to_a_limit_and_counted():
+    small = {"type": "record", "name": "R", "fields": [{"name": "x", "type": "long"}]}
+    cfg = _cfg(*[json.dumps({"name": f"f{i}", "transform": "zscore"}) for i in range(25)], label=None)
+
+    with pytest.raises(DataMismatchError) as e:
+        check_inputs(cfg, ["a.avro"], lambda p: io.BytesIO(_avro_bytes(small, [{"x": 1}])))
+    msg = str(e.value)
+    assert msg.count("    - feature 'f") == 20 and "... and 5 more" in msg and "allow_all_missing" in msg
+    with pytest.raises(DataMismatchError) as e:
+        check_inputs(_cfg('{"name": "x", "transform": "zscore"}', label="yy"), ["a.avro"],
+                      lambda p: io.BytesIO(_avro_bytes(small, [{"x": 1}])))
+    assert "the label reads 'yy'" in str(e.value) and "allow_all_missing" not in str(e.value)
