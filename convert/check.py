@@ -396,12 +396,12 @@ def _report(problems: list[tuple[str, list[str]]]) -> str:
     shown = 0
     for where, found in problems:
         if shown == _MAX_SHOWN:
-            lines.append(f"  ... and {total - shown} more")
             break
         lines.append(f"  in {where}:")
-        for msg in found[: _MAX_SHOWN - shown]:
-            lines.append(f"    - {msg}")
+        lines.extend(f"    - {msg}" for msg in found[: _MAX_SHOWN - shown])
         shown += min(len(found), _MAX_SHOWN - shown)
+    if total > shown:
+        lines.append(f"  ... and {total - shown} more")
     lines.append("Fix each source path (a dotted path into the record)")
     if any(msg.startswith("feature ") for _, found in problems for msg in found):
         lines[-1] += "; a feature whose field is legitimately absent may set allow_all_missing: true"
