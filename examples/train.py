@@ -1,4 +1,8 @@
-"""Train a small Keras model on a recordprep output: ``python examples/train.py OUTPUT``.
+"""Train a small Keras model on a recordprep output: ``python examples/train.py OUTPUT [--export DIR]``.
+
+``--export DIR`` writes a SavedModel that takes raw records' fields (the
+converter's transforms embedded, ``readers.export_serving``); score raw JSON
+lines with it: ``python examples/predict.py DIR RECORDS.jsonl``.
 
 The model is built from the data's own description (``readers.load_info``):
 id features get embeddings sized by their ``vocab_size``, float features go in
@@ -68,6 +72,7 @@ def main() -> None:
     ap.add_argument("output", help="recordprep output directory")
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--batch-size", type=int, default=64)
+    ap.add_argument("--export", metavar="DIR", help="also write a serving SavedModel (raw fields in) to DIR")
     args = ap.parse_args()
 
     info = readers.load_info(args.output)
@@ -81,6 +86,9 @@ def main() -> None:
               callbacks=[_Throughput(args.batch_size)])
     loss, acc, auc = model.evaluate(evald, verbose=0)
     print(f"eval: loss {loss:.4f}  accuracy {acc:.4f}  auc {auc:.4f}")
+    if args.export:
+        readers.export_serving(model, args.output, args.export)
+        print(f"exported a serving model (raw fields in) to {args.export}")
 
 
 if __name__ == "__main__":

@@ -40,6 +40,7 @@ approximated: see ``unsupported_reason``.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -473,9 +474,10 @@ def transform_layer(output: str) -> TransformLayer:
     analysis = _io.read_bytes(_io.join(location.root, _spec.check_name(name, f"{location.metadata_path}: analysis_file")))
     if analysis is None:
         raise SpecError(f"{location.root}: no {name} (the analysis); re-run the conversion")
+    applied = OutputAnalysis.from_json(info, analysis, source=location.root)
     try:
-        return TransformLayer(OutputAnalysis.from_json(info, analysis, source=location.root))
-    except WireError as e:
+        return TransformLayer(applied)
+    except (WireError, SpecError) as e:
         raise SpecError(f"{location.root}: {e}") from None
 
 
@@ -529,4 +531,26 @@ def export_serving(model: Any, output: str | TransformLayer, export_dir: str) ->
     layer = output if isinstance(output, TransformLayer) else transform_layer(output)
     module = _Serving(model, layer)
     tf.saved_model.save(module, export_dir, signatures={"serving_default": module.serve.get_concrete_function()})
+    # For clients that encode records with recordprep (``wire_of_export``); TF Serving ignores assets.extra.
+    extra = _io.join(export_dir, "assets.extra")
+    tf.io.gfile.makedirs(extra)
+    with tf.io.gfile.GFile(_io.join(extra, EXPORT_CONFIG_FILENAME), "w") as f:
+        f.write(json.dumps({"config": layer.config.to_json(), "inputs": layer.wire.input_names()}, indent=1) + "\n")
     return export_dir
+
+
+#: The feature config inside an export (``assets.extra/``), from which a client
+#: rebuilds the wire encoder without the recordprep output.
+EXPORT_CONFIG_FILENAME = "recordprep_config.json"
+
+
+def wire_of_export(export_dir: str) -> Wire:
+    """The wire encoder of a SavedModel written by :func:`export_serving`:
+    ``inputs, rejected = wire_of_export(d).encode(records)``."""
+    from convert.config import parse_config
+
+    path = _io.join(_io.join(export_dir, "assets.extra"), EXPORT_CONFIG_FILENAME)
+    text = _io.read_bytes(path)
+    if text is None:
+        raise SpecError(f"{export_dir}: no assets.extra/{EXPORT_CONFIG_FILENAME}; was it written by readers.export_serving?")
+    return Wire(parse_config(json.loads(text)["config"], source=path))
