@@ -20,11 +20,18 @@ import reprlib
 from collections.abc import Mapping
 from typing import Any
 
-#: Newest metadata version this code reads and writes. 1: one Feature per
-#: column. 2: adds ``layout``; ``"packed"`` outputs are written as version 2 so
-#: that older readers refuse them with "upgrade recordprep" instead of failing
-#: to parse; ``"features"`` outputs are still written as version 1.
-FORMAT_VERSION = 2
+#: Newest metadata version this code reads and writes; every new output, of
+#: either layout, is written with it. 1: one Feature per column. 2: adds
+#: ``layout`` (``"packed"`` outputs were version 2, so that older readers
+#: refuse them with "upgrade recordprep" instead of failing to parse). 3:
+#: ``hash``/``cross``/OOV ids are FarmHash fingerprints and text tokens are
+#: ASCII-defined (``convert.vectorize.hash_id``, ``tokenize``), both computable
+#: in a TensorFlow graph. Readers train on versions 1..3 alike.
+FORMAT_VERSION = 3
+#: Oldest version a serving model may be exported from: older outputs hashed
+#: with BLAKE2b and tokenized with Python's Unicode tables, which TensorFlow
+#: cannot reproduce; re-convert them with this recordprep to export.
+SERVING_MIN_FORMAT_VERSION = 3
 METADATA_FILENAME = "dataset_info.json"
 #: Written instead of the metadata by a run that failed (``{"reason": ..., "counts": ...}``);
 #: removed when a later run starts, so waiters do not see an old failure.
@@ -381,8 +388,8 @@ class DatasetInfo:
         if not isinstance(d, Mapping):
             raise SpecError(f"{source}: expected a JSON object, found {type(d).__name__}")
         version = d.get("format_version")
-        if isinstance(version, bool) or not isinstance(version, int):
-            raise SpecError(f"{source}: no integer 'format_version'; is this a recordprep output?")
+        if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+            raise SpecError(f"{source}: no integer 'format_version' >= 1; is this a recordprep output?")
         if version > FORMAT_VERSION:
             raise SpecError(
                 f"{source}: format_version {version} is newer than this recordprep understands "

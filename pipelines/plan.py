@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from apache_beam.io.filesystems import FileSystems
 
 from convert.sources import is_splittable
-from convert.spec import MAX_SHARDS
+from convert.spec import FORMAT_VERSION, MAX_SHARDS
 
 
 class InputError(ValueError):
@@ -255,9 +255,12 @@ def plan_units(files: Sequence[InputFile], num_shards: int, json_records_path: s
 
 
 def input_fingerprint(files: Sequence[InputFile], config_hash: str, options: dict[str, object]) -> str:
-    """Identity of a conversion: same inputs (path, size, mtime), config and options."""
+    """Identity of a conversion: same inputs (path, size, mtime), config, options and
+    ``FORMAT_VERSION`` (a new version encodes values differently: an older output is
+    another dataset, not one to keep)."""
     blob = json.dumps(
-        {"files": [[f.path, f.size, f.mtime] for f in files], "config": config_hash, "options": options},
+        {"files": [[f.path, f.size, f.mtime] for f in files], "config": config_hash, "options": options,
+         "format_version": FORMAT_VERSION},
         sort_keys=True, default=str,
     ).encode()
     return hashlib.sha256(blob).hexdigest()

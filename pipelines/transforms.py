@@ -751,7 +751,7 @@ class _Commit(beam.DoFn):
         vocab_files = {name: {"file": f"{VOCAB_DIR}/{name}.txt", "terms": len(terms)}
                        for name, terms in analysis.vocabularies.items()}
         info = DatasetInfo(
-            format_version=FORMAT_VERSION if opts.layout == "packed" else 1,
+            format_version=FORMAT_VERSION,
             layout=opts.layout,
             features=tuple(features),
             label_key=self.config.label.name if self.config.label else None,

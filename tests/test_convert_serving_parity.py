@@ -286,3 +286,65 @@ def test_text_on_real_files_equals_tensorflows(real_strings):
             assert [tokenize(v, lowercase) for v in strings] == tf_tokens(strings, lowercase), path
             ids, lens, vocab = _text_ids_and_tokens(strings, lowercase, 16, 5, strings[::2])
             assert (ids, lens) == _tf_text_ids(strings, lowercase, 16, 5, vocab), path
+
+
+# ------------------------------------------------------------------ format version
+
+
+@pytest.mark.parametrize("version", [1, 2, 3])
+def test_readers_train_on_outputs_of_every_format_version(tmp_path, version):
+    import _readers_fixtures as fx
+
+    import readers
+
+    o = fx.write_output(tmp_path / "out", format_version=version)
+    assert readers.load_info(str(o.root)).format_version == version
+    ds = readers.train_dataset(str(o.root / "train-*"), 7, num_epochs=1, drop_remainder=False)
+    assert sorted(fx.ids_of(ds)) == o.all_ids("train")
+
+
+@pytest.mark.parametrize("version", [0, -1])
+def test_a_format_version_below_one_is_refused(tmp_path, version):
+    import _readers_fixtures as fx
+
+    import readers
+    from convert.spec import SpecError
+
+    o = fx.write_output(tmp_path / "out", format_version=version)
+    with pytest.raises(SpecError, match="format_version"):
+        readers.load_info(str(o.root))
+
+
+def test_an_output_of_an_older_format_is_not_taken_as_complete(tmp_path):
+    """Before format_version 3 the fingerprint left the version out: the same inputs
+    and config re-run over such an output must not count as "nothing to do" (its ids
+    differ); it is refused naming the version, and --overwrite rewrites it as version 3."""
+    import hashlib
+
+    from _e2e import cli
+
+    from convert.spec import FORMAT_VERSION, SERVING_MIN_FORMAT_VERSION
+
+    assert FORMAT_VERSION == SERVING_MIN_FORMAT_VERSION == 3
+    inp = tmp_path / "in.jsonl"
+    inp.write_text("".join(json.dumps({"q": f"Stra\u00dfe {i} \u0130", "u": f"u{i}"}) + "\n" for i in range(20)))
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("features:\n  - {name: q, transform: text, max_len: 3}\n  - {name: u, transform: hash, buckets: 8}\n")
+    out = tmp_path / "out"
+    args = ("convert", "-i", inp, "-c", cfg, "-o", out, "--splits", "all=1")
+    assert cli(*args).exit_code == 0
+    meta_path = out / "dataset_info.json"
+    meta = json.loads(meta_path.read_text())
+    assert meta["format_version"] == 3
+    # what recordprep wrote before: version 1 and the fingerprint without the version
+    old_fp = hashlib.sha256(json.dumps(
+        {"files": [[f["path"], f["size"], f["mtime"]] for f in meta["inputs"]], "config": meta["config_hash"],
+         "options": meta["options"]}, sort_keys=True, default=str).encode()).hexdigest()
+    meta_path.write_text(json.dumps({**meta, "format_version": 1, "fingerprint": old_fp}))
+    r = cli(*args)
+    assert r.exit_code != 0 and "older recordprep (format_version 1" in r.output and "--overwrite" in r.output, r.output
+    assert json.loads(meta_path.read_text())["format_version"] == 1
+    r = cli(*args, "--overwrite")
+    assert r.exit_code == 0, r.output
+    assert json.loads(meta_path.read_text())["format_version"] == 3
+    assert cli(*args).exit_code == 0  # now complete: nothing to do

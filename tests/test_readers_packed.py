@@ -32,8 +32,9 @@ def outputs(tmp_path_factory):
 
 def test_metadata_records_the_layout(outputs):
     plain, packed = readers.load_info(str(outputs["features"])), readers.load_info(str(outputs["packed"]))
-    assert (plain.layout, plain.format_version) == ("features", 1)
-    assert (packed.layout, packed.format_version) == ("packed", 2)
+    # both layouts are written as format_version 3 (FarmHash ids, ASCII-defined tokens)
+    assert (plain.layout, plain.format_version) == ("features", 3)
+    assert (packed.layout, packed.format_version) == ("packed", 3)
     assert packed.features == plain.features  # the logical features do not change
 
 
