@@ -50,12 +50,13 @@ from typing import Any
 import apache_beam as beam
 import orjson
 from apache_beam.io.filesystem import CompressionTypes
+from farmhash import Fingerprint64
 
 from convert.config import Config, FeatureConfig, load_config
 from convert.splits import Splits
 
 ANALYSIS_FILE = "naive-analysis.json"
-_TOKEN_RE = re.compile(r"\w+", re.UNICODE)
+_TOKEN_RE = re.compile("[0-9A-Za-z_\x80-\U0010ffff]+")  # ASCII letters, digits, _ and non-ASCII
 _EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC)
 
 
@@ -103,8 +104,12 @@ def term(v: Any) -> str:
     return str(v)
 
 
-def blake64(s: str) -> int:
-    return int.from_bytes(hashlib.blake2b(s.encode("utf-8", "surrogatepass"), digest_size=8).digest(), "little")
+def fingerprint64(s: str) -> int:
+    return Fingerprint64(s.encode("utf-8", "surrogatepass"))
+
+
+def ascii_lower(s: str) -> str:
+    return s.encode("utf-8", "surrogatepass").lower().decode("utf-8", "surrogatepass")
 
 
 def split_index(row: dict[str, Any], splits: Splits) -> int:
@@ -135,7 +140,7 @@ def terms_of(f: FeatureConfig) -> Callable[[dict[str, Any]], list[str]]:
 
     def text_terms(r: dict[str, Any]) -> list[str]:
         v = get_path(r, path)
-        return _TOKEN_RE.findall(v.lower() if lower else v) if isinstance(v, str) else []
+        return _TOKEN_RE.findall(ascii_lower(v) if lower else v) if isinstance(v, str) else []
 
     def list_terms(r: dict[str, Any]) -> list[str]:
         items = _as_list(get_path(r, path))
@@ -339,13 +344,13 @@ def _ids_fn(f: FeatureConfig, vocab: dict[str, int] | None, ints):
         buckets = f.buckets
 
         def to_id(t: str) -> int:
-            return 1 + blake64(t) % buckets
+            return 1 + fingerprint64(t) % buckets
     else:
         oov = f.num_oov_buckets
 
         def to_id(t: str) -> int:
             i = vocab.get(t)
-            return i if i is not None else 1 + (blake64(t) % oov if oov > 1 else 0)
+            return i if i is not None else 1 + (fingerprint64(t) % oov if oov > 1 else 0)
 
     if f.transform == "text":
         lower = f.lowercase
@@ -356,7 +361,7 @@ def _ids_fn(f: FeatureConfig, vocab: dict[str, int] | None, ints):
             if v is not None:
                 if not isinstance(v, str):
                     raise _Reject(f"{path}: not text")
-                ids = [to_id(t) for t in _TOKEN_RE.findall(v.lower() if lower else v)[:n]]
+                ids = [to_id(t) for t in _TOKEN_RE.findall(ascii_lower(v) if lower else v)[:n]]
             out[name] = ints(ids + [0] * (n - len(ids)))
             out[name + "_len"] = ints([len(ids)])
         return fn_text
