@@ -35,7 +35,16 @@ every transform and option, hypothesis-generated records with nulls at every
 depth and numbers at the float edges, and ``examples/data``.
 
 What is not reproduced in-graph, and refused or reported instead of
-approximated: see ``unsupported_reason``.
+approximated: outputs older than ``SERVING_MIN_FORMAT_VERSION`` (BLAKE2b
+hashes, Python's Unicode tokenizer); a source read both as a list and as a
+single value (one shape per input); ISO 8601 timestamp strings outside the
+forms of ``_ISO_RE`` (week dates, basic formats, other separators, offsets
+with seconds: reported per row); integers beyond int64 in a timestamp field
+(``encode`` reports them). ``log1p`` is TensorFlow's float64 ``log1p`` cast to
+float32: it equals numpy's float32 result on every value tested (millions,
+all magnitudes); numpy's float64 ``log1p`` itself differs between CPUs (SIMD
+vs libm) by an ulp, so a value within an ulp of a float32 rounding boundary
+can differ between two converter machines as well.
 """
 
 from __future__ import annotations
@@ -308,9 +317,14 @@ class TransformLayer(tf.Module):
         float_ok = finite & (y >= -(2.0**63)) & (y < 2.0**63)
         bad.append((is_float & ~float_ok, _reason(s.path, f"not a timestamp (NaN, infinite or beyond int64 seconds){why}")))
         secs_f = tf.cast(tf.where(float_ok, y, tf.zeros_like(y)), tf.int64)
-        bad.append((is_str, _reason(s.path, "ISO 8601 strings are not supported by the serving layer; send epoch numbers")))
-        present = (is_int & int_ok) | (is_float & float_ok)
+        iso_secs, iso_ok, iso_known = _iso_seconds(inputs[s.input_name("term")], is_str)
+        bad.append((is_str & ~iso_known, _reason(
+            s.path, "this ISO 8601 form is not supported by the serving layer (it takes YYYY-MM-DD, optionally "
+                    "followed by T or a space, hh[:mm[:ss[.f]]] and Z or +-hh[:mm]); send epoch numbers")))
+        bad.append((is_str & iso_known & ~iso_ok, _reason(s.path, f"not a timestamp (an invalid date or time){why}")))
+        present = (is_int & int_ok) | (is_float & float_ok) | (is_str & iso_ok)
         secs = tf.where(is_int & int_ok, secs_i, tf.where(is_float & float_ok, secs_f, tf.zeros_like(secs_i)))
+        secs = tf.where(is_str & iso_ok, iso_secs, secs)
         cols: dict[str, tf.Tensor] = {f.name: secs[:, None]}
         days = tf.math.floordiv(secs, DAY_SECONDS)
         for part in f.parts or ():
@@ -444,6 +458,53 @@ def _scale(f: FeatureConfig, x: tf.Tensor, present: tf.Tensor, stats: Mapping[st
         hi = f.clip_max if f.clip_max is not None else np.inf
         return _np_min(_np_max(x, lo), hi)
     return x
+
+
+#: Characters ``str.strip()`` removes (``str.isspace``), as an RE2 class.
+_PY_SPACE = ("[\\t\\n\\x0b\\x0c\\r\\x1c-\\x20\\x{85}\\x{a0}\\x{1680}\\x{2000}-\\x{200a}\\x{2028}\\x{2029}"
+             "\\x{202f}\\x{205f}\\x{3000}]")
+#: The ISO 8601 forms the layer parses (after the converter's ``strip()`` and
+#: ``"Z"`` -> ``"+00:00"``); groups: year, month, day, hour, minute, second,
+#: offset sign, hours, minutes. Python's ``fromisoformat`` accepts more (week
+#: dates, basic formats, any separator, offsets with seconds); those are reported.
+_ISO_RE = ("([0-9]{4})-([0-9]{2})-([0-9]{2})(?:[T ]([0-9]{2})(?::([0-9]{2})(?::([0-9]{2})(?:[.,][0-9]+)?)?)?"
+           "(?:([+-])([0-9]{2})(?::?([0-9]{2}))?)?)?")
+
+
+def _iso_seconds(text: tf.Tensor, is_str: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+    """``(seconds, valid, parsed)`` of ISO 8601 strings in the forms of ``_ISO_RE``,
+    as ``convert.derive`` computes them with ``datetime.fromisoformat``: ``parsed``
+    rows match a supported form, ``valid`` ones also name a real date and time."""
+    text = tf.where(is_str, text, "")
+    text = tf.strings.regex_replace(text, f"^{_PY_SPACE}+|{_PY_SPACE}+$", "")
+    text = tf.strings.regex_replace(text, "Z", "+00:00")
+    parsed = tf.strings.regex_full_match(text, _ISO_RE) & is_str
+
+    def group(i: int) -> tf.Tensor:
+        g = tf.strings.regex_replace(tf.where(parsed, text, ""), f"^{_ISO_RE}$", f"\\{i}")
+        return g
+
+    def number(i: int) -> tf.Tensor:
+        g = group(i)
+        return tf.strings.to_number(tf.where(tf.equal(g, ""), "0", g), tf.int64)
+
+    y, m, d, hh, mi, ss, th, tm = (number(i) for i in (1, 2, 3, 4, 5, 6, 8, 9))
+    sign = tf.where(tf.equal(group(7), "-"), tf.constant(-1, tf.int64), tf.constant(1, tf.int64))
+    leap = tf.equal(tf.math.floormod(y, 4), 0) & (tf.not_equal(tf.math.floormod(y, 100), 0) | tf.equal(tf.math.floormod(y, 400), 0))
+    month_days = tf.gather(tf.constant([31, 31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31], tf.int64), tf.clip_by_value(m, 0, 12))
+    month_days = month_days + tf.cast(leap & tf.equal(m, 2), tf.int64)
+    offset = th * 3600 + tm * 60
+    valid = (parsed & (y >= 1) & (m >= 1) & (m <= 12) & (d >= 1) & (d <= month_days) & (hh <= 23) & (mi <= 59)
+             & (ss <= 59) & (offset < DAY_SECONDS))
+    # Days since the epoch of a proleptic Gregorian date (H. Hinnant's days_from_civil).
+    yy = y - tf.cast(m <= 2, tf.int64)
+    era = tf.math.floordiv(yy, 400)
+    yoe = yy - era * 400
+    doy = tf.math.floordiv(153 * (m + tf.where(m > 2, tf.constant(-3, tf.int64), tf.constant(9, tf.int64))) + 2, 5) + d - 1
+    doe = yoe * 365 + tf.math.floordiv(yoe, 4) - tf.math.floordiv(yoe, 100) + doy
+    days = era * 146_097 + doe - 719_468
+    secs = days * DAY_SECONDS + hh * 3600 + mi * 60 + ss - sign * offset
+    return tf.where(valid, secs, tf.zeros_like(secs)), valid, parsed
 
 
 def _civil_month(days: tf.Tensor) -> tf.Tensor:

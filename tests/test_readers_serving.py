@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples" / "data"
 REALDATA = ROOT.parent / "shared" / "realdata"
 #: Layer errors allowed on records the converter accepts (documented serving limits).
-SERVING_LIMITS = ("ISO 8601 strings are not supported", "beyond int64; the serving layer")
+SERVING_LIMITS = ("ISO 8601 form is not supported", "beyond int64; the serving layer")
 
 BASE_FEATURES = """
   - {name: n_id, source: num, transform: identity, on_nan: keep}
@@ -178,7 +178,8 @@ EDGE_FLOATS = [0.0, -0.0, 5e-324, -5e-324, 1.1754943508222875e-38, 3.40282346638
 NUMBERS = st.one_of(st.floats(), st.sampled_from(EDGE_FLOATS), st.integers(-(2**64), 2**64), st.sampled_from(BIG),
                     st.integers(-3, 20).map(float))
 STRINGS = st.one_of(st.text(max_size=12), st.sampled_from(["a", "b", "é", "7", "", "true", "x", "y", "nan", "inf"] + WORDS))
-TS_STRINGS = st.sampled_from(["2026-01-01", "2026-01-01T10:11:12Z", "nope", "", "1767225600000", "2026-02-30"])
+TS_STRINGS = st.one_of(st.sampled_from(["2026-01-01", "2026-01-01T10:11:12Z", "nope", "", "1767225600000", "2026-02-30",
+                                         "2026-W01-1", "20260101T101112"]), st.deferred(lambda: iso_strings()))
 SCALARS = st.one_of(st.none(), st.booleans(), NUMBERS, STRINGS, st.binary(max_size=6))
 NESTED = st.one_of(st.just({}), st.just({"a": 1}), st.just([]), st.just([1, "a"]))
 ANY = st.one_of(SCALARS, NESTED)
@@ -240,6 +241,63 @@ def test_every_feature_of_the_output_is_produced_with_its_dtype_and_shape(output
             continue
         assert features[spec.name].shape == (2, *spec.shape), spec.name
         assert features[spec.name].dtype == {"float32": np.float32, "int64": np.int64, "string": object}[spec.dtype]
+
+
+# ------------------------------------------------------------------ ISO 8601 timestamps
+
+
+def _digits(n: int) -> st.SearchStrategy[str]:
+    return st.integers(0, 10**n - 1).map(lambda v: str(v).zfill(n))
+
+
+SPACES = st.sampled_from(["", " ", "\t", "\n", "\u3000", "\x1f", "\u2028", "\xa0", "\u200b"])
+
+
+@st.composite
+def iso_strings(draw) -> str:
+    y = draw(st.one_of(_digits(4), st.sampled_from(["0000", "0001", "1969", "1970", "2000", "2100", "2024", "9999"])))
+    date = f"{y}-{draw(st.one_of(_digits(2), st.sampled_from(['01', '02', '12', '13'])))}-{draw(st.one_of(_digits(2), st.sampled_from(['28', '29', '30', '31'])))}"
+    if draw(st.booleans()):
+        date = date.replace("-", "") if draw(st.integers(0, 9)) == 0 else date
+        sep = draw(st.sampled_from(["T", " ", "T", "t", "x", "Z"]))
+        parts = [draw(_digits(2)) for _ in range(draw(st.integers(1, 3)))]
+        time = ":".join(parts) if draw(st.integers(0, 9)) else "".join(parts)
+        if len(parts) == 3 and draw(st.booleans()):
+            time += draw(st.sampled_from([".", ","])) + draw(st.text("0123456789", min_size=0, max_size=8))
+        tz = draw(st.one_of(st.just(""), st.just("Z"), st.builds(lambda sg, h, m, form: sg + h + form.replace("M", m),
+                                                             st.sampled_from(["+", "-"]), _digits(2), _digits(2),
+                                                             st.sampled_from(["", "M", ":M", ":M:00", ":M:00.5"]))))
+        date = f"{date}{sep}{time}{tz}"
+    return draw(SPACES) + date + draw(SPACES)
+
+
+def _converter_seconds(values: list[Any], unit: str = "ms") -> tuple[np.ndarray, np.ndarray, dict]:
+    from convert.derive import epoch_seconds
+    return epoch_seconds(values, unit)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.lists(st.one_of(iso_strings(), st.text(max_size=30)), min_size=1, max_size=40))
+def test_iso_8601_strings_parse_as_the_converter_parses_them(texts):
+    secs, present, rejected = _converter_seconds(texts)
+    kinds = tf.constant([4] * len(texts), tf.int32)
+    got, valid, parsed = serving._iso_seconds(tf.constant([t.encode("utf-8", "surrogatepass") for t in texts]),
+                                              tf.equal(kinds, 4))
+    got, valid, parsed = got.numpy(), valid.numpy(), parsed.numpy()
+    for i, t in enumerate(texts):
+        if valid[i]:
+            assert present[i] and secs[i] == got[i], (t, secs[i], got[i], rejected.get(i))
+        elif parsed[i]:
+            assert i in rejected, (t, secs[i])
+
+
+def test_supported_iso_forms_are_parsed():
+    texts = ["2026-01-01", " 2026-01-01T10:11:12Z ", "2024-02-29 23:59:59.999999-05:30", "2026-01-01T10+05",
+             "1969-12-31T23:59:59,5", "0001-01-01T00:00+00:99", "9999-12-31T23:59:59-23:59"]
+    secs, present, _ = _converter_seconds(texts)
+    got, valid, parsed = serving._iso_seconds(tf.constant(texts), tf.ones([len(texts)], tf.bool))
+    assert parsed.numpy().all() and valid.numpy().all() and present.all()
+    np.testing.assert_array_equal(got.numpy(), secs)
 
 
 # ------------------------------------------------------------------ rejections and refusals
