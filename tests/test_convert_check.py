@@ -246,3 +246,17 @@ def test_many_problems_are_listed_up_to_a_limit_and_counted():
         check_inputs(_cfg('{"name": "x", "transform": "zscore"}', label="yy"), ["a.avro"],
                       lambda p: io.BytesIO(_avro_bytes(small, [{"x": 1}])))
     assert "the label reads 'yy'" in str(e.value) and "allow_all_missing" not in str(e.value)
+
+
+def test_schema_check_accepts_every_random_case_the_vectorizer_converts():
+    """The random Avro cases of tests/_record_strategies.py convert without a rejection
+    (test_property_roundtrip.py); the schema check must find nothing wrong with them."""
+    from _record_strategies import avro_cases
+    from hypothesis import HealthCheck, given, settings
+
+    @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(avro_cases())
+    def check(case):
+        assert avro_problems(parse_config(case.config), case.schema) == []
+
+    check()
