@@ -29,9 +29,14 @@ the TF Transform ones run ``bench/tft_worker.py`` with the peer's interpreter):
     The layer of that run's ``transform_fn``: batches of 1,024 parsed raw
     records and single records inside a ``tf.function``.
 ``recordprep serving layer``
-    The same measurement with recordprep's own layer in the project's
-    virtualenv, once ``readers`` has one (see :func:`_recordprep_layer`);
-    until then the row says it is not available.
+    The same measurement with recordprep's own layer
+    (``readers.transform_layer`` of the recordprep row's output) in the
+    project's virtualenv, on the same records (see :func:`_recordprep_layer`);
+    a row saying "not available yet" where ``readers`` has no such layer or
+    it refuses the output.
+
+The layer rows run ``target_repeats`` times too, interleaved with the
+conversions (median reported).
 """
 
 from __future__ import annotations
@@ -233,7 +238,11 @@ def run_table(size: str, manifest: dict[str, Any], *, log, log_dir: Path, out_ro
         log(f"  -> {_one_line(m)}")
         return m
 
-    shards = None
+    # Interleaved (R T Tl Rl R Tl Rl ...): TF Transform's conversion once (a
+    # minute or more at default size), every other row target_repeats times.
+    shards: dict[str, int] | None = None
+    tft_ok = False
+    unavailable = None
     for rep in range(max(1, target_repeats)):
         m = measure("recordprep_convert", "bench.convert_bench",
                     ["--case", "recordprep", "--inputs", *avro, "--output", str(outs["recordprep"])], timeout=4 * 3600)
@@ -241,38 +250,44 @@ def run_table(size: str, manifest: dict[str, Any], *, log, log_dir: Path, out_ro
             shards = m.result.get("shards") or {}
         if rep == 0:
             counts = [str((shards or {}).get(s, 1)) for s in ("train", "eval")]
-            t = measure("tft_convert", "bench.tft_worker",
-                        ["--case", "convert", "--inputs", *avro, "--config", CONFIG, "--output", str(outs["tft"]),
-                         "--shards", *counts, "--workers", str(workers)], python=str(venv_python()), timeout=3600)
-    if t.ok:
-        measure("tft_layer", "bench.tft_worker",
-                ["--case", "layer", "--inputs", avro[0], "--config", CONFIG,
-                 "--transform-dir", str(outs["tft"] / "transform_fn")], python=str(venv_python()))
-    else:
-        runs["tft_layer"] = [{"ok": False, "error": "no transform_fn: the TF Transform conversion failed",
-                              "result": {}}]
-    rp = measure("recordprep_layer", "bench.tft", ["--case", "recordprep-layer", "--inputs",
-                                                   make_data.json_files(size, manifest)[0],
-                                                   "--output", str(outs["recordprep"])])
+            tft_ok = measure("tft_convert", "bench.tft_worker",
+                             ["--case", "convert", "--inputs", *avro, "--config", CONFIG, "--output", str(outs["tft"]),
+                              "--shards", *counts, "--workers", str(workers)], python=str(venv_python()),
+                             timeout=3600).ok
+        if tft_ok:
+            measure("tft_layer", "bench.tft_worker",
+                    ["--case", "layer", "--inputs", avro[0], "--config", CONFIG,
+                     "--transform-dir", str(outs["tft"] / "transform_fn")], python=str(venv_python()))
+        elif rep == 0:
+            runs["tft_layer"] = [{"ok": False, "error": "no transform_fn: the TF Transform conversion failed",
+                                  "result": {}}]
+        if unavailable is None:
+            rp = measure("recordprep_layer", "bench.tft", ["--case", "recordprep-layer", "--inputs",
+                                                           make_data.json_files(size, manifest)[0],
+                                                           "--output", str(outs["recordprep"])])
+            unavailable = rp.result.get("unavailable", "") if rp.ok else ""
     rows = {k: convert_bench.summarize(labels[k], v) for k, v in runs.items() if k.endswith("_convert")}
     for k in ("tft_layer", "recordprep_layer"):
         rows[k] = _layer_row(labels[k], runs[k])
-    if rp.ok and rp.result.get("unavailable"):
+    if unavailable:
         rows["recordprep_layer"] = {"label": labels["recordprep_layer"], "ok": False, "unavailable": True,
-                                    "error": rp.result["unavailable"], "runs": 1, "raw": runs["recordprep_layer"]}
+                                    "error": unavailable, "runs": 1, "raw": runs["recordprep_layer"]}
     return {"rows": rows, "workers": workers, "peer": stamp, "shards": shards}
 
 
 def _layer_row(label: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Median over the successful runs of a layer row."""
+    from bench.convert_bench import _median
+
     ok = [r for r in runs if r["ok"] and not r["result"].get("unavailable")]
     row: dict[str, Any] = {"label": label, "runs": len(runs), "ok": bool(ok), "raw": runs}
     if not ok:
         row["error"] = runs[-1].get("error")
         return row
-    r = ok[-1]
-    row.update({k: r["result"][k] for k in ("batch", "batch_median_ms", "batch_records_per_s", "single_median_ms",
-                                            "single_p90_ms", "batch_calls", "single_calls", "outputs")},
-               peak_rss_mb=r["peak_rss_mb"])
+    row.update({k: _median([r["result"][k] for r in ok]) for k in (
+        "batch_median_ms", "batch_records_per_s", "single_median_ms", "single_p90_ms")},
+        peak_rss_mb=_median([r["peak_rss_mb"] for r in ok]),
+        **{k: ok[-1]["result"][k] for k in ("batch", "batch_calls", "single_calls", "outputs")})
     return row
 
 
