@@ -16,6 +16,10 @@ Problems are collected and raised together as one :class:`DataMismatchError`
 path and the closest paths the data has ("did you mean 'country'?"). A feature
 with ``allow_all_missing: true`` may be absent (its type is still checked
 where present). Pure Python: the caller passes the opener of its file system.
+
+After the run, the same contract on the values: :func:`all_missing_message`
+says why a run whose training split had no value of a feature fails, and
+:func:`common_rejection` what every rejected record of a failed run shares.
 """
 
 from __future__ import annotations
@@ -33,12 +37,13 @@ from convert.sources import InputFileError, detect_format, iter_records, read_av
 
 __all__ = [
     "DataMismatchError",
-    "all_missing_message",
-    "common_rejection",
     "InputCheck",
+    "Read",
     "SampleLimits",
+    "all_missing_message",
     "avro_problems",
     "check_inputs",
+    "common_rejection",
     "config_paths",
     "sample_paths",
     "sample_problems",
@@ -54,6 +59,7 @@ _MAX_SHOWN = 20
 _HEAD_BYTES = 64 * 1024
 
 _NUMBER = frozenset({"int", "long", "float", "double"})
+_PRIMITIVES = _NUMBER | {"null", "boolean", "bytes", "string"}
 
 
 class DataMismatchError(ConfigError):
@@ -170,11 +176,12 @@ class _Schema:
         return []
 
     def kind(self, s: Any) -> str:
-        """One concrete type's kind: number, boolean, string, bytes, record, map, array, or its name."""
+        """One concrete type's kind: number, boolean, string, bytes, record, map,
+        array, or unknown (a name this schema does not define: never a problem)."""
         if isinstance(s, str):
             if s in _NUMBER:
                 return "number"
-            return s
+            return s if s in _PRIMITIVES else "unknown"
         t = s.get("type")
         return {"record": "record", "error": "record", "enum": "string", "fixed": "bytes"}.get(t, t)
 
@@ -272,7 +279,7 @@ def _type_problem(sch: _Schema, r: Read, leaf: Any) -> str | None:
             usable.append(not items or any(sch.kind(i) in need for i in items))
         else:
             usable.append(k in need)
-    if any(usable) or not all(isinstance(b, dict | str) for b in branches):
+    if any(usable) or any(sch.kind(b) == "unknown" for b in branches):
         return None
     kinds = {sch.kind(b) for b in branches}
     found = " or ".join(sorted({sch.describe(b) for b in branches}))
@@ -302,6 +309,9 @@ def avro_problems(config: Config, schema: Any) -> list[str]:
         node: Any = sch.root
         missing_at = None
         for i, key in enumerate(r.path.split(".")):
+            if any(sch.kind(b) == "unknown" for b in sch.branches(node)):
+                node = None  # a type the check cannot see into: leave it to the run
+                break
             children = [c for b in sch.branches(node) if (c := sch.child(b, key)) is not None]
             if not children:
                 missing_at = i
@@ -322,7 +332,7 @@ def avro_problems(config: Config, schema: Any) -> list[str]:
                 why = f"no field {r.path!r} in the schema; {_suggest(r.path, known)}"
             problems.append(f"{r.who} reads {r.path!r}: {why}")
             continue
-        bad = _type_problem(sch, r, node)
+        bad = None if node is None else _type_problem(sch, r, node)
         if bad:
             problems.append(f"{r.who} reads {r.path!r}, which {bad}")
     return problems

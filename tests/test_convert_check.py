@@ -260,3 +260,10 @@ def test_schema_check_accepts_every_random_case_the_vectorizer_converts():
         assert avro_problems(parse_config(case.config), case.schema) == []
 
     check()
+
+
+def test_a_type_the_schema_does_not_define_is_left_to_the_run():
+    schema = {"type": "record", "name": "R", "fields": [{"name": "ext", "type": ["null", "other.Thing"]}]}
+    cfg = _cfg('{"name": "e", "source": "ext", "transform": "zscore"}',
+               '{"name": "ea", "source": "ext.a", "transform": "vocabulary"}', label=None)
+    assert avro_problems(cfg, schema) == []
