@@ -193,10 +193,20 @@ class TransformLayer(tf.Module):
                 out.update(self._text(f, s, inputs, bad))
             else:
                 out.update(self._vocabulary(f, s, inputs, bad))
-        errors = tf.fill(tf.reshape(batch, [1]), "")
-        for mask, why in reversed(bad):
-            errors = tf.where(mask, why, errors)
-        return {f.name: out[f.name] for f in self.features}, errors
+        features = {f.name: out[f.name] for f in self.features}
+        if not bad:
+            return features, tf.fill(tf.reshape(batch, [1]), "")
+        shape = tf.reshape(batch, [1])
+        any_bad = tf.reduce_any(tf.stack([tf.reduce_any(m) for m, _ in bad]))
+
+        def reasons() -> tf.Tensor:
+            errors = tf.fill(shape, "")
+            for mask, why in reversed(bad):
+                errors = tf.where(mask, why() if callable(why) else why, errors)
+            return errors
+
+        # The reasons (string work) are built only for a batch with a rejected row.
+        return features, tf.cond(any_bad, reasons, lambda: tf.fill(shape, ""))
 
     def __call__(self, inputs: Mapping[str, Any]) -> dict[str, tf.Tensor]:
         """The feature tensors; raises ``InvalidArgumentError`` if any record would be rejected."""
@@ -424,9 +434,12 @@ def _pad_to(t: tf.Tensor, n: int) -> tf.Tensor:
     return tf.pad(t, [[0, 0], [0, pad]])[:, :n]
 
 
-def _wrong_kind_reason(source: str, kind: tf.Tensor, prefix: str, suffix: str = "") -> tf.Tensor:
-    names = tf.constant([_reason(source, f"{prefix}{k}{suffix}") for k in KIND_NAMES])
-    return tf.gather(names, tf.clip_by_value(kind, 0, len(KIND_NAMES) - 1))
+def _wrong_kind_reason(source: str, kind: tf.Tensor, prefix: str, suffix: str = "") -> Any:
+    """The reason naming what the record held, built only when some row is rejected."""
+    def build() -> tf.Tensor:
+        names = tf.constant([_reason(source, f"{prefix}{k}{suffix}") for k in KIND_NAMES])
+        return tf.gather(names, tf.clip_by_value(kind, 0, len(KIND_NAMES) - 1))
+    return build
 
 
 def _np_max(a: tf.Tensor, b: float) -> tf.Tensor:
