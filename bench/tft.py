@@ -261,11 +261,11 @@ def run_table(size: str, manifest: dict[str, Any], *, log, log_dir: Path, out_ro
         elif rep == 0:
             runs["tft_layer"] = [{"ok": False, "error": "no transform_fn: the TF Transform conversion failed",
                                   "result": {}}]
-        if unavailable is None:
+        if unavailable is None:  # once readers says it has no layer, it will not have one on the next run
             rp = measure("recordprep_layer", "bench.tft", ["--case", "recordprep-layer", "--inputs",
                                                            make_data.json_files(size, manifest)[0],
                                                            "--output", str(outs["recordprep"])])
-            unavailable = rp.result.get("unavailable", "") if rp.ok else ""
+            unavailable = rp.result.get("unavailable") if rp.ok else None
     rows = {k: convert_bench.summarize(labels[k], v) for k, v in runs.items() if k.endswith("_convert")}
     for k in ("tft_layer", "recordprep_layer"):
         rows[k] = _layer_row(labels[k], runs[k])

@@ -123,3 +123,55 @@ def test_tft_requirements_pin_tf_transform_its_tensorflow_and_beam():
     for pin in ("tensorflow-transform==1.21.", "tensorflow==2.21.", "apache-beam[gcp]==2.77."):
         assert pin in text
     assert ".peers/" in (Path(tft.HERE).parent / ".gitignore").read_text()
+
+
+def _fake_measurements(monkeypatch, *, tft_convert_ok: bool = True, layer_unavailable: bool = False) -> list[str]:
+    """Stand-in for bench.measure.run_child: records the order of the rows, returns plausible results."""
+    from bench import measure
+
+    calls: list[str] = []
+
+    def run_child(module, argv, **kw):
+        case = argv[argv.index("--case") + 1]
+        calls.append(f"{module}:{case}")
+        ok, result = True, {"work_wall_s": 1.0, "work_cpu_s": 1.0, "records": 1000}
+        if case == "recordprep":
+            result["shards"] = {"train": 3, "eval": 1}
+        elif case == "convert":
+            assert kw["python"] == str(tft.venv_python())
+            assert argv[argv.index("--shards") + 1:argv.index("--shards") + 3] == ["3", "1"]
+            ok = tft_convert_ok
+        elif case in ("layer", "recordprep-layer"):
+            result = _layer(100_000, 2.0) | {"work_wall_s": 1.0, "work_cpu_s": 1.0, "records": 1024}
+            if case == "recordprep-layer" and layer_unavailable:
+                result = {"unavailable": "not available yet: no layer"}
+        return measure.Measurement(ok=ok, result=result, wall_s=1.0, cpu_s=1.0, peak_rss_mb=100.0, samples=1,
+                                   error=None if ok else "exit code 1")
+
+    monkeypatch.setattr(measure, "run_child", run_child)
+    monkeypatch.setattr(tft, "ensure_venv", lambda log: {"versions": {}, "built": "x", "install_seconds": 1.0})
+    monkeypatch.setattr(tft, "_workers_for", lambda avro: 1)
+    return calls
+
+
+_MANIFEST = {"avro": {"files": [{"path": "avro/part-00000.avro"}]}, "json": {"files": [{"path": "json/part-00000.jsonl"}]}}
+
+
+def test_run_table_interleaves_and_repeats_every_row_but_tf_transforms_conversion(monkeypatch, tmp_path):
+    calls = _fake_measurements(monkeypatch)
+    out = tft.run_table("small", _MANIFEST, log=lambda _: None, log_dir=tmp_path, out_root=tmp_path, target_repeats=3)
+    rp, tc, tl, rl = ("bench.convert_bench:recordprep", "bench.tft_worker:convert", "bench.tft_worker:layer",
+                      "bench.tft:recordprep-layer")
+    assert calls == [rp, tc, tl, rl, rp, tl, rl, rp, tl, rl]
+    assert {k: r["runs"] for k, r in out["rows"].items()} == {
+        "recordprep_convert": 3, "tft_convert": 1, "tft_layer": 3, "recordprep_layer": 3}
+    assert all(r["ok"] for r in out["rows"].values())
+
+
+def test_run_table_when_recordprep_has_no_layer_or_tf_transform_fails(monkeypatch, tmp_path):
+    calls = _fake_measurements(monkeypatch, tft_convert_ok=False, layer_unavailable=True)
+    out = tft.run_table("small", _MANIFEST, log=lambda _: None, log_dir=tmp_path, out_root=tmp_path, target_repeats=2)
+    assert calls.count("bench.tft:recordprep-layer") == 1 and "bench.tft_worker:layer" not in calls
+    rows = out["rows"]
+    assert rows["recordprep_layer"]["unavailable"] and "not available yet" in rows["recordprep_layer"]["error"]
+    assert not rows["tft_convert"]["ok"] and "transform_fn" in rows["tft_layer"]["error"]
