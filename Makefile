@@ -19,12 +19,17 @@ $(STAMP): pyproject.toml constraints.txt
 install: $(STAMP)
 
 ## Convert the bundled example data (AVRO and JSON Lines) on the local runner,
-## then train a small Keras model from readers.train_dataset.
+## train a small Keras model from readers.train_dataset, export it with the
+## converter's transforms inside, and score raw JSON lines with the export.
+## TensorFlow's start-up banners (oneDNN, log lines) are turned off for the demo.
+DEMO_ENV := TF_CPP_MIN_LOG_LEVEL=2 TF_ENABLE_ONEDNN_OPTS=0
 demo: $(STAMP)
 	$(BIN)/recordprep convert --input 'examples/data/*.avro' --config examples/features.yaml --output demo-out/avro --overwrite
 	$(BIN)/recordprep convert --input 'examples/data/*.jsonl' --config examples/features.yaml --output demo-out/json --overwrite --max-error-fraction 0.01
 	$(BIN)/recordprep inspect demo-out/avro --examples 1
-	$(BIN)/python examples/train.py demo-out/avro --steps 300
+	rm -rf demo-out/model
+	$(DEMO_ENV) $(BIN)/python examples/train.py demo-out/avro --steps 300 --export demo-out/model
+	$(DEMO_ENV) $(BIN)/python examples/predict.py demo-out/model examples/data/clicks-1.jsonl -n 5
 
 ## The whole test suite (slow end-to-end tests included).
 test: $(STAMP)
