@@ -63,6 +63,8 @@ BASE_FEATURES = """
   - {name: day, transform: timestamp, unit: days, parts: [day_of_week, month]}
   - {name: secs, transform: timestamp, unit: s, parts: [hour]}
   - {name: blob, transform: bytes}
+  - {name: deep, source: deep.a.b, transform: vocabulary}
+  - {name: deep_n, source: deep.a.n, transform: identity, fill: 7, missing_indicator: true}
 """
 HASHED_FEATURES = """
   - {name: h, source: user.id, transform: hash, buckets: 97}
@@ -102,6 +104,7 @@ def _train_record(i: int) -> dict[str, Any]:
         "day": 20_000 + i,
         "secs": 1_700_000_000 + i * 7777,
         "blob": f"b{i}",
+        "deep": {"a": {"b": ["k", "l", "m"][i % 3], "n": i}} if i % 4 else {"a": None},
         "query": " ".join(WORDS[(i * k) % len(WORDS)] for k in range(1, 2 + i % 5)),
     }
 
@@ -177,7 +180,7 @@ EDGE_FLOATS = [0.0, -0.0, 5e-324, -5e-324, 1.1754943508222875e-38, 3.40282346638
                3.4028235677973362e38, -3.5e38, 1e308, math.inf, -math.inf, math.nan, -math.nan, -1.0, -0.9999999999999999, 0.5]
 NUMBERS = st.one_of(st.floats(), st.sampled_from(EDGE_FLOATS), st.integers(-(2**64), 2**64), st.sampled_from(BIG),
                     st.integers(-3, 20).map(float))
-STRINGS = st.one_of(st.text(max_size=12), st.sampled_from(["a", "b", "é", "7", "", "true", "x", "y", "nan", "inf"] + WORDS))
+STRINGS = st.one_of(st.text(max_size=12), st.text(st.characters(codec=None, categories=["Cs", "Mn", "Lu", "Ll", "Zs"]), max_size=4), st.sampled_from(["a", "b", "é", "7", "", "true", "x", "y", "nan", "inf"] + WORDS))
 TS_STRINGS = st.one_of(st.sampled_from(["2026-01-01", "2026-01-01T10:11:12Z", "nope", "", "1767225600000", "2026-02-30",
                                          "2026-W01-1", "20260101T101112"]), st.deferred(lambda: iso_strings()))
 SCALARS = st.one_of(st.none(), st.booleans(), NUMBERS, STRINGS, st.binary(max_size=6))
@@ -218,6 +221,9 @@ def records(draw) -> Any:
         {}, optional={"id": ANY, "segment": st.one_of(st.none(), st.sampled_from(["s1", "s2", "s3"]), ANY)})))
     if draw(st.booleans()):
         r["user"] = user
+    if draw(st.booleans()):  # nulls, non-records and absent keys at every depth of deep.a.b
+        r["deep"] = draw(st.one_of(st.none(), ANY, st.fixed_dictionaries({}, optional={"a": st.one_of(
+            st.none(), ANY, st.fixed_dictionaries({}, optional={"b": ANY, "n": st.one_of(NUMBERS, st.none())}))})))
     return r
 
 
