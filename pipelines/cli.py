@@ -322,6 +322,42 @@ def verify(
 
 
 @app.command()
+def export(
+    output: Annotated[str, typer.Argument(help="The recordprep output the model was trained on (its analysis is embedded).")],
+    model: Annotated[Path, typer.Argument(help="The trained Keras model file (.keras or .h5), taking the output's features by name.")],
+    export_dir: Annotated[str, typer.Argument(help="Where to write the serving SavedModel (must not exist).")],
+    trust_model_code: Annotated[bool, typer.Option(help="Load Python code inside the model file (Lambda layers): only for a model you wrote.")] = False,
+) -> None:
+    """Write a SavedModel for TF Serving whose serving_default takes raw records' fields and applies the converter's transforms exactly (README: Serving)."""
+    if not model.exists():
+        _fail(f"model {model}: no such file", code=2)
+    from readers._io import exists
+
+    if exists(export_dir):
+        _fail(f"{export_dir} exists; export into a new directory (TF Serving reads one version per directory)", code=2)
+    import tensorflow as tf  # only this command needs TensorFlow
+
+    from readers.errors import SpecError
+    from readers.serving import export_serving, transform_layer
+
+    try:
+        layer = transform_layer(output)
+    except (SpecError, OSError) as e:
+        _fail(str(e))
+    try:
+        keras_model = tf.keras.models.load_model(model, safe_mode=not trust_model_code)
+    except Exception as e:  # Keras raises many types for a file it cannot load
+        hint = " (add --trust-model-code to load Lambda layers of a model you wrote)" if "safe_mode" in str(e) else ""
+        _fail(f"cannot load the model {model}: {str(e).splitlines()[0] if str(e) else type(e).__name__}{hint}")
+    try:
+        export_serving(keras_model, layer, export_dir)
+    except (ValueError, TypeError, tf.errors.OpError) as e:
+        _fail(f"cannot export {model} with the transforms of {output}: {e}")
+    inputs = ", ".join(layer.wire.input_names())
+    typer.echo(f"exported {model} with the transforms of {output} to {export_dir}\nserving_default inputs: {inputs}")
+
+
+@app.command()
 def wait(
     output: Annotated[str, typer.Argument(help="Output directory a scheduled conversion writes.")],
     timeout: Annotated[float, typer.Option(help="Seconds to wait before giving up (exit 1); finite, >= 0.")] = 3600.0,

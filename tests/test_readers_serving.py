@@ -587,3 +587,37 @@ def test_parity_on_real_files(rel, tmp_path):
     cfg = tmp_path / "features.yaml"
     cfg.write_text(r.stdout.replace("allow_all_missing: false", "allow_all_missing: true"))
     _convert_and_check(path, cfg, tmp_path, flags)
+
+
+# ------------------------------------------------------------------ recordprep export
+
+
+def test_export_cli_refuses_a_missing_model_and_an_existing_directory(output, tmp_path):
+    r = cli("export", output, tmp_path / "nope.keras", tmp_path / "exp")
+    assert r.exit_code == 2 and "no such file" in r.output
+    (tmp_path / "m.keras").write_bytes(b"not a model")
+    (tmp_path / "exp").mkdir()
+    r = cli("export", output, tmp_path / "m.keras", tmp_path / "exp")
+    assert r.exit_code == 2 and "exists" in r.output
+    r = cli("export", output, tmp_path / "m.keras", tmp_path / "exp2")
+    assert r.exit_code == 1 and "cannot load the model" in r.output and "Traceback" not in r.output
+
+
+@pytest.mark.slow
+def test_export_cli_writes_a_saved_model_that_scores_raw_records(output, layer, tmp_path):
+    info = readers.load_info(str(output))
+    inputs = readers.keras_inputs(info, ["n_z", "n_log", "cat", "tags"])
+    h = tf.keras.layers.Concatenate()([inputs["n_z"], inputs["n_log"],
+                                       tf.keras.layers.Flatten()(tf.keras.layers.Embedding(64, 2)(inputs["cat"])),
+                                       tf.keras.layers.Flatten()(tf.keras.layers.Embedding(64, 2)(inputs["tags"]))])
+    model = tf.keras.Model(inputs, tf.keras.layers.Dense(1)(h))
+    model.save(tmp_path / "m.keras")
+    r = cli("export", output, tmp_path / "m.keras", tmp_path / "exp", seconds=600)
+    assert r.exit_code == 0, r.output
+    assert "serving_default inputs: " in r.output
+    recs = [_train_record(i) for i in range(8)]
+    serve = tf.saved_model.load(str(tmp_path / "exp")).signatures["serving_default"]
+    got = serve(**{k: tf.constant(v) for k, v in layer.encode(recs).items()})
+    features, _ = layer.transform_records(recs)
+    want = model({k: tf.constant(features[k]) for k in ("n_z", "n_log", "cat", "tags")}).numpy()
+    np.testing.assert_array_equal(got["outputs"].numpy(), want)
