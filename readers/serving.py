@@ -188,7 +188,7 @@ class TransformLayer(tf.Module):
             elif f.transform == "bytes":
                 out.update(self._bytes(f, s, inputs, bad))
             elif f.transform == "timestamp":
-                out.update(self._timestamp(f, s, inputs, bad, batch))
+                out.update(self._timestamp(f, s, inputs, bad))
             elif f.transform == "text":
                 out.update(self._text(f, s, inputs, bad))
             else:
@@ -304,8 +304,7 @@ class TransformLayer(tf.Module):
         v = tf.where(ok, inputs[s.input_name("raw")], "")
         return {f.name: v[:, None]}
 
-    def _timestamp(self, f: FeatureConfig, s: Source, inputs: Mapping[str, tf.Tensor], bad: list,
-                   batch: tf.Tensor) -> dict[str, tf.Tensor]:
+    def _timestamp(self, f: FeatureConfig, s: Source, inputs: Mapping[str, tf.Tensor], bad: list) -> dict[str, tf.Tensor]:
         kind = self._kind(s, inputs)
         unit = f.unit or "ms"
         why = f"; give an epoch count in {unit!r} or an ISO 8601 string"

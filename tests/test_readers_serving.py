@@ -621,3 +621,15 @@ def test_export_cli_writes_a_saved_model_that_scores_raw_records(output, layer, 
     features, _ = layer.transform_records(recs)
     want = model({k: tf.constant(features[k]) for k in ("n_z", "n_log", "cat", "tags")}).numpy()
     np.testing.assert_array_equal(got["outputs"].numpy(), want)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not HASHED_SUPPORTED, reason="the bench config hashes; the converter has no serving format version yet")
+def test_parity_on_the_bench_dataset(tmp_path):
+    """The bench workload's schema and config (bench/features.yaml) on 3,000 of its records."""
+    sys.path.insert(0, str(ROOT))
+    from bench.make_data import records as bench_records
+
+    path = tmp_path / "bench.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in bench_records(0, 3000)))
+    _convert_and_check(path, ROOT / "bench" / "features.yaml", tmp_path, [])
