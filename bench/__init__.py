@@ -8,6 +8,8 @@ One module per concern:
 - ``measure``        subprocess runner sampling RSS/CPU of the process tree
 - ``convert_bench``  conversion rows (recordprep, naive, decode limits)
 - ``reader_bench``   tf.data reader rows (readers, make_batched_features_dataset, limits)
+- ``tft``            TF Transform as the TFX peer: its own virtualenv, its rows beside recordprep's
+- ``tft_worker``     the TF Transform rows themselves, run with the peer virtualenv's interpreter
 - ``report``         Markdown tables, ratios and targets
 - ``run``            orchestration: data, measurements, results files
 
