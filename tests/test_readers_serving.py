@@ -385,6 +385,23 @@ def test_apply_analysis_is_what_analysis_from_writes(output, tmp_path):
         assert cols[name][1] == (values.tolist() if kind != "string" else [x.decode() for x in values]), name
 
 
+def test_apply_analysis_names_what_is_missing(output, tmp_path):
+    from convert.spec import SpecError
+    with pytest.raises(SpecError, match="no dataset_info.json; point at a completed recordprep output"):
+        apply_analysis(tmp_path, [{}])
+    (tmp_path / "dataset_info.json").write_text((output / "dataset_info.json").read_text())
+    with pytest.raises(SpecError, match="no analysis.json"):
+        apply_analysis(tmp_path, [{}])
+    (tmp_path / "analysis.json").write_text('{"vocabularies": {}, "stats": {}}')
+    with pytest.raises(SpecError, match="no vocabulary for feature 'cat'"):
+        apply_analysis(tmp_path, [{}])
+    meta = json.loads((output / "dataset_info.json").read_text())
+    del meta["config"]
+    (tmp_path / "dataset_info.json").write_text(json.dumps(meta))
+    with pytest.raises(SpecError, match="holds no feature config"):
+        apply_analysis(tmp_path, [{}])
+
+
 # ------------------------------------------------------------------ export
 
 
