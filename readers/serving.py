@@ -326,7 +326,10 @@ class TransformLayer(tf.Module):
         float_ok = finite & (y >= -(2.0**63)) & (y < 2.0**63)
         bad.append((is_float & ~float_ok, _reason(s.path, f"not a timestamp (NaN, infinite or beyond int64 seconds){why}")))
         secs_f = tf.cast(tf.where(float_ok, y, tf.zeros_like(y)), tf.int64)
-        iso_secs, iso_ok, iso_known = _iso_seconds(inputs[s.input_name("term")], is_str)
+        # ISO strings are parsed only when the batch holds one (regex work per row).
+        iso_secs, iso_ok, iso_known = tf.cond(
+            tf.reduce_any(is_str), lambda: _iso_seconds(inputs[s.input_name("term")], is_str),
+            lambda: (tf.zeros_like(v), tf.zeros_like(is_str), tf.zeros_like(is_str)))
         bad.append((is_str & ~iso_known, _reason(
             s.path, "this ISO 8601 form is not supported by the serving layer (it takes YYYY-MM-DD, optionally "
                     "followed by T or a space, hh[:mm[:ss[.f]]] and Z or +-hh[:mm]); send epoch numbers")))
@@ -381,8 +384,9 @@ class TransformLayer(tf.Module):
         if f.lowercase:
             text = tf.strings.lower(text)  # ASCII only, like convert.vectorize.ascii_lower
         text = tf.strings.regex_replace(text, TEXT_DELIMITERS_RE, " ")
-        tokens = tf.strings.split(text, sep=" ")
-        tokens = tf.ragged.boolean_mask(tokens, tf.not_equal(tokens, ""))
+        # Every ASCII whitespace is a delimiter, so only " " is left: splitting on
+        # whitespace runs (ASCII only, empty tokens dropped) gives the tokens.
+        tokens = tf.strings.split(text)
         ids = tf.ragged.map_flat_values(lambda t: self._ids(f, t), tokens)
         n = f.max_len
         lens = tf.minimum(ids.row_lengths(), n)
