@@ -10,6 +10,10 @@ Typical use::
     model.fit(readers.train_dataset("gs://bucket/out/train-*", 512, seed=1),
               steps_per_epoch=1000, epochs=10,
               validation_data=readers.eval_dataset("gs://bucket/out/eval-*", 512))
+    readers.export_serving(model, "gs://bucket/out", "gs://bucket/models/1")  # raw fields in
+
+``transform_layer``/``export_serving`` (``readers.serving``) apply the
+converter's transforms to raw records in TensorFlow, bit for bit.
 
 ``load_info`` and ``wait_for_dataset`` do not need TensorFlow for local
 paths; TensorFlow is imported when a dataset is first built (lazily, so that
