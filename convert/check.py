@@ -106,8 +106,8 @@ class InputCheck:
         return "; ".join(parts) or "nothing (no readable input)"
 
 
-def config_paths(config: Config) -> list[Read]:
-    """Every path ``config`` reads, in config order (the label last)."""
+def config_paths(config: Config, split_key: str | None = None) -> list[Read]:
+    """Every path ``config`` reads, in config order (the label, then ``--split-key``, last)."""
     reads = []
     for f in config.features:
         who = f"feature {f.name!r}"
@@ -117,6 +117,8 @@ def config_paths(config: Config) -> list[Read]:
             reads.append(Read(f.source, who, f.transform, f.multi_valued, f.allow_all_missing))
     if config.label is not None:
         reads.append(Read(config.label.source, "the label", f"label-{config.label.dtype}"))
+    if split_key is not None:  # a misspelled key would hash every record as null: one split gets them all
+        reads.append(Read(split_key, "--split-key", "split-key"))
     return reads
 
 
@@ -300,12 +302,12 @@ def _suggest(path: str, known: Sequence[str]) -> str:
     return f"the fields are: {shown or '(none)'}"
 
 
-def avro_problems(config: Config, schema: Any) -> list[str]:
-    """What in ``config`` an Avro writer ``schema`` cannot give, one message per path."""
+def avro_problems(config: Config, schema: Any, split_key: str | None = None) -> list[str]:
+    """What in ``config`` (and ``split_key``) an Avro writer ``schema`` cannot give, one message per path."""
     sch = _Schema(schema)
     problems = []
     known: list[str] | None = None
-    for r in config_paths(config):
+    for r in config_paths(config, split_key):
         node: Any = sch.root
         missing_at = None
         for i, key in enumerate(r.path.split(".")):
@@ -361,11 +363,11 @@ def sample_paths(records: Iterable[Any]) -> set[str]:
     return seen
 
 
-def sample_problems(config: Config, paths: set[str], n_records: int) -> list[str]:
+def sample_problems(config: Config, paths: set[str], n_records: int, split_key: str | None = None) -> list[str]:
     """The config's paths no sampled record has (``paths``: ``sample_paths`` of ``n_records`` records)."""
     known = sorted(paths)
     problems = []
-    for r in config_paths(config):
+    for r in config_paths(config, split_key):
         if r.optional or r.path in paths:
             continue
         problems.append(f"{r.who} reads {r.path!r}, which none of the {n_records} sampled records has; "
@@ -437,7 +439,8 @@ def _files(paths: Sequence[str]) -> str:
 
 def check_inputs(config: Config, paths: Sequence[str], open_file: Callable[[str], IO[bytes]], *,
                  json_records_path: str | None = None, limits: SampleLimits = SampleLimits(),
-                 max_record_bytes: int | None = None, max_block_bytes: int | None = None) -> InputCheck:
+                 max_record_bytes: int | None = None, max_block_bytes: int | None = None,
+                 split_key: str | None = None) -> InputCheck:
     """Check ``config`` against every Avro input's schema and a sample of the JSON inputs.
 
     ``open_file(path)`` opens an input for binary reading (the caller's file
@@ -466,9 +469,9 @@ def check_inputs(config: Config, paths: Sequence[str], open_file: Callable[[str]
             schemas[key] = schema
     for key, files in by_schema.items():
         where = files[0] if len(files) == 1 else f"{files[0]} (and {len(files) - 1} more Avro file(s) with its schema)"
-        problems.append((f"the Avro schema of {where}", avro_problems(config, schemas[key])))
+        problems.append((f"the Avro schema of {where}", avro_problems(config, schemas[key], split_key)))
 
-    wanted = {r.path for r in config_paths(config) if not r.optional}
+    wanted = {r.path for r in config_paths(config, split_key) if not r.optional}
     seen: set[str] = set()
     n_records = 0
     sampled_from: list[str] = []
@@ -483,7 +486,7 @@ def check_inputs(config: Config, paths: Sequence[str], open_file: Callable[[str]
             n_records += len(got)
             sampled_from.append(path)
     if n_records:
-        problems.append((f"the JSON records sampled from {_files(sampled_from)}", sample_problems(config, seen, n_records)))
+        problems.append((f"the JSON records sampled from {_files(sampled_from)}", sample_problems(config, seen, n_records, split_key)))
     problems = [(where, found) for where, found in problems if found]
     if problems:
         raise DataMismatchError(_report(problems))

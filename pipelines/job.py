@@ -394,7 +394,8 @@ def plan(opts: ConvertOptions) -> dict[str, Any]:
     config = load_config(opts.config)
     files = discover(opts.inputs)
     data_check = check_inputs(config, [f.path for f in files], _open_input, json_records_path=opts.json_records_path,
-                              max_record_bytes=opts.max_record_bytes, max_block_bytes=opts.max_block_bytes)
+                              max_record_bytes=opts.max_record_bytes, max_block_bytes=opts.max_block_bytes,
+                              split_key=opts.splits.key)
     total = sum(f.size for f in files)
     n = opts.num_shards or default_num_shards(total, opts.target_shard_mb)
     units = plan_units(files, n, opts.json_records_path)

@@ -73,6 +73,16 @@ def test_misspelled_feature_source_fails_before_writing(kind, dry_run, tmp_path)
     assert not out.exists()
 
 
+def test_misspelled_split_key_fails_before_writing(kind, tmp_path):
+    inp = _write(tmp_path / "in", _records(), kind)
+    out = tmp_path / "out"
+    r = _convert(inp, _config(tmp_path, GOOD), out, "--split-key", "cty")
+    assert r.exit_code == 2, r.output
+    assert "--split-key reads 'cty'" in r.output and "did you mean 'city'" in r.output, r.output
+    assert not out.exists()
+    assert _convert(inp, _config(tmp_path, GOOD), out, "--split-key", "city").exit_code == 0
+
+
 def test_misspelled_nested_source_suggests_the_nested_path(kind, tmp_path):
     inp = _write(tmp_path / "in", _records(), kind)
     cfg = _config(tmp_path, GOOD + "  - {name: uc, source: user.contry, transform: hash, buckets: 8}\n")
