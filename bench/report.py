@@ -41,6 +41,21 @@ TARGETS = {
 }
 
 
+
+def _conversion_rows(rows: dict, keys) -> list[str]:
+    """Table rows (records, records/s, CPU-s per 1k records, peak RSS, runs) of the conversion ``keys`` present."""
+    lines = []
+    for key in keys:
+        r = rows.get(key)
+        if not r:
+            continue
+        if not r["ok"]:
+            lines.append(f"| {r['label']} | — | FAILED: {r.get('error')} | | | {r['runs']} |")
+            continue
+        lines.append(f"| {r['label']} | {r['records']:,} | {_num(r['records_per_s'])} | {_num(r['cpu_s_per_1k'], 3)} "
+                     f"| {_num(r['peak_rss_mb'])} | {r['runs']} |")
+    return lines
+
 def _num(x: float | None, digits: int = 0) -> str:
     if x is None:
         return "—"
@@ -145,15 +160,7 @@ def tft_md(results: dict[str, Any]) -> list[str]:
              f"shards {tft.get('shards')}.", "",
              "| row | records | records/s | CPU-s / 1k records | peak RSS (MB) | runs |",
              "|---|---:|---:|---:|---:|---:|"]
-    for key in ("recordprep_convert", "tft_convert"):
-        r = rows.get(key)
-        if not r:
-            continue
-        if not r["ok"]:
-            lines.append(f"| {r['label']} | — | FAILED: {r.get('error')} | | | {r['runs']} |")
-            continue
-        lines.append(f"| {r['label']} | {r['records']:,} | {_num(r['records_per_s'])} | {_num(r['cpu_s_per_1k'], 3)} "
-                     f"| {_num(r['peak_rss_mb'])} | {r['runs']} |")
+    lines += _conversion_rows(rows, ("recordprep_convert", "tft_convert"))
     lines += ["", "| serving layer | batch of 1,024: median ms | records/s | one record: median ms | p90 ms "
               "| peak RSS (MB) |", "|---|---:|---:|---:|---:|---:|"]
     for key in ("tft_layer", "recordprep_layer"):
@@ -202,15 +209,7 @@ def conversion_md(results: dict[str, Any]) -> list[str]:
              "naive", "recordprep_json_read", "wide_auto", "wide_fastavro", "limit_avro", "limit_polars", "limit_json"]
     lines = ["| row | records | records/s | CPU-s / 1k records | peak RSS (MB) | runs |",
              "|---|---:|---:|---:|---:|---:|"]
-    for key in order:
-        r = rows.get(key)
-        if not r:
-            continue
-        if not r["ok"]:
-            lines.append(f"| {r['label']} | — | FAILED: {r.get('error')} | | | {r['runs']} |")
-            continue
-        lines.append(f"| {r['label']} | {r['records']:,} | {_num(r['records_per_s'])} | {_num(r['cpu_s_per_1k'], 3)} "
-                     f"| {_num(r['peak_rss_mb'])} | {r['runs']} |")
+    lines += _conversion_rows(rows, order)
     lines.append("")
     naive_peer = "recordprep_subset_gzip" if "recordprep_subset_gzip" in rows else "recordprep_avro_gzip"
     g = lambda k, f: _row_get(rows, k, f)  # noqa: E731

@@ -198,14 +198,20 @@ def _cli(data, out, *extra: str) -> list[str]:
             "--num-shards", "4", "--batch-size", "200", "--workers", "1", *extra]
 
 
+def _start_holding_lock(data, out: Path) -> subprocess.Popen:
+    """A conversion in a child process, returned once it holds the output's lock (or has ended)."""
+    p = subprocess.Popen(_cli(data, out), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not (out / LOCK_FILENAME).exists() and p.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.005)
+    return p
+
+
 @pytest.mark.slow
 def test_two_conversions_into_one_output_at_once(tmp_path):
     data = write_dataset(tmp_path / "d", make_records(6000))
     out = tmp_path / "out"
-    first = subprocess.Popen(_cli(data, out), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 120
-    while not (out / LOCK_FILENAME).exists() and first.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.005)
+    first = _start_holding_lock(data, out)
     # Paused while it holds the lock, so the second run meets it however loaded the machine is.
     os.kill(first.pid, signal.SIGSTOP)
     try:
@@ -371,10 +377,7 @@ def test_after_a_full_disk_temp_files_go_before_the_marker_is_written(data, tmp_
 def test_an_interrupted_run_leaves_a_failure_marker(tmp_path):
     data = write_dataset(tmp_path / "d", make_records(6000))
     out = tmp_path / "out"
-    p = subprocess.Popen(_cli(data, out), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 120
-    while not (out / LOCK_FILENAME).exists() and p.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.005)
+    p = _start_holding_lock(data, out)
     p.send_signal(signal.SIGINT)  # Ctrl-C, once the run holds the output
     _, err = p.communicate(timeout=120)
     assert p.returncode == 130, err
