@@ -208,13 +208,14 @@ def expected_row(record: Any, feature: dict, vocab: list[str] | None) -> dict[st
                 fx = fill
             return _numeric_one(fx, transform, params)
 
-        if params.get("max_len"):
-            items = _items(v)[:n]
-            vals = [one(x) for x in items] + [0.0] * (n - len(items))
-            out[name] = np.asarray(vals, dtype=np.float32)
-            out[f"{name}_len"] = np.asarray([len(items)], dtype=np.int64)
-        else:
-            out[name] = np.asarray([one(v)], dtype=np.float32)
+        with np.errstate(over="ignore"):  # on_nan: keep writes beyond-float32 values as +-inf
+            if params.get("max_len"):
+                items = _items(v)[:n]
+                vals = [one(x) for x in items] + [0.0] * (n - len(items))
+                out[name] = np.asarray(vals, dtype=np.float32)
+                out[f"{name}_len"] = np.asarray([len(items)], dtype=np.int64)
+            else:
+                out[name] = np.asarray([one(v)], dtype=np.float32)
         if params.get("missing_indicator"):
             out[f"{name}_missing"] = np.asarray([int(v is None)], dtype=np.int64)
         return out
