@@ -83,7 +83,7 @@ class Read:
 
     path: str
     who: str  # "feature 'x'", "feature 'x' (cross source)", "the label"
-    transform: str  # a transform, "cross" or "label-int64"/"label-float32"
+    transform: str  # a transform, "cross" or "label-int64"/"label-float32"/"label-vocabulary"
     multi: bool = False
     optional: bool = False  # allow_all_missing: may be absent
 
@@ -116,7 +116,8 @@ def config_paths(config: Config, split_key: str | None = None) -> list[Read]:
         else:
             reads.append(Read(f.source, who, f.transform, f.multi_valued, f.allow_all_missing))
     if config.label is not None:
-        reads.append(Read(config.label.source, "the label", f"label-{config.label.dtype}"))
+        kind = config.label.transform or config.label.dtype
+        reads.append(Read(config.label.source, "the label", f"label-{kind}"))
     if split_key is not None:  # a misspelled key would hash every record as null: one split gets them all
         reads.append(Read(split_key, "--split-key", "split-key"))
     return reads
@@ -244,6 +245,8 @@ def _need(r: Read) -> tuple[frozenset[str], str]:
         return frozenset({"number", "boolean"}), "integers"
     if t == "label-float32":
         return frozenset({"number"}), "numbers"
+    if t == "label-vocabulary":
+        return frozenset({"number", "boolean", "string", "bytes"}), "class names (strings, integers or booleans)"
     if t == "text":
         return frozenset({"string"}), "strings"
     if t == "bytes":
@@ -263,7 +266,7 @@ def _hint(r: Read, kinds: set[str], example: str | None) -> str:
     if r.transform in NUMERIC_TRANSFORMS and "string" in kinds:
         return "; use a categorical transform (vocabulary/hash) for a string field"
     if r.transform == "label-int64" and "string" in kinds:
-        return "; a label must be numeric (map the classes to integers first)"
+        return "; for class names use label: {source: ..., transform: vocabulary}"
     return ""
 
 

@@ -2,7 +2,7 @@
 
 A config is a YAML (safe-loaded) or JSON file::
 
-    label: {source: label, dtype: int64}
+    label: {source: label, dtype: int64}   # or {source: gender, transform: vocabulary}
     features:
       - {name: age, transform: zscore}
       - {name: country, source: user.country, transform: vocabulary, top_k: 1000}
@@ -214,9 +214,21 @@ class FeatureConfig:
 
 @dataclasses.dataclass(frozen=True)
 class LabelConfig:
+    """The label: a number (``dtype``), or with ``transform: vocabulary`` a class
+    id ``0..K-1`` (int64) for each of the K distinct values of the training
+    split, most frequent first, ties by term."""
+
     source: str
     name: str
     dtype: str = "int64"  # or float32
+    transform: str | None = None  # or "vocabulary"
+
+    def to_json(self) -> dict[str, Any]:
+        """As JSON; ``transform`` only when set, so the hash of a numeric label's config stays the same."""
+        d = dataclasses.asdict(self)
+        if d["transform"] is None:
+            del d["transform"]
+        return d
 
 
 def _feature_json(f: FeatureConfig) -> dict[str, Any]:
@@ -235,7 +247,7 @@ class Config:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "label": dataclasses.asdict(self.label) if self.label else None,
+            "label": self.label.to_json() if self.label else None,
             "features": [_feature_json(f) for f in self.features],
         }
 
@@ -555,8 +567,7 @@ def _parse_feature(i: int, raw: Any, src: str, out: _Problems) -> FeatureConfig 
     return None if len(out) > before else feature
 
 
-_STRING_LABELS = ("; string labels are not supported yet (a vocabulary-mapped label is planned): map the classes "
-                  "to integers 0..K-1 in the data and use dtype: int64")
+_LABEL_KEYS = ("source", "name", "dtype", "transform")
 
 
 def _parse_label(lraw: Any, src: str, out: _Problems) -> LabelConfig | None:
@@ -569,26 +580,32 @@ def _parse_label(lraw: Any, src: str, out: _Problems) -> LabelConfig | None:
             out.add(where, problem)
             return None
     if not isinstance(lraw, Mapping) or not isinstance(lraw.get("source"), str) or not lraw["source"]:
-        out.add(src, "'label' must be a field name or {source: field, dtype: int64|float32}")
+        out.add(src, "'label' must be a field name or {source: field, dtype: int64|float32} "
+                     "or {source: field, transform: vocabulary}")
         return None
     before = len(out)
-    extra = [k for k in lraw if k not in ("source", "name", "dtype")]
+    extra = [k for k in lraw if k not in _LABEL_KEYS]
     if extra:
-        hints = "".join(_did_you_mean(k, ("source", "name", "dtype")) for k in extra[:_MAX_UNKNOWN_SHOWN])
-        if "transform" in extra:
-            hints += _STRING_LABELS
-        out.add(where, f"unknown option(s) {_show(sorted(extra))}{hints}; allowed: source, name, dtype")
+        hints = "".join(_did_you_mean(k, _LABEL_KEYS) for k in extra[:_MAX_UNKNOWN_SHOWN])
+        out.add(where, f"unknown option(s) {_show(sorted(extra))}{hints}; allowed: {', '.join(_LABEL_KEYS)}")
+    transform = lraw.get("transform")
+    if transform is not None and transform != "vocabulary":
+        out.add(where, f"transform must be vocabulary (class names -> ids 0..K-1), found {_show(transform)}"
+                       f"{_did_you_mean(transform, ('vocabulary',))}; leave it out for a numeric label")
     dtype = lraw.get("dtype", "int64")
     if dtype not in LABEL_DTYPES:
         hint = _did_you_mean(dtype, LABEL_DTYPES)
         if isinstance(dtype, str) and dtype.lower() in ("string", "str", "bytes", "category", "categorical", "vocabulary"):
-            hint = _STRING_LABELS
+            hint = "; for class names use transform: vocabulary (ids 0..K-1, int64)"
         out.add(where, f"dtype must be int64 or float32, found {_show(dtype)}{hint}")
+    elif transform == "vocabulary" and dtype != "int64":
+        out.add(where, f"a vocabulary label's class ids are int64, found dtype {_show(dtype)}; leave dtype out")
     lname = lraw.get("name") or lraw["source"].replace(".", "_")
     problem = _name_problem("'name'", lname)
     if problem:
         out.add(where, problem)
-    return None if len(out) > before else LabelConfig(source=lraw["source"], name=lname, dtype=dtype)
+    return None if len(out) > before else LabelConfig(source=lraw["source"], name=lname, dtype=dtype,
+                                                      transform=transform)
 
 
 def parse_config(raw: Any, *, source: str = "config") -> Config:

@@ -404,9 +404,9 @@ def infer_config(records: Iterable[dict], avro_schema: Any = None, label: str | 
 
 
 def _label_draft(path: str, st: _FieldStats, total: int, taken: set[str]) -> Draft:
-    """The label's draft: its kind from the sample (few integer values: class ids,
-    int64; other numbers: float32), or no entry for values that cannot be a label
-    yet (strings), with warnings for what convert would reject."""
+    """The label's draft: its kind from the sample (strings: class names, ``transform:
+    vocabulary``; few integer values: class ids, int64; other numbers: float32), or
+    no entry for values that cannot be a label, with warnings for what convert would reject."""
     types = set(st.types) - {"null"}
     distinct = len(st.distinct)
     warnings = []
@@ -430,14 +430,18 @@ def _label_draft(path: str, st: _FieldStats, total: int, taken: set[str]) -> Dra
         why = (f"{path}: integer with {distinct}{'+' if distinct >= _DISTINCT_CAP else ''} values (more than "
                f"{LABEL_MAX_CLASSES}): a regression target (float32); use dtype: int64 if they are class ids"
                if types <= {"int", "bool"} else f"{path}: numeric: a regression target (float32)")
+    elif types == {"str"}:
+        entry["transform"] = "vocabulary"
+        more = "+" if distinct >= _DISTINCT_CAP else ""
+        shown = ", ".join(sorted(map(str, st.distinct))[:5]) + (", ..." if distinct > 5 else "")
+        why = (f"{path}: strings ({distinct}{more} distinct: {shown}): class names, ids 0..K-1 by training "
+               f"frequency (the class names are in the metadata)")
+        if distinct > LABEL_MAX_CLASSES:
+            warnings.append(f"label {path!r} has {distinct}{more} distinct strings in the sample: is it an identifier "
+                            f"rather than a class? Each becomes a class of the model's output")
     else:
         entry = None
-        if types == {"str"}:
-            shown = ", ".join(sorted(map(str, st.distinct))[:5]) + (", ..." if distinct > 5 else "")
-            why = (f"{path} holds strings ({distinct} distinct: {shown}); string labels are not supported yet (a "
-                   f"vocabulary-mapped label is planned): map the classes to integers 0..K-1 in the data and use "
-                   f"label: {{source: {path}, dtype: int64}}")
-        elif not types:
+        if not types:
             why = f"{path} is always null in the sample; it cannot be the label"
         else:
             why = f"{path} holds {', '.join(sorted(types))} values; a label is one number per record"

@@ -67,6 +67,11 @@ MAX_NAME_COMPONENT_BYTES = 255
 
 #: Example dtypes a feature can have on disk; they map 1:1 to the three
 #: ``tf.train.Feature`` lists (float_list, int64_list, bytes_list).
+#: Class names of a vocabulary label (``params["classes"]``), kept in the
+#: metadata for the model's output layer: a list this long is not a class label.
+MAX_LABEL_CLASSES = 100_000
+#: Characters of one class name in the metadata.
+MAX_CLASS_CHARS = 10_000
 DTYPES = ("float32", "int64", "string")
 
 
@@ -268,6 +273,8 @@ class FeatureSpec:
             raise SpecError(f"{where}: vocab_size {_short(vocab_size)} must be an integer in 1..{MAX_VOCAB_SIZE}")
         if "vocabulary_file" in self.params:
             check_name(self.params["vocabulary_file"], f"{where}: vocabulary_file")
+        if "classes" in self.params:
+            _check_classes(self, where)
 
     @property
     def size(self) -> int:
@@ -292,6 +299,25 @@ class FeatureSpec:
             raise SpecError(f"feature {_short(d.get('name'))} has no {', '.join(missing)}")
         known = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in d.items() if k in known})
+
+
+def _check_classes(spec: FeatureSpec, where: str) -> None:
+    """``params["classes"]`` (a vocabulary label's class names, id = position):
+    on the label only, distinct strings, as many as ``vocab_size`` says."""
+    classes = spec.params["classes"]
+    if spec.role != "label" or spec.dtype != "int64":
+        raise SpecError(f"{where}: only an int64 label has classes (role {_short(spec.role)}, dtype {spec.dtype})")
+    if not isinstance(classes, list) or not 1 <= len(classes) <= MAX_LABEL_CLASSES:
+        raise SpecError(f"{where}: classes must be a list of 1..{MAX_LABEL_CLASSES} class names, "
+                        f"found {_short(classes)}")
+    for i, c in enumerate(classes):
+        if not isinstance(c, str) or len(c) > MAX_CLASS_CHARS:
+            raise SpecError(f"{where}: classes[{i}] {_short(c)} must be a string of at most {MAX_CLASS_CHARS} characters")
+    if len(set(classes)) != len(classes):
+        raise SpecError(f"{where}: classes repeat a name; each class id needs its own")
+    if spec.params.get("vocab_size") != len(classes):
+        raise SpecError(f"{where}: vocab_size {_short(spec.params.get('vocab_size'))} is not the "
+                        f"{len(classes)} classes listed")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -346,6 +372,17 @@ class DatasetInfo:
         raise KeyError(
             f"no feature {name!r} in this dataset; it has: {', '.join(f.name for f in self.features)}"
         )
+
+    @property
+    def label_classes(self) -> tuple[str, ...] | None:
+        """The label's class names when it is a vocabulary label (``label:
+        {transform: vocabulary}``): class id ``i`` is ``label_classes[i]``, ids
+        ``0..K-1`` as Keras' ``SparseCategoricalCrossentropy`` expects; else None."""
+        if self.label_key is None:
+            return None
+        spec = next((f for f in self.features if f.name == self.label_key), None)
+        classes = spec.params.get("classes") if spec is not None else None
+        return tuple(classes) if classes is not None else None
 
     def split(self, name: str) -> SplitInfo:
         try:

@@ -65,7 +65,14 @@ from convert.spec import (
     shard_name,
 )
 from convert.tfrecord import frame_records
-from convert.vectorize import Analysis, Analyzer, PreparedBatch, Preparer, Vectorizer
+from convert.vectorize import (
+    Analysis,
+    Analyzer,
+    PreparedBatch,
+    Preparer,
+    Vectorizer,
+    unseen_label_rows,
+)
 from pipelines._fs import delete as fs_delete
 from pipelines._fs import match_in, size_of
 from pipelines._progress import PROGRESS_DIR, UnitProgress
@@ -278,11 +285,26 @@ class _Prepared:
     errors: list[bytes]  # its error-output lines, in output order
     split: np.ndarray | None  # split index per record; None: no records
     batch: PreparedBatch | None
+    #: A vocabulary label: error lines of the rows finishing may reject (``_late_label_errors``).
+    late_errors: dict[int, bytes] | None = None
+
+
+def _late_label_errors(config: Config, pb: PreparedBatch, known: Any, path: str, batch: Any) -> dict[int, bytes] | None:
+    """Error lines, made while the records are at hand, of the rows whose label
+    class is not in ``known`` (the training classes seen so far, or a reused
+    analysis' classes): ``Vectorizer.finish`` rejects those the whole training
+    split lacks. None without a vocabulary label."""
+    lab = config.label
+    if lab is None or lab.transform != "vocabulary":
+        return None
+    return {i: _error_line(path, batch.kind, batch.offsets[i], batch.indexes[i], r.field, r.reason, batch.records[i])
+            for i, r in unseen_label_rows(pb, lab, known).items()}
 
 
 def _prepare_unit(unit: WorkUnit, options: ConvertOptions, preparer: Preparer,
-                  analyzer: Analyzer | None = None) -> Iterator[_Prepared]:
-    """Read and prepare a unit's batches; with ``analyzer``, also analyze the training split."""
+                  analyzer: Analyzer | None = None, label_classes: Any = None) -> Iterator[_Prepared]:
+    """Read and prepare a unit's batches; with ``analyzer``, also analyze the training split.
+    ``label_classes``: a reused analysis' label classes (see ``_late_label_errors``)."""
     for rng in unit.ranges:
         with FileSystems.open(rng.path, compression_type="uncompressed") as f:
             for batch in iter_records(f, rng.path, rng.start, rng.end, options.batch_size, options.json_records_path,
@@ -304,7 +326,9 @@ def _prepare_unit(unit: WorkUnit, options: ConvertOptions, preparer: Preparer,
                 for r in sorted(pb.bad.values(), key=lambda r: r.index):
                     errors.append(_error_line(rng.path, batch.kind, batch.offsets[r.index], batch.indexes[r.index],
                                               r.field, r.reason, batch.records[r.index]))
-                yield _Prepared(rng.path, len(batch.records) + len(batch.bad), errors, split, pb)
+                late = _late_label_errors(preparer.config, pb, analyzer.label_counts if analyzer else label_classes,
+                                          rng.path, batch)
+                yield _Prepared(rng.path, len(batch.records) + len(batch.bad), errors, split, pb, late)
 
 
 _FRAME = struct.Struct("<Q")
@@ -539,7 +563,8 @@ class _ConvertUnit(beam.DoFn):
         # The analysis pass left the unit prepared; with a reused analysis
         # (--analysis-from) there is no analysis pass: prepare here.
         cached = (analysis_json.get(PREPARED_KEY) or {}).get(unit.index)
-        items = _read_prepared(cached) if cached else _prepare_unit(unit, opts, Preparer(self.config, unit_terms=True))
+        items = (_read_prepared(cached) if cached
+                 else _prepare_unit(unit, opts, Preparer(self.config, unit_terms=True), label_classes=vec.label_ids))
         prog = _unit_progress(opts, "convert", unit)
         with _relaxed_gc():
             try:
@@ -556,6 +581,14 @@ class _ConvertUnit(beam.DoFn):
                     if item.batch is None:
                         continue
                     vb = vec.finish(item.batch)
+                    if item.late_errors:  # label classes the training split lacks
+                        late = [item.late_errors[r.index] for r in vb.rejections if r.index in item.late_errors]
+                        if late:
+                            if err_f is None:
+                                err_f = FileSystems.create(err_path, mime_type="application/x-ndjson", compression_type="uncompressed")
+                            err_f.write(b"".join(late))
+                            n_err += len(late)
+                            counts["errors"] += len(late)
                     assert item.split is not None
                     kept_split = item.split[vb.keep]
                     rows = int(vb.keep.sum())

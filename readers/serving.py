@@ -562,6 +562,9 @@ def transform_layer(output: str) -> TransformLayer:
 #: Output of the exported signature holding, per row, ``""`` or why the
 #: converter would reject the record (the row's other outputs are then meaningless).
 ERROR_OUTPUT = "recordprep_error"
+#: Output holding, per row, the label's class names (column ``j``: class id
+#: ``j``, ``DatasetInfo.label_classes``), for a label with ``transform: vocabulary``.
+CLASSES_OUTPUT = "recordprep_classes"
 
 
 class _Serving(tf.Module):
@@ -575,6 +578,8 @@ class _Serving(tf.Module):
         names = [getattr(t, "name", None) for t in inputs] if isinstance(inputs, list | tuple) else []
         wanted = {f.name for f in layer.features}
         self._model_inputs = [n for n in names if n in wanted] if names and all(n in wanted for n in names) else None
+        classes = layer._applied.info.label_classes
+        self._classes = None if classes is None else tf.constant(classes, dtype=tf.string)
         self.serve = tf.function(self._serve, input_signature=[layer.input_signature])
 
     def _serve(self, inputs: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
@@ -584,9 +589,13 @@ class _Serving(tf.Module):
         outputs = self.model(features, training=False)
         if not isinstance(outputs, Mapping):
             outputs = {"outputs": outputs}
-        if ERROR_OUTPUT in outputs:
-            raise ValueError(f"the model has an output named {ERROR_OUTPUT!r}, which the export adds; rename it")
-        return {**outputs, ERROR_OUTPUT: errors}
+        for added in (ERROR_OUTPUT, CLASSES_OUTPUT):
+            if added in outputs:
+                raise ValueError(f"the model has an output named {added!r}, which the export adds; rename it")
+        if self._classes is None:
+            return {**outputs, ERROR_OUTPUT: errors}
+        classes = tf.tile(self._classes[tf.newaxis, :], [tf.shape(errors)[0], 1])
+        return {**outputs, ERROR_OUTPUT: errors, CLASSES_OUTPUT: classes}
 
 
 def export_serving(model: Any, output: str | TransformLayer, export_dir: str) -> str:
@@ -602,7 +611,8 @@ def export_serving(model: Any, output: str | TransformLayer, export_dir: str) ->
     The signature's inputs are the layer's wire format (``layer.input_signature``,
     see ``readers._serving_wire``); its outputs are the model's (a single
     tensor is named ``outputs``) plus ``recordprep_error`` (string per row,
-    ``""`` when the record converts). The SavedModel needs TensorFlow only, not
+    ``""`` when the record converts) and, when the label has classes,
+    ``recordprep_classes`` (per row, the class names: column ``j`` names class id ``j``). The SavedModel needs TensorFlow only, not
     recordprep. Raises SpecError for an output it cannot serve exactly.
     """
     layer = output if isinstance(output, TransformLayer) else transform_layer(output)

@@ -205,7 +205,7 @@ def test_suggested_option_the_transform_does_not_take_says_so():
 
 @pytest.mark.parametrize("dtype, words", [
     ("int", ["did you mean 'int64'?"]), ("float", ["did you mean 'float32'?"]),
-    ("string", ["string labels are not supported yet", "int64"]),
+    ("string", ["for class names use transform: vocabulary"]),
 ])
 def test_label_dtype_suggestions(dtype, words):
     [msg] = _problems({"features": [{"name": "f", "transform": "zscore"}], "label": {"source": "y", "dtype": dtype}})
@@ -213,10 +213,15 @@ def test_label_dtype_suggestions(dtype, words):
         assert w in msg, msg
 
 
-def test_label_with_a_transform_says_string_labels_are_not_supported_yet():
-    [msg] = _problems({"features": [{"name": "f", "transform": "zscore"}],
-                       "label": {"source": "gender", "transform": "vocabulary"}})
-    assert "'transform'" in msg and "string labels are not supported yet" in msg, msg
+@pytest.mark.parametrize("label, words", [
+    ({"source": "gender", "transform": "vocab"}, ["transform must be vocabulary", "did you mean 'vocabulary'?"]),
+    ({"source": "gender", "transform": "vocabulary", "dtype": "float32"}, ["class ids are int64"]),
+    ({"source": "gender", "transfrom": "vocabulary"}, ["did you mean 'transform'?"]),
+])
+def test_label_transform_mistakes_are_named(label, words):
+    [msg] = _problems({"features": [{"name": "f", "transform": "zscore"}], "label": label})
+    for w in words:
+        assert w in msg, msg
 
 
 def test_top_level_key_suggestion():

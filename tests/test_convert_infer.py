@@ -15,7 +15,7 @@ import yaml
 from _e2e import cli
 from typer.testing import CliRunner
 
-from convert.config import TRANSFORM_TABLE, load_config, parse_config
+from convert.config import TRANSFORM_TABLE, LabelConfig, load_config, parse_config
 from convert.infer import LABEL_MAX_CLASSES, infer_config, render_yaml
 from convert.spec import MAX_FEATURE_SIZE
 from pipelines.cli import app
@@ -158,18 +158,19 @@ def test_label_name_that_is_no_config_name_is_renamed_and_loads():
     assert config["label"] == {"source": "my label", "name": "my_label", "dtype": "int64"}
 
 
-def test_string_label_is_not_drafted_and_the_cli_says_why(tmp_path):
+def test_string_label_is_drafted_as_a_vocabulary_label_and_loads(tmp_path):
     data = tmp_path / "d.jsonl"
     data.write_text("".join(json.dumps({"x": i, "gender": ["F", "M"][i % 2]}) + "\n" for i in range(10)))
     r = CliRunner().invoke(app, ["infer", "-i", str(data), "--label", "gender"])
     assert r.exit_code == 0, r.output
-    assert "string labels are not supported yet" in r.stderr and "gender" in r.stderr
+    assert "not supported" not in r.output
     draft = yaml.safe_load(r.stdout)
-    assert "label" not in draft and [f["name"] for f in draft["features"]] == ["x"]  # not a feature either
-    assert "# label: none drafted: gender holds strings (2 distinct: F, M)" in r.stdout
+    assert draft["label"] == {"source": "gender", "transform": "vocabulary"}
+    assert [f["name"] for f in draft["features"]] == ["x"]  # not a feature too
+    assert "gender: strings (2 distinct: F, M): class names" in r.stdout
     cfg = tmp_path / "f.yaml"
     cfg.write_text(r.stdout)
-    assert load_config(cfg).label is None
+    assert load_config(cfg).label == LabelConfig(source="gender", name="gender", transform="vocabulary")
 
 
 def test_label_null_in_part_of_the_sample_warns_in_the_draft_and_on_stderr(tmp_path):
