@@ -199,7 +199,7 @@ def convert(
 def infer(
     input: Annotated[list[str], typer.Option("--input", "-i", help="Input files, globs or directories: several after one -i, or repeat -i.")],
     sample: Annotated[int, typer.Option(help="Records to sample (from the first files).")] = 2000,
-    label: Annotated[str | None, typer.Option(help="Field to use as the label (default: a numeric field named label/target/y/...); its kind comes from the data: few integer values -> int64, other numbers -> float32; warns when it is null in part of the sample.")] = None,
+    label: Annotated[str | None, typer.Option(help="Field to use as the label (default: a numeric field named label/target/y/...); its kind comes from the data: strings -> class names (transform: vocabulary), few integer values -> int64, other numbers -> float32; warns when it is null in part of the sample.")] = None,
     json_records_path: Annotated[str | None, typer.Option(help="Dotted key holding the record array in JSON documents.")] = None,
     max_record_mb: Annotated[float, typer.Option(help=_MAX_RECORD_HELP)] = _DEFAULT_RECORD_MB,
     max_block_mb: Annotated[float, typer.Option(help=_MAX_BLOCK_HELP)] = _DEFAULT_BLOCK_MB,

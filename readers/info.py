@@ -189,6 +189,10 @@ def load_info(path_or_pattern: str) -> DatasetInfo:
       path_or_pattern: ``out``, ``out/dataset_info.json``, ``out/train-*``,
         ``gs://bucket/out/train-*.tfrecord.gz``, ``hdfs://nn:8020/out``, ...
 
+    A class label's (``transform: vocabulary``) class names are
+    ``info.label_classes`` (class id ``i`` is ``label_classes[i]``), for the
+    model's output layer.
+
     Raises:
       DatasetIncompleteError: no metadata (conversion unfinished or failed);
         :class:`DatasetFailedError` when the converter left a failure report.
