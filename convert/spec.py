@@ -365,6 +365,15 @@ class DatasetInfo:
         """:func:`packed_slices` of the features for the ``packed`` layout, else None."""
         return packed_slices(self.features) if self.layout == "packed" else None
 
+    @property
+    def order(self) -> str:
+        """``"shuffled"`` (each shard a uniform random sample of its split, records
+        in random order) or ``"input"`` (each shard a range of the input, in
+        input order: ``--no-shuffle``, and every output without ``shuffle``
+        in its metadata, which older versions wrote)."""
+        shuffle = self.extra.get("shuffle")
+        return shuffle["order"] if isinstance(shuffle, Mapping) else "input"
+
     def feature(self, name: str) -> FeatureSpec:
         for f in self.features:
             if f.name == name:
@@ -447,6 +456,7 @@ class DatasetInfo:
         if label_key is not None and not isinstance(label_key, str):
             raise SpecError(f"{source}: label_key {_short(label_key)} must be a string or null")
         _check_listed_files(d, source)
+        _check_shuffle(d.get("shuffle"), source)
         core = {"format_version", "features", "label_key", "compression", "splits", "layout"}
         return cls(
             format_version=version,
@@ -534,6 +544,26 @@ def _check_listed_files(d: Mapping[str, Any], source: str) -> None:
         check_name(entry.get("file"), f"{source}: errors.files[{i}]")
     if "analysis_file" in d:
         check_name(d["analysis_file"], f"{source}: analysis_file")
+
+
+#: Record orders of an output's shards (``shuffle.order`` in the metadata).
+ORDERS = ("shuffled", "input")
+
+
+def _check_shuffle(shuffle: Any, source: str) -> None:
+    """``shuffle``: absent (input order), or ``{"order": "shuffled", "seed": 0..2**63-1}``
+    or ``{"order": "input", "seed": null}``."""
+    if shuffle is None:
+        return
+    if not isinstance(shuffle, Mapping) or shuffle.get("order") not in ORDERS:
+        raise SpecError(f"{source}: shuffle {_short(shuffle)} must be an object with an 'order' of {ORDERS}; "
+                        f"re-run the conversion")
+    seed = shuffle.get("seed")
+    if shuffle["order"] == "input":
+        if seed is not None:
+            raise SpecError(f"{source}: shuffle.seed {_short(seed)} must be null for order 'input'")
+    elif isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63:
+        raise SpecError(f"{source}: shuffle.seed {_short(seed)} must be an integer 0 .. 2**63-1")
 
 
 def shard_name(split: str, index: int, num_shards: int, compression: str) -> str:

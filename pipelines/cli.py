@@ -75,6 +75,15 @@ def _fail(msg: str, code: int = 1) -> None:
     raise typer.Exit(code)
 
 
+def _order(order: str | None, no_shuffle: bool) -> str:
+    """``--order``, with ``--no-shuffle`` as ``--order input``; the two disagreeing is an OptionsError."""
+    from pipelines.options import OptionsError
+
+    if no_shuffle and order is not None and order.lower() != "input":
+        raise OptionsError(f"--no-shuffle writes input order and --order {order} asks otherwise: drop one of them")
+    return "input" if no_shuffle else (order or "shuffled").lower()
+
+
 def _setup_logging(verbose: bool) -> None:
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     if not verbose:
@@ -106,6 +115,9 @@ def convert(
     gzip_level: Annotated[int, typer.Option(help="gzip level 1 (fast) .. 9 (small); the default 5 writes smaller shards than zlib's usual 6, faster.")] = 5,
     layout: Annotated[str, typer.Option(help="Example layout: 'features' (one Feature per column) or 'packed' (all float32 columns in one Feature, all int64 in another; readers.train_dataset unpacks them; parsing is several times cheaper, records ~3x smaller).")] = "features",
     batch_size: Annotated[int, typer.Option(help="Records per vectorized batch inside a worker.")] = 4096,
+    order: Annotated[str | None, typer.Option(help="Record order: 'shuffled' (each shard a uniform random sample of its split, records in random order: readers' batches are fair samples even of sorted input) or 'input' (each shard a contiguous range of the input, in input order; for sequence data or debugging). Default: shuffled.", show_default=False)] = None,
+    no_shuffle: Annotated[bool, typer.Option("--no-shuffle", help="Same as --order input.")] = False,
+    seed: Annotated[int | None, typer.Option(help="Seed of the shuffle (0 .. 2**63-1; default 0): the same seed writes the same bytes, whatever the runner or worker count.", show_default=False)] = None,
     avro_decoder: Annotated[str, typer.Option(help="Avro decoding: 'auto' (polars for the schemas and codecs where it gives fastavro's values, about 6x faster; fastavro for the rest and from any block polars cannot read) or 'fastavro' (always). Same output either way.")] = "auto",
     max_errors: Annotated[int | None, typer.Option(help="Rejected records tolerated before the run fails. Default 0.")] = None,
     max_error_fraction: Annotated[float | None, typer.Option(help="Fraction of rejected records tolerated (0..1).")] = None,
@@ -150,7 +162,7 @@ def convert(
         opts = ConvertOptions(
             inputs=tuple(input), config=str(config), output=output, splits=Splits.parse(splits, split_key),
             num_shards=num_shards, target_shard_mb=target_shard_mb, compression=compression.lower(),
-            gzip_level=gzip_level, layout=layout.lower(), batch_size=batch_size, avro_decoder=avro_decoder.lower(), max_errors=max_errors,
+            gzip_level=gzip_level, layout=layout.lower(), batch_size=batch_size, order=_order(order, no_shuffle), seed=seed, avro_decoder=avro_decoder.lower(), max_errors=max_errors,
             max_error_fraction=max_error_fraction, json_records_path=json_records_path,
             max_record_mb=max_record_mb, max_block_mb=max_block_mb,
             analysis_from=analysis_from, overwrite=overwrite, force=force, beam_args=tuple(beam_args or ()), progress=progress, workers=workers,
@@ -167,6 +179,7 @@ def convert(
                 typer.echo(f"  ... and {len(p['inputs']) - 20} more")
             typer.echo(f"splits: {p['splits']} (key: {p['split_key'] or 'whole record'})")
             typer.echo(f"shards per split: {p['num_shards']}  compression: {opts.compression}")
+            typer.echo(f"order: {opts.order}" + (f" (seed {opts.shuffle_seed})" if opts.shuffle_seed is not None else ""))
             typer.echo("features:")
             for feat in p["features"]["features"]:
                 extra = {k: v for k, v in feat.items() if k in ("max_len", "top_k", "buckets", "fill") and v is not None}

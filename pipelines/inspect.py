@@ -61,6 +61,10 @@ def inspect_output(path: str, n_examples: int = 3, split: str | None = None) -> 
     yield f"  format_version {info.format_version}, tool {_get(_get(extra, 'tool'), 'version')}, created {extra.get('created')}"
     counts = extra.get("counts")
     yield f"  records read {_get(counts, 'read')}, rejected {_get(counts, 'errors')}, compression {info.compression}"
+    seed = _get(extra, "shuffle") and extra["shuffle"].get("seed")
+    yield (f"  order {info.order}" + (f" (seed {seed}): every shard a uniform random sample of its split"
+                                       if info.order == "shuffled" else
+                                       ": shards in input order; shuffle across shards when reading (readers' defaults)"))
     if info.layout != "features":
         yield f"  layout {info.layout}: float32 and int64 features packed into {sorted(PACKED_KEYS.values())}"
     for name, sp in info.splits.items():

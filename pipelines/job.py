@@ -63,6 +63,7 @@ from pipelines.transforms import (
     CommitOutput,
     ConversionFailed,
     ConvertUnits,
+    GatherShards,
     cleanup_tmp,
     write_atomic,
 )
@@ -623,8 +624,12 @@ def _build_pipeline(opts: ConvertOptions, p: dict[str, Any], analysis: dict[str,
         analysis_pc = pipeline | "ReusedAnalysis" >> beam.Create([AnalysisValue(analysis)])
     else:
         analysis_pc = unit_pc | "Analyze" >> AnalyzeUnits(config, opts)
-    results = unit_pc | "Convert" >> ConvertUnits(config, opts, analysis_pc)
-    _ = results | "Commit" >> CommitOutput(config, opts, ctx, analysis_pc)
+    results = unit_pc | "Convert" >> ConvertUnits(config, opts, analysis_pc, len(units))
+    gathered = None
+    if opts.shuffle_seed is not None:  # one element per output shard, after every unit scattered
+        gathered = (pipeline | "ShardIndexes" >> beam.Create(range(len(units)), reshuffle=not in_process)
+                    | "Gather" >> GatherShards(opts, len(units), results))
+    _ = results | "Commit" >> CommitOutput(config, opts, ctx, analysis_pc, gathered)
     return pipeline
 
 

@@ -16,6 +16,11 @@ from convert.spec import LAYOUTS, MAX_SHARDS
 from convert.splits import Splits
 
 COMPRESSIONS = ("none", "gzip")
+#: Record order of the shards: ``shuffled`` (each shard a uniform random sample
+#: of its split, in random order; ``pipelines.transforms``) or ``input``.
+ORDERS = ("shuffled", "input")
+#: ``--seed`` when none is given: fixed, so a re-run writes the same bytes.
+DEFAULT_SEED = 0
 #: Upper bound of --max-record-mb and --max-block-mb: past a few GB one record
 #: or block no longer fits a worker's memory once decoded, so a cap above it
 #: is no cap.
@@ -75,6 +80,13 @@ class ConvertOptions:
       workers: local runs: worker processes; ``None`` = one per core when the
         input is large enough to repay their start-up (see ``pipelines.job``),
         1 = in-process (least memory).
+      order: ``shuffled`` (default: every shard a uniform random sample of
+        its split, records in random order, so any batch a reader draws is a
+        fair sample even of sorted input) or ``input`` (each shard a
+        contiguous range of the input, in input order).
+      seed: seeds the shuffle (0 .. 2**63-1); ``None``: ``DEFAULT_SEED`` when
+        shuffled. The same seed gives the same bytes whatever the runner or
+        worker count. Refused with ``order="input"`` (it would be ignored).
     """
 
     inputs: tuple[str, ...]
@@ -99,6 +111,8 @@ class ConvertOptions:
     beam_args: tuple[str, ...] = ()
     progress: bool = False
     workers: int | None = None
+    order: str = "shuffled"
+    seed: int | None = None
 
     def __post_init__(self) -> None:
         if not self.inputs:
@@ -113,6 +127,14 @@ class ConvertOptions:
             raise OptionsError(f"--compression must be one of {COMPRESSIONS}, found {self.compression!r}")
         if not 0 <= self.gzip_level <= 9:
             raise OptionsError(f"--gzip-level must be 0..9, found {self.gzip_level}")
+        if self.order not in ORDERS:
+            raise OptionsError(f"--order must be one of {ORDERS}, found {self.order!r}")
+        if self.seed is not None:
+            if self.order == "input":
+                raise OptionsError("--seed seeds the shuffle, and --order input (--no-shuffle) writes input order: "
+                                   "drop one of them")
+            if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < 2**63:
+                raise OptionsError(f"--seed must be an integer 0 .. 2**63-1, found {self.seed!r}")
         if self.layout not in LAYOUTS:
             raise OptionsError(f"--layout must be one of {LAYOUTS}, found {self.layout!r}")
         if not 1 <= self.batch_size <= 1_000_000:
@@ -145,6 +167,13 @@ class ConvertOptions:
         return input_cap_bytes("--max-block-mb", self.max_block_mb)
 
     @property
+    def shuffle_seed(self) -> int | None:
+        """The seed of the shuffle; None when the output keeps input order."""
+        if self.order == "input":
+            return None
+        return DEFAULT_SEED if self.seed is None else self.seed
+
+    @property
     def compression_type(self) -> str:
         return "GZIP" if self.compression == "gzip" else "NONE"
 
@@ -167,6 +196,8 @@ class ConvertOptions:
             "gzip_level": self.gzip_level,
             "json_records_path": self.json_records_path,
             "analysis_from": self.analysis_from,
+            "order": self.order,
+            "seed": self.shuffle_seed,
             # only when not the default, so outputs written before the option existed keep their fingerprint
             **({"layout": self.layout} if self.layout != "features" else {}),
             **({"max_record_mb": self.max_record_mb} if self.max_record_bytes != DEFAULT_MAX_RECORD_BYTES else {}),

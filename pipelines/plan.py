@@ -1,11 +1,12 @@
 """Input discovery and work planning, done once in the launcher.
 
 The job's unit of work is a *work unit*: a list of byte ranges of input files.
-Each unit is read, vectorized and written by one DoFn call into exactly one
-shard per split, so ``--num-shards N`` gives exactly N shards per split, the
-data never passes through a GroupByKey (memory stays flat on the local
-runner, which buffers shuffles in memory), and Beam's per-element overhead is
-paid per unit, not per record.
+Each unit is read and vectorized by one DoFn call, and its records go to
+exactly one shard per split (``--order input``) or are scattered over the
+``N`` output shards (shuffled; ``pipelines.transforms``), so ``--num-shards N``
+gives exactly N shards per split, the data never passes through a GroupByKey
+(memory stays flat on the local runner, which buffers shuffles in memory), and
+Beam's per-element overhead is paid per unit or shard, not per record.
 """
 
 from __future__ import annotations

@@ -4,6 +4,7 @@
 
     units ──AnalyzeUnits──> Analysis (singleton, training split only)
       └────ConvertUnits(side input: Analysis)──> UnitResult per unit
+    shard indexes ──GatherShards(side input: UnitResults)──> ShardResult per shard
                                    └──CommitOutput──> shards renamed, vocab,
                                                       errors, dataset_info.json
 
@@ -17,6 +18,13 @@ streams that file back and only applies the analysis. Nothing is held in
 memory between stages, so memory stays flat however large the input; the
 temp files need disk next to the output. With ``--analysis-from`` there is
 no analysis pass and the convert pass reads and prepares the input itself.
+
+The convert pass encodes and frames each unit's records; with ``--order
+input`` it writes them into that unit's shard of each split (shard ``i`` is
+unit ``i``'s input range), and ``GatherShards`` does not run. Shuffled (the
+default), it scatters them by a seeded hash to per-unit temp files, and
+``GatherShards`` writes each output shard from its share of every unit (see
+the shuffle section below).
 """
 
 from __future__ import annotations
@@ -497,8 +505,232 @@ class _Writer:
         return size_of(self.path)
 
 
+# ---------------------------------------------------------------- shuffle
+#
+# ``--order shuffled`` (the default): each unit's convert step frames its
+# records as it would for a shard, then *scatters* them: a record's output
+# shard (its bucket) and its place in that shard come from a seeded hash of
+# its identity (unit, ordinal in the unit), so they depend on neither the
+# worker count nor the runner. The scattered records go to one temp file per
+# unit (``scatter-<unit>-*.bin``), in spills of at most ``_SPILL_BYTES``, each
+# spill holding one LZ4 frame per (split, bucket) it has records for. Then
+# ``GatherShards`` runs one element per output shard: it reads its bucket's
+# frames from every unit (the index rides along in the unit results, a side
+# input: no GroupByKey of records) and writes them sorted by their order key.
+# Sorting by an iid uniform key gives a uniform random order, and the bucket
+# choice is iid uniform too: each shard is a uniform random sample of its
+# split. A bucket larger than ``_GATHER_BYTES`` is gathered in key ranges,
+# one range in memory at a time; the output is the same either way.
+
+_U64 = np.uint64
+#: Encoded records a unit buffers before spilling them to its scatter file.
+_SPILL_BYTES = 16 << 20
+#: Framed records a gathering shard holds at once; a larger bucket is read
+#: once per key range of about this size.
+_GATHER_BYTES = 96 << 20
+#: Records per write of a gathered shard.
+_GATHER_CHUNK = 4096
+_FRAME_HEAD = struct.Struct("<I")
+
+
+def _mix64(x: np.ndarray) -> np.ndarray:
+    """splitmix64's finalizer, element-wise on uint64 (wrapping arithmetic)."""
+    with np.errstate(over="ignore"):
+        x = x + _U64(0x9E3779B97F4A7C15)
+        x = (x ^ (x >> _U64(30))) * _U64(0xBF58476D1CE4E5B9)
+        x = (x ^ (x >> _U64(27))) * _U64(0x94D049BB133111EB)
+        return x ^ (x >> _U64(31))
+
+
+def shuffle_keys(seed: int, unit: int, ordinals: np.ndarray, num_shards: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(bucket, order key)`` of the records ``ordinals`` (0-based, among the records the unit read).
+
+    The identity ``unit << 40 | ordinal`` is hashed with the seed: buckets are
+    uniform over ``num_shards`` and keys uniform over 64 bits, independently.
+    """
+    seeded = _mix64(np.array([seed], dtype=_U64))[0]
+    ident = (_U64(unit) << _U64(40)) | ordinals.astype(_U64)
+    h = _mix64(ident ^ seeded)
+    bucket = ((h >> _U64(32)) * _U64(num_shards)) >> _U64(32)
+    return bucket.astype(np.int64), _mix64(h)
+
+
+class _Scatter:
+    """A unit's framed records, scattered by bucket to its temp file.
+
+    Frame payload: record count (uint32), order keys (uint64 each), framed
+    lengths (uint32 each), the framed records. ``index`` maps
+    ``split * num_shards + bucket`` to ``(offset, size, records, raw bytes)``
+    of each of its frames, in file order; it is complete after ``close``.
+    """
+
+    def __init__(self, path: str, unit: int, num_shards: int, seed: int):
+        self.path, self.unit, self.num_shards, self.seed = path, unit, num_shards, seed
+        self.f = FileSystems.create(path, mime_type="application/octet-stream", compression_type="uncompressed")
+        self.index: dict[int, list[tuple[int, int, int, int]]] = {}
+        self._pos = 0
+        self._pending: dict[int, list[tuple[bytes, np.ndarray, np.ndarray]]] = {}
+        self._pending_bytes = 0
+        self._bg = _Serial(self._write_spill, f"recordprep-scatter-{unit}")
+
+    def add(self, buf: np.ndarray, starts: np.ndarray, lens: np.ndarray, split: np.ndarray, ordinals: np.ndarray) -> None:
+        bucket, key = shuffle_keys(self.seed, self.unit, ordinals, self.num_shards)
+        group = split.astype(np.int64) * self.num_shards + bucket
+        order = np.argsort(group, kind="stable")
+        framed = frame_records(buf, starts[order], lens[order])
+        flens = lens[order].astype(np.int64) + 16
+        ends = np.cumsum(flens)
+        group, key = group[order], key[order]
+        cuts = np.flatnonzero(group[1:] != group[:-1]) + 1
+        lo = 0
+        for a, b in zip([0, *cuts.tolist()], [*cuts.tolist(), len(group)], strict=True):
+            hi = int(ends[b - 1])
+            self._pending.setdefault(int(group[a]), []).append((framed[lo:hi], flens[a:b], key[a:b]))
+            lo = hi
+        self._pending_bytes += len(framed)
+        if self._pending_bytes >= _SPILL_BYTES:
+            self._spill()
+
+    def _spill(self) -> None:
+        if self._pending:
+            self._bg.submit(sorted(self._pending.items()))
+        self._pending, self._pending_bytes = {}, 0
+
+    def _write_spill(self, groups: list[tuple[int, list[tuple[bytes, np.ndarray, np.ndarray]]]]) -> None:
+        for g, parts in groups:
+            data = b"".join(p[0] for p in parts)
+            flens = np.concatenate([p[1] for p in parts])
+            keys = np.concatenate([p[2] for p in parts])
+            payload = b"".join((_FRAME_HEAD.pack(len(keys)), keys.astype("<u8").tobytes(),
+                                flens.astype("<u4").tobytes(), data))
+            comp = lz4.frame.compress(payload, compression_level=0)
+            self.f.write(comp)
+            self.index.setdefault(g, []).append((self._pos, len(comp), len(keys), len(data)))
+            self._pos += len(comp)
+
+    def close(self) -> dict:
+        try:
+            self._spill()
+            self._bg.close()
+        finally:
+            self.f.close()
+        return {"path": self.path, "index": self.index}
+
+    def abort(self) -> None:
+        self._bg.abort()
+
+
+def _read_frames(path: str, frames: list[tuple[int, int, int, int]]) -> Iterator[tuple[np.ndarray, np.ndarray, bytes]]:
+    """``(order keys, framed lengths, framed records)`` of the frames of one scatter file."""
+    with FileSystems.open(path, compression_type="uncompressed") as f:
+        for offset, size, n, raw in frames:
+            f.seek(offset)
+            comp = f.read(size)
+            try:
+                payload = lz4.frame.decompress(comp) if len(comp) == size else b""
+            except RuntimeError:
+                payload = b""
+            if len(payload) != _FRAME_HEAD.size + 12 * n + raw or _FRAME_HEAD.unpack_from(payload)[0] != n:
+                raise ConversionFailed(f"temp file {path} is truncated or damaged; re-run the conversion")
+            keys = np.frombuffer(payload, dtype="<u8", count=n, offset=_FRAME_HEAD.size)
+            flens = np.frombuffer(payload, dtype="<u4", count=n, offset=_FRAME_HEAD.size + 8 * n)
+            yield keys, flens.astype(np.int64), payload[_FRAME_HEAD.size + 12 * n:]
+
+
+class _GatherShard(beam.DoFn):
+    """One output shard per split: its bucket from every unit's scatter file, sorted by order key."""
+
+    def __init__(self, options: ConvertOptions, num_shards: int):
+        self.options, self.num_shards = options, num_shards
+
+    def process(self, shard: int, results: list[dict]):
+        opts = self.options
+        tmp = FileSystems.join(opts.output, TMP_DIR)
+        attempt = uuid.uuid4().hex[:8]
+        suffix = ".tfrecord.gz" if opts.compression_type == "GZIP" else ".tfrecord"
+        scattered = sorted((r for r in results if r["scatter"] is not None), key=lambda r: r["unit"])
+        out = {}
+        with _relaxed_gc():
+            for s, name in enumerate(opts.splits.names):
+                g = s * self.num_shards + shard
+                sources = [(r["scatter"]["path"], r["scatter"]["index"][g]) for r in scattered if g in r["scatter"]["index"]]
+                w = _Writer(FileSystems.join(tmp, f"{name}-{shard:05d}-{attempt}{suffix}"), opts.compression_type, opts.gzip_level)
+                try:
+                    for piece in _gathered(sources):
+                        w.write(piece[0], piece[1])
+                except BaseException:
+                    w.abort()
+                    raise
+                out[name] = {"tmp": w.path, "records": w.records, "bytes": w.close()}
+        yield {"shard": shard, "shards": out}
+
+
+def _gathered(sources: list[tuple[str, list[tuple[int, int, int, int]]]]) -> Iterator[tuple[bytes, int]]:
+    """The framed records of ``sources`` sorted by order key (ties: in source order), in chunks.
+
+    One key range of about ``_GATHER_BYTES`` is in memory at a time.
+    """
+    raw = sum(fr[3] for _, frames in sources for fr in frames)
+    ranges = max(1, -(-raw // _GATHER_BYTES))
+    bounds = [(2**64 * j) // ranges for j in range(ranges + 1)]
+    pending: list[memoryview] = []
+    for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
+        datas, lens, keys = [], [], []
+        for path, frames in sources:
+            for k, fl, data in _read_frames(path, frames):
+                if ranges > 1:
+                    sel = (k >= _U64(lo)) if hi == 2**64 else ((k >= _U64(lo)) & (k < _U64(hi)))
+                    if not sel.all():
+                        starts = np.cumsum(fl) - fl
+                        mv = memoryview(data)
+                        data = b"".join([mv[a:a + b] for a, b in zip(starts[sel].tolist(), fl[sel].tolist(), strict=True)])
+                        k, fl = k[sel], fl[sel]
+                datas.append(data)
+                lens.append(fl)
+                keys.append(k)
+        if not keys:
+            continue
+        data = b"".join(datas)
+        del datas
+        fl = np.concatenate(lens)
+        starts = (np.cumsum(fl) - fl).tolist()
+        order = np.argsort(np.concatenate(keys), kind="stable").tolist()
+        mv = memoryview(data)
+        fl = fl.tolist()
+        # Writes of _GATHER_CHUNK records counted over the whole shard (deflate's
+        # bytes depend on how the input is cut into writes): the same bytes
+        # however many key ranges there are.
+        at = 0
+        while at < len(order):
+            take = order[at:at + _GATHER_CHUNK - len(pending)]
+            pending += [mv[starts[i]:starts[i] + fl[i]] for i in take]
+            at += len(take)
+            if len(pending) == _GATHER_CHUNK:
+                yield b"".join(pending), len(pending)
+                pending = []
+    if pending:
+        yield b"".join(pending), len(pending)
+
+
+class GatherShards(beam.PTransform):
+    """Shard indexes -> one result per output shard (``{"shard", "shards": {split: tmp, records, bytes}}``).
+
+    ``results`` (the convert step's unit results, with their scatter index)
+    is a side input, so every unit has scattered before any shard gathers.
+    """
+
+    def __init__(self, options: ConvertOptions, num_shards: int, results):
+        super().__init__()
+        self.options, self.num_shards, self.results = options, num_shards, results
+
+    def expand(self, shards):
+        return shards | "GatherShard" >> beam.ParDo(_GatherShard(self.options, self.num_shards),
+                                                    beam.pvalue.AsList(self.results))
+
+
 class _ConvertUnit(beam.DoFn):
-    """Read, vectorize, encode and write one unit into one temp shard per split.
+    """Read, vectorize, encode and write one unit into one temp shard per split
+    (``--order input``), or scatter its records to the output shards (``_Scatter``).
 
     A unit's shards are closed, and its result emitted, when the next unit of
     the bundle has been encoded (or at the end of the bundle): the gzip
@@ -506,8 +738,8 @@ class _ConvertUnit(beam.DoFn):
     DoFn waiting for them (the convert pass is deflate-bound).
     """
 
-    def __init__(self, config: Config, options: ConvertOptions):
-        self.config, self.options = config, options
+    def __init__(self, config: Config, options: ConvertOptions, num_shards: int):
+        self.config, self.options, self.num_shards = config, options, num_shards
         self.records_read = Metrics.counter("recordprep", "records_read")
         self.records_written = Metrics.counter("recordprep", "records_written")
         self.records_rejected = Metrics.counter("recordprep", "records_rejected")
@@ -551,8 +783,12 @@ class _ConvertUnit(beam.DoFn):
         tmp = FileSystems.join(opts.output, TMP_DIR)
         attempt = uuid.uuid4().hex[:8]
         suffix = ".tfrecord.gz" if opts.compression_type == "GZIP" else ".tfrecord"
-        writers = [_Writer(FileSystems.join(tmp, f"{s}-{unit.index:05d}-{attempt}{suffix}"), opts.compression_type, opts.gzip_level)
-                   for s in names]
+        seed = opts.shuffle_seed
+        writers = ([_Writer(FileSystems.join(tmp, f"{s}-{unit.index:05d}-{attempt}{suffix}"), opts.compression_type, opts.gzip_level)
+                    for s in names] if seed is None else [])
+        scatter = (_Scatter(FileSystems.join(tmp, f"scatter-{unit.index:05d}-{attempt}.bin"), unit.index, self.num_shards, seed)
+                   if seed is not None and unit.ranges else None)
+        ordinal = 0  # records of the unit before this batch: the shuffle's record identity
         err_path = FileSystems.join(tmp, f"errors-{unit.index:05d}-{attempt}.jsonl")
         err_f = None
         n_err = 0
@@ -591,12 +827,17 @@ class _ConvertUnit(beam.DoFn):
                             counts["errors"] += len(late)
                     assert item.split is not None
                     kept_split = item.split[vb.keep]
+                    first, ordinal = ordinal, ordinal + len(item.split)
                     rows = int(vb.keep.sum())
                     if rows == 0:
                         continue
                     columns = vb.columns if slices is None else pack_columns(vb.columns, rows, slices)
                     buf, lens = encode_examples(columns, rows)
                     starts = np.cumsum(lens) - lens
+                    if scatter is not None:
+                        scatter.add(buf, starts, lens, kept_split, first + np.flatnonzero(vb.keep))
+                        for s, c in enumerate(np.bincount(kept_split, minlength=len(names)).tolist()):
+                            counts[names[s]] += c
                     for s, w in enumerate(writers):
                         sel = np.nonzero(kept_split == s)[0]
                         if sel.size:
@@ -605,6 +846,8 @@ class _ConvertUnit(beam.DoFn):
             except BaseException:
                 for w in writers:  # no writer thread outlives a failed attempt
                     w.abort()
+                if scatter is not None:
+                    scatter.abort()
                 raise
         if err_f is not None:
             err_f.close()
@@ -612,9 +855,10 @@ class _ConvertUnit(beam.DoFn):
         def finish() -> dict:
             try:
                 shards = {}
-                for s, w in zip(names, writers, strict=True):
+                for s, w in zip(names, writers, strict=False):  # no writers when scattering
                     size = w.close()
                     shards[s] = {"tmp": w.path, "records": w.records, "bytes": size}
+                scattered = scatter.close() if scatter is not None else None
             except BaseException:
                 abort()
                 raise
@@ -622,14 +866,16 @@ class _ConvertUnit(beam.DoFn):
             prog.close()
             read = sum(c["read"] for c in per_file.values())
             self.records_read.inc(read)
-            self.records_written.inc(sum(w.records for w in writers))
+            self.records_written.inc(sum(c[s] for c in per_file.values() for s in names))
             self.records_rejected.inc(n_err)
-            return {"unit": unit.index, "shards": shards, "errors": {"tmp": err_path if n_err else None, "count": n_err},
-                    "per_file": per_file}
+            return {"unit": unit.index, "shards": shards if seed is None else None, "scatter": scattered,
+                    "errors": {"tmp": err_path if n_err else None, "count": n_err}, "per_file": per_file}
 
         def abort() -> None:
             for w in writers:
                 w.abort()
+            if scatter is not None:
+                scatter.abort()
 
         finish.abort = abort  # type: ignore[attr-defined]
         return finish
@@ -643,13 +889,13 @@ class ConvertUnits(beam.PTransform):
     visible to readers until ``CommitOutput``.
     """
 
-    def __init__(self, config: Config, options: ConvertOptions, analysis):
+    def __init__(self, config: Config, options: ConvertOptions, analysis, num_shards: int):
         super().__init__()
-        self.config, self.options, self.analysis = config, options, analysis
+        self.config, self.options, self.analysis, self.num_shards = config, options, analysis, num_shards
 
     def expand(self, units):
         return units | "ConvertUnit" >> beam.ParDo(
-            _ConvertUnit(self.config, self.options), beam.pvalue.AsSingleton(self.analysis))
+            _ConvertUnit(self.config, self.options, self.num_shards), beam.pvalue.AsSingleton(self.analysis))
 
 
 # ----------------------------------------------------------------- commit
@@ -709,12 +955,15 @@ class _Commit(beam.DoFn):
     def __init__(self, config: Config, options: ConvertOptions, ctx: CommitContext):
         self.config, self.options, self.ctx = config, options, ctx
 
-    def process(self, _, results: list[dict], analysis_value: AnalysisValue):
+    def process(self, _, results: list[dict], analysis_value: AnalysisValue, gathered: list[dict] | None = None):
         analysis_json = analysis_value.json
         opts, ctx = self.options, self.ctx
         out = opts.output
         results = sorted(results, key=lambda r: r["unit"])
         names = opts.splits.names
+        # Output shard i: unit i's (input order), or what GatherShards wrote (shuffled).
+        shard_results = sorted(gathered, key=lambda r: r["shard"]) if gathered is not None else \
+            [{"shard": r["unit"], "shards": r["shards"]} for r in results]
 
         # Accounting: every record read is in exactly one split or the error output.
         per_file: dict[str, dict[str, int]] = {}
@@ -729,9 +978,14 @@ class _Commit(beam.DoFn):
                                        f"written {sum(c[s] for s in names)}, errors {c['errors']}; this is a bug, please report it")
         read = sum(c["read"] for c in per_file.values())
         n_err = sum(c["errors"] for c in per_file.values())
-        written = {s: sum(r["shards"][s]["records"] for r in results) for s in names}
-        if len(results) != ctx.num_shards:
-            raise ConversionFailed(f"expected {ctx.num_shards} work unit results, got {len(results)}; re-run the conversion")
+        written = {s: sum(r["shards"][s]["records"] for r in shard_results) for s in names}
+        if len(results) != ctx.num_shards or len(shard_results) != ctx.num_shards:
+            raise ConversionFailed(f"expected {ctx.num_shards} work unit and shard results, got {len(results)} and "
+                                   f"{len(shard_results)}; re-run the conversion")
+        for s in names:  # the shuffle moved every record written exactly once
+            if written[s] != sum(c[s] for c in per_file.values()):
+                raise ConversionFailed(f"accounting mismatch for split {s}: {sum(c[s] for c in per_file.values())} "
+                                       f"records converted, {written[s]} in its shards; this is a bug, please report it")
 
         # Error output goes to its final place whatever happens next.
         error_files = []
@@ -773,9 +1027,9 @@ class _Commit(beam.DoFn):
         renames: list[tuple[str, str]] = []
         for s in names:
             infos = []
-            for r in results:
+            for r in shard_results:
                 sh = r["shards"][s]
-                name = shard_name(s, r["unit"], ctx.num_shards, opts.compression_type)
+                name = shard_name(s, r["shard"], ctx.num_shards, opts.compression_type)
                 renames.append((sh["tmp"], FileSystems.join(out, name)))
                 infos.append(ShardInfo(name, sh["records"], sh["bytes"]))
             splits[s] = SplitInfo(s, tuple(infos))
@@ -799,6 +1053,7 @@ class _Commit(beam.DoFn):
                 "config": ctx.config_json,
                 "config_hash": ctx.config_hash,
                 "options": opts.fingerprint_fields(),
+                "shuffle": {"order": opts.order, "seed": opts.shuffle_seed},
                 "inputs": [{"path": f.path, "size": f.size, "mtime": f.mtime} for f in ctx.inputs],
                 "counts": counts,
                 "errors": {"count": n_err, "files": error_files},
@@ -900,21 +1155,22 @@ def cleanup_tmp(out: str) -> None:
 class CommitOutput(beam.PTransform):
     """Unit results -> the committed dataset (a singleton of its metadata dict).
 
-    Runs once, after every unit: checks the accounting, moves the error
+    Runs once, after every unit (and, shuffled, every gathered shard): checks the accounting, moves the error
     output into ``errors/``, fails the run (writing ``_FAILURE.json``) when
     more records were rejected than tolerated, otherwise renames the temp
     shards, writes vocabularies and analysis, and writes ``dataset_info.json``
     last and atomically.
     """
 
-    def __init__(self, config: Config, options: ConvertOptions, ctx: CommitContext, analysis):
+    def __init__(self, config: Config, options: ConvertOptions, ctx: CommitContext, analysis, gathered=None):
         super().__init__()
-        self.config, self.options, self.ctx, self.analysis = config, options, ctx, analysis
+        self.config, self.options, self.ctx, self.analysis, self.gathered = config, options, ctx, analysis, gathered
 
     def expand(self, results):
+        shards = () if self.gathered is None else (beam.pvalue.AsList(self.gathered),)
         return (
             results.pipeline
             | "CommitTrigger" >> beam.Create([None])
             | "Commit" >> beam.ParDo(_Commit(self.config, self.options, self.ctx),
-                                     beam.pvalue.AsList(results), beam.pvalue.AsSingleton(self.analysis))
+                                     beam.pvalue.AsList(results), beam.pvalue.AsSingleton(self.analysis), *shards)
         )

@@ -181,11 +181,11 @@ def test_convert_unit_emits_each_result_after_the_next_unit_and_at_bundle_end(tm
     paths = write_dataset(tmp_path / "d", make_records(120))
     config = load_config(str(paths["config"]))
     files = sorted(str(p) for p in (tmp_path / "d").glob("*.avro"))
-    opts = ConvertOptions(inputs=tuple(files), config=str(paths["config"]), output=str(tmp_path / "o"))
+    opts = ConvertOptions(inputs=tuple(files), config=str(paths["config"]), output=str(tmp_path / "o"), order="input")
     a = Analyzer(config)
     a.add_records(make_records(120))
     analysis = AnalysisValue(a.result().to_json())  # no prepared units: the convert pass prepares
-    fn = _ConvertUnit(config, opts)
+    fn = _ConvertUnit(config, opts, 2)
     fn.start_bundle()
     assert list(fn.process(WorkUnit(0, (ByteRange(files[0], 0, None),)), analysis)) == []
     first = list(fn.process(WorkUnit(1, (ByteRange(files[1], 0, None),)), analysis))

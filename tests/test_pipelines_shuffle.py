@@ -1,0 +1,270 @@
+"""Globally shuffled output (issue 18): every shard a uniform random sample of its
+split, in random order, seeded and the same bytes whatever the runner or worker
+count; ``--no-shuffle`` keeps input order."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+from _pipelines_data import make_records, write_dataset
+from typer.testing import CliRunner
+
+from convert.example import decode_example
+from convert.spec import METADATA_FILENAME, DatasetInfo, SpecError
+from convert.tfrecord import iter_records
+from pipelines.cli import app
+from pipelines.job import run_convert
+from pipelines.options import ConvertOptions, OptionsError
+
+SPLITS = ("train", "eval")
+
+
+def _convert(data: dict, out: Path, *extra: str) -> dict:
+    r = CliRunner().invoke(app, ["convert", "-i", str(data["json"]), "-c", str(data["config"]), "-o", str(out),
+                                 "--no-progress", *extra])
+    assert r.exit_code == 0, r.output
+    return json.loads((out / METADATA_FILENAME).read_text())
+
+
+def _records(out: Path, split: str) -> list[list[bytes]]:
+    """Each shard's serialized Examples, in file order."""
+    info = json.loads((out / METADATA_FILENAME).read_text())
+    shards = []
+    for sh in info["splits"][split]["shards"]:
+        with gzip.open(out / sh["file"], "rb") as f:
+            shards.append(list(iter_records(f)))
+    return shards
+
+
+def _ids(records: list[bytes]) -> list[int]:
+    return [int(decode_example(r)["id"][1][0]) for r in records]
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    return write_dataset(tmp_path_factory.mktemp("d"), make_records(3000))
+
+
+@pytest.fixture(scope="module")
+def outputs(data, tmp_path_factory):
+    root = tmp_path_factory.mktemp("o")
+    infos = {name: _convert(data, root / name, "--num-shards", "3", *extra) for name, extra in (
+        ("input", ("--no-shuffle",)), ("seed0", ()), ("seed0_again", ("--seed", "0", "--force")),
+        ("seed7", ("--seed", "7")))}
+    return root, infos
+
+
+def test_every_record_exactly_once_per_split(outputs):
+    root, infos = outputs
+    for split in SPLITS:
+        plain = [r for sh in _records(root / "input", split) for r in sh]
+        shuffled = [r for sh in _records(root / "seed0", split) for r in sh]
+        assert len(shuffled) == len(plain) == infos["seed0"]["splits"][split]["num_records"] > 0
+        assert Counter(shuffled) == Counter(plain)  # the same Examples, byte for byte
+        assert shuffled != plain
+    assert infos["seed0"]["counts"] == infos["input"]["counts"]
+
+
+def test_metadata_records_the_order_and_seed(outputs):
+    _, infos = outputs
+    assert infos["seed0"]["shuffle"] == {"order": "shuffled", "seed": 0}
+    assert infos["seed7"]["shuffle"] == {"order": "shuffled", "seed": 7}
+    assert infos["input"]["shuffle"] == {"order": "input", "seed": None}
+    assert DatasetInfo.from_json(infos["seed7"]).order == "shuffled"
+    assert DatasetInfo.from_json(infos["input"]).order == "input"
+    old = {k: v for k, v in infos["seed0"].items() if k != "shuffle"}
+    assert DatasetInfo.from_json(old).order == "input"  # outputs of earlier versions
+    assert infos["seed0"]["fingerprint"] not in (infos["seed7"]["fingerprint"], infos["input"]["fingerprint"])
+
+
+@pytest.mark.parametrize("bad", [{"order": "random"}, {"order": "shuffled", "seed": -1}, {"order": "shuffled"},
+                                 {"order": "shuffled", "seed": True}, {"order": "input", "seed": 3}, [1], "x"])
+def test_hostile_shuffle_metadata_is_refused(outputs, bad):
+    _, infos = outputs
+    with pytest.raises(SpecError, match="shuffle"):
+        DatasetInfo.from_json({**infos["seed0"], "shuffle": bad})
+
+
+def test_same_seed_same_bytes_other_seed_other_order(outputs):
+    root, infos = outputs
+    for split in SPLITS:
+        for sh in infos["seed0"]["splits"][split]["shards"]:
+            assert (root / "seed0" / sh["file"]).read_bytes() == (root / "seed0_again" / sh["file"]).read_bytes()
+        a = [r for sh in _records(root / "seed0", split) for r in sh]
+        b = [r for sh in _records(root / "seed7", split) for r in sh]
+        assert Counter(a) == Counter(b) and a != b
+
+
+def test_no_shuffle_keeps_input_order(outputs):
+    root, _ = outputs
+    for split in SPLITS:
+        ids = [i for sh in _records(root / "input", split) for i in _ids(sh)]
+        assert ids == sorted(ids)
+        shuffled = [i for sh in _records(root / "seed0", split) for i in _ids(sh)]
+        assert shuffled != sorted(shuffled)
+
+
+def test_each_shard_is_a_sample_of_the_whole_split(outputs):
+    """Input order: shard i holds a third of the id range; shuffled: every shard spans it all, in random order."""
+    root, _ = outputs
+    shards = [_ids(sh) for sh in _records(root / "seed0", "train")]
+    for ids in shards:
+        assert min(ids) < 300 and max(ids) > 2700  # ids run 0..2999 over the input
+        assert abs(np.mean(ids) - 1500) < 150
+        rising = np.mean(np.diff(ids) > 0)
+        assert 0.4 < rising < 0.6  # random order within the shard, not sorted runs
+    sizes = [len(ids) for ids in shards]
+    assert max(sizes) - min(sizes) < 0.2 * np.mean(sizes)
+
+
+@pytest.mark.slow
+def test_the_same_bytes_in_process_and_with_two_workers(data, tmp_path):
+    infos = {}
+    for w in (1, 2):
+        infos[w] = run_convert(ConvertOptions(inputs=(str(data["avro"]),), config=str(data["config"]),
+                                              output=str(tmp_path / f"w{w}"), num_shards=4, workers=w, seed=11)).info
+    assert "2 worker processes" in infos[2]["runner"]
+    for split in infos[1]["splits"].values():
+        for shard in split["shards"]:
+            assert (tmp_path / "w1" / shard["file"]).read_bytes() == (tmp_path / "w2" / shard["file"]).read_bytes()
+
+
+def test_a_large_bucket_is_gathered_in_key_ranges_with_the_same_bytes(data, tmp_path, monkeypatch):
+    from pipelines import transforms
+
+    _convert(data, tmp_path / "one", "--num-shards", "2")
+    monkeypatch.setattr(transforms, "_GATHER_BYTES", 20_000)  # several ranges per shard
+    monkeypatch.setattr(transforms, "_SPILL_BYTES", 30_000)  # several spills per unit
+    info = _convert(data, tmp_path / "ranges", "--num-shards", "2")
+    for split in SPLITS:
+        for sh in info["splits"][split]["shards"]:
+            assert (tmp_path / "one" / sh["file"]).read_bytes() == (tmp_path / "ranges" / sh["file"]).read_bytes()
+
+
+def test_analysis_from_runs_shuffle_too(outputs, data, tmp_path):
+    root, _ = outputs
+    info = _convert(data, tmp_path / "reused", "--num-shards", "3", "--analysis-from", str(root / "seed0"))
+    assert info["shuffle"] == {"order": "shuffled", "seed": 0}
+    for split in SPLITS:  # the same analysis: the same bytes as the run that made it
+        for sh in info["splits"][split]["shards"]:
+            assert (tmp_path / "reused" / sh["file"]).read_bytes() == (root / "seed0" / sh["file"]).read_bytes()
+
+
+def test_conflicting_or_ignored_flags_are_usage_errors(data, tmp_path):
+    base = ["convert", "-i", str(data["json"]), "-c", str(data["config"]), "-o", str(tmp_path / "o")]
+    for extra, said in ((["--no-shuffle", "--seed", "3"], "--seed"), (["--no-shuffle", "--order", "shuffled"], "--no-shuffle"),
+                        (["--order", "sorted"], "--order"), (["--seed", "-1"], "--seed")):
+        r = CliRunner().invoke(app, base + extra)
+        assert r.exit_code == 2, (extra, r.output)
+        assert said in r.output
+    with pytest.raises(OptionsError, match="--seed"):
+        ConvertOptions(inputs=("x",), config="c", output="o", seed=2**63)
+
+
+def test_dry_run_and_inspect_show_the_order(outputs, data, tmp_path):
+    root, _ = outputs
+    r = CliRunner().invoke(app, ["convert", "-i", str(data["json"]), "-c", str(data["config"]), "-o", str(tmp_path / "o"),
+                                 "--seed", "5", "--dry-run"])
+    assert r.exit_code == 0 and "order: shuffled (seed 5)" in r.output, r.output
+    r = CliRunner().invoke(app, ["inspect", str(root / "seed7"), "-n", "0"])
+    assert "order shuffled (seed 7)" in r.output, r.output
+    r = CliRunner().invoke(app, ["inspect", str(root / "input"), "-n", "0"])
+    assert "order input" in r.output, r.output
+
+
+# ------------------------------------------------------- sorted input, read back
+
+
+def _sorted_input(root: Path, files: int = 16, per_file: int = 500) -> dict:
+    """JSON Lines files sorted by ``t`` (as time-partitioned data is), ``f`` the file's number."""
+    root.mkdir(parents=True)
+    for k in range(files):
+        lines = [json.dumps({"t": k * per_file + i, "f": k, "y": i % 2}) for i in range(per_file)]
+        (root / f"part-{k:02d}.jsonl").write_text("\n".join(lines) + "\n")
+    cfg = root.parent / "sorted.yaml"
+    cfg.write_text("label: {source: y, dtype: int64}\nfeatures:\n  - {name: t, transform: identity}\n"
+                   "  - {name: f, transform: identity}\n")
+    return {"json": root, "config": cfg}
+
+
+def _batch_quality(out: Path, batch: int = 64) -> tuple[float, float]:
+    """(std of per-batch means of t / what iid batches give, mean share of input files per batch) over one epoch
+    of ``train_dataset`` with a shuffle window much smaller than the data (as for any large dataset)."""
+    import readers
+
+    ds = readers.train_dataset(str(out), batch, seed=1, num_epochs=1, shuffle_buffer=256)
+    means, shares, ts = [], [], []
+    for x, _ in ds:
+        t = x["t"].numpy().ravel()
+        ts.append(t)
+        means.append(t.mean())
+        shares.append(len(set(x["f"].numpy().ravel().tolist())))
+    all_t = np.concatenate(ts)
+    iid = all_t.std() / np.sqrt(batch)
+    return float(np.std(means) / iid), float(np.mean(shares) / 16)
+
+
+@pytest.mark.slow
+def test_batches_of_sorted_input_are_fair_samples(tmp_path):
+    data = _sorted_input(tmp_path / "sorted")
+    _convert(data, tmp_path / "shuffled", "--num-shards", "4", "--splits", "train=1")
+    _convert(data, tmp_path / "plain", "--num-shards", "4", "--splits", "train=1", "--no-shuffle")
+    spread, share = _batch_quality(tmp_path / "shuffled")
+    assert spread < 1.5 and share > 0.9, (spread, share)
+    spread, share = _batch_quality(tmp_path / "plain")  # the layout before the shuffle
+    assert spread > 2 and share < 0.5, (spread, share)
+
+
+# ------------------------------------------------------------ killed with -9
+
+
+def _cmd(data: dict, out: Path) -> list[str]:
+    return [sys.executable, "-m", "pipelines.cli", "convert", "-i", str(data["json"]), "-c", str(data["config"]),
+            "-o", str(out), "--num-shards", "4", "--batch-size", "200", "--no-progress"]
+
+
+def _kill_when(proc: subprocess.Popen, tmp: Path, pattern: str, timeout: float = 120) -> bool:
+    """SIGKILL the run's process group once ``tmp`` holds a file matching ``pattern``; False if it ended first."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end and proc.poll() is None:
+        if tmp.is_dir() and any(tmp.glob(pattern)):
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+            return True
+        time.sleep(0.002)
+    proc.wait(timeout=30)
+    return False
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("point", ["scatter-*.bin", "train-*.tfrecord.gz"])  # scattering, then gathering
+def test_killed_while_shuffling_leaves_nothing_complete_and_the_rerun_completes(tmp_path, point):
+    import readers
+
+    data = write_dataset(tmp_path / "d", make_records(6000))
+    ref = tmp_path / "ref"
+    subprocess.run(_cmd(data, ref), check=True, capture_output=True, timeout=300)
+    out = tmp_path / "out"
+    proc = subprocess.Popen(_cmd(data, out), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    if not _kill_when(proc, out / ".recordprep-tmp", point):
+        pytest.skip("the run finished before the kill point")
+    assert not (out / METADATA_FILENAME).exists()
+    with pytest.raises(Exception, match="(?i)incomplete|not finished|dataset_info"):
+        readers.load_info(str(out))
+    r = subprocess.run(_cmd(data, out), capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert not (out / ".recordprep-tmp").exists()
+    shards = sorted(f.name for f in ref.glob("*.tfrecord.gz"))
+    assert shards == sorted(f.name for f in out.glob("*.tfrecord.gz"))
+    for name in shards:
+        assert (out / name).read_bytes() == (ref / name).read_bytes(), name
