@@ -536,8 +536,8 @@ def _label_classes(lab: LabelConfig, counts: Counter) -> list[str]:
     """Every class of the training split, most frequent first, ties by term
     (the order of feature vocabularies); class id = position."""
     if not counts:
-        raise ConfigError(f"label {lab.name!r}: no record of the training split has a class in {lab.source!r}; "
-                          f"check the label's source")
+        raise ConfigError(f"label {lab.name!r}: no record of the training split has a class in {lab.source!r} "
+                          f"(it is null, absent or rejected in every one); check the label's source and the data")
     if len(counts) > MAX_LABEL_CLASSES:
         raise ConfigError(f"label {lab.name!r}: {len(counts)} distinct values of {lab.source!r} in the training "
                           f"split, more than the {MAX_LABEL_CLASSES} classes a label may have; is it the label?")

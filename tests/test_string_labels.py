@@ -15,11 +15,16 @@ from collections import Counter
 from pathlib import Path
 
 import fastavro
+import numpy as np
 import pytest
 from _e2e import check_accounting, cli, error_rows
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import readers
+from convert.config import ConfigError, parse_config
 from convert.splits import Splits
+from convert.vectorize import Analyzer, Preparer, Vectorizer, term
 
 SPLITS = "train=0.7,eval=0.3"
 SCHEMA = {"type": "record", "name": "P", "fields": [
@@ -216,7 +221,6 @@ def test_a_tampered_vocabulary_file_name_is_refused(converted, tmp_path):
 
 @pytest.mark.slow
 def test_the_serving_export_returns_the_class_names(converted, tmp_path):
-    import numpy as np
     import tensorflow as tf
 
     from readers import serving
@@ -237,3 +241,47 @@ def test_the_serving_export_returns_the_class_names(converted, tmp_path):
     assert out["outputs"].shape == (3, 3)
     best = classes[np.arange(3), np.argmax(out["outputs"].numpy(), axis=1)]
     assert all(b.decode() in info.label_classes for b in best)
+
+
+# ------------------------------------------------------------------ the two analysis paths agree
+
+_LABEL_VALUES = st.one_of(st.sampled_from(["a", "b", "", "caf\u00e9"]), st.text(max_size=3), st.integers(-3, 3),
+                          st.booleans(), st.none(), st.floats(allow_nan=True), st.lists(st.integers(), max_size=2))
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(_LABEL_VALUES, min_size=1, max_size=40), st.integers(0, 2**32 - 1))
+def test_the_pipelines_analysis_and_the_reference_path_give_the_same_classes(values, seed):
+    config = parse_config({"label": {"source": "y", "transform": "vocabulary"},
+                           "features": [{"name": "x", "transform": "zscore"}]})
+    recs = [{"x": 1.0, "y": v} for v in values]
+    train = np.random.default_rng(seed).random(len(recs)) < 0.7
+    ok = [isinstance(v, str | int) or (isinstance(v, float) and v.is_integer()) for v in values]
+    counts = Counter(term(v) for v, t, k in zip(values, train, ok, strict=True) if t and k)
+    if not counts:  # no class in training: the analysis says so
+        with pytest.raises(ConfigError, match="no record of the training split has a class"):
+            _reference(config, recs, train).result()
+        return
+    ref = _reference(config, recs, train).result()
+    fast = Analyzer(config)
+    fast.add_prepared(Preparer(config).prepare(recs, analyze=True), train)
+    classes = sorted(counts, key=lambda c: (-counts[c], c))
+    assert ref.vocabularies["y"] == fast.result().vocabularies["y"] == classes
+    vb = Vectorizer(config, ref).vectorize(recs)
+    kept = [term(v) for v, k in zip(values, ok, strict=True) if k and term(v) in classes]
+    assert vb.columns["y"][1][:, 0].tolist() == [classes.index(t) for t in kept]
+    assert {r.index for r in vb.rejections} == {i for i, (v, k) in enumerate(zip(values, ok, strict=True))
+                                                  if not k or term(v) not in classes}
+
+
+def _reference(config, recs, train) -> Analyzer:
+    a = Analyzer(config)
+    a.add_records([r for r, t in zip(recs, train, strict=True) if t])
+    return a
+
+
+def test_a_label_field_null_in_every_training_record_fails_the_run_saying_so(tmp_path):
+    recs = [{**r, "gender": None} for r in _records(40)]
+    r, out = _convert(tmp_path, _write(tmp_path, recs, "json"), CONFIG, "--max-error-fraction", "1")
+    assert r.exit_code == 2 and "no record of the training split has a class in 'gender'" in r.output, r.output
+    assert not (out / "dataset_info.json").exists()
