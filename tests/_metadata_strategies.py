@@ -76,7 +76,7 @@ nested_names = st.lists(_COMPONENT, min_size=2, max_size=4).map("/".join)
 
 
 def valid_metadata() -> dict:
-    """A small metadata document as the converter writes it (two splits, a vocabulary, errors)."""
+    """A small metadata document as the converter writes it (two splits, a vocabulary, a class label, errors)."""
     return {
         "format_version": 1,
         "label_key": "y",
@@ -87,8 +87,8 @@ def valid_metadata() -> dict:
             {"name": "tags", "dtype": "int64", "shape": [8], "default": 0, "source": "tags",
              "transform": "vocabulary", "params": {"vocab_size": 12, "vocabulary_file": "vocab/tags.txt",
                                                   "pad_id": 0, "oov_ids": [1]}, "role": "feature"},
-            {"name": "y", "dtype": "int64", "shape": [1], "default": 0, "source": "y",
-             "transform": "identity", "params": {}, "role": "label"},
+            {"name": "y", "dtype": "int64", "shape": [1], "default": 0, "source": "y", "transform": "label",
+             "params": {"classes": ["no", "yes"], "vocab_size": 2, "vocabulary_file": "vocab/y.txt"}, "role": "label"},
         ],
         "splits": {
             "train": {"num_records": 30, "num_bytes": 300, "shards": [
@@ -99,7 +99,7 @@ def valid_metadata() -> dict:
         },
         "counts": {"read": 36, "errors": 1},
         "errors": {"count": 1, "files": [{"file": "errors/errors-00000-of-00001.jsonl", "count": 1}]},
-        "vocabularies": {"tags": {"file": "vocab/tags.txt", "terms": 10}},
+        "vocabularies": {"tags": {"file": "vocab/tags.txt", "terms": 10}, "y": {"file": "vocab/y.txt", "terms": 2}},
         "statistics": {"x": {"mean": 1.0, "std": 2.0}},
         "analysis_file": "analysis.json",
     }
