@@ -1,13 +1,41 @@
-"""An Airflow DAG: convert each day's partition, then train on it.
+"""Two Airflow DAGs, as the crontab beside this file: convert each day's partition, and train on it.
 
-The conversion runs ahead of training (here on Dataflow); the training task
-does not trust the scheduler's ordering alone but blocks on the output's
-completion marker with ``recordprep wait``, so a retried or backfilled
-conversion, or one started by another system, is handled the same way.
-Both tasks are idempotent: re-running a finished day does nothing.
+``recordprep_convert`` converts day ``ds`` ahead of training (locally, or on
+Dataflow with Beam flags). ``recordprep_train`` does not trust the
+scheduler's ordering: it blocks on the output's completion marker with
+``recordprep wait``, so a conversion run late, retried, backfilled or started
+by another system is handled the same way, and it may live in another
+Airflow. Both are idempotent: re-running or backfilling a finished day does
+nothing ("already complete").
 
-Copy into your DAGs folder and adjust the variables. Airflow is not a
-dependency of recordprep; this file only imports it when Airflow loads it.
+A conversion killed mid-run (-9, a lost worker) writes nothing, but its lock
+stops beating: the wait fails at once naming the dead run, the ``convert``
+task's retry takes over its output (no ``--overwrite``), and the wait's retry
+follows that run to the end. Retries wait ``[core] default_task_retry_delay``
+(Airflow's setting, 300 s unless changed).
+
+The tasks run the ``recordprep`` CLI and the training script as commands, so
+Airflow's environment never imports recordprep or TensorFlow. Set these
+Airflow Variables (or ``AIRFLOW_VAR_<NAME>`` environment variables):
+
+=============================  ============================================================
+recordprep_input_root          where partitions land: ``ROOT/dt=YYYY-MM-DD/*`` (required)
+recordprep_output_root         converted partitions go to ``ROOT/dt=YYYY-MM-DD/`` (required)
+recordprep_config              the feature config, features.yaml (required)
+recordprep_analysis_from       an output whose vocabularies/statistics every day reuses
+recordprep_beam_args           Beam flags, e.g. ``--runner DataflowRunner --project P ...``
+recordprep_bin                 the CLI (default: ``recordprep`` on the worker's PATH)
+recordprep_wait_timeout        seconds ``wait`` blocks before failing (default 21600)
+recordprep_wait_poll           seconds between its checks (default 60)
+recordprep_stale_after         seconds without a heartbeat before a run counts as dead
+                               (default: the run's own limit; more than its 10 s period)
+recordprep_python              the training job's interpreter (default: ``python``)
+recordprep_train_script        default: ``/opt/recordprep/examples/train.py``
+recordprep_train_args          default: ``--steps 20000``
+=============================  ============================================================
+
+Copy into your DAGs folder. Airflow is not a dependency of recordprep;
+``airflow-requirements.txt`` pins the Airflow these DAGs are tested with.
 """
 
 from __future__ import annotations
@@ -17,33 +45,59 @@ import datetime as dt
 from airflow import DAG
 from airflow.operators.bash import BashOperator
 
-INPUT_ROOT = "gs://my-bucket/events"
-OUTPUT_ROOT = "gs://my-bucket/tfrecords"
-CONFIG = "/opt/recordprep/features.yaml"
-ANALYSIS_FROM = "gs://my-bucket/tfrecords/reference"  # vocabularies/statistics shared by every day
-DATAFLOW = "-- --runner DataflowRunner --project my-project --region europe-west1 --temp_location gs://my-bucket/tmp"
+START = dt.datetime(2026, 11, 1)
+
+
+def _var(name: str, default: str | None = None) -> str:
+    """A Jinja reference to Airflow Variable ``recordprep_<name>``; without a default it is required."""
+    if default is None:
+        return "{{ var.value.recordprep_" + name + " }}"
+    return "{{ var.value.get('recordprep_" + name + "', '" + default + "') }}"
+
+
+OUTPUT = _var("output_root") + "/dt={{ ds }}"
+# Values reach bash as environment variables, quoted there: paths may hold spaces.
+COMMON_ENV = {"RECORDPREP": _var("bin", "recordprep"), "OUT": OUTPUT}
 
 with DAG(
-    dag_id="recordprep_daily",
-    start_date=dt.datetime(2026, 11, 1),
+    dag_id="recordprep_convert",
+    start_date=START,
     schedule="30 1 * * *",
     catchup=True,  # backfills are safe: each day is its own partition
     max_active_runs=3,
-    default_args={"retries": 2, "retry_delay": dt.timedelta(minutes=10)},
-) as dag:
-    convert = BashOperator(
+    default_args={"retries": 2},
+) as convert_dag:
+    BashOperator(
         task_id="convert",
-        bash_command=(
-            "recordprep convert --input '" + INPUT_ROOT + "/dt={{ ds }}/*' --config " + CONFIG
-            + " --output " + OUTPUT_ROOT + "/dt={{ ds }} --analysis-from " + ANALYSIS_FROM + " " + DATAFLOW
-        ),
+        env={**COMMON_ENV, "IN": _var("input_root") + "/dt={{ ds }}", "CONFIG": _var("config"),
+             "ANALYSIS_FROM": _var("analysis_from", ""), "BEAM_ARGS": _var("beam_args", "")},
+        append_env=True,
+        bash_command=('"$RECORDPREP" convert --input "$IN/*" --config "$CONFIG" --output "$OUT" '
+                      '${ANALYSIS_FROM:+--analysis-from "$ANALYSIS_FROM"} ${BEAM_ARGS:+-- $BEAM_ARGS}'),
     )
+
+with DAG(
+    dag_id="recordprep_train",
+    start_date=START,
+    schedule="0 2 * * *",
+    catchup=False,  # a model trains on the latest day; backfill explicitly when wanted
+    max_active_runs=1,
+    default_args={"retries": 3},  # a dead conversion fails the wait at once; the retries outlast its takeover
+) as train_dag:
     wait = BashOperator(
         task_id="wait_for_dataset",
-        bash_command="recordprep wait " + OUTPUT_ROOT + "/dt={{ ds }} --timeout 21600 --poll 60",
+        env={**COMMON_ENV, "TIMEOUT": _var("wait_timeout", "21600"), "POLL": _var("wait_poll", "60"),
+             "STALE_AFTER": _var("stale_after", "")},
+        append_env=True,
+        bash_command=('"$RECORDPREP" wait "$OUT" --timeout "$TIMEOUT" --poll "$POLL" '
+                      '${STALE_AFTER:+--stale-after "$STALE_AFTER"}'),
     )
     train = BashOperator(
         task_id="train",
-        bash_command="python /opt/recordprep/examples/train.py " + OUTPUT_ROOT + "/dt={{ ds }} --steps 20000",
+        env={**COMMON_ENV, "PYTHON": _var("python", "python"),
+             "TRAIN": _var("train_script", "/opt/recordprep/examples/train.py"),
+             "TRAIN_ARGS": _var("train_args", "--steps 20000")},
+        append_env=True,
+        bash_command='"$PYTHON" "$TRAIN" "$OUT" $TRAIN_ARGS',
     )
-    convert >> wait >> train
+    wait >> train

@@ -4,7 +4,7 @@
 # half-written one is never visible to readers (dataset_info.json is written
 # last), and a failed one leaves _FAILURE.json that `recordprep wait` reports.
 #
-#   convert_daily.sh [YYYY-MM-DD]           (default: yesterday, UTC)
+#   convert_daily.sh [YYYY-MM-DD]           (default: the day before TODAY)
 #
 # Environment (defaults suit the bundled example layout):
 #   INPUT_ROOT     where partitions land: $INPUT_ROOT/dt=YYYY-MM-DD/*.avro   (local, gs://, hdfs://)
@@ -14,11 +14,16 @@
 #                  reuses, so ids and scaling match the model's training data;
 #                  unset = compute them from this day's training split
 #   RECORDPREP     the CLI (default: recordprep on PATH)
+#   TODAY          the day the job runs on (default: today, UTC); set it to replay a
+#                  day or to test the schedule with a simulated clock
 #   Extra arguments after the date go to `recordprep convert` (e.g. -- --runner DataflowRunner ...).
 set -euo pipefail
 
-DT="${1:-$(date -u -d yesterday +%F)}"
-shift || true
+if [[ "${1:-}" =~ ^[0-9]{4}-[0-9]{2}-[0-9]{2}$ ]]; then
+  DT="$1"; shift
+else  # no date given: every argument is for `recordprep convert`
+  DT="$(date -u -d "${TODAY:-today} - 1 day" +%F)"
+fi
 : "${INPUT_ROOT:?set INPUT_ROOT (e.g. gs://bucket/events)}"
 : "${OUTPUT_ROOT:?set OUTPUT_ROOT (e.g. gs://bucket/tfrecords)}"
 : "${CONFIG:?set CONFIG (a features.yaml)}"
