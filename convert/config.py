@@ -216,7 +216,10 @@ class FeatureConfig:
 class LabelConfig:
     """The label: a number (``dtype``), or with ``transform: vocabulary`` a class
     id ``0..K-1`` (int64) for each of the K distinct values of the training
-    split, most frequent first, ties by term."""
+    split, most frequent first, ties by term. No ``top_k``/``min_frequency``:
+    every training class is one; a record whose class the training split
+    lacks has no id and is rejected (an unknown class cannot be hashed into
+    a meaningful target)."""
 
     source: str
     name: str
