@@ -60,7 +60,6 @@ from convert import spec as _spec
 from convert.apply import DEFAULT_ANALYSIS_FILENAME, OutputAnalysis
 from convert.config import FeatureConfig
 from convert.derive import CROSS_SEPARATOR, DAY_SECONDS, UNITS
-from convert.vectorize import TEXT_DELIMITERS_RE
 from readers import _io
 from readers._serving_wire import (
     KIND_BOOL,
@@ -383,14 +382,12 @@ class TransformLayer(tf.Module):
         text = tf.where(is_str, inputs[s.input_name("term")], "")
         if f.lowercase:
             text = tf.strings.lower(text)  # ASCII only, like convert.vectorize.ascii_lower
-        text = tf.strings.regex_replace(text, TEXT_DELIMITERS_RE, " ")
-        # Every ASCII whitespace is a delimiter, so only " " is left: splitting on
-        # whitespace runs (ASCII only, empty tokens dropped) gives the tokens.
-        tokens = tf.strings.split(text)
-        ids = tf.ragged.map_flat_values(lambda t: self._ids(f, t), tokens)
         n = f.max_len
-        lens = tf.minimum(ids.row_lengths(), n)
-        return {f.name: ids.to_tensor(default_value=0, shape=[None, n]), f"{f.name}_len": lens[:, None]}
+        rows, cols, tokens, count = _first_tokens(text, n)
+        ids = self._ids(f, tokens)
+        batch = tf.shape(text, out_type=tf.int64)[0]
+        dense = tf.scatter_nd(tf.stack([rows, cols], axis=1), ids, tf.stack([batch, tf.constant(n, tf.int64)]))
+        return {f.name: dense, f"{f.name}_len": tf.minimum(count, n)[:, None]}
 
     def _vocabulary(self, f: FeatureConfig, s: Source, inputs: Mapping[str, tf.Tensor], bad: list) -> dict[str, tf.Tensor]:
         kind = self._kind(s, inputs)
@@ -415,6 +412,29 @@ class TransformLayer(tf.Module):
         lens = ragged.row_lengths()
         dense = ragged.to_tensor(default_value=0, shape=[None, n])
         return {f.name: dense, f"{f.name}_len": lens[:, None]}
+
+
+#: ``TEXT_DELIMITERS_RE`` but the space: whitespace splitting handles spaces, and
+#: RE2 replaces far faster when it does not stop at every space.
+_NON_SPACE_DELIMITERS_RE = "[\\x00-\\x1f\\x21-\\x2f\\x3a-\\x40\\x5b-\\x5e\\x60\\x7b-\\x7f]+"
+
+
+def _first_tokens(text: tf.Tensor, n: int) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor]:
+    """``(rows, cols, tokens, count)``: the first ``n`` tokens of each string
+    (``convert.vectorize.tokenize`` on the UTF-8), flat with their row and
+    position, and every row's token count.
+
+    The delimiters other than " " become spaces; then every ASCII whitespace
+    is a delimiter and only " " is left, so splitting on whitespace runs
+    (ASCII only, empty tokens dropped) gives the tokens. Only the first ``n``
+    of a row are kept (hashed or looked up).
+    """
+    split = tf.strings.split(tf.strings.regex_replace(text, _NON_SPACE_DELIMITERS_RE, " "))
+    rows = split.value_rowids()
+    cols = tf.range(tf.size(rows, out_type=tf.int64)) - tf.gather(split.row_splits, rows)
+    kept = tf.where(cols < n)[:, 0]
+    return (tf.gather(rows, kept), tf.gather(cols, kept), tf.gather(split.flat_values, kept),
+            split.row_lengths())
 
 
 def _f64(v: float) -> tf.Tensor:

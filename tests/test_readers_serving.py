@@ -324,6 +324,42 @@ def _converter_seconds(values: list[Any], unit: str = "ms") -> tuple[np.ndarray,
     return epoch_seconds(values, unit)
 
 
+#: Text whose bytes cover every class the tokenizer tells apart: each ASCII
+#: character, multi-byte UTF-8 (all planes, combining marks, case-special
+#: letters), lone surrogates, NUL.
+TOKEN_TEXT = st.text(st.one_of(st.characters(max_codepoint=127), st.characters(codec=None),
+                               st.sampled_from(["İ", "ß", "ſ", "ς", "\u0301", "\ud800", "😀", " ", "_", "\x00"])),
+                     max_size=40)
+#: Text whose only delimiter is " " (split on whitespace, no regex match).
+PLAIN_TEXT = st.text(st.one_of(st.sampled_from("azAZ09_ "), st.characters(min_codepoint=128, codec=None)), max_size=40)
+
+
+def test_the_layers_delimiters_are_the_converters_and_the_space():
+    import re
+
+    from convert.vectorize import TEXT_DELIMITERS_RE
+
+    ascii_ = [chr(c) for c in range(128)]
+    assert ({c for c in ascii_ if re.fullmatch(serving._NON_SPACE_DELIMITERS_RE, c)} | {" "}
+            == {c for c in ascii_ if re.fullmatch(TEXT_DELIMITERS_RE, c)})
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.one_of(st.lists(TOKEN_TEXT, max_size=30), st.lists(PLAIN_TEXT, max_size=30)), st.integers(1, 6), st.booleans())
+def test_the_in_graph_tokenizer_cuts_the_converters_tokens(texts, n, lowercase):
+    from convert.vectorize import tokenize
+
+    b = tf.constant([t.encode("utf-8", "surrogatepass") for t in texts], tf.string)
+    rows, cols, tokens, count = serving._first_tokens(tf.strings.lower(b) if lowercase else b, n)
+    got: list[list[bytes]] = [[] for _ in texts]
+    for r, c, t in zip(rows.numpy().tolist(), cols.numpy().tolist(), tokens.numpy().tolist(), strict=True):
+        assert c == len(got[r])
+        got[r].append(t)
+    for i, t in enumerate(texts):
+        want = [w.encode("utf-8", "surrogatepass") for w in tokenize(t, lowercase)]
+        assert (count.numpy()[i], got[i]) == (len(want), want[:n]), t
+
+
 @settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.lists(st.one_of(iso_strings(), st.text(max_size=30)), min_size=1, max_size=40))
 def test_iso_8601_strings_parse_as_the_converter_parses_them(texts):
@@ -534,7 +570,7 @@ def test_parity_with_the_shards_of_an_analysis_from_run(output, layer, tmp_path_
     out = tmp_path / "out"
     r = cli("convert", "--input", tmp_path / "in.jsonl", "--config", _cfg_file(tmp_path), "--output", out,
             "--analysis-from", output, "--splits", "train=1", "--num-shards", "1", "--no-progress",
-            "--max-error-fraction", "1")
+            "--max-error-fraction", "1", "--order", "input")  # shards compared record for record
     assert r.exit_code == 0, r.output
     rejected = {row["line"] - 1 for row in error_rows(out)}
     accepted = [i for i in range(len(recs)) if i not in rejected]
@@ -604,7 +640,7 @@ def _records_of(path: Path, flags: list[str]) -> list[Any]:
 def _convert_and_check(path: Path, cfg: Path, tmp_path: Path, flags: list[str]) -> None:
     out = tmp_path / "out"
     r = cli("convert", "-i", path, "-c", cfg, "-o", out, "--splits", "train=1", "--num-shards", "1",
-            "--max-error-fraction", "1", "--no-progress", *flags)
+            "--max-error-fraction", "1", "--no-progress", "--order", "input", *flags)
     if r.exit_code != 0:
         pytest.skip(f"{path.name} does not convert with its inferred config (tests/test_realdata_convert.py covers why)")
     info = readers.load_info(str(out))
