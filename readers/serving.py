@@ -103,6 +103,19 @@ def _reason(source: str, why: str) -> str:
     return f"{source}: {why}"
 
 
+class _Reasons:
+    """Per row ``""`` or the first (in config order) reason its record is rejected."""
+
+    def __init__(self, batch: tf.Tensor, bad: list[tuple[tf.Tensor, Any]]):
+        self.batch, self._bad = batch, bad
+
+    def __call__(self) -> tf.Tensor:
+        errors = tf.fill(self.batch, "")
+        for mask, why in reversed(self._bad):
+            errors = tf.where(mask, why() if callable(why) else why, errors)
+        return errors
+
+
 class TransformLayer(tf.Module):
     """The converter's mapping of one output, raw fields -> feature tensors.
 
@@ -172,9 +185,32 @@ class TransformLayer(tf.Module):
     def transform(self, inputs: Mapping[str, Any]) -> tuple[dict[str, tf.Tensor], tf.Tensor]:
         """``(features, errors)``: the feature tensors, and per row ``""`` or why
         the converter would reject the record (its features are then unspecified)."""
+        features, any_bad, reasons = self._features(inputs)
+        # The reasons (string work) are built only for a batch with a rejected row.
+        return features, tf.cond(any_bad, reasons, lambda: tf.fill(reasons.batch, ""))
+
+    def __call__(self, inputs: Mapping[str, Any]) -> dict[str, tf.Tensor]:
+        """The feature tensors; raises ``InvalidArgumentError`` if any record would be rejected."""
+        features, any_bad, reasons = self._features(inputs)
+
+        def fail() -> tf.Tensor:
+            errors = reasons()
+            first = tf.boolean_mask(errors, tf.not_equal(errors, ""))[:1]
+            with tf.control_dependencies([tf.debugging.Assert(False, [
+                    "the converter would reject a record: ", first,
+                    " (use TransformLayer.transform for per-row errors)"])]):
+                return tf.constant(False)
+
+        ok = tf.cond(any_bad, fail, lambda: tf.constant(True))
+        with tf.control_dependencies([ok]):
+            return {k: tf.identity(v) for k, v in features.items()}
+
+    def _features(self, inputs: Mapping[str, Any]) -> tuple[dict[str, tf.Tensor], tf.Tensor, _Reasons]:
+        """The features, whether any row is rejected (one reduction over every
+        check), and the per-row reasons to build when one is."""
         inputs = {k: tf.convert_to_tensor(inputs[k], dtype=spec.dtype) for k, spec in self.input_signature.items()}
         first_key = next(iter(inputs))
-        batch = tf.shape(inputs[first_key], out_type=tf.int64)[0]
+        batch = tf.shape(inputs[first_key], out_type=tf.int64)[:1]
         out: dict[str, tf.Tensor] = {}
         bad: list[tuple[tf.Tensor, str | tf.Tensor]] = []
         for f in self.config.features:
@@ -193,30 +229,8 @@ class TransformLayer(tf.Module):
             else:
                 out.update(self._vocabulary(f, s, inputs, bad))
         features = {f.name: out[f.name] for f in self.features}
-        if not bad:
-            return features, tf.fill(tf.reshape(batch, [1]), "")
-        shape = tf.reshape(batch, [1])
-        any_bad = tf.reduce_any(tf.stack([tf.reduce_any(m) for m, _ in bad]))
-
-        def reasons() -> tf.Tensor:
-            errors = tf.fill(shape, "")
-            for mask, why in reversed(bad):
-                errors = tf.where(mask, why() if callable(why) else why, errors)
-            return errors
-
-        # The reasons (string work) are built only for a batch with a rejected row.
-        return features, tf.cond(any_bad, reasons, lambda: tf.fill(shape, ""))
-
-    def __call__(self, inputs: Mapping[str, Any]) -> dict[str, tf.Tensor]:
-        """The feature tensors; raises ``InvalidArgumentError`` if any record would be rejected."""
-        features, errors = self.transform(inputs)
-        failed = tf.not_equal(errors, "")
-        first = tf.boolean_mask(errors, failed)[:1]
-        with tf.control_dependencies([tf.debugging.Assert(
-                tf.logical_not(tf.reduce_any(failed)),
-                ["the converter would reject a record: ", first,
-                 " (use TransformLayer.transform for per-row errors)"])]):
-            return {k: tf.identity(v) for k, v in features.items()}
+        any_bad = tf.reduce_any(tf.stack([m for m, _ in bad])) if bad else tf.constant(False)
+        return features, any_bad, _Reasons(batch, bad)
 
     def transform_records(self, records: Sequence[Any]) -> tuple[dict[str, np.ndarray], list[str]]:
         """Features (numpy) and per-record errors (``""`` = converted) for raw records:

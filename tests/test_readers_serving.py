@@ -412,6 +412,11 @@ def test_calling_the_layer_raises_on_a_rejected_record(layer):
     with pytest.raises(tf.errors.InvalidArgumentError, match="num3: value is NaN"):
         layer(layer.encode([{}, {"num3": math.nan}]))
     assert set(layer(layer.encode([{}]))) == {f.name for f in layer.features}
+    # In a graph too (the check is a branch taken only for a batch with a rejected row).
+    served = tf.function(layer, input_signature=[layer.input_signature])
+    with pytest.raises(tf.errors.InvalidArgumentError, match="num3: value is NaN"):
+        served(layer.encode([{}, {"num3": math.nan}]))
+    assert set(served(layer.encode([{}]))) == {f.name for f in layer.features}
 
 
 def test_encode_names_a_record_the_wire_cannot_carry(layer):
