@@ -78,7 +78,7 @@ def _recordprep(args: argparse.Namespace) -> dict[str, Any]:
     shutil.rmtree(args.output, ignore_errors=True)
     opts = ConvertOptions(inputs=tuple(args.inputs), config=args.config, output=args.output,
                           compression=args.compression, overwrite=True, workers=args.workers or None,
-                          layout=args.layout, avro_decoder=args.avro_decoder)
+                          layout=args.layout, avro_decoder=args.avro_decoder, order=args.order)
     with WorkTimer() as t:
         res = run_convert(opts)
     info = res.info
@@ -222,6 +222,7 @@ def _add_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--avro-decoder", choices=("auto", "fastavro"), default="auto")
     ap.add_argument("--workers", type=int, default=0,
                     help="recordprep --workers (0: recordprep's default choice)")
+    ap.add_argument("--order", choices=("shuffled", "input"), default="shuffled", help="recordprep --order")
 
 
 def main() -> None:

@@ -628,7 +628,7 @@ def _build_pipeline(opts: ConvertOptions, p: dict[str, Any], analysis: dict[str,
     gathered = None
     if opts.shuffle_seed is not None:  # one element per output shard, after every unit scattered
         gathered = (pipeline | "ShardIndexes" >> beam.Create(range(len(units)), reshuffle=not in_process)
-                    | "Gather" >> GatherShards(opts, len(units), results))
+                    | "Gather" >> GatherShards(opts, len(units), results, parallel=2 if in_process else 1))
     _ = results | "Commit" >> CommitOutput(config, opts, ctx, analysis_pc, gathered)
     return pipeline
 

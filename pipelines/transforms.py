@@ -30,6 +30,7 @@ the shuffle section below).
 from __future__ import annotations
 
 import base64
+import concurrent.futures
 import contextlib
 import dataclasses
 import datetime as _dt
@@ -523,13 +524,14 @@ class _Writer:
 # one range in memory at a time; the output is the same either way.
 
 _U64 = np.uint64
-#: Encoded records a unit buffers before spilling them to its scatter file.
-_SPILL_BYTES = 16 << 20
+#: Encoded records a unit buffers before spilling them to its scatter file
+#: (up to two more spills wait for the writer thread).
+_SPILL_BYTES = 4 << 20
 #: Framed records a gathering shard holds at once; a larger bucket is read
 #: once per key range of about this size.
-_GATHER_BYTES = 96 << 20
+_GATHER_BYTES = 32 << 20
 #: Records per write of a gathered shard.
-_GATHER_CHUNK = 4096
+_GATHER_CHUNK = 2048
 _FRAME_HEAD = struct.Struct("<I")
 
 
@@ -571,7 +573,7 @@ class _Scatter:
         self._pos = 0
         self._pending: dict[int, list[tuple[bytes, np.ndarray, np.ndarray]]] = {}
         self._pending_bytes = 0
-        self._bg = _Serial(self._write_spill, f"recordprep-scatter-{unit}")
+        self._bg = _Serial(self._write_spill, f"recordprep-scatter-{unit}", queued=2)
 
     def add(self, buf: np.ndarray, starts: np.ndarray, lens: np.ndarray, split: np.ndarray, ordinals: np.ndarray) -> None:
         bucket, key = shuffle_keys(self.seed, self.unit, ordinals, self.num_shards)
@@ -638,12 +640,44 @@ def _read_frames(path: str, frames: list[tuple[int, int, int, int]]) -> Iterator
 
 
 class _GatherShard(beam.DoFn):
-    """One output shard per split: its bucket from every unit's scatter file, sorted by order key."""
+    """One output shard per split: its bucket from every unit's scatter file, sorted by order key.
 
-    def __init__(self, options: ConvertOptions, num_shards: int):
-        self.options, self.num_shards = options, num_shards
+    Up to ``parallel`` shards of a bundle are written at once, each on a
+    thread of its own: a shard's gzip (on its writer's thread) is the step's
+    bottleneck, and it releases the GIL, so in one process the next shard's
+    deflate runs on another core (as the input-order convert pass overlaps
+    deflate with encoding); worker processes already use the cores. Results
+    come out in shard order; memory is that many shards' key ranges.
+    """
+
+    def __init__(self, options: ConvertOptions, num_shards: int, parallel: int = 1):
+        self.options, self.num_shards, self.parallel = options, num_shards, parallel
+        self._running: list[concurrent.futures.Future] = []
+        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
+
+    def setup(self) -> None:
+        self._pool = concurrent.futures.ThreadPoolExecutor(self.parallel, thread_name_prefix="recordprep-gather")
+
+    def start_bundle(self) -> None:
+        self._running = []
 
     def process(self, shard: int, results: list[dict]):
+        assert self._pool is not None
+        if len(self._running) >= self.parallel:
+            yield self._running.pop(0).result()
+        self._running.append(self._pool.submit(self._write_shard, shard, results))
+
+    def finish_bundle(self):
+        running, self._running = self._running, []
+        for fut in running:
+            yield WindowedValue(fut.result(), MIN_TIMESTAMP, [GlobalWindow()])
+
+    def teardown(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+
+    def _write_shard(self, shard: int, results: list[dict]) -> dict:
         opts = self.options
         tmp = FileSystems.join(opts.output, TMP_DIR)
         attempt = uuid.uuid4().hex[:8]
@@ -662,7 +696,7 @@ class _GatherShard(beam.DoFn):
                     w.abort()
                     raise
                 out[name] = {"tmp": w.path, "records": w.records, "bytes": w.close()}
-        yield {"shard": shard, "shards": out}
+        return {"shard": shard, "shards": out}
 
 
 def _gathered(sources: list[tuple[str, list[tuple[int, int, int, int]]]]) -> Iterator[tuple[bytes, int]]:
@@ -680,34 +714,35 @@ def _gathered(sources: list[tuple[str, list[tuple[int, int, int, int]]]]) -> Ite
             for k, fl, data in _read_frames(path, frames):
                 if ranges > 1:
                     sel = (k >= _U64(lo)) if hi == 2**64 else ((k >= _U64(lo)) & (k < _U64(hi)))
-                    if not sel.all():
+                    if not sel.all():  # keep only this range's records in memory
                         starts = np.cumsum(fl) - fl
                         mv = memoryview(data)
                         data = b"".join([mv[a:a + b] for a, b in zip(starts[sel].tolist(), fl[sel].tolist(), strict=True)])
                         k, fl = k[sel], fl[sel]
-                datas.append(data)
+                datas.append(memoryview(data))
                 lens.append(fl)
                 keys.append(k)
         if not keys:
             continue
-        data = b"".join(datas)
-        del datas
-        fl = np.concatenate(lens)
-        starts = (np.cumsum(fl) - fl).tolist()
-        order = np.argsort(np.concatenate(keys), kind="stable").tolist()
-        mv = memoryview(data)
-        fl = fl.tolist()
+        # Records stay in their frames' payloads (no copy): frame and start of each.
+        fl_all = np.concatenate(lens)
+        frame = np.repeat(np.arange(len(lens)), [len(x) for x in lens])
+        local = np.concatenate([np.cumsum(x) - x for x in lens])
+        order = np.argsort(np.concatenate(keys), kind="stable")
+        fr, st, ln = frame[order].tolist(), local[order].tolist(), fl_all[order].tolist()
+        del fl_all, frame, local, order, keys, lens
         # Writes of _GATHER_CHUNK records counted over the whole shard (deflate's
         # bytes depend on how the input is cut into writes): the same bytes
         # however many key ranges there are.
         at = 0
-        while at < len(order):
-            take = order[at:at + _GATHER_CHUNK - len(pending)]
-            pending += [mv[starts[i]:starts[i] + fl[i]] for i in take]
-            at += len(take)
+        while at < len(fr):
+            end = at + _GATHER_CHUNK - len(pending)
+            pending += [datas[f][a:a + n] for f, a, n in zip(fr[at:end], st[at:end], ln[at:end], strict=True)]
+            at = min(end, len(fr))
             if len(pending) == _GATHER_CHUNK:
                 yield b"".join(pending), len(pending)
                 pending = []
+        del datas
     if pending:
         yield b"".join(pending), len(pending)
 
@@ -719,12 +754,12 @@ class GatherShards(beam.PTransform):
     is a side input, so every unit has scattered before any shard gathers.
     """
 
-    def __init__(self, options: ConvertOptions, num_shards: int, results):
+    def __init__(self, options: ConvertOptions, num_shards: int, results, parallel: int = 1):
         super().__init__()
-        self.options, self.num_shards, self.results = options, num_shards, results
+        self.options, self.num_shards, self.results, self.parallel = options, num_shards, results, parallel
 
     def expand(self, shards):
-        return shards | "GatherShard" >> beam.ParDo(_GatherShard(self.options, self.num_shards),
+        return shards | "GatherShard" >> beam.ParDo(_GatherShard(self.options, self.num_shards, self.parallel),
                                                     beam.pvalue.AsList(self.results))
 
 

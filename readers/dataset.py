@@ -1,5 +1,19 @@
 """``tf.data`` pipelines over recordprep outputs: :func:`train_dataset` and :func:`eval_dataset`.
 
+Record order on disk (``DatasetInfo.order``): the converter writes each split
+shuffled by default, every shard a uniform random sample of the split in
+random order, so the shard shuffle, interleave and window below only have to
+vary the order from epoch to epoch: any window, hence any batch, is already a
+fair sample, even of input sorted by time or label. An output in input order
+(``recordprep convert --no-shuffle``, and older outputs, whose metadata has no
+``shuffle``) holds one contiguous range of the input per shard, so on sorted
+input a batch draws from the few ranges the interleave has open: read it with
+``ReadOptions(block_length=1)``, ``cycle_length`` as many shards as memory
+allows and a ``shuffle_buffer`` a large fraction of the split (memory: that
+many serialized records), or convert it again without ``--no-shuffle``.
+:func:`eval_dataset` reads shards in order either way (deterministic; the
+eval split is shuffled too unless ``--no-shuffle``).
+
 Pipeline (training), in this order, following the tf.data performance guide
 -----------------------------------------------------------------------------
 1. **Shard list from the metadata**, filtered by the pattern (``fnmatch``);
