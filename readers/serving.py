@@ -406,8 +406,8 @@ class TransformLayer(tf.Module):
     def _vocabulary(self, f: FeatureConfig, s: Source, inputs: Mapping[str, tf.Tensor], bad: list) -> dict[str, tf.Tensor]:
         kind = self._kind(s, inputs)
         terms = inputs[s.input_name("term")]
-        ids = self._ids(f, terms)
         if not f.multi_valued:
+            ids = self._ids(f, terms)
             nested = tf.equal(kind, KIND_NESTED)
             bad.append((nested, _reason(s.path, "expected a scalar value, found a record or list; set max_len for "
                                                 "lists or point 'source' at a leaf field")))
@@ -422,9 +422,12 @@ class TransformLayer(tf.Module):
         kept = non_null & (rank < n)
         bad.append((tf.reduce_any(kept & tf.equal(kind, KIND_NESTED), axis=1), _reason(
             s.path, "expected a list of scalar values, found nested records/lists; point 'source' at a leaf field")))
-        ragged = tf.ragged.boolean_mask(ids, kept)
-        lens = ragged.row_lengths()
-        dense = ragged.to_tensor(default_value=0, shape=[None, n])
+        # Only the kept items are looked up, and scattered to their rank.
+        at = tf.where(kept)
+        ids = self._ids(f, tf.gather_nd(terms, at))
+        shape = tf.stack([tf.shape(kind, out_type=tf.int64)[0], tf.constant(n, tf.int64)])
+        dense = tf.scatter_nd(tf.stack([at[:, 0], tf.gather_nd(rank, at)], axis=1), ids, shape)
+        lens = tf.reduce_sum(tf.cast(kept, tf.int64), axis=1)
         return {f.name: dense, f"{f.name}_len": lens[:, None]}
 
 
