@@ -268,3 +268,32 @@ def test_killed_while_shuffling_leaves_nothing_complete_and_the_rerun_completes(
     assert shards == sorted(f.name for f in out.glob("*.tfrecord.gz"))
     for name in shards:
         assert (out / name).read_bytes() == (ref / name).read_bytes(), name
+
+
+def test_a_failed_unit_stops_the_scatter_threads_of_the_pending_one(tmp_path):
+    import threading
+
+    from convert.config import load_config
+    from convert.vectorize import Analyzer
+    from pipelines.plan import ByteRange, WorkUnit
+    from pipelines.transforms import AnalysisValue, _ConvertUnit
+
+    paths = write_dataset(tmp_path / "d", make_records(120))
+    config = load_config(str(paths["config"]))
+    files = sorted(str(p) for p in (tmp_path / "d").glob("*.avro"))
+    (tmp_path / "o" / ".recordprep-tmp").mkdir(parents=True)
+    opts = ConvertOptions(inputs=tuple(files), config=str(paths["config"]), output=str(tmp_path / "o"))
+    a = Analyzer(config)
+    a.add_records(make_records(120))
+    analysis = AnalysisValue(a.result().to_json())
+    fn = _ConvertUnit(config, opts, 3)
+    fn.start_bundle()
+    assert list(fn.process(WorkUnit(0, (ByteRange(files[0], 0, None),)), analysis)) == []
+    [done] = [wv.value for wv in fn.finish_bundle()]
+    assert done["shards"] is None and sum(n for frames in done["scatter"]["index"].values() for _, _, n, _ in frames) == 60
+    fn.start_bundle()
+    assert list(fn.process(WorkUnit(0, (ByteRange(files[0], 0, None),)), analysis)) == []
+    with pytest.raises(OSError):
+        list(fn.process(WorkUnit(1, (ByteRange(str(tmp_path / "missing.avro"), 0, None),)), analysis))
+    assert fn._pending is None
+    assert not any(t.name.startswith("recordprep-scatter") for t in threading.enumerate())
