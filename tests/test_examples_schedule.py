@@ -85,6 +85,14 @@ def _signal_run(pid: int, sig: int, scheduler: subprocess.Popen) -> None:
         os.killpg(group, sig)
 
 
+def _kill_group(pid: int) -> None:
+    """SIGKILL the process group ``pid`` leads (a scheduler started in its own session, or a conversion)."""
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
 def _wait_for_text(path: Path, text: str, proc: subprocess.Popen, timeout: float) -> None:
     t0 = time.monotonic()
     while time.monotonic() - t0 < timeout:
@@ -242,8 +250,9 @@ def airflow(tmp_path_factory):
             proc = cls.popen(where, *args, log=log, **variables)
             try:
                 rc = proc.wait(timeout=timeout)
-            finally:
-                proc.kill()
+            except subprocess.TimeoutExpired:
+                _kill_group(proc.pid)
+                raise
             text = log.read_text(errors="replace")
             assert rc == 0, f"airflow {' '.join(args)} exited {rc}:\n{text[-6000:]}"
             return text
@@ -300,7 +309,7 @@ def test_airflow_wait_reports_a_frozen_conversion_dead_and_the_convert_retry_tak
     out = airflow.outputs / f"dt={day}"
     convert_log, train_log = tmp_path / "convert.log", tmp_path / "train.log"
     conv = airflow.popen("convert", "dags", "test", "recordprep_convert", day + CONVERT_AT, log=convert_log)
-    trainer = None
+    trainer = pid = None
     try:
         pid = _running_conversion(out, conv)
         _signal_run(pid, signal.SIGSTOP, conv)
@@ -310,10 +319,12 @@ def test_airflow_wait_reports_a_frozen_conversion_dead_and_the_convert_retry_tak
         _signal_run(pid, signal.SIGKILL, conv)
         assert conv.wait(timeout=300) == 0, convert_log.read_text()[-6000:]
         assert trainer.wait(timeout=300) == 0, train_log.read_text()[-6000:]
-    finally:
+    finally:  # on failure, nothing stays behind (a stopped conversion would never end)
+        if pid is not None:
+            _kill_group(pid)
         for proc in (conv, trainer):
             if proc is not None and proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
+                _kill_group(proc.pid)
     converted, trained = convert_log.read_text(), train_log.read_text()
     assert f"(pid {pid}) appears dead" in trained
     assert "Marking task as UP_FOR_RETRY. dag_id=recordprep_train, task_id=wait_for_dataset" in trained
