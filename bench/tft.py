@@ -33,7 +33,9 @@ the TF Transform ones run ``bench/tft_worker.py`` with the peer's interpreter):
     (``readers.transform_layer`` of the recordprep row's output) in the
     project's virtualenv, on the same records (see :func:`_recordprep_layer`);
     a row saying "not available yet" where ``readers`` has no such layer or
-    it refuses the output.
+    it refuses the output. It also times the demo's model (``examples/train.py``)
+    alone on converted batches and exported with the layer (``export_serving``):
+    ``model_batch_ms``, ``export_batch_ms``, ``export_overhead``.
 
 The layer rows run ``target_repeats`` times too, interleaved with the
 conversions (median reported).
@@ -181,7 +183,36 @@ def _recordprep_layer(args: argparse.Namespace) -> dict[str, Any]:
     def single_fn(x):
         return layer(x)
 
-    return measure_layer(batch_fn, single_fn, batches, singles, args.seconds)
+    result = measure_layer(batch_fn, single_fn, batches, singles, args.seconds)
+    return {**result, **_export_overhead(layer, batches, args)}
+
+
+def _export_overhead(layer: Any, batches: list[Any], args: argparse.Namespace) -> dict[str, Any]:
+    """The exported SavedModel (raw inputs -> layer -> model) against the model alone on the
+    converted features, batches of 1,024, for the demo's model (``examples/train.py``'s
+    ``build_model``): what ``export_serving`` adds to a model's own batch latency."""
+    import tempfile
+
+    import tensorflow as tf
+
+    import readers
+    from bench.tft_worker import measure_layer
+
+    sys.path.insert(0, str(HERE.parent / "examples"))
+    from train import build_model
+
+    tf.keras.utils.set_random_seed(0)
+    model = build_model(readers.load_info(args.output))
+    names = [t.name for t in model.inputs]
+    with tempfile.TemporaryDirectory() as d:
+        readers.export_serving(model, layer, f"{d}/model")
+        serve = tf.saved_model.load(f"{d}/model").signatures["serving_default"]
+        features = [layer.transform(x)[0] for x in batches]
+        model_fn = tf.function(lambda x: model({n: x[n] for n in names}, training=False))
+        m = measure_layer(model_fn, model_fn, features, features[:1], args.seconds)
+        e = measure_layer(lambda x: serve(**x), lambda x: serve(**x), batches, batches[:1], args.seconds)
+    return {"model_batch_ms": m["batch_median_ms"], "export_batch_ms": e["batch_median_ms"],
+            "export_overhead": e["batch_median_ms"] / m["batch_median_ms"] - 1}
 
 
 def _add_args(ap: argparse.ArgumentParser) -> None:
@@ -288,6 +319,9 @@ def _layer_row(label: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
         "batch_median_ms", "batch_records_per_s", "single_median_ms", "single_p90_ms")},
         peak_rss_mb=_median([r["peak_rss_mb"] for r in ok]),
         **{k: ok[-1]["result"][k] for k in ("batch", "batch_calls", "single_calls", "outputs")})
+    for k in ("model_batch_ms", "export_batch_ms", "export_overhead"):  # recordprep's row only
+        if all(k in r["result"] for r in ok):
+            row[k] = _median([r["result"][k] for r in ok])
     return row
 
 

@@ -175,3 +175,16 @@ def test_run_table_when_recordprep_has_no_layer_or_tf_transform_fails(monkeypatc
     rows = out["rows"]
     assert rows["recordprep_layer"]["unavailable"] and "not available yet" in rows["recordprep_layer"]["error"]
     assert not rows["tft_convert"]["ok"] and "transform_fn" in rows["tft_layer"]["error"]
+
+
+def test_the_recordprep_layer_row_carries_the_median_export_overhead():
+    def run(overhead: float | None) -> dict:
+        result = {"batch_median_ms": 3.0, "batch_records_per_s": 1e5, "single_median_ms": 1.0,
+                  "single_p90_ms": 1.2, "batch": 1024, "batch_calls": 9, "single_calls": 9, "outputs": 26}
+        if overhead is not None:
+            result |= {"model_batch_ms": 1.0, "export_batch_ms": 1.0 + overhead, "export_overhead": overhead}
+        return {"ok": True, "peak_rss_mb": 600.0, "result": result}
+
+    row = tft._layer_row("recordprep", [run(2.0), run(3.0), run(4.0)])
+    assert (row["export_overhead"], row["export_batch_ms"], row["model_batch_ms"]) == (3.0, 4.0, 1.0)
+    assert "export_overhead" not in tft._layer_row("TF Transform", [run(None), run(None)])
