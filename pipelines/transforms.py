@@ -654,25 +654,45 @@ class _GatherShard(beam.DoFn):
         self.options, self.num_shards, self.parallel = options, num_shards, parallel
         self._running: list[concurrent.futures.Future] = []
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
+        self._stop = threading.Event()
 
     def setup(self) -> None:
         self._pool = concurrent.futures.ThreadPoolExecutor(self.parallel, thread_name_prefix="recordprep-gather")
 
     def start_bundle(self) -> None:
         self._running = []
+        self._stop.clear()
 
     def process(self, shard: int, results: list[dict]):
         assert self._pool is not None
-        if len(self._running) >= self.parallel:
-            yield self._running.pop(0).result()
-        self._running.append(self._pool.submit(self._write_shard, shard, results))
+        try:
+            done = self._running.pop(0).result() if len(self._running) >= self.parallel else None
+            self._running.append(self._pool.submit(self._write_shard, shard, results))
+        except BaseException:
+            self._abort()
+            raise
+        if done is not None:
+            yield done
 
     def finish_bundle(self):
+        try:
+            done = [fut.result() for fut in self._running]
+        except BaseException:
+            self._abort()
+            raise
+        self._running = []
+        for d in done:
+            yield WindowedValue(d, MIN_TIMESTAMP, [GlobalWindow()])
+
+    def _abort(self) -> None:
+        """A failure (or Ctrl-C): the other shards' threads stop before the error goes on, so
+        none writes into the temp directory the run's cleanup removes."""
+        self._stop.set()
         running, self._running = self._running, []
-        for fut in running:
-            yield WindowedValue(fut.result(), MIN_TIMESTAMP, [GlobalWindow()])
+        concurrent.futures.wait(running)
 
     def teardown(self) -> None:
+        self._abort()
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
@@ -691,6 +711,8 @@ class _GatherShard(beam.DoFn):
                 w = _Writer(FileSystems.join(tmp, f"{name}-{shard:05d}-{attempt}{suffix}"), opts.compression_type, opts.gzip_level)
                 try:
                     for piece in _gathered(sources):
+                        if self._stop.is_set():
+                            raise ConversionFailed("stopped: another shard failed")
                         w.write(piece[0], piece[1])
                 except BaseException:
                     w.abort()

@@ -297,3 +297,26 @@ def test_a_failed_unit_stops_the_scatter_threads_of_the_pending_one(tmp_path):
         list(fn.process(WorkUnit(1, (ByteRange(str(tmp_path / "missing.avro"), 0, None),)), analysis))
     assert fn._pending is None
     assert not any(t.name.startswith("recordprep-scatter") for t in threading.enumerate())
+
+
+def test_a_failed_shard_surfaces_after_the_other_shards_threads_stopped(tmp_path):
+    import threading
+
+    from pipelines.transforms import ConversionFailed, _GatherShard
+
+    (tmp_path / "o" / ".recordprep-tmp").mkdir(parents=True)
+    bad = tmp_path / "scatter-00000.bin"
+    bad.write_bytes(b"not lz4")
+    opts = ConvertOptions(inputs=("x",), config="c", output=str(tmp_path / "o"))
+    results = [{"unit": 0, "scatter": {"path": str(bad), "index": {g: [(0, 7, 1, 10)] for g in range(4)}}}]
+    fn = _GatherShard(opts, 2, parallel=2)
+    fn.setup()
+    fn.start_bundle()
+    with pytest.raises(ConversionFailed, match="truncated or damaged"):
+        for shard in (0, 1):
+            list(fn.process(shard, results))
+        list(fn.finish_bundle())
+    assert fn._running == []
+    assert not any(t.name.startswith("recordprep-writer") for t in threading.enumerate())
+    fn.teardown()
+    assert not any(t.name.startswith("recordprep-gather") for t in threading.enumerate())
