@@ -38,6 +38,12 @@ TARGETS = {
                         "(batches of 1,024)", ">=", 2.0, "x", None),
     "tft_layer_single": ("recordprep serving layer / TF Transform's layer, median latency of one record",
                          "<=", 0.5, "x", None),
+    # Shuffle quality (bench/shuffle_quality.py, issue 18): readers.train_dataset with its defaults on the output
+    # converted with recordprep's defaults, input sorted by `ts` across its files.
+    "shuffle_spread": ("shuffle: spread of per-batch means of the sorted field / iid sampling (train_dataset, "
+                       "recordprep's defaults)", "<=", 1.5, "x", None),
+    "shuffle_files": ("shuffle: mean share of the input files a batch draws from (train_dataset, recordprep's "
+                      "defaults)", ">=", 90.0, "%", None),
 }
 
 
@@ -101,6 +107,12 @@ def evaluate_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     values["remote_packed_vs_mbfd_gzip"] = _remote_table.ratios(results.get("remote"), "gzip")["packed_vs_mbfd"]
     values.update(tft_ratios(results.get("tft")))
     notes = tft_notes(results.get("tft"))
+    shuffled = ((results.get("shuffle") or {}).get("rows") or {}).get("train_dataset:shuffled") or {}
+    values["shuffle_spread"], values["shuffle_files"] = shuffled.get("spread"), shuffled.get("files")
+    if not shuffled:
+        why = ("shuffle-quality rows not run (--skip-shuffle)" if results.get("shuffle") is None
+               else f"shuffle-quality rows failed: {results['shuffle'].get('error')}")
+        notes.update(shuffle_spread=why, shuffle_files=why)
     out = []
     for key, (desc, op, thr, unit, sizes) in TARGETS.items():
         v = values[key]
@@ -189,6 +201,8 @@ def _fmt_value(v: float | None, unit: str) -> str:
         return f"{v:.2f}x"
     if unit == "s":
         return f"{v:.2f} s"
+    if unit == "%":
+        return f"{v:.1f}%"
     if unit == "MB":
         return f"{v:,.0f} MB"
     return f"{v:,.0f} {unit}"
@@ -311,6 +325,21 @@ def readers_md(results: dict[str, Any]) -> list[str]:
     return lines
 
 
+def shuffle_md(results: dict[str, Any]) -> list[str]:
+    """The shuffle-quality rows (:mod:`bench.shuffle_quality`): one epoch of the train split per row."""
+    sh = results.get("shuffle")
+    if sh is None:
+        return ["_not run (--skip-shuffle)_"]
+    if not sh.get("rows"):
+        return [f"_FAILED: {sh.get('error')}_"]
+    lines = [f"Input sorted by `ts` across its {sh['input_files']} files; one epoch of the train split in batches of "
+             f"{sh['batch']:,}. Spread: standard deviation of the per-batch means of `ts` / what iid batches give "
+             "(1.0 ideal); files: mean share of the input files a batch draws from (100% ideal).", "",
+             "| row | spread | files | batches |", "|---|---:|---:|---:|"]
+    lines += [f"| {r['label']} | {r['spread']:.2f} | {r['files']:.1f}% | {r['batches']:,} |" for r in sh["rows"].values()]
+    return lines
+
+
 def scaling_md(results: dict[str, Any]) -> list[str]:
     sc = results.get("scaling")
     if not sc:
@@ -362,6 +391,8 @@ def markdown(results: dict[str, Any]) -> str:
     if results.get("scaling"):
         lines += ["## Scaling (recordprep AVRO -> gzip)", "", *scaling_md(results), ""]
     lines += ["## Readers", "", *readers_md(results), ""]
+    if "shuffle" in results:
+        lines += ["## Shuffle quality", "", *shuffle_md(results), ""]
     if results.get("remote"):
         from bench import remote as _remote_table
 

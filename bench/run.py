@@ -8,8 +8,11 @@
    demand): its conversion beside recordprep's, its serving layer beside
    recordprep's; skipped with the reason when the peer cannot be installed.
 4. Reader table (:mod:`bench.reader_bench`) on the two recordprep outputs.
-5. With ``--size large`` or ``--scaling``: recordprep on default vs large.
-6. Results: ``bench/results/<timestamp>-<size>.json`` (raw, git-ignored) and
+5. Shuffle quality (:mod:`bench.shuffle_quality`): how far batches of input
+   sorted by time are from random ones, recordprep's shuffled output against
+   ``--no-shuffle``, ``make_batched_features_dataset`` and an ideal permutation.
+6. With ``--size large`` or ``--scaling``: recordprep on default vs large.
+7. Results: ``bench/results/<timestamp>-<size>.json`` (raw, git-ignored) and
    ``bench/results/latest-<size>.md`` (tables, ratios, targets), also printed.
 
 Every measurement is a fresh subprocess (:mod:`bench.measure`). Logs of each
@@ -30,7 +33,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from bench import convert_bench, make_data, reader_bench, remote, report, tft
+from bench import convert_bench, make_data, reader_bench, remote, report, shuffle_quality, tft
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -94,6 +97,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--skip-tft", action="store_true",
                     help="leave the TF Transform rows out (they build bench/.peers/tft-venv on first use)")
     ap.add_argument("--skip-readers", action="store_true", help="leave the reader table out")
+    ap.add_argument("--skip-shuffle", action="store_true",
+                    help="leave the shuffle-quality rows out (two conversions and five one-epoch reads, about a "
+                         "minute at default size)")
     ap.add_argument("--skip-remote", action="store_true",
                     help="leave the remote reader table (emulated gs://, bench/remote.py) out")
     ap.add_argument("--remote-ttfb-ms", type=float, default=remote.TTFB_MS,
@@ -155,6 +161,10 @@ def main(argv: list[str] | None = None) -> int:
                 results["notes"].append(f"remote reader table failed: {type(e).__name__}: {e}")
                 log(f"remote reader table FAILED: {e}")
 
+    if not args.skip_shuffle:
+        results["shuffle"] = shuffle_quality.run_table(args.size, log=log, log_dir=log_dir,
+                                                       out_root=out_root / "shuffle-quality")
+
     if args.size == "large" or args.scaling:
         known = {}
         if args.size in ("default", "large") and conv["rows"].get("recordprep_avro_gzip", {}).get("ok"):
@@ -189,6 +199,8 @@ def main(argv: list[str] | None = None) -> int:
                              **(results.get("remote") or {}).get("rows", {}),
                              **{f"tft:{k}": r for k, r in (results.get("tft") or {}).get("rows", {}).items()}}.items()
               if not r.get("ok") and not r.get("unavailable")]
+    if (results.get("shuffle") or {}).get("error"):
+        failed.append("shuffle quality")
     if failed:
         log(f"rows that failed: {', '.join(failed)} (see their logs under {log_dir})")
     return 1 if failed else 0

@@ -20,7 +20,9 @@ output converted with recordprep's defaults (shuffled) and with
 permutation (numpy) of the same ``ts`` values. Targets (issue 18): spread
 <= 1.5 and files >= 90% with recordprep's defaults.
 
-    python -m bench.shuffle_quality [--size default] [--out DIR]
+    python -m bench.shuffle_quality [--size default] [--out DIR] [--result FILE]
+
+Part of ``make bench`` (``bench.run``; ``--skip-shuffle`` leaves it out).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import json
 import os
 import shutil
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -81,28 +84,61 @@ def _batched_features(out: Path) -> list[np.ndarray]:
     return [b["ts"].numpy().ravel().astype(np.float64) for b in ds]
 
 
+#: row key -> label; ``<reader>:<order>`` read the output converted with that ``--order``.
+LABELS = {
+    "train_dataset:shuffled": "readers.train_dataset, --order shuffled (default)",
+    "mbfd:shuffled": "make_batched_features_dataset (10,000 buffer), --order shuffled",
+    "train_dataset:input": "readers.train_dataset, --order input (--no-shuffle)",
+    "mbfd:input": "make_batched_features_dataset (10,000 buffer), --order input",
+    "ideal": "ideal permutation (numpy)",
+}
+
+
+def measure(size: str, out_root: Path) -> dict[str, Any]:
+    """Convert ``size`` both ways under ``out_root`` and score every row of :data:`LABELS`."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    manifest = json.loads((ROOT / "data" / size / "MANIFEST.json").read_text())
+    per_file, files = manifest["avro"]["files"][0]["records"], len(manifest["avro"]["files"])
+    outs = {order: out_root / order for order in ("shuffled", "input")}
+    for order, out in outs.items():
+        _convert(size, out, order)
+    batches = {}
+    for order, out in outs.items():
+        batches[f"train_dataset:{order}"] = _train_dataset(out)
+        batches[f"mbfd:{order}"] = _batched_features(out)
+    every = np.concatenate(batches["train_dataset:input"])
+    perm = np.random.default_rng(1).permutation(every)
+    batches["ideal"] = [perm[i:i + BATCH] for i in range(0, len(perm) - BATCH + 1, BATCH)]
+    rows = {key: {"label": LABELS[key], **_quality(batches[key], per_file, files)} for key in LABELS}
+    return {"rows": rows, "batch": BATCH, "input_files": files, "records": manifest["records"]}
+
+
+def run_table(size: str, *, log, log_dir: Path, out_root: Path) -> dict[str, Any]:
+    """:func:`measure` in a fresh child process (``make bench``): its rows, or ``error`` when it failed."""
+    from bench.measure import run_child
+
+    log(f"shuffle quality: convert {size} shuffled and --no-shuffle, read one epoch per row")
+    m = run_child("bench.shuffle_quality", ["--size", size, "--out", str(out_root)], log_dir=log_dir, timeout=1800)
+    if not m.ok:
+        log(f"  -> FAILED: {m.error} (log: {m.log})")
+        return {"rows": {}, "error": m.error, "wall_s": m.wall_s}
+    for r in m.result["rows"].values():
+        log(f"  -> {r['label']}: spread {r['spread']:.2f}, files {r['files']:.1f}%")
+    return {**m.result, "wall_s": m.wall_s, "peak_rss_mb": m.peak_rss_mb}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--size", default="default")
     ap.add_argument("--out", default=str(ROOT / "data" / "shuffle_quality"))
+    ap.add_argument("--result", default=None, help="also write the rows as JSON to this file")
     args = ap.parse_args()
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    manifest = json.loads((ROOT / "data" / args.size / "MANIFEST.json").read_text())
-    per_file = manifest["avro"]["files"][0]["records"]
-    outs = {order: Path(args.out) / order for order in ("shuffled", "input")}
-    for order, out in outs.items():
-        _convert(args.size, out, order)
-    rows = {}
-    for order, out in outs.items():
-        rows[f"readers.train_dataset, --order {order}"] = _train_dataset(out)
-        rows[f"make_batched_features_dataset (10,000 buffer), --order {order}"] = _batched_features(out)
-    every = np.concatenate(rows["readers.train_dataset, --order input"])
-    perm = np.random.default_rng(1).permutation(every)
-    rows["ideal permutation"] = [perm[i:i + BATCH] for i in range(0, len(perm) - BATCH + 1, BATCH)]
+    res = measure(args.size, Path(args.out))
+    if args.result:
+        Path(args.result).write_text(json.dumps(res))
     print(f"{'row':<62} {'spread':>7} {'files':>7} {'batches':>8}")
-    for name, batches in rows.items():
-        q = _quality(batches, per_file, len(manifest["avro"]["files"]))
-        print(f"{name:<62} {q['spread']:>7.2f} {q['files']:>6.1f}% {q['batches']:>8}")
+    for q in res["rows"].values():
+        print(f"{q['label']:<62} {q['spread']:>7.2f} {q['files']:>6.1f}% {q['batches']:>8}")
 
 
 if __name__ == "__main__":
