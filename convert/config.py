@@ -24,14 +24,13 @@ import difflib
 import hashlib
 import json
 import re
-import reprlib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from convert.spec import MAX_FEATURE_SIZE
+from convert.spec import MAX_FEATURE_SIZE, short_repr
 
 # Limits. Each is far beyond what a real config needs and keeps what the
 # value controls (memory, files, metadata) bounded; past one, loading fails
@@ -292,30 +291,13 @@ MAX_PROBLEMS = 50
 _MAX_UNKNOWN_SHOWN = 5
 
 
-class _ShortRepr(reprlib.Repr):
-    """``repr`` cut to a bounded size: a config value quoted in an error message
-    may be an alias bomb, a megabyte string or an integer of a million digits."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.maxlevel, self.maxstring, self.maxother, self.maxlong = 2, 80, 80, 40
-        self.maxlist = self.maxtuple = self.maxdict = self.maxset = self.maxfrozenset = 8
-
-    def repr_int(self, x: int, level: int) -> str:
-        if x.bit_length() > 128:  # repr of a huge int is slow, past 4300 digits an error
-            return f"<integer of {x.bit_length()} bits>"
-        return super().repr_int(x, level)
-
-
-_SHORT = _ShortRepr()
 #: Characters of a config value quoted in an error message.
 _SHOW_CHARS = 200
 
 
 def _show(v: Any) -> str:
-    """A config value for an error message: its repr, at most ``_SHOW_CHARS`` long."""
-    s = _SHORT.repr(v)
-    return s if len(s) <= _SHOW_CHARS else s[:_SHOW_CHARS] + "..."
+    """A config value for an error message: its bounded repr, at most ``_SHOW_CHARS`` long."""
+    return short_repr(v, _SHOW_CHARS)
 
 
 #: Spellings of timestamp units people write, for "did you mean".

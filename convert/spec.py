@@ -83,13 +83,31 @@ class MetadataNotJSONError(SpecError):
     """The metadata file is not valid JSON: damaged, or being replaced right now (waiters retry)."""
 
 
-_REPR = reprlib.Repr()  # keyword arguments need Python 3.12
-_REPR.maxstring, _REPR.maxother, _REPR.maxlist, _REPR.maxdict, _REPR.maxlevel = 120, 120, 8, 8, 3
+class _BoundedRepr(reprlib.Repr):
+    """``repr`` cut to a bounded size whatever the value: one quoted in an error
+    message may be an alias bomb, a megabyte string or an integer of a million digits."""
+
+    def __init__(self) -> None:
+        super().__init__()  # keyword arguments need Python 3.12
+        self.maxlevel, self.maxstring, self.maxother, self.maxlong = 2, 80, 80, 40
+        self.maxlist = self.maxtuple = self.maxdict = self.maxset = self.maxfrozenset = 8
+
+    def repr_int(self, x: int, level: int) -> str:
+        if x.bit_length() > 128:  # repr of a huge int is slow, past 4300 digits an error
+            return f"<integer of {x.bit_length()} bits>"
+        return super().repr_int(x, level)
 
 
-def _short(value: Any) -> str:
-    """A value for an error message, cut short whatever its size or nesting (it may be hostile)."""
-    return _REPR.repr(value)
+_BOUNDED = _BoundedRepr()
+
+
+def short_repr(value: Any, limit: int = 200) -> str:
+    """A value for an error message: its bounded repr, at most ``limit`` characters."""
+    s = _BOUNDED.repr(value)
+    return s if len(s) <= limit else s[: limit - 3] + "..."
+
+
+_short = short_repr
 
 
 def name_problem(name: Any, *, plain: bool = False) -> str | None:

@@ -40,7 +40,7 @@ from convert.config import Config, ConfigError, FeatureConfig, LabelConfig
 from convert.derive import cross_ids, epoch_seconds, timestamp_parts
 from convert.quantiles import QuantileSketch
 from convert.sources import ColumnRecords, TermCodes
-from convert.spec import MAX_LABEL_CLASSES, FeatureSpec
+from convert.spec import MAX_LABEL_CLASSES, FeatureSpec, short_repr
 
 #: A token: a maximal run of ASCII letters, digits, ``_`` and non-ASCII characters
 #: (surrogates too, whose ``surrogatepass`` bytes are non-ASCII). On UTF-8 bytes
@@ -1412,6 +1412,6 @@ def unseen_label_rows(batch: PreparedBatch, lab: LabelConfig, known: Any) -> dic
             if t is not None and t not in known and i not in batch.bad}
 
 
-def _short(v: Any, n: int = 60) -> str:
-    s = repr(v)
-    return s if len(s) <= n else s[: n - 3] + "..."
+def _short(v: Any) -> str:
+    """A record's value for a rejection reason (the record itself is in the error output)."""
+    return short_repr(v, 60)
