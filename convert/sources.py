@@ -317,11 +317,116 @@ def _advance_past_sync(f: IO[bytes], sync: bytes, chunk: int = 1 << 16) -> bool:
         carry = buf[-(len(sync) - 1):]
 
 
+#: Header metadata keys whose values the specification requires as UTF-8 text.
+_TEXT_META_KEYS = frozenset({b"avro.schema", b"avro.codec"})
+
+
+def _header_meta_fix(head: bytes) -> bytes | None:
+    """The Avro header at the start of ``head`` with each metadata value that is
+    not UTF-8 (other than ``avro.schema`` and ``avro.codec``) replaced by as
+    many ``?`` bytes, or ``None`` when ``head`` does not hold the whole header.
+
+    Why: the specification declares the metadata a map of bytes, and some
+    writers store binary values there, but fastavro decodes every value as
+    UTF-8. The replacement keeps every length, so byte offsets stay the file's.
+    """
+    out, i = bytearray(head), len(AVRO_MAGIC)
+    while True:
+        got = _zigzag_at(head, i)  # a map block: its count (and byte size when negative)
+        if got is None:
+            return None
+        count, i = got
+        if count == 0:
+            break
+        if count < 0:
+            got = _zigzag_at(head, i)
+            if got is None:
+                return None
+            count, i = -count, got[1]
+        for _ in range(count):
+            spans = []
+            for _part in ("key", "value"):
+                got = _zigzag_at(head, i)
+                if got is None or got[0] < 0 or got[1] + got[0] > len(head):
+                    return None
+                spans.append((got[1], got[1] + got[0]))
+                i = got[1] + got[0]
+            (ks, ke), (vs, ve) = spans
+            if head[ks:ke] not in _TEXT_META_KEYS:
+                try:
+                    head[vs:ve].decode("utf-8")
+                except UnicodeDecodeError:
+                    out[vs:ve] = b"?" * (ve - vs)
+    return bytes(out[:i + _SYNC_SIZE]) if i + _SYNC_SIZE <= len(head) else None
+
+
+def _zigzag_at(data: bytes, i: int) -> tuple[int, int] | None:
+    """The zigzag varint (an Avro long) at ``data[i:]`` and the offset after it."""
+    n = shift = 0
+    while i < len(data) and shift <= 63:
+        b = data[i]
+        i += 1
+        n |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return (n >> 1) ^ -(n & 1), i
+        shift += 7
+    return None
+
+
+class _PatchedHeader:
+    """A binary file whose first bytes read as ``head`` (same length) instead of the file's."""
+
+    def __init__(self, f: IO[bytes], head: bytes):
+        self._f, self._head = f, head
+
+    def read(self, n: int = -1) -> bytes:
+        pos = self._f.tell()
+        data = self._f.read(n)
+        if pos < len(self._head) and data:
+            k = min(len(data), len(self._head) - pos)
+            data = self._head[pos:pos + k] + data[k:]
+        return data
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        return self._f.seek(offset, whence)
+
+    def tell(self) -> int:
+        return self._f.tell()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._f, name)
+
+
+def _binary_meta_readable(f: IO[bytes]) -> IO[bytes] | None:
+    """``f`` as fastavro can read it when its header holds metadata values
+    that are not UTF-8 (``_header_meta_fix``), or ``None`` when it holds none."""
+    size = 1 << 16
+    while size <= MAX_AVRO_BLOCK_BYTES:
+        f.seek(0)
+        head = f.read(size)
+        if not head.startswith(AVRO_MAGIC):
+            return None
+        fixed = _header_meta_fix(head)
+        if fixed is not None:
+            f.seek(0)
+            return None if fixed == head[:len(fixed)] else _PatchedHeader(f, fixed)  # type: ignore[return-value]
+        if len(head) < size:
+            return None
+        size *= 4
+    return None
+
+
 def read_avro_schema(f: IO[bytes], path: str) -> dict[str, Any]:
     """The writer schema of an Avro container file (for ``infer`` and checks)."""
     f.seek(0)
     try:
-        return fastavro.reader(f).writer_schema
+        try:
+            return fastavro.reader(f).writer_schema
+        except UnicodeDecodeError:
+            patched = _binary_meta_readable(f)
+            if patched is None:
+                raise
+            return fastavro.reader(patched).writer_schema
     except RecursionError:
         raise InputFileError(path, _too_deep(f), 0) from None
     except Exception as e:  # fastavro raises many types for bad headers
@@ -875,7 +980,14 @@ def iter_avro(f: IO[bytes], path: str, start: int = 0, end: int | None = None,
         raise InputFileError(path, f"not an Avro object container file version 1 ({what})", 0)
     f.seek(0)
     try:
-        blocks = fastavro.block_reader(f)
+        try:
+            blocks = fastavro.block_reader(f)
+        except UnicodeDecodeError:
+            patched = _binary_meta_readable(f)
+            if patched is None:
+                raise
+            f = patched
+            blocks = fastavro.block_reader(f)
         sync = blocks._header["sync"]
         # With logical types, records are decoded with the writer schema minus
         # ``logicalType``: fastavro converts logical types according to the
