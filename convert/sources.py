@@ -416,17 +416,36 @@ def _binary_meta_readable(f: IO[bytes]) -> IO[bytes] | None:
     return None
 
 
+#: The one field of the records read from an Avro file whose schema is not a
+#: record (``int``, an array, a map, a union): each datum is ``{"value": datum}``, as Spark reads them.
+VALUE_FIELD = "value"
+
+
+def is_record_schema(schema: Any) -> bool:
+    """Whether an Avro writer schema is a record (else its data are read as ``VALUE_FIELD``)."""
+    return isinstance(schema, dict) and schema.get("type") in ("record", "error")
+
+
+def _as_record_schema(schema: Any) -> dict[str, Any]:
+    """``schema``, or for data that are not records the schema of the records they are read as."""
+    if is_record_schema(schema):
+        return schema
+    return {"type": "record", "name": "recordprep_value", "fields": [{"name": VALUE_FIELD, "type": schema}]}
+
+
 def read_avro_schema(f: IO[bytes], path: str) -> dict[str, Any]:
-    """The writer schema of an Avro container file (for ``infer`` and checks)."""
+    """The schema of the records read from an Avro container file (for ``infer``
+    and checks): its writer schema, wrapped as one field ``VALUE_FIELD`` when
+    that is not a record."""
     f.seek(0)
     try:
         try:
-            return fastavro.reader(f).writer_schema
+            return _as_record_schema(fastavro.reader(f).writer_schema)
         except UnicodeDecodeError:
             patched = _binary_meta_readable(f)
             if patched is None:
                 raise
-            return fastavro.reader(patched).writer_schema
+            return _as_record_schema(fastavro.reader(patched).writer_schema)
     except RecursionError:
         raise InputFileError(path, _too_deep(f), 0) from None
     except Exception as e:  # fastavro raises many types for bad headers
@@ -1010,6 +1029,7 @@ def iter_avro(f: IO[bytes], path: str, start: int = 0, end: int | None = None,
         if not _advance_past_sync(f, sync):
             return
     next_block = f.tell()
+    wrap = not is_record_schema(blocks.writer_schema)  # (never on the fast path: its whitelist has records only)
     if decoder == "auto" and blocks.codec in _COLUMNAR_CODECS and _columnar_schema(blocks.writer_schema):
         f.seek(0)
         header = f.read(header_end)
@@ -1062,6 +1082,8 @@ def iter_avro(f: IO[bytes], path: str, start: int = 0, end: int | None = None,
             error, cause = InputFileError(path, f"corrupt record {len(recs)} in Avro block ({_quoted(e)})", block.offset), e
             break
         off = block.offset
+        if wrap:
+            recs = [{VALUE_FIELD: r} for r in recs]
         batch.records.extend(recs)
         batch.offsets.extend([off] * len(recs))
         batch.indexes.extend(range(len(recs)))

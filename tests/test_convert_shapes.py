@@ -88,3 +88,21 @@ def test_schema_metadata_that_is_not_utf8_still_fails_naming_the_file(tmp_path):
     path.write_bytes(bad)
     r = cli("infer", "-i", path)
     assert r.exit_code == 1 and "badschema.avro" in r.output, r.output
+
+
+# ------------------------------------------------------------ non-record schemas
+
+
+@pytest.mark.parametrize(("schema", "data", "transform"), [
+    ("long", [1, 5, -3, 7, 2**40], "zscore"),
+    ({"type": "array", "items": "string"}, [["a", "b"], [], ["c"], ["a"]], "vocabulary"),
+    (["null", "string", "long"], ["a", None, 3, "b", "a"], "hash"),
+    ({"type": "enum", "name": "E", "symbols": ["X", "Y"]}, ["X", "Y", "X"], "vocabulary"),
+])
+def test_data_that_are_not_records_are_one_field_named_value(schema, data, transform, tmp_path):
+    path = tmp_path / "values.avro"
+    path.write_bytes(_avro(schema, data))
+    assert [r for b in iter_avro(io.BytesIO(path.read_bytes()), "v") for r in b.records] == [{"value": v} for v in data]
+    config, text = infer(path)
+    assert [(f["name"], f["transform"]) for f in config["features"]] == [("value", transform)], text
+    convert_both(tmp_path, path, config)
