@@ -18,6 +18,12 @@ Rows (each a fresh process, measured like :mod:`bench.reader_bench`):
     Its defaults on ``gs://`` (``ReadOptions`` remote defaults).
 ``make_batched_features_dataset [gs://]``
     Its defaults on the same ``gs://`` shard list: the peer.
+straggler rows (issue 23; ``--skip-stragglers`` leaves them out)
+    The first train shard served with 10x the time to first byte and 1/10 of
+    the bandwidth (the proxy's straggler mode): ``train_dataset`` with its
+    defaults, with ``deterministic=True``, and ``make_batched_features_dataset``,
+    each over its own no-straggler row of the same run. Target: the defaults
+    keep at least 80% of their no-straggler examples/s.
 tuning rows (``--remote-tune``)
     ``train_dataset`` on ``gs://`` with one knob changed (cycle length, read
     buffer, ``GCS_READ_CACHE_BLOCK_SIZE_MB``): the measurements the remote
@@ -72,7 +78,25 @@ TUNE_ROWS = (
     ("gs:train_dataset:block4", "train_dataset, GCS_READ_CACHE_BLOCK_SIZE_MB=4", "gs", "train_dataset", {},
      {"GCS_READ_CACHE_BLOCK_SIZE_MB": "4"}),
 )
-TARGET_ROWS = ("local:train_dataset", "gs:train_dataset", "gs:mbfd")
+#: Straggler rows (issue 23), on the first output only: the proxy serves one shard (the first in the
+#: metadata) with STRAGGLER_FACTOR x the time to first byte and 1/STRAGGLER_FACTOR of the bandwidth.
+#: (key, label, case, ReadOptions overrides, the key of the same reader's no-straggler row)
+STRAGGLER_ROWS = (
+    ("straggler:train_dataset", "readers.train_dataset (defaults)", "train_dataset", {}, "gs:train_dataset"),
+    ("straggler:deterministic", "readers.train_dataset, deterministic=True", "train_dataset",
+     {"deterministic": True}, "straggler:deterministic:base"),
+    ("straggler:mbfd", "make_batched_features_dataset (defaults)", "mbfd", {}, "gs:mbfd"),
+)
+#: The no-straggler row deterministic=True is compared with (the other two have theirs in BASE_ROWS).
+STRAGGLER_BASE_ROWS = (
+    ("straggler:deterministic:base", "train_dataset, deterministic=True (no straggler)", "gs", "train_dataset",
+     {"deterministic": True}, {}),
+)
+STRAGGLER_FACTOR = 10.0
+#: Issue 23's target: train_dataset's defaults keep this share of their no-straggler examples/s.
+STRAGGLER_TARGET = 0.8
+TARGET_ROWS = ("local:train_dataset", "gs:train_dataset", "gs:mbfd", "straggler:train_dataset",
+               "straggler:deterministic", "straggler:deterministic:base", "straggler:mbfd")
 #: Warm-up and window length of every row here (the local reader table uses 1 s / 0.4 s): a
 #: remote reader's first requests buffer whole shards (TensorFlow's GCS block is 64 MB), and
 #: make_batched_features_dataset read 3 shards ahead and ran 5x faster than its steady state for
@@ -126,12 +150,15 @@ def probe_link(stack, obj: str, *, repeats: int = 3) -> dict[str, float]:
 
 
 def run_table(dirs: dict[str, str], *, log, log_dir: Path, ttfb_ms: float = TTFB_MS, mbps: float = MBPS,
-              repeats: int = 1, tune: bool = False, target_repeats: int = TARGET_REPEATS) -> dict[str, Any]:
+              repeats: int = 1, tune: bool = False, target_repeats: int = TARGET_REPEATS,
+              stragglers: bool = True) -> dict[str, Any]:
     """``dirs``: compression ("gzip"/"none") -> local recordprep output; every one is measured.
 
-    Rows are keyed ``<compression>:<row key>``; the tuning rows run on the
-    first compression only (gzip when present). Runs are interleaved round by
-    round, the target rows :data:`TARGET_REPEATS` times.
+    Rows are keyed ``<compression>:<row key>``; the tuning and straggler rows
+    run on the first compression only (gzip when present). Runs are
+    interleaved round by round, the target rows :data:`TARGET_REPEATS` times.
+    A straggler row (:data:`STRAGGLER_ROWS`) runs with the proxy's straggler
+    mode on for the first train shard and off again after it.
     """
     from bench.measure import run_child
     from bench.reader_bench import BATCH, WINDOWS, _summarize
@@ -163,8 +190,13 @@ def run_table(dirs: dict[str, str], *, log, log_dir: Path, ttfb_ms: float = TTFB
         env = {**stack.env(), "RECORDPREP_BENCH_WARMUP_S": str(WARMUP_S),
                "RECORDPREP_BENCH_WINDOW_S": str(WINDOW_S)}
         plan = []
+        straggled = {key for key, *_ in STRAGGLER_ROWS}
         for comp in comps:
-            for row in BASE_ROWS + (TUNE_ROWS if tune and comp == comps[0] else ()):
+            extra = (TUNE_ROWS if tune and comp == comps[0] else ())
+            if stragglers and comp == comps[0]:
+                extra += STRAGGLER_BASE_ROWS + tuple(
+                    (key, label, "gs", case, overrides, {}) for key, label, case, overrides, _ in STRAGGLER_ROWS)
+            for row in BASE_ROWS + extra:
                 plan.append((comp, row, max(repeats, target_repeats) if row[0] in TARGET_ROWS else repeats))
         runs: dict[str, list[dict[str, Any]]] = {}
         for rnd in range(max(n for *_, n in plan)):
@@ -175,10 +207,16 @@ def run_table(dirs: dict[str, str], *, log, log_dir: Path, ttfb_ms: float = TTFB
                 row_env = {**env, **extra_env}
                 if overrides:
                     row_env["RECORDPREP_BENCH_READ_OPTIONS"] = json.dumps(overrides)
-                log(f"remote: {label} [{comp}, {where}] (run {rnd + 1}/{n})")
+                straggler = shards[comp]["first"] if key in straggled else None
+                log(f"remote: {label} [{comp}, {where}{', straggler ' + straggler if straggler else ''}] "
+                    f"(run {rnd + 1}/{n})")
                 cpu0 = _servers_cpu(stack)
-                m = run_child("bench.reader_bench", ["--case", case, "--dir", path], log_dir=log_dir,
-                              timeout=900, env=row_env)
+                stack.set_straggler(straggler, factor=STRAGGLER_FACTOR)
+                try:
+                    m = run_child("bench.reader_bench", ["--case", case, "--dir", path], log_dir=log_dir,
+                                  timeout=900, env=row_env)
+                finally:
+                    stack.set_straggler(None)
                 # What the emulator and the proxy took of the machine meanwhile (real GCS would not).
                 server_cores = (_servers_cpu(stack) - cpu0) / m.wall_s if m.wall_s else 0.0
                 if m.ok:
@@ -199,9 +237,13 @@ def run_table(dirs: dict[str, str], *, log, log_dir: Path, ttfb_ms: float = TTFB
         row.update(where=rs[0]["where"], options=rs[0]["options"], env=rs[0]["env"],
                    server_cores=sorted(r["server_cores"] for r in rs)[len(rs) // 2])
         rows[key] = row
-    return {"rows": rows, "compressions": comps, "ttfb_ms": ttfb_ms, "mbps": mbps, "link": link,
-            "shards": shards, "proxy": stats["counts"], "batch": BATCH, "warmup_s": WARMUP_S,
-            "windows": {"count": WINDOWS, "seconds": WINDOW_S}}
+    out = {"rows": rows, "compressions": comps, "ttfb_ms": ttfb_ms, "mbps": mbps, "link": link,
+           "shards": shards, "proxy": stats["counts"], "batch": BATCH, "warmup_s": WARMUP_S,
+           "windows": {"count": WINDOWS, "seconds": WINDOW_S}}
+    if stragglers:
+        out["straggler"] = {"factor": STRAGGLER_FACTOR, "compression": comps[0],
+                            "shards": shards[comps[0]]["count"], "file": shards[comps[0]]["first"]}
+    return out
 
 
 def _overall_rate(result: dict[str, Any]) -> None:
@@ -254,6 +296,39 @@ def ratios(remote: dict[str, Any] | None, comp: str) -> dict[str, float | None]:
             "packed_vs_mbfd": packed / mbfd if packed and mbfd else None}
 
 
+def straggler_ratios(remote: dict[str, Any] | None, comp: str) -> dict[str, float | None]:
+    """Each straggler row's examples/s over its own reader's no-straggler rate (same run)."""
+    rows = (remote or {}).get("rows", {})
+    kept = {}
+    for key, _label, _case, _overrides, base in STRAGGLER_ROWS:
+        slow, fast = _rate(rows, f"{comp}:{key}"), _rate(rows, f"{comp}:{base}")
+        kept[key.split(":", 1)[1]] = slow / fast if slow and fast else None
+    return kept
+
+
+def straggler_markdown(remote: dict[str, Any] | None) -> list[str]:
+    """The straggler rows' summary: what each reader keeps, and issue 23's target."""
+    info = (remote or {}).get("straggler")
+    if not info:
+        return []
+    comp = remote["compressions"][0]
+    kept = straggler_ratios(remote, comp)
+    f = info["factor"]
+    lines = ["", f"Stragglers ({comp}, {info['shards']} shards): one shard (`{info['file']}`) served with {f:g}x "
+             f"the time to first byte and 1/{f:g} of the bandwidth; each reader against its own no-straggler "
+             "rate in the same run.", "",
+             "| reader | examples/s kept with one straggler | target |", "|---|---:|---:|"]
+    labels = {key.split(":", 1)[1]: label for key, label, *_ in STRAGGLER_ROWS}
+    for name, ratio in kept.items():
+        shown = "—" if ratio is None else f"{ratio:.0%}"
+        target = ""
+        if name == "train_dataset":
+            met = ratio is not None and ratio >= STRAGGLER_TARGET
+            target = f"≥ {STRAGGLER_TARGET:.0%} ({'MET' if met else 'NOT MET'})"
+        lines.append(f"| {labels[name]} | {shown} | {target} |")
+    return lines
+
+
 def markdown(remote: dict[str, Any] | None) -> list[str]:
     if not remote:
         return ["_remote reader table not run_"]
@@ -291,7 +366,7 @@ def markdown(remote: dict[str, Any] | None) -> list[str]:
         if q["packed_vs_mbfd"] is not None:
             lines.append(f"| readers.train_dataset on `--layout packed` shards / make_batched_features_dataset on the "
                          f"default layout's shards, both on gs:// ({comp}) | {q['packed_vs_mbfd']:.2f}x | ≥ 4.00x |")
-    return lines
+    return lines + straggler_markdown(remote)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -305,6 +380,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--remote-mbps", type=float, default=MBPS)
     ap.add_argument("--remote-tune", action="store_true", help="also the one-knob tuning rows")
     ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--skip-stragglers", action="store_true", help="leave the straggler rows out")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
 
@@ -330,7 +406,8 @@ def main(argv: list[str] | None = None) -> int:
                                        config=str(REPO / "bench" / "features.yaml"), output=out, overwrite=True))
         dirs["gzip"] = out
     remote = run_table(dirs, log=log, log_dir=log_dir, ttfb_ms=args.remote_ttfb_ms,
-                       mbps=args.remote_mbps, repeats=args.repeats, tune=args.remote_tune)
+                       mbps=args.remote_mbps, repeats=args.repeats, tune=args.remote_tune,
+                       stragglers=not args.skip_stragglers)
     md = "\n".join(markdown(remote))
     print()
     print(md)

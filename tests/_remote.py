@@ -26,7 +26,11 @@ its process id (:class:`ServerProcess`).
     empty POSTs, and **emulates remote storage**: a configurable delay before
     the first byte of every response (time to first byte) and a per-connection
     bandwidth cap on response bodies (the kernel here has no netem). Both can
-    be changed while it runs: ``POST /_config?ttfb_ms=100&mbps=20``;
+    be changed while it runs: ``POST /_config?ttfb_ms=100&mbps=20``. A
+    **straggler** (:class:`Straggler`: one named object, or one shard in N,
+    served with 10x the time to first byte and 1/10 of the bandwidth, or held
+    until released) is set the same way: ``straggler=<name>``,
+    ``straggler_every=16``, ``straggler_factor=10``, ``straggler_hold=1|0``;
     ``GET /_stats`` returns request and byte counts (and ranged GETs by the
     length they asked for).
 
@@ -187,6 +191,59 @@ def _read_body(rfile, headers: list[tuple[str, str]]) -> bytes:
 # ----------------------------------------------------------------------------- latency proxy
 
 
+#: ``...-00003-of-00016...``: the shard number in a recordprep shard name (convert.spec.shard_name).
+_SHARD_NUMBER = re.compile(r"-(\d+)-of-\d+")
+
+
+class Straggler:
+    """Which objects the proxy serves slowly, and how (``POST /_config?straggler...``).
+
+    An object is a straggler when its decoded path contains ``name``, or
+    when its shard number (``-00003-of-00016``) is a multiple of ``every``
+    (``every=16``: one shard in 16, shard 0 first). Only reads of object
+    bytes straggle (GETs outside the JSON metadata API, ``/storage/v1/``), so
+    listings and size checks answer at the normal pace: a cold or busy object
+    still lists quickly. A straggler's response waits ``factor`` times the
+    time to first byte and is sent at 1/``factor`` of the bandwidth; while
+    ``hold`` is set it waits, before its first byte, until ``hold`` is
+    cleared (an event, so a test can stall a shard for as long as it needs,
+    without timing).
+    """
+
+    def __init__(self) -> None:
+        self.name: str | None = None
+        self.every: int | None = None
+        self.factor = 10.0
+        self.released = threading.Event()
+        self.released.set()
+
+    def matches(self, method: str, path: str) -> bool:
+        if method != "GET" or path.startswith("/storage/v1/") or not (self.name or self.every):
+            return False
+        obj = urllib.parse.unquote(urllib.parse.urlsplit(path).path)
+        if self.name and self.name in obj:
+            return True
+        number = _SHARD_NUMBER.search(posixpath.basename(obj))
+        return bool(self.every and number and int(number[1]) % self.every == 0)
+
+    def configure(self, query: dict[str, list[str]]) -> None:
+        if "straggler" in query:  # an object name (or part of one); empty: none
+            self.name = query["straggler"][0] or None
+        if "straggler_every" in query:  # one shard in N; 0: none
+            self.every = int(query["straggler_every"][0]) or None
+        if "straggler_factor" in query:
+            self.factor = max(1.0, float(query["straggler_factor"][0]))
+        if "straggler_hold" in query:
+            if query["straggler_hold"][0] in ("1", "true"):
+                self.released.clear()
+            else:
+                self.released.set()
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": self.name, "every": self.every, "factor": self.factor,
+                "hold": not self.released.is_set()}
+
+
 class _ProxyState:
     def __init__(self, upstream: str, ttfb_s: float, bytes_per_s: float | None) -> None:
         parsed = urllib.parse.urlparse(upstream)
@@ -196,6 +253,7 @@ class _ProxyState:
         self.lock = threading.Lock()
         self.counts: Counter[str] = Counter()
         self.active: dict[str, int] = {}
+        self.straggler = Straggler()
 
     def count(self, key: str, n: int = 1) -> None:
         with self.lock:
@@ -285,7 +343,14 @@ class LatencyProxyHandler(socketserver.StreamRequestHandler):
         span = re.fullmatch(r"bytes=(\d+)-(\d+)", (rng or "").strip())
         if span:  # what the client asked for (the object may be shorter)
             state.count(f"GET range of {int(span[2]) - int(span[1]) + 1} bytes")
-        wait = state.ttfb_s - (time.monotonic() - received)
+        slow = state.straggler.matches(method, path)
+        factor = state.straggler.factor if slow else 1.0
+        if slow:
+            state.count("straggler requests")
+            if not state.straggler.released.is_set():
+                state.count("straggler requests held")
+                state.straggler.released.wait()
+        wait = state.ttfb_s * factor - (time.monotonic() - received)
         if wait > 0:
             time.sleep(wait)
         head = [f"HTTP/1.1 {status} {reason}"]
@@ -299,7 +364,7 @@ class LatencyProxyHandler(socketserver.StreamRequestHandler):
         head.append("Connection: keep-alive" if keep_alive else "Connection: close")
         sock.sendall(("\r\n".join(head) + "\r\n\r\n").encode("latin-1"))
         if method != "HEAD":
-            self._paced_send(sock, data, state)
+            self._paced_send(sock, data, state, factor)
             state.count("bytes_out", len(data))
         return keep_alive
 
@@ -321,8 +386,8 @@ class LatencyProxyHandler(socketserver.StreamRequestHandler):
             conn.close()
 
     @staticmethod
-    def _paced_send(sock, data: bytes, state: _ProxyState) -> None:
-        rate = state.bytes_per_s
+    def _paced_send(sock, data: bytes, state: _ProxyState, slowdown: float = 1.0) -> None:
+        rate = state.bytes_per_s / slowdown if state.bytes_per_s else None
         view = memoryview(data)
         if not rate:
             sock.sendall(view)
@@ -341,13 +406,14 @@ class LatencyProxyHandler(socketserver.StreamRequestHandler):
     @staticmethod
     def _control(sock, method: str, path: str, state: _ProxyState) -> None:
         parsed = urllib.parse.urlsplit(path)
-        query = urllib.parse.parse_qs(parsed.query)
+        query = urllib.parse.parse_qs(parsed.query, keep_blank_values=True)  # straggler= clears it
         if parsed.path == "/_config" and method == "POST":
             if "ttfb_ms" in query:
                 state.ttfb_s = float(query["ttfb_ms"][0]) / 1000.0
             if "mbps" in query:
                 mbps = float(query["mbps"][0])
                 state.bytes_per_s = mbps * 1e6 if mbps > 0 else None
+            state.straggler.configure(query)
         if parsed.path == "/_stats" and method == "POST":
             with state.lock:
                 state.counts.clear()
@@ -355,6 +421,7 @@ class LatencyProxyHandler(socketserver.StreamRequestHandler):
             payload = {
                 "ttfb_ms": state.ttfb_s * 1000.0,
                 "mbps": (state.bytes_per_s or 0) / 1e6,
+                "straggler": state.straggler.describe(),
                 "counts": dict(state.counts),
             }
         body = json.dumps(payload).encode()
@@ -874,6 +941,15 @@ class RemoteStack:
 
     def set_latency(self, ttfb_ms: float, mbps: float) -> dict[str, Any]:
         q = urllib.parse.urlencode({"ttfb_ms": ttfb_ms, "mbps": mbps})
+        return _http_json("POST", f"{self.proxy_url}/_config?{q}")
+
+    def set_straggler(self, name: str | None = None, *, every: int | None = None, factor: float = 10.0,
+                      hold: bool = False) -> dict[str, Any]:
+        """Serve one object (``name``, part of its path) or one shard in ``every`` slowly
+        (:class:`Straggler`); ``hold`` stalls its reads until ``set_straggler(..., hold=False)``.
+        No name and no ``every``: no straggler."""
+        q = urllib.parse.urlencode({"straggler": name or "", "straggler_every": every or 0,
+                                    "straggler_factor": factor, "straggler_hold": int(hold)})
         return _http_json("POST", f"{self.proxy_url}/_config?{q}")
 
     def proxy_stats(self, reset: bool = False) -> dict[str, Any]:
