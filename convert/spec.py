@@ -562,6 +562,8 @@ def _check_listed_files(d: Mapping[str, Any], source: str) -> None:
         check_name(entry.get("file"), f"{source}: errors.files[{i}]")
     if "analysis_file" in d:
         check_name(d["analysis_file"], f"{source}: analysis_file")
+    if "stats_file" in d:
+        check_name(d["stats_file"], f"{source}: stats_file")
 
 
 #: Record orders of an output's shards (``shuffle.order`` in the metadata).

@@ -38,6 +38,7 @@ from convert.check import check_inputs
 from convert.config import Config, load_config
 from convert.sources import InputFileError
 from convert.spec import FAILURE_FILENAME, FORMAT_VERSION, METADATA_FILENAME, DatasetInfo
+from convert.stats import STATS_FILENAME
 from convert.vectorize import Analysis, AnalysisMismatchError
 from pipelines import remote
 from pipelines._fs import delete as fs_delete
@@ -191,7 +192,8 @@ def _first_few(names: list[str]) -> str:
 
 def _listed_files(info: dict[str, Any]) -> set[str]:
     """Every file a dataset's metadata names, relative to its output."""
-    names = {METADATA_FILENAME, FAILURE_FILENAME, ANALYSIS_FILENAME, str(info.get("analysis_file") or "")}
+    names = {METADATA_FILENAME, FAILURE_FILENAME, ANALYSIS_FILENAME, STATS_FILENAME,
+             str(info.get("analysis_file") or ""), str(info.get("stats_file") or "")}
     for sp in (info.get("splits") or {}).values():
         names.update(str(sh.get("file")) for sh in sp.get("shards", []))
     names.update(str(v.get("file")) for v in (info.get("vocabularies") or {}).values())
@@ -277,7 +279,7 @@ def _refuse_clashing_files(output: str, *, took_over: bool) -> None:
     files = [r for r in _list_output(output) if r != LOCK_FILENAME]
     if took_over or any(r == FAILURE_FILENAME or r.split("/", 1)[0] == TMP_DIR for r in files):
         return
-    clashing = sorted(r for r in files if _written_by_us(r, {ANALYSIS_FILENAME}))
+    clashing = sorted(r for r in files if _written_by_us(r, {ANALYSIS_FILENAME, STATS_FILENAME}))
     if clashing:
         shown = _first_few(clashing)
         raise OutputExistsError(

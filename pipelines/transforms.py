@@ -73,6 +73,7 @@ from convert.spec import (
     packed_slices,
     shard_name,
 )
+from convert.stats import STATS_FILENAME, StatsAccumulator
 from convert.tfrecord import frame_records
 from convert.vectorize import (
     Analysis,
@@ -852,6 +853,7 @@ class _ConvertUnit(beam.DoFn):
         per_file: dict[str, dict[str, int]] = {}
         for rng in unit.ranges:
             per_file.setdefault(rng.path, {"read": 0, "errors": 0, **{s: 0 for s in names}})
+        stats = StatsAccumulator(self.config, names)  # stats.json: every split, merged at commit
 
         # The analysis pass left the unit prepared; with a reused analysis
         # (--analysis-from) there is no analysis pass: prepare here.
@@ -871,6 +873,7 @@ class _ConvertUnit(beam.DoFn):
                         err_f.write(b"".join(item.errors))
                         n_err += len(item.errors)
                         counts["errors"] += len(item.errors)
+                        stats.add_errors(item.errors)
                     if item.batch is None:
                         continue
                     vb = vec.finish(item.batch)
@@ -882,7 +885,9 @@ class _ConvertUnit(beam.DoFn):
                             err_f.write(b"".join(late))
                             n_err += len(late)
                             counts["errors"] += len(late)
+                            stats.add_errors(late)
                     assert item.split is not None
+                    stats.add(item.batch, vb, item.split)
                     kept_split = item.split[vb.keep]
                     first, ordinal = ordinal, ordinal + len(item.split)
                     rows = int(vb.keep.sum())
@@ -926,7 +931,8 @@ class _ConvertUnit(beam.DoFn):
             self.records_written.inc(sum(c[s] for c in per_file.values() for s in names))
             self.records_rejected.inc(n_err)
             return {"unit": unit.index, "shards": shards if seed is None else None, "scatter": scattered,
-                    "errors": {"tmp": err_path if n_err else None, "count": n_err}, "per_file": per_file}
+                    "errors": {"tmp": err_path if n_err else None, "count": n_err}, "per_file": per_file,
+                    "stats": stats}
 
         def abort() -> None:
             for w in writers:
@@ -1117,10 +1123,12 @@ class _Commit(beam.DoFn):
                 "vocabularies": vocab_files,
                 "statistics": analysis.stats,
                 "analysis_file": ANALYSIS_FILENAME,
+                "stats_file": STATS_FILENAME,
             },
         )
         metadata = info.dumps().encode()
         analysis_data = json.dumps(analysis.to_json()).encode()
+        stats_data = _stats_document(self.config, names, results, splits, per_file)
 
         # Shards: temp names -> {split}-{i}-of-{n}; then what an earlier run left.
         _rename_replacing([src for src, _ in renames], [dst for _, dst in renames])
@@ -1130,6 +1138,7 @@ class _Commit(beam.DoFn):
             data = "".join(_escape_term(t) + "\n" for t in terms).encode("utf-8", "surrogatepass")
             write_atomic(FileSystems.join(out, vocab_files[name]["file"]), data)
         write_atomic(FileSystems.join(out, ANALYSIS_FILENAME), analysis_data)
+        write_atomic(FileSystems.join(out, STATS_FILENAME), stats_data)
 
         cleanup_tmp(out)
         try:
@@ -1138,6 +1147,22 @@ class _Commit(beam.DoFn):
             pass
         write_atomic(FileSystems.join(out, METADATA_FILENAME), metadata)
         yield info.to_json()
+
+
+def _stats_document(config: Config, names: list[str], results: list[dict], splits: dict[str, SplitInfo],
+                    per_file: dict[str, dict[str, int]]) -> bytes:
+    """``stats.json``: the units' statistics merged in unit order, with records
+    and bytes per split and the counts per input file (what ``report`` shows)."""
+    merged = StatsAccumulator(config, names)
+    for r in results:
+        if r.get("stats") is not None:
+            merged.merge(r["stats"])
+    doc = merged.to_json()
+    doc["splits"] = {s: {"records": sp.num_records, "bytes": sp.num_bytes, "shards": len(sp.shards)}
+                     for s, sp in splits.items()}
+    doc["files"] = [{"path": p, "read": c["read"], "rejected": c["errors"], "written": {s: c[s] for s in names}}
+                    for p, c in per_file.items()]
+    return json.dumps(doc, allow_nan=False).encode()
 
 
 #: Bytes of the error output a failed run reads to say what its rejections share.

@@ -139,7 +139,7 @@ def test_overwrite_replaces_everything_a_previous_run_wrote(data, tmp_path):
     left = sorted(_snapshot(out))
     info = json.loads((out / METADATA_FILENAME).read_text())
     listed = {sh["file"] for sp in info["splits"].values() for sh in sp["shards"]}
-    listed |= {v["file"] for v in info["vocabularies"].values()} | {METADATA_FILENAME, "analysis.json"}
+    listed |= {v["file"] for v in info["vocabularies"].values()} | {METADATA_FILENAME, "analysis.json", info["stats_file"]}
     assert set(left) == listed, left
     assert all("-of-00001" in name for name in left if ".tfrecord" in name)
 

@@ -1,0 +1,161 @@
+"""convert.stats: the per-split statistics a conversion stores beside its shards (stats.json)."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import numpy as np
+import pytest
+from _pipelines_data import make_records, write_dataset
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from convert.stats import STATS_FILENAME, ValueSketch, load_stats, reason_group
+from pipelines.cli import app
+
+runner = CliRunner()
+
+
+# ----------------------------------------------------------------- sketches
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.floats(-1e30, 1e30, allow_nan=False), min_size=1, max_size=300),
+       st.integers(0, 300))
+def test_sketch_merge_equals_one_pass_and_quantiles_are_close(values, cut):
+    x = np.array(values, dtype=np.float64)
+    whole = ValueSketch()
+    whole.add(x)
+    a, b = ValueSketch(), ValueSketch()
+    a.add(x[:cut])
+    b.add(x[cut:])
+    a.merge(b)
+    assert a.count == whole.count == x.size
+    assert a.min == x.min() and a.max == x.max()
+    assert a.mean == pytest.approx(x.mean(), rel=1e-9, abs=1e-9 * max(1.0, np.abs(x).max()))
+    assert a.buckets()[1].tolist() == whole.buckets()[1].tolist()
+    srt = np.sort(x)
+    for q, got in zip((0.1, 0.5, 0.9), a.quantiles([0.1, 0.5, 0.9]), strict=True):
+        # the value at the rank the quantile names, within one bucket (1/64 relative)
+        want = srt[int(np.ceil(q * x.size)) - 1]
+        assert abs(got - want) <= abs(want) / 64 + 1e-30
+
+
+def test_sketch_histogram_counts_every_value_and_skips_nonfinite():
+    s = ValueSketch()
+    s.add(np.array([-2.0, -1.0, 0.0, 0.0, 1.0, 2.0, 3.0, np.nan, np.inf]))
+    assert s.count == 7 and s.nonfinite == 2 and s.zero == 2
+    assert s.histogram([-2.0, 0.0, 3.0]) == [2, 5]
+    assert sum(s.histogram(np.linspace(-2, 3, 11))) == 7
+    back = ValueSketch.from_json(json.loads(json.dumps(s.to_json())))
+    assert back.histogram([-2.0, 0.0, 3.0]) == [2, 5] and back.std == pytest.approx(s.std)
+
+
+def test_reasons_that_differ_only_in_quoted_values_share_a_group():
+    a = reason_group("expected a number, found str 'abc'; use a categorical transform")
+    b = reason_group("expected a number, found str 'x y'; use a categorical transform")
+    assert a == b and "abc" not in a
+    assert reason_group("label must be an integer, found float 1.5") == reason_group("label must be an integer, found float 22.25")
+
+
+def test_a_newer_or_foreign_document_is_refused():
+    with pytest.raises(ValueError, match="upgrade recordprep"):
+        load_stats({"version": 99, "features": {}})
+    with pytest.raises(ValueError, match="not a recordprep statistics document"):
+        load_stats([1, 2])
+
+
+# ------------------------------------------------------- through the CLI
+
+
+@pytest.fixture(scope="module")
+def converted(tmp_path_factory):
+    """JSON input with a malformed line and a record without label, tolerated; 2 units."""
+    root = tmp_path_factory.mktemp("stats")
+    records = make_records(300)
+    data = write_dataset(root / "in", records, bad_json_lines=True)
+    out = root / "out"
+    r = runner.invoke(app, ["convert", "-i", str(data["json"]), "-c", str(data["config"]), "-o", str(out),
+                            "--num-shards", "2", "--max-errors", "5", "--no-progress"])
+    assert r.exit_code == 0, r.output
+    return out, records
+
+
+def test_stats_file_is_listed_and_counts_agree_with_the_metadata(converted):
+    out, _ = converted
+    info = json.loads((out / "dataset_info.json").read_text())
+    assert info["stats_file"] == STATS_FILENAME
+    doc = load_stats(json.loads((out / STATS_FILENAME).read_text()))
+    for s, sp in info["splits"].items():
+        assert doc["splits"][s]["records"] == sum(sh["num_records"] for sh in sp["shards"])
+        assert doc["splits"][s]["bytes"] == sum(sh["num_bytes"] for sh in sp["shards"])
+        for feat in doc["features"].values():
+            assert feat["splits"][s]["rows"] == doc["splits"][s]["records"]
+    per_file = info["counts"]["per_file"]
+    assert {f["path"]: f["rejected"] for f in doc["files"]} == {p: c["errors"] for p, c in per_file.items()}
+    assert doc["rejections"]["count"] == info["counts"]["errors"] == 2
+
+
+def test_every_split_is_counted_from_the_records_written(converted):
+    """Summed over the splits, each statistic equals what the written records hold."""
+    out, records = converted
+    doc = json.loads((out / STATS_FILENAME).read_text())
+    feats = doc["features"]
+    both = list(doc["splits"])
+    assert len(both) == 2 and all(doc["splits"][s]["records"] > 0 for s in both)
+
+    def total(name, key):
+        return sum(feats[name]["splits"][s][key] for s in both)
+
+    assert total("x", "missing") == sum(r["x"] is None for r in records)
+    assert sum(feats["x"]["splits"][s]["before"]["count"] for s in both) == sum(r["x"] is not None for r in records)
+    xs = [r["x"] for r in records if r["x"] is not None]
+    assert min(feats["x"]["splits"][s]["before"]["min"] for s in both) == min(xs)
+    assert max(feats["x"]["splits"][s]["before"]["max"] for s in both) == max(xs)
+    colors = Counter(r["color"] for r in records if r["color"] is not None)
+    got: Counter = Counter()
+    for s in both:
+        got.update(dict(feats["color"]["splits"][s]["terms"]))
+    assert got == colors
+    assert total("color", "missing") == sum(r["color"] is None for r in records)
+    lengths = np.zeros(3, dtype=int)
+    for s in both:
+        ls = feats["tags"]["splits"][s]["lengths"]
+        lengths[: len(ls)] += ls
+    assert lengths.tolist() == np.bincount([min(len(r["tags"]), 2) for r in records], minlength=3).tolist()
+    assert total("user_name", "missing") == 0 and total("user_name", "items") == len(records)
+    labels: Counter = Counter()
+    for s in both:
+        sk = feats["y"]["splits"][s]["after"]
+        labels[1] += round(sk["mean"] * sk["count"])
+    assert labels[1] == sum(r["y"] for r in records)
+    # the eval split's terms of the training vocabulary are not OOV; its rows are its own
+    assert feats["color"]["splits"]["eval"]["oov"] == 0
+
+
+def test_rejected_records_are_grouped_by_field_and_reason_with_examples(converted):
+    out, _ = converted
+    groups = json.loads((out / STATS_FILENAME).read_text())["rejections"]["groups"]
+    assert sum(g["count"] for g in groups) == 2
+    fields = {g["field"] for g in groups}
+    assert "y" in fields and "<record>" in fields
+    for g in groups:
+        assert g["examples"] and g["examples"][0]["file"].endswith(".jsonl") and g["examples"][0]["reason"]
+
+
+def test_overwrite_removes_the_stats_file_and_a_foreign_one_is_refused(tmp_path):
+    data = write_dataset(tmp_path / "in", make_records(40))
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / STATS_FILENAME).write_text("{}")  # someone's file, under the name a conversion writes
+    args = ["convert", "-i", str(data["avro"]), "-c", str(data["config"]), "-o", str(out), "--no-progress"]
+    r = runner.invoke(app, args)
+    assert r.exit_code != 0 and STATS_FILENAME in r.output
+    (out / STATS_FILENAME).unlink()
+    assert runner.invoke(app, args).exit_code == 0
+    assert (out / STATS_FILENAME).exists()
+    r = runner.invoke(app, [*args, "--overwrite", "--splits", "train=0.5,eval=0.5"])
+    assert r.exit_code == 0, r.output
+    assert json.loads((out / STATS_FILENAME).read_text())["splits"]["eval"]["records"] > 0
