@@ -178,11 +178,11 @@ class ColumnRecords(Sequence[dict[str, Any]]):
     not need (building the bench's float lists alone cost 1.5 us per record).
     """
 
-    __slots__ = ("_columns", "_deferred", "arrays", "record_json", "_n", "_coders", "_codes")
+    __slots__ = ("_columns", "_deferred", "arrays", "record_json", "_n", "_coders", "_codes", "_lists", "_leaves")
 
     def __init__(self, columns: dict[str, list[Any]], n: int, arrays: dict[str, tuple] | None = None,
                  record_json: list[bytes] | None = None, deferred: dict[str, Callable[[], list[Any]]] | None = None,
-                 coders: dict[str, Callable[[], TermCodes | None]] | None = None):
+                 coders: dict[str, Callable[[], TermCodes | None]] | None = None, lists: dict[str, Any] | None = None):
         if any(len(c) != n for k, c in columns.items() if not deferred or k not in deferred):
             raise ValueError("every column needs one value per record")
         if record_json is not None and len(record_json) != n:
@@ -196,6 +196,62 @@ class ColumnRecords(Sequence[dict[str, Any]]):
         self.record_json = record_json
         self._coders = coders or {}
         self._codes: dict[str, TermCodes | None] = {}
+        #: Top-level columns holding lists (polars Series), for paths through them (``path_leaf``).
+        self._lists: dict[str, Any] = lists or {}
+        self._leaves: dict[tuple, tuple | None] = {}
+
+    def path_leaf(self, steps: tuple) -> tuple[Any, np.ndarray, np.ndarray] | None:
+        """``(items, counts, null rows)`` of a path through lists (``convert.config.parse_path``
+        steps with at least one ``EACH``): every row's items, back to back, as one polars
+        Series, how many each row has, and which rows are null (null before the first
+        list); ``None`` when the columns cannot give them (then read the records).
+
+        Made with list and struct column operations (explode, struct fields) and
+        the counts in numpy, so the items' records never become Python dicts:
+        the same values, in the same order, as ``convert.vectorize.walk_path``.
+        """
+        if steps not in self._leaves:
+            self._leaves[steps] = _path_leaf(self._lists.get(steps[0]), steps[1:], self._n)
+        return self._leaves[steps]
+
+    def path_values(self, steps: tuple) -> list[Any] | None:
+        """Each row's items at a path through lists (``path_leaf``) as a Python list, None for a null row."""
+        leaf = self.path_leaf(steps)
+        if leaf is None:
+            return None
+        items, counts, null = leaf
+        values = items.to_list()
+        out: list[Any] = []
+        pos = 0
+        for c, is_null in zip(counts.tolist(), null.tolist(), strict=True):
+            out.append(None if is_null else values[pos:pos + c])
+            pos += c
+        return out
+
+    def path_term_codes(self, steps: tuple) -> TermCodes | None:
+        """``term_codes`` of the string items at a path through lists (kind ``"list"``), when none is null."""
+        leaf = self.path_leaf(steps)
+        if leaf is None or not _is_text_dtype(leaf[0].dtype) or leaf[0].null_count():
+            return None
+        import polars as pl
+
+        s = leaf[0].cast(pl.String)
+        uniq = s.unique(maintain_order=True)
+        codes = s.cast(pl.Enum(uniq)).to_physical().cast(pl.Int32).to_numpy()
+        return TermCodes("list", uniq.to_list(), codes, leaf[1])
+
+    def path_array(self, steps: tuple) -> tuple | None:
+        """The numeric items at a path through lists as ``arrays`` gives a list column
+        (``("list", float64 items, counts, null rows)``), when none is null."""
+        leaf = self.path_leaf(steps)
+        if leaf is None:
+            return None
+        items, counts, null = leaf
+        if not (items.dtype.is_integer() or items.dtype.is_float()) or items.null_count():
+            return None
+        import polars as pl
+
+        return ("list", items.cast(pl.Float64).to_numpy(), counts, null)
 
     def term_codes(self, name: str) -> TermCodes | None:
         """The field's values as distinct values and codes (``TermCodes``), made
@@ -448,6 +504,8 @@ def read_avro_schema(f: IO[bytes], path: str) -> dict[str, Any]:
             return _as_record_schema(fastavro.reader(patched).writer_schema)
     except RecursionError:
         raise InputFileError(path, _too_deep(f), 0) from None
+    except _FASTAVRO_API_ERRORS as e:
+        raise _fastavro_changed(e) from e
     except Exception as e:  # fastavro raises many types for bad headers
         raise InputFileError(path, f"not a readable Avro file ({_quoted(e)}); check the file is an Avro object container", 0) from e
 
@@ -782,6 +840,46 @@ def _numeric_arrays(leaves: list[tuple[str, Any]]) -> dict[str, tuple]:
     return out
 
 
+def _path_leaf(s: Any, steps: tuple, n: int) -> tuple[Any, np.ndarray, np.ndarray] | None:
+    """``ColumnRecords.path_leaf`` of the column ``s`` (None: no such list column) and the steps after its name."""
+    import polars as pl
+
+    from convert.config import EACH
+
+    if s is None:
+        return None
+    counts = null = None
+    for step in steps:
+        if step is EACH:
+            if not isinstance(s.dtype, pl.List):
+                return None
+            lens = s.list.len().fill_null(0).to_numpy().astype(np.int64)
+            if counts is None:  # the first list: a row per record
+                counts, null = lens, s.is_null().to_numpy()
+            else:  # items of the lists so far: add each item's count to its row
+                rows = np.repeat(np.arange(n), counts)
+                counts = np.bincount(rows, weights=lens, minlength=n).astype(np.int64)
+            s = s.explode(empty_as_null=False, keep_nulls=False)
+            if len(s) != int(counts.sum()):
+                return None
+        elif isinstance(step, str) and isinstance(s.dtype, pl.Struct) and step in {f.name for f in s.dtype.fields}:
+            s = s.struct.field(step)  # null where the record is null
+        else:
+            return None
+    if counts is None or null is None:
+        return None
+    return s, counts, null
+
+
+def _has_list(dtype: Any) -> bool:
+    """Whether a polars type holds a list at some depth."""
+    import polars as pl
+
+    if isinstance(dtype, pl.List):
+        return True
+    return isinstance(dtype, pl.Struct) and any(_has_list(f.dtype) for f in dtype.fields)
+
+
 def _is_text_dtype(dtype: Any) -> bool:
     import polars as pl
 
@@ -950,6 +1048,7 @@ def _iter_avro_columnar(f: IO[bytes], path: str, header: bytes, sync: bytes, pos
             # the lists of these, and of record columns, are made only if asked for.
             # (each ``df.schema``, ``df.columns`` or ``get_column`` call walks every column: once here)
             series = df.get_columns()
+            lists = {s.name: s for s in series if _has_list(s.dtype)}  # paths through lists (path_leaf)
             deferred = {s.name: s.to_list for s in series
                         if s.name in arrays or s.name in coders or isinstance(s.dtype, pl.Struct)}
             columns = {s.name: None if s.name in deferred else s.to_list() for s in series}
@@ -973,7 +1072,7 @@ def _iter_avro_columnar(f: IO[bytes], path: str, header: bytes, sync: bytes, pos
             rec_offsets.extend([off] * c)
             indexes.extend(range(c))
         parts.clear()
-        yield RecordBatch(path, "avro", ColumnRecords(columns, n, arrays, texts, deferred, coders), rec_offsets, indexes)
+        yield RecordBatch(path, "avro", ColumnRecords(columns, n, arrays, texts, deferred, coders, lists), rec_offsets, indexes)
         if too_big is not None:
             raise too_big
     return None
@@ -1007,19 +1106,21 @@ def iter_avro(f: IO[bytes], path: str, start: int = 0, end: int | None = None,
                 raise
             f = patched
             blocks = fastavro.block_reader(f)
-        sync = blocks._header["sync"]
+        header_end = f.tell()
+        sync = _header_sync(f, header_end)
         # With logical types, records are decoded with the writer schema minus
         # ``logicalType``: fastavro converts logical types according to the
         # *writer* schema, so a reader schema cannot turn the conversion off.
-        raw_schema = fastavro.parse_schema(_strip_logical(blocks.writer_schema)) if _has_logical(blocks.writer_schema) else None
+        raw_header = _raw_header(blocks.writer_schema, blocks.codec, sync) if _has_logical(blocks.writer_schema) else None
     except RecursionError:
         raise InputFileError(path, _too_deep(f), 0) from None
+    except _FASTAVRO_API_ERRORS as e:
+        raise _fastavro_changed(e) from e
     except Exception as e:
         raise InputFileError(
             path, f"cannot read the Avro header ({_quoted(e)}); is it an Avro object container file?", 0
         ) from e
 
-    header_end = f.tell()
     if start <= header_end:
         f.seek(header_end)
     else:
@@ -1052,42 +1153,38 @@ def iter_avro(f: IO[bytes], path: str, start: int = 0, end: int | None = None,
         if expands is not None:
             error = _block_too_big(f, path, header_end, next_block, max_block_bytes)
             break
+        if head is not None and head[0] > MAX_AVRO_EMPTY_RECORDS and _check_block_at(f, blocks.codec, head[0] - 1) is None:
+            error = InputFileError(path, f"Avro block claims {head[0]} records in fewer decompressed bytes; the file is corrupt", next_block)
+            break
+        off = next_block
         try:
-            block = next(blocks)
+            block = next(blocks) if raw_header is None else _raw_block(f, raw_header)
         except StopIteration:
             break
         except RecursionError as e:
-            error, cause = InputFileError(path, _too_deep(None), next_block), e
+            error, cause = InputFileError(path, _too_deep(None), off), e
             break
+        except _FASTAVRO_API_ERRORS as e:
+            raise _fastavro_changed(e) from e
         except Exception as e:
             what = "truncated Avro block (the file ends inside it)" if isinstance(e, EOFError) else "corrupt Avro block"
-            error, cause = InputFileError(path, f"{what} ({_quoted(e)})", next_block), e
-            break
-        nbytes = len(block.bytes_.getbuffer()) if hasattr(block.bytes_, "getbuffer") else len(block.bytes_)
-        if block.num_records > max(nbytes, MAX_AVRO_EMPTY_RECORDS):
-            error = InputFileError(path, f"Avro block claims {block.num_records} records in {nbytes} bytes; the file is corrupt", block.offset)
+            error, cause = InputFileError(path, f"{what} ({_quoted(e)})", off), e
             break
         recs = []
         try:
-            if raw_schema is None:
-                recs.extend(block)
-            else:
-                data = block.bytes_ if hasattr(block.bytes_, "read") else io.BytesIO(block.bytes_)
-                for _ in range(block.num_records):
-                    recs.append(fastavro.schemaless_reader(data, raw_schema, None))
+            recs.extend(block)
         except RecursionError as e:
-            error, cause = InputFileError(path, _too_deep(None), block.offset), e
+            error, cause = InputFileError(path, _too_deep(None), off), e
             break
         except Exception as e:
-            error, cause = InputFileError(path, f"corrupt record {len(recs)} in Avro block ({_quoted(e)})", block.offset), e
+            error, cause = InputFileError(path, f"corrupt record {len(recs)} in Avro block ({_quoted(e)})", off), e
             break
-        off = block.offset
         if wrap:
             recs = [{VALUE_FIELD: r} for r in recs]
         batch.records.extend(recs)
         batch.offsets.extend([off] * len(recs))
         batch.indexes.extend(range(len(recs)))
-        next_block = block.offset + block.size
+        next_block = off + block.size
         if len(batch.records) >= batch_size:
             yield batch
             batch = RecordBatch(path, "avro", [], [], [])
@@ -1095,6 +1192,49 @@ def iter_avro(f: IO[bytes], path: str, start: int = 0, end: int | None = None,
         yield batch
     if error is not None:
         raise error from cause
+
+
+#: What a fastavro whose API no longer fits raises (a renamed attribute, a
+#: changed signature): recordprep's fault, never a reason to blame the file.
+_FASTAVRO_API_ERRORS = (AttributeError, TypeError, NameError, ImportError)
+
+
+def _fastavro_changed(e: BaseException) -> RuntimeError:
+    return RuntimeError(f"internal error: recordprep's use of fastavro does not fit the installed fastavro "
+                        f"{getattr(fastavro, '__version__', '?')} ({_quoted(e)}); install a fastavro in the range "
+                        "pyproject.toml gives, and report this")
+
+
+def _header_sync(f: IO[bytes], header_end: int) -> bytes:
+    """The file's 16-byte sync marker: the last bytes of its header (Avro
+    specification), read back from the file; ``f`` left at ``header_end``."""
+    f.seek(header_end - _SYNC_SIZE)
+    sync = f.read(_SYNC_SIZE)
+    if len(sync) != _SYNC_SIZE:
+        raise ValueError(f"the header ends at byte {header_end}, before a whole sync marker")
+    return sync
+
+
+def _raw_header(writer_schema: Any, codec: str, sync: bytes) -> bytes:
+    """An Avro header declaring ``writer_schema`` minus ``logicalType``, with the
+    file's codec and sync marker: a file's blocks behind it decode to the raw
+    values of their logical types (``_raw_block``)."""
+    buf = io.BytesIO()
+    fastavro.writer(buf, fastavro.parse_schema(_strip_logical(writer_schema)), [], codec=codec, sync_marker=sync)
+    return buf.getvalue()
+
+
+def _raw_block(f: IO[bytes], raw_header: bytes) -> Any:
+    """The fastavro block at ``f``'s position (``f`` left after it) read behind
+    ``raw_header``, so fastavro decompresses and checks it as it does in the
+    file; ``StopIteration`` at the end of the file."""
+    pos = f.tell()
+    h = _block_header(f.read(20))
+    f.seek(pos)
+    data = f.read(h[2] + h[1] + _SYNC_SIZE if h is not None and h[1] >= 0 else 20)
+    if not data:
+        raise StopIteration
+    return next(fastavro.block_reader(io.BytesIO(raw_header + data)))
 
 
 def _schema_depth(text: bytes) -> int:
