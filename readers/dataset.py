@@ -392,8 +392,8 @@ def _tfrecords(files: tf.Tensor, compression_type: str, buffer_bytes: int) -> tf
     private = _private_tfrecord_class()
     if private is not None:
         try:
-            return private(files, compression_type, buffer_bytes)
-        except TypeError as e:  # its signature changed
+            return private(filenames=files, compression_type=compression_type, buffer_size=buffer_bytes)
+        except TypeError as e:  # its parameters were renamed (keywords: a reordering cannot pass one as another)
             logger.debug("private _TFRecordDataset unusable (%s); using TFRecordDataset", e)
     return tf.data.TFRecordDataset(files, compression_type=compression_type, buffer_size=buffer_bytes)
 
@@ -753,11 +753,11 @@ def _in_order_interleave(files, read, *, cycle_length, block_length, num_paralle
         from tensorflow.python.data.ops import interleave_op
 
         return interleave_op._ParallelInterleaveDataset(  # same op as Dataset.interleave
-            files,
-            read,
-            cycle_length,
-            block_length,
-            num_parallel_calls,
+            input_dataset=files,  # keywords: a reordered signature cannot swap cycle and block length
+            map_func=read,
+            cycle_length=cycle_length,
+            block_length=block_length,
+            num_parallel_calls=num_parallel_calls,
             buffer_output_elements=buffer_output_elements,
             deterministic=True,
             **ahead,

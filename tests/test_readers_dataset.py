@@ -218,6 +218,45 @@ def test_train_without_the_private_tfrecord_class(plain, monkeypatch):
     assert calls  # the public class read the shards
 
 
+def test_the_private_tfrecord_class_is_called_by_keyword(tmp_path, monkeypatch):
+    # A TF release that reorders _TFRecordDataset's parameters must not get the
+    # compression type as the buffer size: the private class reads gzip shards.
+    import readers.dataset
+
+    gz = fx.write_output(tmp_path / "gz", compression="GZIP")
+    real, public, calls = readers.dataset._private_tfrecord_class(), tf.data.TFRecordDataset, []
+
+    def reordered(filenames, buffer_size=None, compression_type=None, name=None):
+        calls.append((buffer_size, compression_type))
+        return real(filenames, compression_type=compression_type, buffer_size=buffer_size)
+
+    def no_public(*args, **kwargs):
+        raise AssertionError("fell back to the public TFRecordDataset")
+
+    monkeypatch.setattr(readers.dataset, "_private_tfrecord_class", lambda: reordered)
+    monkeypatch.setattr(tf.data, "TFRecordDataset", no_public)
+    ds = train_dataset(_pattern(gz), 5, num_epochs=1, drop_remainder=False)
+    assert sorted(fx.ids_of(ds)) == gz.all_ids("train")
+    assert calls and all(c == "GZIP" and isinstance(b, int) for b, c in calls)
+
+
+def test_the_private_interleave_class_is_called_by_keyword(plain, monkeypatch):
+    # A TF release that swaps cycle_length and block_length in
+    # _ParallelInterleaveDataset's signature must not change eval's order.
+    from tensorflow.python.data.ops import interleave_op
+
+    real, calls = interleave_op._ParallelInterleaveDataset, []
+
+    def reordered(input_dataset, map_func, block_length, cycle_length, num_parallel_calls, **kwargs):
+        calls.append((cycle_length, block_length))
+        return real(input_dataset, map_func, cycle_length, block_length, num_parallel_calls, **kwargs)
+
+    monkeypatch.setattr(interleave_op, "_ParallelInterleaveDataset", reordered)
+    ds = eval_dataset(_pattern(plain), 4, options=ReadOptions(cycle_length=3))
+    assert fx.ids_of(ds) == plain.all_ids("train")
+    assert calls and calls[0][0] == 3  # the private class read the shards, 3 open at once
+
+
 def test_fixed_len_parse_matches_tf_io_parse_example():
     from readers.dataset import _parse_fixed
 
