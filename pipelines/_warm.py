@@ -14,11 +14,15 @@ waiting child, which gets the environment Beam would have given the new
 process and runs the same ``sdk_worker_main`` entry point; Beam waits for it
 and kills it as it would the process it started.
 
-Forking is only done where it is safe and can pay: Linux (``os.fork``),
-no other Python thread in the launcher (numpy's OpenBLAS threads handle
-``fork`` themselves), polars not yet imported (its thread pool must not be
-forked). Otherwise, and for any worker the pool cannot serve, Beam starts the
-worker process as usual. ``RECORDPREP_WARM_WORKERS=0`` turns the pool off.
+Forking is the CLI's behaviour; a program calling ``run_convert`` opts in
+with ``ConvertOptions.pre_fork`` (forking a caller's process, with its open
+connections and handlers, is the caller's decision). Even then it is only
+done where it is safe and can pay: Linux (``os.fork``), no other Python
+thread in the launcher (numpy's OpenBLAS threads handle ``fork``
+themselves), polars not yet imported (its thread pool must not be forked).
+Otherwise, and for any worker the pool cannot serve, Beam starts the worker
+process as usual. ``RECORDPREP_WARM_WORKERS=0`` turns the pool off for the
+CLI too. ``ConvertResult.pre_forked`` says how many workers the pool served.
 """
 
 from __future__ import annotations
@@ -31,7 +35,14 @@ import signal
 import sys
 import threading
 from collections.abc import Iterator
-from typing import Any
+
+from pipelines._patches import (
+    LOOPBACK_BINDS,
+    QUIET_BUNDLE_TRACEBACKS,
+    SHORT_SAMPLER_SLEEPS,
+    WORKER_STARTS,
+    apply_for_process,
+)
 
 log = logging.getLogger(__name__)
 
@@ -162,29 +173,10 @@ class WarmPool:
 
     @contextlib.contextmanager
     def serving_beam(self) -> Iterator[None]:
-        """While open, Beam's local worker starts go to this pool's children."""
-        from apache_beam.runners.portability import local_job_service
-
-        real = local_job_service.subprocess
-        pool = self
-
-        class _Subprocess:
-            def __getattr__(self, name: str) -> Any:
-                return getattr(real, name)
-
-            @staticmethod
-            def Popen(args: Any, *a: Any, **kw: Any) -> Any:  # noqa: N802 - subprocess's name
-                if isinstance(args, str) and kw.get("shell") and not a:
-                    proc = pool.popen(args, kw.get("env") or dict(os.environ))
-                    if proc is not None:
-                        return proc
-                return real.Popen(args, *a, **kw)
-
-        local_job_service.subprocess = _Subprocess()
-        try:
+        """While open, Beam's local worker starts go to this pool's children
+        (:class:`pipelines._patches.WorkerStarts`)."""
+        with WORKER_STARTS.serving(self.popen):
             yield
-        finally:
-            local_job_service.subprocess = real
 
 
 def _child(job_fd: int) -> None:
@@ -217,9 +209,9 @@ def _child(job_fd: int) -> None:
         root.setLevel(logging.WARNING)
         from apache_beam.runners.worker import sdk_worker_main
 
-        from pipelines._worker import quiet_failed_bundle_tracebacks
-
-        quiet_failed_bundle_tracebacks()
+        # The launcher's run applied the first two before forking; this
+        # process keeps them, as a started worker does (pipelines._worker).
+        apply_for_process(LOOPBACK_BINDS, SHORT_SAMPLER_SLEEPS, QUIET_BUNDLE_TRACEBACKS)
         sys.argv = ["apache_beam.runners.worker.sdk_worker_main"]
         sdk_worker_main.main(sys.argv)  # what `python -m` of it runs
         code = 0

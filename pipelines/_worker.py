@@ -18,9 +18,10 @@ each measured on the bench's default workload (2 workers, 400k records):
   threads would otherwise each get one) and a fixed mmap threshold, so the
   large batch buffers are returned to the system when freed instead of
   staying in the heap: about 10 MB per worker.
-- **gRPC binds loopback only**, as in the launcher (:mod:`pipelines._loopback`).
-- **Bundles end promptly** (``shorten_bundle_end_waits``, also applied to
-  in-process runs).
+- **gRPC binds loopback only**, **bundles end promptly** and **a failed
+  bundle's traceback is not printed** to the stderr it shares with the CLI:
+  the patches of :mod:`pipelines._patches`, kept for the worker's lifetime
+  (a run in someone else's process applies them only while it runs).
 - **It exits at once** when the harness returns (``os._exit`` after flushing
   logs): the runner stops its workers one after the other, each waiting for
   the interpreter's teardown, which added 0.6-0.7 s to the end of every job.
@@ -44,7 +45,12 @@ import shlex
 import sys
 from collections.abc import Iterable, Sequence
 
-from pipelines._loopback import bind_loopback_only
+from pipelines._patches import (
+    LOOPBACK_BINDS,
+    QUIET_BUNDLE_TRACEBACKS,
+    SHORT_SAMPLER_SLEEPS,
+    apply_for_process,
+)
 
 #: Modules a conversion worker never imports; ``import apache_beam`` tries them
 #: all inside ``try/except ImportError``.
@@ -134,71 +140,18 @@ def prepare_launcher(argv: Sequence[str]) -> bool:
     return True
 
 
-#: Longest sleep of Beam's per-bundle state sampler in local runs (Beam: 200 ms).
-STATE_SAMPLING_PERIOD_MS = 20
-
-
-def shorten_bundle_end_waits() -> bool:
-    """Cap the sleep of Beam's state sampler at ``STATE_SAMPLING_PERIOD_MS``.
-
-    Every bundle starts a sampler thread that sleeps between samples, ramping
-    up to 200 ms, and the bundle's end joins that thread: it waits out the
-    current sleep, on average ~100 ms per bundle once the bundle ran a second
-    (the sampler's own comment: "may have to wait up to sampling_period_ms").
-    Measured on a 50k-record in-process job (~4 s): 0.08-0.25 s spent in
-    these joins, 0.04-0.06 s at 20 ms. The sampler only times the running
-    step for metrics; a shorter period samples finer, at 50 wake-ups per second
-    (each a lock and a clock read). Beam takes the period as a constructor
-    default, so that default is what changes; returns False (and changes
-    nothing) if Beam's sampler no longer looks as expected.
-    """
-    from apache_beam.runners.worker import statesampler
-
-    init = getattr(statesampler.StateSampler, "__init__", None)
-    default = getattr(statesampler, "DEFAULT_SAMPLING_PERIOD_MS", None)
-    if getattr(init, "__defaults__", None) not in ((default,), (STATE_SAMPLING_PERIOD_MS,)):
-        return False
-    init.__defaults__ = (STATE_SAMPLING_PERIOD_MS,)  # type: ignore[union-attr]
-    return True
-
-
-def quiet_failed_bundle_tracebacks() -> bool:
-    """Stop Beam's harness printing each failed bundle's traceback to stderr.
-
-    ``SdkHarness._execute`` prints it (``print(..., file=sys.stderr)``) before
-    it logs it and sends it to the runner as the instruction's error. A local
-    worker shares its stderr with ``recordprep convert``, so a run that
-    rejects records showed a worker's traceback above the CLI's one-line
-    error. Nothing is lost: the runner gets the same text, the CLI prints it
-    with ``--verbose``. Returns False (and changes nothing) if Beam's module
-    no longer looks as expected.
-    """
-    from apache_beam.runners.worker import sdk_worker
-
-    if "print" in vars(sdk_worker) or not hasattr(sdk_worker, "SdkHarness"):
-        return False
-
-    def _print(*args, file=None, **kw):  # the module's only print is that one
-        if file is not sys.stderr:
-            print(*args, file=file, **kw)
-
-    sdk_worker.print = _print  # type: ignore[attr-defined]
-    return True
-
-
 def prepare(schemes: Iterable[str] = tuple(FILESYSTEM_MODULES)) -> None:
     """Set this process up as a worker; call before anything imports Beam."""
     _tune_malloc()
     block_unused_modules(schemes)
-    bind_loopback_only()
-    shorten_bundle_end_waits()
+    apply_for_process(LOOPBACK_BINDS, SHORT_SAMPLER_SLEEPS)
 
 
 def _main() -> None:
     ours = [a for a in sys.argv[1:] if a.startswith(_SCHEMES_FLAG)]
     schemes = [s for a in ours for s in a[len(_SCHEMES_FLAG):].split(",") if s] if ours else FILESYSTEM_MODULES
     prepare(schemes)
-    quiet_failed_bundle_tracebacks()
+    apply_for_process(QUIET_BUNDLE_TRACEBACKS)
     sys.argv = ["apache_beam.runners.worker.sdk_worker_main", *(a for a in sys.argv[1:] if a not in ours)]
     runpy.run_module("apache_beam.runners.worker.sdk_worker_main", run_name="__main__", alter_sys=True)
     # The harness returned: the runner closed the control stream, every bundle

@@ -166,6 +166,7 @@ def convert(
             max_error_fraction=max_error_fraction, json_records_path=json_records_path,
             max_record_mb=max_record_mb, max_block_mb=max_block_mb,
             analysis_from=analysis_from, overwrite=overwrite, force=force, beam_args=tuple(beam_args or ()), progress=progress, workers=workers,
+            pre_fork=True,  # the CLI's own process: its workers may fork from it (pipelines._warm)
         )
         if dry_run:
             p = plan(opts)

@@ -40,14 +40,13 @@ from convert.sources import InputFileError
 from convert.spec import FAILURE_FILENAME, FORMAT_VERSION, METADATA_FILENAME, DatasetInfo
 from convert.stats import STATS_FILENAME
 from convert.vectorize import Analysis, AnalysisMismatchError
-from pipelines import remote
+from pipelines import _patches, remote
 from pipelines._fs import delete as fs_delete
 from pipelines._fs import match_in
-from pipelines._loopback import bind_loopback_only
 from pipelines._progress import PASSES, PROGRESS_DIR, ProgressReporter
 from pipelines._warm import WarmPool
 from pipelines._worker import command as worker_command
-from pipelines._worker import schemes_of, shorten_bundle_end_waits
+from pipelines._worker import schemes_of
 from pipelines.interrupt import Interrupted
 from pipelines.lock import LOCK_FILENAME, OutputLock
 from pipelines.options import ConvertOptions
@@ -89,12 +88,19 @@ _ERROR_FILES_SHOWN = 3
 
 @dataclasses.dataclass
 class ConvertResult:
-    """What a run did. ``skipped`` is True when the output was already complete."""
+    """What a run did. ``skipped`` is True when the output was already complete.
+
+    ``workers``: the worker processes of a local run (1: in-process, or a
+    remote runner); ``pre_forked``: how many of them were forked from this
+    process (``ConvertOptions.pre_fork``) rather than started by Beam.
+    """
 
     output: str
     skipped: bool
     info: dict[str, Any]
     seconds: float
+    workers: int = 1
+    pre_forked: int = 0
 
     def summary_lines(self) -> list[str]:
         info = self.info
@@ -115,7 +121,8 @@ class ConvertResult:
         if not self.skipped:
             n = counts.get("read", 0)
             rate = n / self.seconds if self.seconds > 0 else 0.0
-            lines.append(f"time: {self.seconds:.1f} s ({rate:,.0f} records/s)")
+            how = f"; {self.workers} worker processes, {self.pre_forked} pre-forked" if self.workers > 1 else ""
+            lines.append(f"time: {self.seconds:.1f} s ({rate:,.0f} records/s{how})")
         return lines
 
 
@@ -345,15 +352,10 @@ def local_workers(opts: ConvertOptions, total_bytes: int, num_units: int, beam_a
     return max(1, min(_cores(), num_units))
 
 
-class _DropModeWarning(logging.Filter):
-    """Beam warns that ``direct_num_workers`` > 1 wants a multi-process running
-    mode; ours is multi-process through its own worker environment."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.msg).startswith("If direct_num_workers is not equal to 1")
-
-
-_DROP_MODE_WARNING = _DropModeWarning()
+#: Beam warns that ``direct_num_workers`` > 1 wants a multi-process running
+#: mode; ours is multi-process through its own worker environment. Dropped
+#: while such a run goes (``_patches.log_records_dropped``).
+_MODE_WARNING = ("apache_beam.runners.portability.fn_api_runner.fn_runner", "If direct_num_workers is not equal to 1")
 
 
 def _multiprocess_runner(fn_api_runner: Any, command: str) -> Any:
@@ -368,7 +370,6 @@ def _multiprocess_runner(fn_api_runner: Any, command: str) -> Any:
     """
     from apache_beam.transforms.environments import SubprocessSDKEnvironment
 
-    logging.getLogger("apache_beam.runners.portability.fn_api_runner.fn_runner").addFilter(_DROP_MODE_WARNING)
     return fn_api_runner(default_environment=SubprocessSDKEnvironment.from_command_string(command))
 
 
@@ -476,7 +477,7 @@ def run_convert(opts: ConvertOptions) -> ConvertResult:
         if existing is not None:  # the run that held the lock made this very dataset
             return ConvertResult(opts.output, True, existing, time.perf_counter() - t0)
         try:
-            _run(opts, p, analysis, lock)
+            workers, pre_forked = _run(opts, p, analysis, lock)
         except BaseException as e:
             _record_failure(opts.output, p["fingerprint"], e)
             raise
@@ -485,7 +486,7 @@ def run_convert(opts: ConvertOptions) -> ConvertResult:
     info = read_existing(opts.output)
     if info is None:
         raise ConversionFailed(f"the pipeline finished but {opts.output}/{METADATA_FILENAME} was not written; see the runner's logs")
-    return ConvertResult(opts.output, False, info, time.perf_counter() - t0)
+    return ConvertResult(opts.output, False, info, time.perf_counter() - t0, workers, pre_forked)
 
 
 def _lock(opts: ConvertOptions, fingerprint: str) -> OutputLock:
@@ -577,37 +578,73 @@ def _record_failure(output: str, fingerprint: str, e: BaseException) -> None:
         log.warning("could not write %s: %s", marker, err)
 
 
-def _runner(opts: ConvertOptions, p: dict[str, Any]) -> tuple[Any, list[str], str, bool, bool, WarmPool | None]:
-    """The runner and Beam flags: ``(runner, args, runner name, local, in-process, warm pool)``."""
+@dataclasses.dataclass(frozen=True)
+class _RunnerSetup:
+    """The runner of a run and what its set-up needs to know.
+
+    ``runner``: an FnApiRunner, or None for the runner the Beam flags name;
+    ``local``: a local runner; ``in_process``: bundles run in this process
+    (no worker processes, no gRPC servers); ``workers``: worker processes of
+    our FnApiRunner (1: none); ``command``: their start command.
+    """
+
+    runner: Any
+    args: list[str]
+    runner_name: str | None
+    local: bool
+    in_process: bool
+    workers: int
+    command: str | None
+
+    def label(self, warm: WarmPool | None) -> str:
+        """The runner as the metadata names it."""
+        if self.runner_name is not None:
+            return self.runner_name
+        if self.in_process:
+            return "FnApiRunner (local, in-process)"
+        return f"FnApiRunner (local, {self.workers} worker processes{', pre-forked' if warm else ''})"
+
+
+def _runner(opts: ConvertOptions, p: dict[str, Any]) -> _RunnerSetup:
+    """The runner and Beam flags; changes nothing in this process but ``FileSystems``' options."""
     remote.pipeline_options(opts)  # also hands the hdfs:// flags to FileSystems
     args = remote.beam_args_for(opts)
     runner_name = PipelineOptions(args).view_as(StandardOptions).runner
     local = runner_name is None or runner_name.split(".")[-1] in LOCAL_RUNNERS
     # Remote workers get this package as a wheel (no setup.py, no TensorFlow).
     args += staging_args(runner_name, opts.beam_args)
-    if local:
-        # Beam's local gRPC servers would otherwise listen on every interface.
-        bind_loopback_only()
-        shorten_bundle_end_waits()  # in-process bundles (workers do it themselves)
     if runner_name is not None:
-        return None, args, runner_name, local, False, None
+        return _RunnerSetup(None, args, runner_name, local, False, 1, None)
     from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
-    units = p["unit_objs"]
-    workers = local_workers(opts, p["total_bytes"], len(units), beam_args=opts.beam_args)
+    workers = local_workers(opts, p["total_bytes"], len(p["unit_objs"]), beam_args=opts.beam_args)
     runner: Any = FnApiRunner()
-    warm: WarmPool | None = None
+    command = None
     if workers > 1:
         paths = [f.path for f in p["files"]] + [opts.output] + ([opts.analysis_from] if opts.analysis_from else [])
         command = worker_command(schemes_of(paths))
         runner = _multiprocess_runner(FnApiRunner, command)
         args += ["--direct_num_workers", str(workers)]
-        # Before any thread starts: the workers fork from this process (pipelines/_warm.py).
-        warm = WarmPool.start(workers, command)
     in_process = workers == 1 and not _beam_sets_workers(opts.beam_args)
-    name = ("FnApiRunner (local, in-process)" if in_process
-            else f"FnApiRunner (local, {workers} worker processes{', pre-forked' if warm else ''})")
-    return runner, args, name, local, in_process, warm
+    return _RunnerSetup(runner, args, None, local, in_process, workers, command)
+
+
+def _run_patches(setup: _RunnerSetup, pre_fork: bool) -> list[contextlib.AbstractContextManager[Any]]:
+    """The patches (:mod:`pipelines._patches`) this run needs, entered for its duration only.
+
+    Worker processes started by Beam apply their own; pre-forked ones
+    inherit the launcher's, so those are on before the pool forks.
+    """
+    if not setup.local:
+        return []
+    patches: list[contextlib.AbstractContextManager[Any]] = []
+    if not setup.in_process:  # Beam's gRPC servers for its worker processes live in this process
+        patches.append(_patches.LOOPBACK_BINDS.applied())
+    if setup.in_process or setup.runner_name is not None or pre_fork:  # bundles run here, or in forks of it
+        patches.append(_patches.SHORT_SAMPLER_SLEEPS.applied())
+    if setup.command is not None:
+        patches.append(_patches.log_records_dropped(*_MODE_WARNING))
+    return patches
 
 
 def _build_pipeline(opts: ConvertOptions, p: dict[str, Any], analysis: dict[str, Any] | None, runner: Any,
@@ -635,13 +672,24 @@ def _build_pipeline(opts: ConvertOptions, p: dict[str, Any], analysis: dict[str,
     return pipeline
 
 
-def _run(opts: ConvertOptions, p: dict[str, Any], analysis: dict[str, Any] | None, lock: OutputLock) -> None:
-    """Build and run the pipeline; Beam's wrapped errors come out as ours (``_unwrap``)."""
-    runner, args, runner_name, local, in_process, warm = _runner(opts, p)
-    lock.start_heartbeat()  # a thread: only once the workers are forked
-    try:  # the forked workers, if any, are dismissed whatever happens from here
-        pipeline = _build_pipeline(opts, p, analysis, runner, args, runner_name, in_process)
-        progress = opts.progress and local and "://" not in opts.output
+def _run(opts: ConvertOptions, p: dict[str, Any], analysis: dict[str, Any] | None, lock: OutputLock) -> tuple[int, int]:
+    """Build and run the pipeline; Beam's wrapped errors come out as ours (``_unwrap``).
+
+    Returns ``(worker processes, how many of them were pre-forked)``. Every
+    change to gRPC and Beam the run makes is undone when it returns or raises.
+    """
+    setup = _runner(opts, p)
+    pre_fork = opts.pre_fork and setup.command is not None
+    with contextlib.ExitStack() as scope:
+        for patch in _run_patches(setup, pre_fork):
+            scope.enter_context(patch)
+        # Before any thread starts: the workers fork from this process (pipelines/_warm.py).
+        warm = WarmPool.start(setup.workers, setup.command) if pre_fork and setup.command else None
+        if warm is not None:
+            scope.callback(warm.close)  # dismissed whatever happens from here
+        lock.start_heartbeat()  # a thread: only once the workers are forked
+        pipeline = _build_pipeline(opts, p, analysis, setup.runner, setup.args, setup.label(warm), setup.in_process)
+        progress = opts.progress and setup.local and "://" not in opts.output
         reporter = (ProgressReporter(FileSystems.join(opts.output, TMP_DIR, PROGRESS_DIR), p["total_bytes"],
                                      ("convert",) if opts.analysis_from else PASSES)
                     if progress else contextlib.nullcontext())
@@ -650,9 +698,7 @@ def _run(opts: ConvertOptions, p: dict[str, Any], analysis: dict[str, Any] | Non
                 pipeline.run().wait_until_finish()
         except Exception as e:
             raise _unwrap(e) from e
-    finally:
-        if warm is not None:
-            warm.close()
+        return setup.workers, warm.handed if warm is not None else 0
 
 
 def _clean(msg: str) -> str:

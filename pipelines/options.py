@@ -80,6 +80,12 @@ class ConvertOptions:
       workers: local runs: worker processes; ``None`` = one per core when the
         input is large enough to repay their start-up (see ``pipelines.job``),
         1 = in-process (least memory).
+      pre_fork: local runs with worker processes: fork them from this
+        process before the pipeline starts (Linux, when safe; see
+        ``pipelines._warm``) instead of starting new interpreters, which
+        saves each worker's imports. Off by default: forking the caller's
+        process is the caller's choice. ``recordprep convert`` turns it on.
+        Not in the fingerprint (same bytes either way).
       order: ``shuffled`` (default: every shard a uniform random sample of
         its split, records in random order, so any batch a reader draws is a
         fair sample even of sorted input) or ``input`` (each shard a
@@ -111,6 +117,7 @@ class ConvertOptions:
     beam_args: tuple[str, ...] = ()
     progress: bool = False
     workers: int | None = None
+    pre_fork: bool = False
     order: str = "shuffled"
     seed: int | None = None
 

@@ -46,7 +46,7 @@ def test_worker_entry_point_skips_unused_connectors_and_keeps_gcs(tmp_path):
     import subprocess
     import sys
 
-    from pipelines import _worker
+    from pipelines import _patches, _worker
 
     probe = (
         "import json, sys\n"
@@ -56,11 +56,11 @@ def test_worker_entry_point_skips_unused_connectors_and_keeps_gcs(tmp_path):
         "from apache_beam.runners.worker import statesampler\n"
         "from apache_beam.utils.counters import CounterFactory\n"
         "from apache_beam.io.filesystems import FileSystems\n"
-        "from grpc import _server\n"
+        "from pipelines import _patches\n"
         "print(json.dumps({'loaded': [m for m in _worker.UNUSED_MODULES if sys.modules.get(m) is not None],\n"
         "                  'gcs': type(FileSystems.get_filesystem('gs://bucket/x')).__name__,\n"
         "                  'malloc': _worker._tune_malloc(),\n"
-        "                  'loopback': getattr(_server._Server.add_insecure_port, '_recordprep_loopback', False),\n"
+        "                  'loopback': _patches.LOOPBACK_BINDS.active,\n"
         "                  'sampling_ms': statesampler.StateSampler('p', CounterFactory()).sampling_period_ms}))\n"
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
@@ -68,7 +68,7 @@ def test_worker_entry_point_skips_unused_connectors_and_keeps_gcs(tmp_path):
     assert got["loaded"] == []  # BigQuery, MongoDB and pyarrow stay out of the worker
     assert got["gcs"] == "GCSFileSystem"  # Cloud Storage still loads on demand
     assert got["loopback"]
-    assert got["sampling_ms"] == _worker.STATE_SAMPLING_PERIOD_MS < 200  # bundles end without a 200 ms wait
+    assert got["sampling_ms"] == _patches.STATE_SAMPLING_PERIOD_MS < 200  # bundles end without a 200 ms wait
     if sys.platform.startswith("linux"):
         assert got["malloc"]
     assert _worker.command().endswith("-m pipelines._worker --recordprep-schemes=gs,hdfs")
@@ -126,23 +126,26 @@ def _run_cli(src, out, env_extra, workers=2):
            str(src["config"]), "--output", str(out), "--num-shards", "2", "--workers", str(workers)]
     r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
-    return r
+    return r.stdout
 
 
 @pytest.mark.slow
 def test_pre_forked_workers_write_the_same_bytes_as_started_ones(tmp_path):
-    """The CLI forks its workers from the launcher (pipelines/_warm.py); the output
-    is byte for byte what workers started by Beam write, and no worker is left behind."""
+    """The CLI forks its workers from the launcher (pipelines/_warm.py) and hands
+    every one of them to Beam; the output is byte for byte what workers started by
+    Beam write, and no worker is left behind."""
     import gzip
     import json
 
     src = write_dataset(tmp_path / "d", make_records(400))
-    _run_cli(src, tmp_path / "warm", {})
-    _run_cli(src, tmp_path / "cold", {"RECORDPREP_WARM_WORKERS": "0"})
+    warm_out = _run_cli(src, tmp_path / "warm", {})
+    cold_out = _run_cli(src, tmp_path / "cold", {"RECORDPREP_WARM_WORKERS": "0"})
     warm = json.loads((tmp_path / "warm" / "dataset_info.json").read_text())
     cold = json.loads((tmp_path / "cold" / "dataset_info.json").read_text())
     assert warm["runner"].endswith("2 worker processes, pre-forked)")
     assert cold["runner"].endswith("2 worker processes)")
+    assert "2 worker processes, 2 pre-forked)" in warm_out, warm_out  # the pool served both
+    assert "2 worker processes, 0 pre-forked)" in cold_out, cold_out
     assert warm["counts"] == cold["counts"]
     for split in warm["splits"].values():
         for shard in split["shards"]:
@@ -178,18 +181,37 @@ def test_warm_pool_serves_only_its_command_and_dismisses_the_rest():
     assert r.returncode == 0 and r.stdout.split() == ["ok", "0"], r.stdout + r.stderr
 
 
-def test_warm_pool_is_off_where_forking_is_unsafe(monkeypatch):
-    import threading
+def test_warm_pool_is_off_where_forking_is_unsafe():
+    """In a fresh process (this one has threads and polars): forking is allowed
+    single-threaded without polars, and refused after each of them or with the switch off."""
+    import subprocess
+    import sys
 
-    from pipelines import _warm
-
-    monkeypatch.setenv(_warm.ENV_SWITCH, "0")
-    assert not _warm.can_fork()
-    monkeypatch.delenv(_warm.ENV_SWITCH)
-    assert "polars" in __import__("sys").modules or threading.active_count() > 1 or _warm.can_fork()
-    import polars  # noqa: F401 - its thread pool must not be forked
-    assert not _warm.can_fork()
-    assert _warm.WarmPool.start(2, "cmd") is None
+    probe = (
+        "import json, os, sys, threading\n"
+        "from pipelines import _warm\n"
+        "got = {'fresh': _warm.can_fork()}\n"
+        "os.environ[_warm.ENV_SWITCH] = '0'\n"
+        "got['switched_off'] = _warm.can_fork()\n"
+        "del os.environ[_warm.ENV_SWITCH]\n"
+        "stop = threading.Event()\n"
+        "t = threading.Thread(target=stop.wait)\n"
+        "t.start()\n"
+        "got['another_thread'] = _warm.can_fork()\n"
+        "stop.set()\n"
+        "t.join()\n"
+        "got['thread_gone'] = _warm.can_fork()\n"
+        "import polars\n"
+        "got['polars'] = _warm.can_fork()\n"
+        "got['pool'] = _warm.WarmPool.start(2, 'cmd') is not None\n"
+        "print(json.dumps(got))\n"
+    )
+    r = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]
+    got = __import__("json").loads(r.stdout.strip().splitlines()[-1])
+    linux = sys.platform.startswith("linux")
+    assert got == {"fresh": linux, "switched_off": False, "another_thread": False, "thread_gone": linux,
+                   "polars": False, "pool": False}
 
 
 @pytest.mark.slow

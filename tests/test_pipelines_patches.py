@@ -1,0 +1,223 @@
+"""The changes a run makes to gRPC and Beam (pipelines/_patches.py): each fits the
+installed library, is on only while a run needs it, and is undone when the run
+ends, failed or not, so the calling process finds both as it left them."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import ipaddress
+import json
+import logging
+import subprocess
+import sys
+import warnings
+
+import pytest
+from _pipelines_data import make_records, write_dataset
+
+from pipelines import _patches
+from pipelines.job import _MODE_WARNING, run_convert
+from pipelines.options import ConvertOptions
+from pipelines.transforms import ConversionFailed
+
+
+def _state() -> dict:
+    """What the patches change, as this process has it now."""
+    from apache_beam.runners.portability import local_job_service
+    from apache_beam.runners.worker import sdk_worker, statesampler
+    from grpc import _server
+
+    return {
+        "add_insecure_port": vars(_server._Server).get("add_insecure_port"),
+        "sampler_defaults": statesampler.StateSampler.__init__.__defaults__,
+        "sdk_worker.print": vars(sdk_worker).get("print"),
+        "local_job_service.subprocess": local_job_service.subprocess,
+        "fn_runner filters": list(logging.getLogger(_MODE_WARNING[0]).filters),
+    }
+
+
+def _listens_on(port: int) -> set[str]:
+    import psutil
+
+    return {c.laddr.ip for c in psutil.Process().net_connections("inet")
+            if c.status == psutil.CONN_LISTEN and c.laddr.port == port}
+
+
+def _wildcard_bind_addresses() -> set[str]:
+    """Where a gRPC server asked for ``[::]:0`` listens."""
+    import grpc
+
+    server = grpc.server(concurrent.futures.ThreadPoolExecutor(1))
+    port = server.add_insecure_port("[::]:0")
+    server.start()
+    try:
+        return _listens_on(port)
+    finally:
+        server.stop(None)
+
+
+def _is_loopback(ip: str) -> bool:
+    a = ipaddress.ip_address(ip)
+    return (getattr(a, "ipv4_mapped", None) or a).is_loopback
+
+
+class _Spy:
+    """Counts how often a patch was applied, and applies it."""
+
+    def __init__(self, patch: _patches.Patch):
+        self.calls, self._apply = 0, patch._apply
+
+    def __call__(self):
+        self.calls += 1
+        return self._apply()
+
+
+def _spy(monkeypatch, patch: _patches.Patch) -> _Spy:
+    spy = _Spy(patch)
+    monkeypatch.setattr(patch, "_apply", spy)
+    return spy
+
+
+def test_each_patch_fits_the_installed_library():
+    """A gRPC or Beam upgrade that moves what a patch replaces fails here (and
+    every run would warn with PatchWarning, an error in the test suite)."""
+    for patch in _patches.ALL:
+        patch.check()
+        assert not patch.active
+
+
+def test_a_patch_outside_its_version_range_is_skipped_with_a_warning(monkeypatch):
+    before = _state()
+    monkeypatch.setattr(_patches, "_version", lambda dist: (99, 0))
+    with pytest.raises(_patches.PatchError, match=r"written for grpcio >=1\.50,<2, found 99\.0"):
+        _patches.LOOPBACK_BINDS.check()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with _patches.LOOPBACK_BINDS.applied() as active:
+            assert not active and _state() == before
+    assert [w.category for w in caught] == [_patches.PatchWarning]
+    assert "runs without this patch" in str(caught[0].message)
+
+
+def test_a_patch_whose_target_changed_is_refused(monkeypatch):
+    from apache_beam.runners.worker import sdk_worker, statesampler
+
+    monkeypatch.setattr(sdk_worker, "print", print, raising=False)
+    with pytest.raises(_patches.PatchError, match="already defines print"):
+        _patches.QUIET_BUNDLE_TRACEBACKS.check()
+    monkeypatch.setattr(statesampler.StateSampler.__init__, "__defaults__", (500,))
+    with pytest.raises(_patches.PatchError, match="sampling_period_ms"):
+        _patches.SHORT_SAMPLER_SLEEPS.check()
+
+
+def test_nested_entries_apply_once_and_the_last_exit_undoes():
+    from apache_beam.runners.worker import statesampler
+
+    before = _state()
+    with _patches.SHORT_SAMPLER_SLEEPS.applied() as outer:
+        assert outer and statesampler.StateSampler.__init__.__defaults__ == (_patches.STATE_SAMPLING_PERIOD_MS,)
+        with _patches.SHORT_SAMPLER_SLEEPS.applied() as inner:
+            assert inner
+        assert _patches.SHORT_SAMPLER_SLEEPS.active  # the outer run still needs it
+    assert _state() == before and not _patches.SHORT_SAMPLER_SLEEPS.active
+
+
+def test_worker_starts_go_to_the_hook_only_while_it_serves():
+    import subprocess as real
+
+    from apache_beam.runners.portability import local_job_service
+
+    served = []
+
+    def hook(command, env):
+        served.append(command)
+        return "a process" if command == "mine" else None
+
+    with _patches.WORKER_STARTS.serving(hook) as active:
+        assert active
+        assert local_job_service.subprocess.Popen("mine", shell=True, env={}) == "a process"
+        p = local_job_service.subprocess.Popen("exit 3", shell=True, env={})  # not the hook's: started as usual
+        assert p.wait() == 3
+        assert local_job_service.subprocess.PIPE == real.PIPE
+    assert served == ["mine", "exit 3"]
+    assert local_job_service.subprocess is real
+
+
+def _opts(paths, out, **kw) -> ConvertOptions:
+    return ConvertOptions(inputs=(str(paths.get("input", paths["avro"])),), config=str(paths["config"]),
+                          output=str(out), num_shards=2, **kw)
+
+
+@pytest.mark.slow
+def test_a_grpc_server_started_after_a_multi_process_run_listens_where_it_asked(tmp_path, monkeypatch):
+    """The run bound Beam's servers to loopback; a server this process starts after it binds ``[::]``."""
+    wide = [a for a in _wildcard_bind_addresses() if not _is_loopback(a)]
+    if not wide:
+        pytest.skip("this machine binds [::] on loopback only")
+    before = _state()
+    loopback = _spy(monkeypatch, _patches.LOOPBACK_BINDS)
+    paths = write_dataset(tmp_path / "d", make_records(300))
+    result = run_convert(_opts(paths, tmp_path / "out", workers=2))
+    assert result.workers == 2 and result.pre_forked == 0  # the API does not fork unless asked (pre_fork)
+    assert loopback.calls == 1  # the run needed it...
+    assert _state() == before  # ...and left nothing behind
+    addrs = _wildcard_bind_addresses()
+    assert [a for a in addrs if not _is_loopback(a)], f"a server asked for [::] listens only on {addrs}"
+
+
+def test_an_in_process_run_leaves_grpc_alone_and_undoes_the_rest(tmp_path, monkeypatch):
+    before = _state()
+    loopback = _spy(monkeypatch, _patches.LOOPBACK_BINDS)
+    sampler = _spy(monkeypatch, _patches.SHORT_SAMPLER_SLEEPS)
+    paths = write_dataset(tmp_path / "d", make_records(200))
+    result = run_convert(_opts(paths, tmp_path / "out", workers=1))
+    assert (result.workers, result.pre_forked) == (1, 0)
+    assert loopback.calls == 0 and sampler.calls == 1
+    assert _state() == before
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_failed_run_undoes_its_patches(tmp_path, monkeypatch, workers):
+    before = _state()
+    sampler = _spy(monkeypatch, _patches.SHORT_SAMPLER_SLEEPS)
+    loopback = _spy(monkeypatch, _patches.LOOPBACK_BINDS)
+    paths = write_dataset(tmp_path / "d", make_records(200))
+    part = sorted((tmp_path / "d").glob("*.jsonl"))[0]
+    part.write_text(part.read_text() + json.dumps(dict(make_records(1)[0], x="not a number")) + "\n")
+    with pytest.raises(ConversionFailed, match="rejected"):
+        run_convert(_opts({**paths, "input": paths["json"]}, tmp_path / "out", workers=workers))
+    assert (loopback.calls, sampler.calls) == ((0, 1) if workers == 1 else (1, 0))
+    assert _state() == before
+
+
+_PRE_FORKED_RUN = """
+import json, sys
+from pipelines.job import run_convert
+from pipelines.options import ConvertOptions
+src, config, out, pre_fork = sys.argv[1:]
+r = run_convert(ConvertOptions(inputs=(src,), config=config, output=out, num_shards=2, workers=2,
+                               pre_fork=pre_fork == "1"))
+from apache_beam.runners.portability import local_job_service
+import subprocess
+print(json.dumps({"workers": r.workers, "pre_forked": r.pre_forked, "runner": r.info["runner"],
+                  "subprocess_restored": local_job_service.subprocess is subprocess}))
+"""
+
+
+@pytest.mark.slow
+def test_pre_fork_is_opt_in_for_the_api_and_serves_every_worker(tmp_path):
+    """In a fresh process (single-threaded, polars not loaded: forking is safe)."""
+    if not sys.platform.startswith("linux"):
+        pytest.skip("workers are forked on Linux only")
+    paths = write_dataset(tmp_path / "d", make_records(300))
+    got = {}
+    for mode in ("0", "1"):
+        r = subprocess.run([sys.executable, "-c", _PRE_FORKED_RUN, str(paths["avro"]), str(paths["config"]),
+                            str(tmp_path / f"out{mode}"), mode], capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, r.stderr[-3000:]
+        got[mode] = json.loads(r.stdout.strip().splitlines()[-1])
+    assert got["0"] == {"workers": 2, "pre_forked": 0, "runner": "FnApiRunner (local, 2 worker processes)",
+                        "subprocess_restored": True}
+    assert got["1"] == {"workers": 2, "pre_forked": 2, "runner": "FnApiRunner (local, 2 worker processes, pre-forked)",
+                        "subprocess_restored": True}
