@@ -813,11 +813,17 @@ class _ConvertUnit(beam.DoFn):
     def process(self, unit: WorkUnit, analysis: AnalysisValue):
         try:
             finish = self._encode(unit, analysis.json)
-            done = self._finish_pending()
         except BaseException:
             self.teardown()
             raise
-        self._pending = finish
+        # This unit is pending before the previous one closes: if closing that
+        # fails, teardown still stops this unit's writer threads.
+        previous, self._pending = self._pending, finish
+        try:
+            done = previous() if previous is not None else None
+        except BaseException:
+            self.teardown()
+            raise
         if done is not None:
             yield done
 

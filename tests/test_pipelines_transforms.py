@@ -144,3 +144,41 @@ def test_config_errors_name_the_feature_and_the_fix(feature, message):
     with pytest.raises(ConfigError, match=message) as e:
         parse_config({"features": [feature]})
     assert repr(feature["name"]) in str(e.value)
+
+
+def test_a_pending_unit_that_fails_to_close_leaves_no_writer_thread_of_the_next_unit(tmp_path, monkeypatch):
+    # The next unit is encoded (its gzip writer threads started) before the
+    # pending one is closed; when that close fails, both units' threads stop.
+    import threading
+
+    from _pipelines_data import make_records, write_dataset
+
+    from convert.config import load_config
+    from convert.vectorize import Analyzer
+    from pipelines import transforms
+    from pipelines.plan import ByteRange, WorkUnit
+
+    paths = write_dataset(tmp_path / "d", make_records(120))
+    config = load_config(str(paths["config"]))
+    files = sorted(str(p) for p in (tmp_path / "d").glob("*.avro"))
+    (tmp_path / "o" / ".recordprep-tmp").mkdir(parents=True)
+    opts = ConvertOptions(inputs=tuple(files), config=str(paths["config"]), output=str(tmp_path / "o"), order="input")
+    assert opts.compression_type == "GZIP"
+    a = Analyzer(config)
+    a.add_records(make_records(120))
+    analysis = transforms.AnalysisValue(a.result().to_json())
+    fn = transforms._ConvertUnit(config, opts, 3)
+    fn.start_bundle()
+    assert list(fn.process(WorkUnit(0, (ByteRange(files[0], 0, None),)), analysis)) == []
+
+    def disk_full(self):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(transforms._Writer, "close", disk_full)
+    try:
+        with pytest.raises(OSError, match="disk full"):
+            list(fn.process(WorkUnit(1, (ByteRange(files[1], 0, None),)), analysis))
+        assert fn._pending is None
+        assert not [t.name for t in threading.enumerate() if t.name.startswith("recordprep-writer")]
+    finally:
+        fn.teardown()  # before the fix the next unit's threads outlived the test: stop them
