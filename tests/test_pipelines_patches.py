@@ -221,3 +221,91 @@ def test_pre_fork_is_opt_in_for_the_api_and_serves_every_worker(tmp_path):
                         "subprocess_restored": True}
     assert got["1"] == {"workers": 2, "pre_forked": 2, "runner": "FnApiRunner (local, 2 worker processes, pre-forked)",
                         "subprocess_restored": True}
+
+
+_IMPORT_PROBE = r"""
+import importlib, json, logging, os, pkgutil, signal, socket, sys, threading, warnings
+
+ours = ("convert", "readers", "pipelines")
+names = sorted(m.name for pkg in ours for m in pkgutil.walk_packages(importlib.import_module(pkg).__path__, pkg + "."))
+# Third-party modules first (TensorFlow, Beam, polars, ...): what they do on import is theirs.
+for name in sys.argv[1:]:
+    try:
+        importlib.import_module(name)
+    except Exception:
+        pass
+
+
+def loggers():
+    out = {}
+    for name, lg in [("", logging.getLogger()), *logging.Logger.manager.loggerDict.items()]:
+        if isinstance(lg, logging.Logger):
+            out[name] = [lg.level, [repr(h) for h in lg.handlers], [repr(f) for f in lg.filters], lg.propagate, lg.disabled]
+    return out
+
+
+def state():
+    sigs = {}
+    for s in signal.valid_signals():
+        try:
+            sigs[str(s)] = repr(signal.getsignal(s))
+        except (ValueError, OSError):
+            pass
+    return {"environ": dict(os.environ), "sys.path": list(sys.path), "warnings": [repr(f) for f in warnings.filters],
+            "signals": sigs, "loggers": loggers(), "logging.disable": logging.root.manager.disable,
+            "excepthook": repr(sys.excepthook), "recursionlimit": sys.getrecursionlimit(),
+            "socket timeout": socket.getdefaulttimeout(), "threads": threading.active_count(), "cwd": os.getcwd(),
+            "umask": os.umask(os.umask(0o22))}
+
+
+before = state()
+for name in names:
+    importlib.import_module(name)
+after = state()
+changed = {}
+for key in before:
+    if key == "loggers":  # loggers created on import are fine; settings changed or set on one are not
+        default = [logging.NOTSET, [], [], True, False]
+        diff = {n: v for n, v in after[key].items() if before[key].get(n, default) != v}
+        if diff:
+            changed[key] = diff
+    elif before[key] != after[key]:
+        changed[key] = {"before": before[key], "after": after[key]}
+print(json.dumps({"imported": names, "changed": changed}, default=repr))
+"""
+
+_THIRD_PARTY_PROBE = r"""
+import importlib, json, pkgutil, sys
+ours = ("convert", "readers", "pipelines")
+for pkg in ours:
+    for m in pkgutil.walk_packages(importlib.import_module(pkg).__path__, pkg + "."):
+        importlib.import_module(m.name)
+print(json.dumps(sorted(n for n, m in sys.modules.items() if m is not None and n.split(".")[0] not in ours)))
+"""
+
+
+@pytest.mark.slow
+def test_importing_every_module_changes_no_process_wide_setting():
+    """Environment, sys.path, warnings filters, signal handlers and logging
+    are as they were after importing every convert/readers/pipelines module."""
+    third = subprocess.run([sys.executable, "-c", _THIRD_PARTY_PROBE], capture_output=True, text=True,
+                           timeout=300, check=True)
+    modules = json.loads(third.stdout.strip().splitlines()[-1])
+    r = subprocess.run([sys.executable, "-c", _IMPORT_PROBE, *modules], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    assert {"pipelines.cli", "pipelines._patches", "readers.dataset", "convert.vectorize"} <= set(got["imported"])
+    assert got["changed"] == {}
+
+
+def test_the_cli_help_says_what_it_sets_up_in_its_process():
+    from typer.testing import CliRunner
+
+    from pipelines.cli import app
+
+    r = CliRunner().invoke(app, ["--help"])
+    assert r.exit_code == 0
+    text = " ".join(r.output.split())
+    for part in ("logging", "SIGTERM and Ctrl-C handlers", "unused connectors", "RECORDPREP_WARM_WORKERS=0",
+                 "sets no environment variable"):
+        assert part in text, part
