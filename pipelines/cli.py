@@ -394,16 +394,15 @@ def wait(
     from readers.info import check_wait_arguments, locate, wait_for_metadata
 
     names = ("--timeout", "--poll", "--stale-after")
+    from pipelines import remote
+
     try:
         check_wait_arguments(timeout, poll, stale_after, names=names)
         location = locate(output)
+        remote.use_paths(output)  # hdfs:// needs Beam's --hdfs_* flags (derived; ValueError without a NameNode)
     except (ValueError, TypeError) as e:
         _fail(str(e), 2)
     from apache_beam.io.filesystems import FileSystems
-
-    from pipelines import remote
-
-    remote.use_paths(output)  # hdfs:// needs Beam's --hdfs_* flags (derived)
 
     def read(path: str) -> bytes | None:
         """Through Beam's file systems, which need no TensorFlow (conversion hosts lack it)."""
@@ -425,6 +424,11 @@ def wait(
     except TimeoutError as e:
         _fail(f"{output} is still incomplete after {timeout:g} s (no valid {METADATA_FILENAME})"
               f"{getattr(e, 'problem', '')}; is the conversion running?")
+    except OSError as e:  # the storage is unreachable or refuses: waiting on it would not help
+        from pipelines.job import failure_reason
+
+        hint = f" (for hdfs://, the NameNode's WebHDFS address: {remote.WEBHDFS_URL_ENV})" if output.startswith("hdfs://") else ""
+        _fail(f"cannot read {location.metadata_path}: {failure_reason(e)}; check the path and that its file system is reachable{hint}")
     except SpecError as e:
         _fail(f"{output} is not a complete recordprep output: {e}")
     except ValueError as e:  # --stale-after within the run's heartbeat period

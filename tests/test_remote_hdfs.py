@@ -166,3 +166,38 @@ def test_webhdfs_stand_in_follows_hdfs_semantics(remote_stack):  # noqa: F811
         client.delete("/sem/dir")
     assert client.delete("/sem", recursive=True) is True
     assert client.delete("/sem", recursive=True) is False
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_wait_on_an_unreachable_or_unnamed_namenode_says_so_in_one_line(tmp_path):
+    env = {**os.environ, "RECORDPREP_WEBHDFS_URL": f"http://127.0.0.1:{_free_port()}"}  # nothing listens
+    res = subprocess.run([str(RECORDPREP), "wait", "hdfs://nn/out", "--timeout", "0"], capture_output=True,
+                         text=True, timeout=120, env=env, cwd=tmp_path)
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert "Traceback" not in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
+    assert res.stderr.startswith("error: cannot read hdfs://nn/out/dataset_info.json: ")
+    assert "RECORDPREP_WEBHDFS_URL" in res.stderr
+    env.pop("RECORDPREP_WEBHDFS_URL")
+    res = subprocess.run([str(RECORDPREP), "wait", "hdfs:///out", "--timeout", "0"], capture_output=True,
+                         text=True, timeout=120, env=env, cwd=tmp_path)
+    assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
+    assert "cannot tell the NameNode" in res.stderr
+
+
+@pytest.mark.slow
+def test_wait_on_hdfs_sees_a_complete_output_and_times_out_on_a_missing_one(hdfs_dataset, remote_stack):  # noqa: F811
+    shutil.copytree(hdfs_dataset["local"], hdfs_dataset["ns"] / "waited", dirs_exist_ok=True)
+    url = hdfs_dataset["url"]
+    done = subprocess.run([str(RECORDPREP), "wait", f"{url}/waited", "--timeout", "60", "--poll", "0.1"],
+                          capture_output=True, text=True, timeout=120, env=os.environ.copy())
+    assert done.returncode == 0 and "is complete" in done.stdout, done.stdout + done.stderr
+    never = subprocess.run([str(RECORDPREP), "wait", f"{url}/never", "--timeout", "0.5", "--poll", "0.1"],
+                           capture_output=True, text=True, timeout=120, env=os.environ.copy())
+    assert never.returncode == 1 and "still incomplete after 0.5 s" in never.stderr, never.stderr
