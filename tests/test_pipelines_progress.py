@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 import json
-import time
+import threading
 
 from pipelines._progress import ProgressReporter, UnitProgress, format_line, read_totals
 
@@ -45,12 +45,26 @@ def test_line_shows_records_bytes_percent_and_rate():
     assert "(75 records/s)" in line  # (1000 + 500) records over 2 passes in 10 s
 
 
+class _Lines(io.StringIO):
+    """A stream that says when a line containing ``wanted`` was written."""
+
+    def __init__(self, wanted: str):
+        super().__init__()
+        self.wanted, self.seen = wanted, threading.Event()
+
+    def write(self, text: str) -> int:
+        n = super().write(text)
+        if self.wanted in self.getvalue():
+            self.seen.set()
+        return n
+
+
 def test_reporter_prints_while_running(tmp_path):
-    out = io.StringIO()
+    """A line appears while the block still runs (not only when it ends)."""
+    out = _Lines("analyze: 42 records")
     with ProgressReporter(str(tmp_path / "p"), 1000, interval=0.05, stream=out):
         UnitProgress(str(tmp_path / "p"), "analyze", 0, every=0).add(42, 100)
-        time.sleep(0.3)
-    assert "analyze: 42 records" in out.getvalue()
+        assert out.seen.wait(timeout=60), out.getvalue()  # the reporter's thread printed it, unprompted
 
 
 def test_a_local_run_reports_progress_and_leaves_no_progress_files(tmp_path, monkeypatch):

@@ -454,6 +454,13 @@ def test_explicit_options_are_honoured(plain):
 
 
 def test_readers_namespace_exports():
+    """``readers`` exports exactly ``__all__``, each name the object its own
+    module defines; ``import readers`` loads neither TensorFlow nor Beam until
+    a dataset function is asked for."""
+    import importlib
+    import subprocess
+    import sys
+
     assert set(readers.__all__) >= {
         "train_dataset",
         "eval_dataset",
@@ -463,5 +470,22 @@ def test_readers_namespace_exports():
         "ReadOptions",
         "DatasetIncompleteError",
     }
+    assert len(set(readers.__all__)) == len(readers.__all__)
+    star: dict = {}
+    exec("from readers import *", star)  # noqa: S102 - what a user's star import gets
+    assert set(star) - {"__builtins__"} == set(readers.__all__)
     for name in readers.__all__:
-        assert getattr(readers, name) is not None
+        obj = getattr(readers, name)
+        home = importlib.import_module(obj.__module__)
+        # (SpecError is convert.spec's: the on-disk contract's own error)
+        assert obj.__module__.split(".")[0] in ("readers", "convert") and getattr(home, name) is obj, name
+        assert callable(obj), name
+    with pytest.raises(AttributeError, match="no attribute 'train_datasets'"):
+        readers.train_datasets  # noqa: B018 - a misspelling is an AttributeError, not None
+    probe = ("import sys, readers\n"
+             "print(sorted(m for m in ('tensorflow', 'apache_beam') if m in sys.modules))\n"
+             "readers.train_dataset\n"
+             "print('tensorflow' in sys.modules)\n")
+    r = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.split() == ["[]", "True"]
