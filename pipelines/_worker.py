@@ -122,19 +122,14 @@ def prepare_launcher(argv: Sequence[str]) -> bool:
     (no ``--runner`` after ``--``, or a local one): its launcher needs Beam's
     connectors no more than its workers (171 -> 122 MB after importing the job).
     Call before anything imports Beam; returns whether it applied."""
+    from pipelines.options import beam_flag, split_beam_args
     from pipelines.staging import LOCAL_RUNNERS
 
     argv = list(argv)
     if argv[:1] != ["convert"]:
         return False
-    beam = argv[argv.index("--") + 1:] if "--" in argv else []
-    runner = None
-    for i, a in enumerate(beam):
-        if a == "--runner" and i + 1 < len(beam):
-            runner = beam[i + 1]
-        elif a.startswith("--runner="):
-            runner = a.split("=", 1)[1]
-    if runner is not None and runner.split(".")[-1] not in LOCAL_RUNNERS:
+    runner = beam_flag(split_beam_args(argv)[1], "--runner")
+    if runner and runner.split(".")[-1] not in LOCAL_RUNNERS:
         return False
     block_unused_modules(schemes_of(argv))
     return True

@@ -49,7 +49,7 @@ from pipelines._worker import command as worker_command
 from pipelines._worker import schemes_of
 from pipelines.interrupt import Interrupted
 from pipelines.lock import LOCK_FILENAME, OutputLock
-from pipelines.options import ConvertOptions
+from pipelines.options import ConvertOptions, beam_flag
 from pipelines.plan import InputFile, default_num_shards, discover, input_fingerprint, plan_units
 from pipelines.staging import LOCAL_RUNNERS, staging_args
 from pipelines.transforms import (
@@ -336,7 +336,7 @@ def _cores() -> int:
 
 
 def _beam_sets_workers(beam_args: tuple[str, ...]) -> bool:
-    return any(a.startswith(("--direct_num_workers", "--direct_running_mode")) for a in beam_args)
+    return any(beam_flag(beam_args, f) is not None for f in ("--direct_num_workers", "--direct_running_mode"))
 
 
 def local_workers(opts: ConvertOptions, total_bytes: int, num_units: int, beam_args: tuple[str, ...] = ()) -> int:

@@ -212,6 +212,20 @@ class ConvertOptions:
         }
 
 
+def beam_flag(beam_args: Sequence[str], flag: str) -> str | None:
+    """The value of ``flag`` (``"--runner"``) in Beam args, given as ``--flag value``
+    or ``--flag=value``; the last one wins, as in Beam's parser. ``""`` for a
+    flag followed by no value (a switch such as ``--hdfs_full_urls``), ``None``
+    when it is not given. The one place recordprep reads Beam's flags itself."""
+    args, found = list(beam_args), None
+    for i, a in enumerate(args):
+        if a == flag:
+            found = args[i + 1] if i + 1 < len(args) and not args[i + 1].startswith("--") else ""
+        elif a.startswith(flag + "="):
+            found = a[len(flag) + 1:]
+    return found
+
+
 def split_beam_args(argv: Sequence[str]) -> tuple[list[str], list[str]]:
     """Split ``recordprep`` args from Beam args at the first literal ``--``."""
     argv = list(argv)

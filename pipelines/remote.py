@@ -26,6 +26,8 @@ import os
 import urllib.parse
 from collections.abc import Iterable, Sequence
 
+from pipelines.options import beam_flag
+
 WEBHDFS_URL_ENV = "RECORDPREP_WEBHDFS_URL"  # same variable as readers._staging
 DEFAULT_WEBHDFS_PORT = 9870
 
@@ -35,7 +37,7 @@ def _is_hdfs(path: str | None) -> bool:
 
 
 def _given(beam_args: Sequence[str], flag: str) -> bool:
-    return any(a == flag or a.startswith(flag + "=") for a in beam_args)
+    return beam_flag(beam_args, flag) is not None
 
 
 def _login_name() -> str:

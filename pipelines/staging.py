@@ -121,15 +121,11 @@ def needs_staging(runner: str | None, beam_args: tuple[str, ...] | list[str]) ->
     """
     if runner is None or runner.split(".")[-1] in LOCAL_RUNNERS:
         return False
-    args = list(beam_args)
-    if any(a == f or a.startswith(f + "=") for a in args for f in _USER_STAGING_FLAGS):
+    from pipelines.options import beam_flag
+
+    if any(beam_flag(beam_args, f) is not None for f in _USER_STAGING_FLAGS):
         return False
-    env = None
-    for i, a in enumerate(args):
-        if a.startswith("--environment_type="):
-            env = a.split("=", 1)[1]
-        elif a == "--environment_type" and i + 1 < len(args):
-            env = args[i + 1]
+    env = beam_flag(beam_args, "--environment_type")
     return not (env and env.upper() in ("EXTERNAL", "LOOPBACK", "PROCESS", "EMBEDDED"))
 
 

@@ -51,3 +51,19 @@ def test_tiny_or_nan_target_shard_mb_exits_2(files, tmp_path, mb, words, dry_run
     for w in words:
         assert w in r.output, r.output
     assert "Traceback" not in r.output and not (tmp_path / "out").exists()
+
+
+def test_beam_flags_are_read_in_one_place_for_every_form():
+    from pipelines import job, remote, staging
+    from pipelines.options import beam_flag
+
+    args = ["--runner", "DataflowRunner", "--hdfs_full_urls", "--environment_type=PROCESS", "--runner=Direct"]
+    assert beam_flag(args, "--runner") == "Direct"  # the last one wins, as in Beam
+    assert beam_flag(args, "--hdfs_full_urls") == ""  # a switch
+    assert beam_flag(args, "--environment_type") == "PROCESS"
+    assert beam_flag(args, "--environment") is None and beam_flag(args, "--hdfs_host") is None  # no prefixes
+    # the places that read them agree with it
+    assert not staging.needs_staging("DataflowRunner", ["--environment_type", "LOOPBACK"])
+    assert staging.needs_staging("DataflowRunner", ["--environment_type_extra=LOOPBACK"])
+    assert job._beam_sets_workers(("--direct_num_workers=4",)) and not job._beam_sets_workers(("--direct_num_workers_x=4",))
+    assert remote.hdfs_beam_args(["hdfs://nn/x"], ["--hdfs_host=h", "--hdfs_port", "1", "--hdfs_user=u", "--hdfs_full_urls"]) == []
