@@ -31,12 +31,6 @@ _THRESHOLDS = np.array([1 << (7 * k) for k in range(1, 10)], dtype=np.uint64)
 _GROUP = np.arange(10, dtype=np.uint8)
 
 
-def varint_len(values: np.ndarray) -> np.ndarray:
-    """Byte length of each value's varint (int64 values as two's complement)."""
-    v = np.asarray(values).astype(np.int64, copy=False).view(np.uint64)
-    return 1 + (v[..., None] >= _THRESHOLDS).sum(axis=-1)
-
-
 def _varint_matrix(values: np.ndarray) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
     """Varints of a ``(B, n)`` int array laid out as a ``(B, n * width)`` byte block.
 
@@ -71,12 +65,6 @@ def _varint_matrix(values: np.ndarray) -> tuple[np.ndarray, np.ndarray | None, n
         groups[..., k] = group
     mask = _GROUP[:width] < lens[..., None]
     return groups.reshape(b, n * width), mask.reshape(b, n * width), lens.sum(axis=1, dtype=np.int64)
-
-
-def _varint_rows(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Varints of a ``(B, n)`` int array: (bytes of each row concatenated, row lengths)."""
-    block, mask, lens = _varint_matrix(values)
-    return (block.reshape(-1) if mask is None else block[mask]), lens
 
 
 def _key_bytes(name: str) -> bytes:

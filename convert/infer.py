@@ -135,11 +135,6 @@ def _schema_paths(schema: Any, prefix: str = "", depth: int = 0, named: dict | N
     return out
 
 
-def _map_paths(schema: Any) -> set[str]:
-    """Dotted paths that an Avro schema declares as maps (not to be flattened)."""
-    return {p for p, k in _schema_paths(schema).items() if k == "map"}
-
-
 def _walk(rec: dict, stats: dict[str, _FieldStats], maps: set[str], prefix: str = "", depth: int = 0) -> None:
     for k, v in rec.items():
         path = f"{prefix}.{k}" if prefix else str(k)

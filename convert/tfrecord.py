@@ -57,17 +57,6 @@ def frame_records(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> b
     return b"".join(itertools.chain.from_iterable(zip(heads, recs, tail, strict=True)))
 
 
-def write_records(f: IO[bytes], records: list[bytes]) -> int:
-    """Frame and write individual records; returns bytes written."""
-    total = 0
-    for r in records:
-        header = struct.pack("<Q", len(r))
-        chunk = header + struct.pack("<I", masked_crc(header)) + r + struct.pack("<I", masked_crc(r))
-        f.write(chunk)
-        total += len(chunk)
-    return total
-
-
 #: Record data is read this many bytes at a time past this size, so a length
 #: field claiming terabytes (a damaged or hostile shard; ``inspect`` reads
 #: without checking its CRC) costs what the file holds, not an allocation of

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from convert.example import decode_example, encode_examples, split_buffer, varint_len
+from convert.example import decode_example, encode_examples, split_buffer
 
 tf = pytest.importorskip("tensorflow")
 
@@ -234,9 +234,14 @@ def test_unknown_dtype_raises_naming_feature():
         encode_examples({"q": ("float64", np.zeros((1, 1)))}, 1)
 
 
-def test_varint_len_matches_protobuf_sizes():
+def test_the_encoders_varint_lengths_match_protobuf_sizes():
+    from convert.example import _varint_matrix
+
     vals = np.array([0, 127, 128, 2**14 - 1, 2**14, 2**63 - 1, -1, INT64_MIN], dtype=np.int64)
-    assert varint_len(vals).tolist() == [1, 1, 2, 2, 3, 9, 10, 10]
+    want = [1, 1, 2, 2, 3, 9, 10, 10]
+    assert [len(tf.train.Int64List(value=[v]).SerializeToString()) - 2 for v in vals.tolist()] == want
+    assert _varint_matrix(vals.reshape(-1, 1))[2].tolist() == want  # per row (one value each)
+    assert _varint_matrix(vals[:5].reshape(-1, 1))[2].tolist() == want[:5]  # the 32-bit path
 
 
 def test_decode_example_rejects_malformed_bytes():

@@ -9,9 +9,10 @@ import struct
 
 import numpy as np
 import pytest
+from _reference import write_records
 
 from convert.example import encode_examples, split_buffer
-from convert.tfrecord import frame_records, iter_records, masked_crc, write_records
+from convert.tfrecord import frame_records, iter_records, masked_crc
 
 tf = pytest.importorskip("tensorflow")
 
