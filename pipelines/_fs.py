@@ -17,6 +17,8 @@ import warnings
 
 from apache_beam.io.filesystems import FileSystems
 
+from convert.spec import METADATA_FILENAME, DatasetInfo
+
 _GLOB_CHAR = re.compile(r"([*?\[])")
 
 
@@ -61,3 +63,29 @@ def size_of(path: str) -> int:
 
 
 __all__ = ["delete", "escape_glob", "match_in", "size_of"]
+
+
+def read_file(path: str) -> bytes | None:
+    """The whole file at ``path`` (literal), or None when it does not exist.
+
+    Through Beam's file systems, which need no TensorFlow (conversion hosts
+    lack it); other errors (unreachable storage, a directory) are raised.
+    """
+    if not FileSystems.exists(path):
+        return None
+    try:
+        with FileSystems.open(path, compression_type="uncompressed") as f:
+            return f.read()
+    except FileNotFoundError:  # removed between the two calls
+        return None
+
+
+def read_metadata(output: str) -> DatasetInfo | None:
+    """The validated metadata of the output directory ``output``, None when it has none.
+
+    Raises SpecError when the file is not valid recordprep metadata, OSError
+    when it cannot be read.
+    """
+    path = FileSystems.join(output, METADATA_FILENAME)
+    data = read_file(path)
+    return None if data is None else DatasetInfo.loads(data, source=path)

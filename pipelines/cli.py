@@ -402,20 +402,10 @@ def wait(
         remote.use_paths(output)  # hdfs:// needs Beam's --hdfs_* flags (derived; ValueError without a NameNode)
     except (ValueError, TypeError) as e:
         _fail(str(e), 2)
-    from apache_beam.io.filesystems import FileSystems
-
-    def read(path: str) -> bytes | None:
-        """Through Beam's file systems, which need no TensorFlow (conversion hosts lack it)."""
-        if not FileSystems.exists(path):
-            return None
-        try:
-            with FileSystems.open(path, compression_type="uncompressed") as f:
-                return f.read()
-        except FileNotFoundError:  # removed between the two calls
-            return None
+    from pipelines._fs import read_file  # Beam's file systems: no TensorFlow
 
     try:
-        wait_for_metadata(location, timeout, poll, read, stale_after=stale_after, names=names)
+        wait_for_metadata(location, timeout, poll, read_file, stale_after=stale_after, names=names)
     except DatasetDeadError as e:
         _fail(f"{e.reason}; it left no {METADATA_FILENAME} and no failure report. Re-run the conversion: "
               f"it takes over the dead run's lock ({location.lock_path}) without --overwrite.")

@@ -13,6 +13,7 @@ from convert.example import decode_example, unpack_decoded
 from convert.spec import METADATA_FILENAME, PACKED_KEYS, DatasetInfo, SpecError
 from convert.tfrecord import iter_records
 from pipelines import remote
+from pipelines._fs import read_metadata
 
 #: What reading a damaged or foreign shard raises (not gzip, truncated, bad CRC, not an Example).
 SHARD_ERRORS = (ValueError, OSError, EOFError, zlib.error)
@@ -31,17 +32,17 @@ def _output_dir(path: str) -> str:
 def load(output: str) -> DatasetInfo:
     """The validated metadata of ``output``; InspectError (one clear line) for anything else."""
     remote.use_paths(output)  # hdfs:// needs Beam's --hdfs_* flags (derived)
-    meta = FileSystems.join(output, METADATA_FILENAME)
-    if not FileSystems.exists(meta):
-        raise InspectError(f"{output}: no {METADATA_FILENAME}; the conversion has not finished (or failed). "
-                           f"`recordprep wait {output}` waits for it")
     try:
-        with FileSystems.open(meta, compression_type="uncompressed") as f:
-            return DatasetInfo.loads(f.read(), source=meta)
+        info = read_metadata(output)
     except SpecError as e:
         raise InspectError(str(e)) from e
     except OSError as e:  # a directory in its place, no permission
+        meta = FileSystems.join(output, METADATA_FILENAME)
         raise InspectError(f"{meta}: cannot be read ({e}); {output} is not a complete recordprep output") from e
+    if info is None:
+        raise InspectError(f"{output}: no {METADATA_FILENAME}; the conversion has not finished (or failed). "
+                           f"`recordprep wait {output}` waits for it")
+    return info
 
 
 def _get(d: Any, key: str) -> Any:

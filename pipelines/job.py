@@ -37,12 +37,12 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 from convert.check import check_inputs
 from convert.config import Config, load_config
 from convert.sources import InputFileError
-from convert.spec import FAILURE_FILENAME, FORMAT_VERSION, METADATA_FILENAME, DatasetInfo
+from convert.spec import FAILURE_FILENAME, FORMAT_VERSION, METADATA_FILENAME
 from convert.stats import STATS_FILENAME
 from convert.vectorize import Analysis, AnalysisMismatchError
 from pipelines import _patches, remote
 from pipelines._fs import delete as fs_delete
-from pipelines._fs import match_in
+from pipelines._fs import match_in, read_metadata
 from pipelines._progress import PASSES, PROGRESS_DIR, ProgressReporter
 from pipelines._warm import WarmPool
 from pipelines._worker import command as worker_command
@@ -127,11 +127,9 @@ class ConvertResult:
 
 
 def read_existing(output: str) -> dict[str, Any] | None:
-    path = FileSystems.join(output, METADATA_FILENAME)
-    if not FileSystems.exists(path):
-        return None
-    with FileSystems.open(path, compression_type="uncompressed") as f:
-        return DatasetInfo.loads(f.read(), source=path).to_json()
+    """The metadata ``output`` holds (as JSON), None when it has none."""
+    info = read_metadata(output)
+    return None if info is None else info.to_json()
 
 
 class OutputPathError(ValueError):
