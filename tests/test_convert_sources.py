@@ -432,7 +432,7 @@ def test_json_lines_read_in_blocks_of_any_size_give_every_line_as_parsed_alone(t
         b"",
         b'{"i": 4, "neg": -98765432109876543210, "s": "9999999999999999999"}',
         b'{"i": 5, "bad": }',
-        b'{"i": 6, "u": "\u65e5\u672c"}',
+        rb'{"i": 6, "u": "\u65e5\u672c"}',
         b'99999999999999999999',  # a long integer alone on its line: not an object
         b'{"i": 7}',
     ]
