@@ -78,7 +78,8 @@ def _recordprep(args: argparse.Namespace) -> dict[str, Any]:
     shutil.rmtree(args.output, ignore_errors=True)
     opts = ConvertOptions(inputs=tuple(args.inputs), config=args.config, output=args.output,
                           compression=args.compression, overwrite=True, workers=args.workers or None,
-                          layout=args.layout, avro_decoder=args.avro_decoder, order=args.order)
+                          layout=args.layout, avro_decoder=args.avro_decoder, order=args.order,
+                          pre_fork=True)  # as the CLI: its workers forked from this launcher
     with WorkTimer() as t:
         res = run_convert(opts)
     info = res.info
