@@ -2,34 +2,38 @@
 
 TensorFlow Serving's REST ``instances`` have no null and need one shape per
 input, so every source field (a dotted ``source`` path of the config) travels
-as a few dense inputs, named from the path (``Wire.sources``; the key is the path with every
-character other than ASCII letters, digits and ``_`` replaced by ``_``,
-``user.id`` -> ``user_id``, made unique with a ``_2`` suffix if taken):
+as a few dense values. Few inputs keep a call cheap (a client binds each one),
+so single-valued sources share packed ``[batch, columns]`` inputs, one column
+per source in ``Wire.columns`` order (config order of first use):
 
-- ``<key>__kind`` (int32): what the record held there, per value (per item
-  for list sources): ``0`` null or absent (also when a parent record is
-  null/absent or not a record), ``1`` bool, ``2`` integer, ``3`` float, ``4``
-  string, ``5`` bytes, ``6`` a record or a list (where a single value
-  belongs, or as a list item), ``7`` any other scalar.
-- value inputs, one per form the source's features read; where the kind does
-  not use it, any value of its dtype (``0``, ``""``):
-  ``number`` (float64: bools as 0/1, integers rounded to float64, beyond its
-  range +-inf), ``term`` (string: the converter's canonical term, ``str`` for
-  strings, ``"true"``/``"false"``, ``"3"`` for ``3`` and ``3.0``, Python's
-  ``repr`` of other floats, bytes decoded as UTF-8 with backslash escapes),
-  ``raw`` (string: the bytes, or a string's UTF-8) and ``int`` (int64: an
-  integer's value, for timestamps). The first form of a source is named
-  ``<key>``, the others ``<key>__term``, ``<key>__raw``, ``<key>__int``.
-- list sources (features with ``max_len``): values and kinds are
-  ``[batch, width]`` (any width; shorter lists padded, items past
-  ``__len`` ignored), plus ``<key>__len`` (int32): the list's length, ``-1``
-  when it is null or absent; a single value where a list belongs counts as a
-  one-item list (as in the converter).
+- ``kinds`` (int32): what the record held at each single-valued source: ``0``
+  null or absent (also when a parent record is null/absent or not a record),
+  ``1`` bool, ``2`` integer, ``3`` float, ``4`` string, ``5`` bytes, ``6`` a
+  record or a list (where a single value belongs, or as a list item), ``7``
+  any other scalar.
+- value inputs, one per form the sources' features read, with a column for
+  each source that reads the form; where the kind does not use it, any value
+  of its dtype (``0``, ``""``):
+  ``numbers`` (float64: bools as 0/1, integers rounded to float64, beyond
+  its range +-inf), ``terms`` (string: the converter's canonical term,
+  ``str`` for strings, ``"true"``/``"false"``, ``"3"`` for ``3`` and ``3.0``,
+  Python's ``repr`` of other floats, bytes decoded as UTF-8 with backslash
+  escapes), ``bytes`` (string: the bytes, or a string's UTF-8) and ``ints``
+  (int64: an integer's value, for timestamps).
+- list sources (features with ``max_len``) have inputs of their own, named
+  from the path (``Source.key``: every character other than ASCII letters,
+  digits and ``_`` replaced by ``_``, ``user.id`` -> ``user_id``, made unique
+  with a ``_2`` suffix if taken): ``<key>`` (the items' values in the first
+  form, ``<key>__term`` etc. for others) and ``<key>__kind``, ``[batch,
+  width]`` (any width; shorter lists padded, items past the length ignored),
+  and a column of ``lens`` (int32, ``[batch, list sources]``): the list's
+  length, ``-1`` when it is null or absent; a single value where a list
+  belongs counts as a one-item list (as in the converter).
 
-``encode`` builds these arrays from records (the dicts the converter reads);
+An input with no column (no source reads that form) is left out. ``encode``
+builds these arrays from records (the dicts the converter reads);
 ``instances`` writes them as a REST request body.
 """
-
 from __future__ import annotations
 
 import dataclasses
@@ -47,6 +51,9 @@ KIND_NULL, KIND_BOOL, KIND_INT, KIND_FLOAT, KIND_STRING, KIND_BYTES, KIND_NESTED
 KIND_NAMES = ("null", "bool", "int", "float", "str", "bytes", "nested", "other")
 #: Value forms and their numpy dtypes, in naming order (the first a source uses is ``<key>``).
 FORMS = {"number": np.float64, "term": object, "raw": object, "int": np.int64}
+#: The packed input of single-valued sources per form (and their kinds), and of the lists' lengths.
+PACKED = {"kind": "kinds", "number": "numbers", "term": "terms", "raw": "bytes", "int": "ints"}
+LENS = "lens"
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 _KEY_RE = re.compile(r"[^A-Za-z0-9_]")
 
@@ -93,7 +100,9 @@ def _forms(f: FeatureConfig) -> tuple[str, ...]:
 
 @dataclasses.dataclass(frozen=True)
 class Source:
-    """One source field on the wire."""
+    """One source field. ``input_name``/``kind_name``/``len_name`` name its
+    values, kinds and length as the layer reads them (``Wire.unpack``); only a
+    list source's values and kinds travel under those names."""
 
     path: str
     key: str
@@ -115,8 +124,8 @@ class Source:
         return f"{self.key}__len"
 
     def input_names(self) -> list[str]:
-        names = [self.input_name(f) for f in self.forms] + [self.kind_name]
-        return names + [self.len_name] if self.is_list else names
+        """The names of its own inputs on the wire (a list source's values and kinds)."""
+        return [self.input_name(f) for f in self.forms] + [self.kind_name] if self.is_list else []
 
 
 def _key(path: str, taken: set[str]) -> str:
@@ -142,7 +151,7 @@ class Wire:
                 # text: one string per record (max_len counts its tokens)
                 uses.setdefault(path, []).append((f, f.multi_valued and f.transform != "text"))
         self.sources: list[Source] = []
-        taken: set[str] = set()
+        taken: set[str] = {*PACKED.values(), LENS}
         for path, fs in uses.items():
             lists = {is_list for _, is_list in fs}
             if len(lists) > 1:
@@ -160,6 +169,37 @@ class Wire:
             taken.update(src.input_names())
             self.sources.append(src)
         self._get = {s.path: getter(s.path) for s in self.sources}
+        #: packed input name -> the sources of its columns, in order (inputs without a column left out)
+        self.columns: dict[str, list[Source]] = {}
+        scalars = [s for s in self.sources if not s.is_list]
+        for form, name in PACKED.items():
+            cols = [s for s in scalars if form == "kind" or form in s.forms]
+            if cols:
+                self.columns[name] = cols
+        if any(s.is_list for s in self.sources):
+            self.columns[LENS] = [s for s in self.sources if s.is_list]
+
+    def column_names(self) -> dict[str, list[str]]:
+        """``{packed input: [source path of each column]}``, for clients that write requests by hand."""
+        return {name: [s.path for s in cols] for name, cols in self.columns.items()}
+
+    def _column_of(self, name: str, s: Source) -> str:
+        """The name the layer reads column ``s`` of packed input ``name`` under."""
+        if name == LENS:
+            return s.len_name
+        if name == PACKED["kind"]:
+            return s.kind_name
+        return s.input_name(next(f for f, n in PACKED.items() if n == name))
+
+    def unpack(self, inputs: dict[str, Any], split: Any) -> dict[str, Any]:
+        """The per-source view of wire ``inputs`` (names of ``Source.input_name``,
+        ``kind_name``, ``len_name``): a list source's own inputs as they are, the
+        columns of packed ones as ``split(tensor, columns)`` cuts them."""
+        out = {n: inputs[n] for s in self.sources for n in s.input_names()}
+        for name, cols in self.columns.items():
+            for s, col in zip(cols, split(inputs[name], len(cols)), strict=True):
+                out[self._column_of(name, s)] = col
+        return out
 
     def by_path(self, path: str) -> Source:
         for s in self.sources:
@@ -168,7 +208,8 @@ class Wire:
         raise KeyError(path)
 
     def input_names(self) -> list[str]:
-        return [n for s in self.sources for n in s.input_names()]
+        """The wire's inputs: the packed ones (``columns``), then each list source's own."""
+        return [*self.columns, *(n for s in self.sources for n in s.input_names())]
 
     def encode(self, records: Sequence[Any]) -> tuple[dict[str, np.ndarray], dict[int, str]]:
         """``(inputs, rejected)``: the arrays of ``records`` and, per record the
@@ -188,17 +229,20 @@ class Wire:
             else:
                 rejected[i] = f"<record>: expected a record (object), found {type(r).__name__}"
                 rows.append({})
-        out: dict[str, np.ndarray] = {}
+        per_source: dict[str, np.ndarray] = {}
         for s in self.sources:
             get = self._get[s.path]
             values = [get(r) for r in rows]
             if s.is_list:
-                self._encode_list(s, values, out)
+                self._encode_list(s, values, per_source)
             else:
                 kinds = np.fromiter(map(kind_of, values), dtype=np.int32, count=b)
-                out[s.kind_name] = kinds
+                per_source[s.kind_name] = kinds
                 for form in s.forms:
-                    out[s.input_name(form)] = _form_values(form, values, kinds, s, rejected)
+                    per_source[s.input_name(form)] = _form_values(form, values, kinds, s, rejected)
+        out = {name: np.stack([per_source[self._column_of(name, s)] for s in cols], axis=1)
+               for name, cols in self.columns.items()}
+        out.update((n, per_source[n]) for s in self.sources for n in s.input_names())
         return out, rejected
 
     def _encode_list(self, s: Source, values: list[Any], out: dict[str, np.ndarray]) -> None:

@@ -70,6 +70,8 @@ from readers._serving_wire import (
     KIND_NESTED,
     KIND_NULL,
     KIND_STRING,
+    LENS,
+    PACKED,
     Source,
     Wire,
     WireError,
@@ -80,6 +82,7 @@ from readers.info import locate
 
 _F32_MAX = float(np.finfo(np.float32).max)
 _TF_FORM = {"number": tf.float64, "term": tf.string, "raw": tf.string, "int": tf.int64}
+_TF_PACKED = {PACKED[form]: dtype for form, dtype in _TF_FORM.items()} | {PACKED["kind"]: tf.int32, LENS: tf.int32}
 _NUMBER_KINDS = (KIND_BOOL, KIND_INT, KIND_FLOAT)
 #: Transforms whose ids come from a hash the converter computes; the layer
 #: computes them only for outputs whose format defines that hash in-graph.
@@ -89,6 +92,9 @@ SERVING_MIN_FORMAT_VERSION: int | None = getattr(_spec, "SERVING_MIN_FORMAT_VERS
 
 def unsupported_reason(info_version: int, f: FeatureConfig) -> str | None:
     """Why feature ``f`` of an output of ``info_version`` cannot be served exactly, or None."""
+    if f.transform == "count" or "[" in f.source or "]" in f.source:
+        return (f"feature {f.name!r}: source {f.source!r} ({f.transform}) goes through lists, indexes or map keys, "
+                f"which the serving layer does not read yet; export a model without it")
     oov_hash = f.transform == "vocabulary" and f.num_oov_buckets > 1
     if f.transform in _HASHED or oov_hash:
         if SERVING_MIN_FORMAT_VERSION is None or info_version < SERVING_MIN_FORMAT_VERSION:
@@ -156,14 +162,13 @@ class TransformLayer(tf.Module):
     # -- the interface
     @property
     def input_signature(self) -> dict[str, tf.TensorSpec]:
-        sig: dict[str, tf.TensorSpec] = {}
+        sig = {name: tf.TensorSpec([None, len(cols)], _TF_PACKED[name], name=name)
+               for name, cols in self.wire.columns.items()}
         for s in self.wire.sources:
-            shape = [None, None] if s.is_list else [None]
-            for form in s.forms:
-                sig[s.input_name(form)] = tf.TensorSpec(shape, _TF_FORM[form], name=s.input_name(form))
-            sig[s.kind_name] = tf.TensorSpec(shape, tf.int32, name=s.kind_name)
             if s.is_list:
-                sig[s.len_name] = tf.TensorSpec([None], tf.int32, name=s.len_name)
+                for form in s.forms:
+                    sig[s.input_name(form)] = tf.TensorSpec([None, None], _TF_FORM[form], name=s.input_name(form))
+                sig[s.kind_name] = tf.TensorSpec([None, None], tf.int32, name=s.kind_name)
         return sig
 
     def encode(self, records: Sequence[Any]) -> dict[str, np.ndarray]:
@@ -209,8 +214,8 @@ class TransformLayer(tf.Module):
         """The features, whether any row is rejected (one reduction over every
         check), and the per-row reasons to build when one is."""
         inputs = {k: tf.convert_to_tensor(inputs[k], dtype=spec.dtype) for k, spec in self.input_signature.items()}
-        first_key = next(iter(inputs))
-        batch = tf.shape(inputs[first_key], out_type=tf.int64)[:1]
+        batch = tf.shape(next(iter(inputs.values())), out_type=tf.int64)[:1]
+        inputs = self.wire.unpack(inputs, lambda t, n: tf.unstack(t, num=n, axis=1))
         out: dict[str, tf.Tensor] = {}
         bad: list[tuple[tf.Tensor, str | tf.Tensor]] = []
         for f in self.config.features:
@@ -659,7 +664,8 @@ def export_serving(model: Any, output: str | TransformLayer, export_dir: str) ->
     extra = _io.join(export_dir, "assets.extra")
     tf.io.gfile.makedirs(extra)
     with tf.io.gfile.GFile(_io.join(extra, EXPORT_CONFIG_FILENAME), "w") as f:
-        f.write(json.dumps({"config": layer.config.to_json(), "inputs": layer.wire.input_names()}, indent=1) + "\n")
+        f.write(json.dumps({"config": layer.config.to_json(), "inputs": layer.wire.input_names(),
+                            "columns": layer.wire.column_names()}, indent=1) + "\n")
     return export_dir
 
 

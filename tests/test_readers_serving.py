@@ -437,6 +437,48 @@ def test_a_source_read_as_a_list_and_as_a_single_value_is_refused(tmp_path):
         readers.transform_layer(str(tmp_path / "o"))
 
 
+def _readme_request() -> dict[str, Any]:
+    """The TF Serving request example of the README's Serving section."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    block = text[text.index("## Serving"):].split("```json\n", 1)[1].split("```", 1)[0]
+    return json.loads(block)
+
+
+def test_the_readmes_request_example_is_what_instances_writes():
+    """The documented wire: single-valued fields packed one column each (in column_names order), a list
+    field as values, kinds and a column of lens; a request written from the README is encode's."""
+    from convert.config import parse_config
+    from readers._serving_wire import Wire, instances
+
+    cfg = parse_config({"label": "y", "features": [
+        {"name": "age", "transform": "zscore"}, {"name": "price", "transform": "identity"},
+        {"name": "country", "transform": "vocabulary"}, {"name": "tags", "transform": "vocabulary", "max_len": 2}]})
+    wire = Wire(cfg)
+    assert wire.column_names() == {"kinds": ["age", "price", "country"], "numbers": ["age", "price"],
+                                   "terms": ["country"], "lens": ["tags"]}
+    assert wire.input_names() == ["kinds", "numbers", "terms", "lens", "tags", "tags__kind"]
+    recs = [{"age": 43, "price": 9.5, "country": "US", "tags": ["vip", "promo"]},
+            {"age": None, "price": 2.0, "country": "FR", "tags": None}]
+    inputs, rejected = wire.encode(recs)
+    assert not rejected and {k: v.shape for k, v in inputs.items()} == {
+        "kinds": (2, 3), "numbers": (2, 2), "terms": (2, 1), "lens": (2, 1), "tags": (2, 2), "tags__kind": (2, 2)}
+    assert _readme_request() == {"instances": instances(inputs)}
+
+
+def test_a_list_field_named_like_a_packed_input_gets_its_own_name():
+    from convert.config import parse_config
+    from readers._serving_wire import Wire
+
+    cfg = parse_config({"label": "y", "features": [
+        {"name": "n", "source": "lens", "transform": "identity", "max_len": 2},
+        {"name": "k", "source": "kinds", "transform": "vocabulary"}]})
+    wire = Wire(cfg)
+    assert wire.input_names() == ["kinds", "terms", "lens", "lens_2", "lens_2__kind"]
+    inputs, _ = wire.encode([{"lens": [1.5], "kinds": "a"}])
+    assert inputs["lens_2"].tolist() == [[1.5]] and inputs["lens"].tolist() == [[1]]
+    assert inputs["terms"].tolist() == [[b"a"]] and inputs["kinds"].tolist() == [[4]]
+
+
 @pytest.mark.skipif(not HASHED_SUPPORTED, reason="the converter has no serving format version yet")
 def test_an_output_of_an_older_format_is_refused_with_what_to_do(output, tmp_path):
     old = tmp_path / "old"
@@ -617,7 +659,9 @@ def test_demo_trains_exports_and_scores_raw_json_lines(tmp_path):
     assert len(lines) == 4 and all("-> outputs [" in line for line in lines[:3]), run.stdout
     assert "rejected: age: expected a number, found str" in lines[3]
     body = json.loads((tmp_path / "req.json").read_text())
-    assert len(body["instances"]) == 4 and body["instances"][3]["age__kind"] == 4
+    # A hand-written request finds a source's column in the export's recordprep_config.json.
+    columns = json.loads((export / "assets.extra" / "recordprep_config.json").read_text())["columns"]
+    assert len(body["instances"]) == 4 and body["instances"][3]["kinds"][columns["kinds"].index("age")] == 4
 
 
 # ------------------------------------------------------------------ examples/data and ../shared/realdata
