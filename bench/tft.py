@@ -175,22 +175,52 @@ def _recordprep_layer(args: argparse.Namespace) -> dict[str, Any]:
     batches = [tensors(records[i * LAYER_BATCH:(i + 1) * LAYER_BATCH]) for i in range(args.num_batches)]
     singles = [tensors(records[i:i + 1]) for i in range(args.singles)]
 
-    @tf.function  # as TF Transform's batch row: traced on the batches' own shapes
-    def batch_fn(x):
-        return layer(x)
-
-    @tf.function(input_signature=[layer.input_signature])
-    def single_fn(x):
-        return layer(x)
-
-    result = measure_layer(batch_fn, single_fn, batches, singles, args.seconds)
+    # As TF Transform's row: the concrete function of the layer's serving signature.
+    fn = tf.function(lambda x: layer(x), input_signature=[layer.input_signature]).get_concrete_function()
+    result = measure_layer(fn, fn, batches, singles, args.seconds)
     return {**result, **_export_overhead(layer, batches, args)}
+
+
+def realistic_model(info: Any) -> Any:
+    """A ranking model of a realistic size for the bench schema: 32-wide embeddings
+    of every id feature, an MLP 512-256-128 -> 1 (DLRM's small top MLP)."""
+    import tensorflow as tf
+
+    import readers
+
+    inputs = readers.keras_inputs(info)
+    parts = []
+    for spec in info.features:
+        if spec.role == "label" or spec.name not in inputs:
+            continue
+        x = inputs[spec.name]
+        vocab = spec.params.get("vocab_size")
+        if spec.dtype == "int64" and vocab:
+            emb = tf.keras.layers.Embedding(vocab, 32)(x)
+            parts.append(tf.keras.layers.GlobalAveragePooling1D()(emb) if spec.shape[0] > 1 else tf.keras.layers.Flatten()(emb))
+        elif spec.dtype == "float32":
+            parts.append(x)
+        elif spec.dtype == "int64":
+            parts.append(tf.keras.layers.Lambda(lambda t: tf.cast(t, tf.float32))(x))
+    h = tf.keras.layers.Concatenate()(parts)
+    for width in (512, 256, 128):
+        h = tf.keras.layers.Dense(width, activation="relu")(h)
+    return tf.keras.Model(inputs=inputs, outputs=tf.keras.layers.Dense(1, activation="sigmoid")(h))
+
+
+def _concrete(model: Any, sig: dict[str, Any]) -> Any:
+    import tensorflow as tf
+
+    return tf.function(lambda x: model(x, training=False), input_signature=[sig]).get_concrete_function()
 
 
 def _export_overhead(layer: Any, batches: list[Any], args: argparse.Namespace) -> dict[str, Any]:
     """The exported SavedModel (raw inputs -> layer -> model) against the model alone on the
-    converted features, batches of 1,024, for the demo's model (``examples/train.py``'s
-    ``build_model``): what ``export_serving`` adds to a model's own batch latency."""
+    converted features, batches of 1,024: what ``export_serving`` adds to a model's own batch
+    latency, for the demo's model (``examples/train.py``'s ``build_model``, keys ``model_*``,
+    ``export_*``) and for :func:`realistic_model` (``big_model_*``, ``big_export_*``). Both
+    called as TF Serving runs them: the model as the concrete function of its input
+    signature, the export as its loaded ``serving_default`` signature."""
     import tempfile
 
     import tensorflow as tf
@@ -201,18 +231,28 @@ def _export_overhead(layer: Any, batches: list[Any], args: argparse.Namespace) -
     sys.path.insert(0, str(HERE.parent / "examples"))
     from train import build_model
 
-    tf.keras.utils.set_random_seed(0)
-    model = build_model(readers.load_info(args.output))
-    names = [t.name for t in model.inputs]
-    with tempfile.TemporaryDirectory() as d:
-        readers.export_serving(model, layer, f"{d}/model")
-        serve = tf.saved_model.load(f"{d}/model").signatures["serving_default"]
-        features = [layer.transform(x)[0] for x in batches]
-        model_fn = tf.function(lambda x: model({n: x[n] for n in names}, training=False))
-        m = measure_layer(model_fn, model_fn, features, features[:1], args.seconds)
-        e = measure_layer(lambda x: serve(**x), lambda x: serve(**x), batches, batches[:1], args.seconds)
-    return {"model_batch_ms": m["batch_median_ms"], "export_batch_ms": e["batch_median_ms"],
-            "export_overhead": e["batch_median_ms"] / m["batch_median_ms"] - 1}
+    info = readers.load_info(args.output)
+    features = [layer.transform(x)[0] for x in batches]
+    out: dict[str, Any] = {}
+    for prefix, build in (("", build_model), ("big_", realistic_model)):
+        tf.keras.utils.set_random_seed(0)
+        model = build(info)
+        names = [t.name for t in model.inputs]
+        sig = {n: tf.TensorSpec([None, *features[0][n].shape[1:]], features[0][n].dtype) for n in names}
+        model_fn = _concrete(model, sig)
+        mine = [{n: x[n] for n in names} for x in features]
+        with tempfile.TemporaryDirectory() as d:
+            readers.export_serving(model, layer, f"{d}/model")
+            serve = tf.saved_model.load(f"{d}/model").signatures["serving_default"]
+            m = measure_layer(model_fn, model_fn, mine, mine[:1], args.seconds)
+
+            def call(x, serve=serve):
+                return serve(**x)
+
+            e = measure_layer(call, call, batches, batches[:1], args.seconds)
+        out.update({f"{prefix}model_batch_ms": m["batch_median_ms"], f"{prefix}export_batch_ms": e["batch_median_ms"],
+                    f"{prefix}export_overhead": e["batch_median_ms"] / m["batch_median_ms"] - 1})
+    return out
 
 
 def _add_args(ap: argparse.ArgumentParser) -> None:
@@ -319,7 +359,8 @@ def _layer_row(label: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
         "batch_median_ms", "batch_records_per_s", "single_median_ms", "single_p90_ms")},
         peak_rss_mb=_median([r["peak_rss_mb"] for r in ok]),
         **{k: ok[-1]["result"][k] for k in ("batch", "batch_calls", "single_calls", "outputs")})
-    for k in ("model_batch_ms", "export_batch_ms", "export_overhead"):  # recordprep's row only
+    for k in ("model_batch_ms", "export_batch_ms", "export_overhead",  # recordprep's row only
+              "big_model_batch_ms", "big_export_batch_ms", "big_export_overhead"):
         if all(k in r["result"] for r in ok):
             row[k] = _median([r["result"][k] for r in ok])
     return row
