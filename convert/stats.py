@@ -18,10 +18,16 @@ and text features; text counts the tokens it writes, the first ``max_len``).
 Hash and cross features have counts only: their ids are not terms.
 
 Numbers are kept as a log-bucketed histogram (``ValueSketch``): a value's
-bucket is fixed by the value alone (64 buckets per power of two, so a bucket
-is at most 1/64 of its values wide), which makes sketches of any two splits,
-units or outputs mergeable and comparable on any bins chosen later. Quantiles
-read from it are within 1/64 of the value, relative.
+bucket is fixed by the value alone (its float32 exponent and the top 6 bits of
+its mantissa: 64 buckets per power of two, each at most 1/64 of its values
+wide), which makes sketches of any two splits, units or outputs mergeable and
+comparable on any bins chosen later. Quantiles read from it are within 1/64
+of the value, relative. One sketch is gathered per numeric feature and split:
+of the raw values where the prepared batch has them (the transforms that use
+the analysis), else of the written values; the other side is derived when
+the document is written (``to_json``): the analysis' affine map, bucket ids
+from the boundaries, ``expm1`` of ``log1p``, the same values for ``identity``
+(``clip`` keeps no raw values: no ``before``).
 
 Pure Python and numpy: no Beam, no TensorFlow.
 """
@@ -31,7 +37,7 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -55,31 +61,27 @@ EXAMPLES_PER_GROUP = 3
 MAX_GROUPS = 200
 #: Quantiles stored with each sketch (a report's table; drift recomputes its own).
 QUANTILES = (0.01, 0.05, 0.25, 0.5, 0.75, 0.95, 0.99)
-#: |x| below this is counted as zero (a bucket of its own).
-_TINY = 2.0 ** -120
-#: Offset keeping bucket keys positive: frexp exponents of float64 are >= -1073.
-_EXP_OFFSET = 1100
+#: A float32's bits shifted right by this keep its exponent and the top
+#: log2(SUB_BUCKETS) bits of its mantissa: the bucket key of |x|.
+_KEY_SHIFT = 23 - 6
+#: Keys at and above this are infinities and NaNs (exponent 255).
+_NONFINITE_KEY = 255 << 6
 
 
 class StatsFormatError(ValueError):
     """A stats document is malformed, or from a newer recordprep."""
 
 
-# ----------------------------------------------------------------- numbers
-
-
-def _keys(a: np.ndarray) -> np.ndarray:
-    """Bucket key of each |value| (> 0): exponent and 1/SUB_BUCKETS of the mantissa."""
-    m, e = np.frexp(a)  # a = m * 2**e, m in [0.5, 1)
-    sub = ((m - 0.5) * (2 * SUB_BUCKETS)).astype(np.int64)
-    return (e.astype(np.int64) + _EXP_OFFSET) * SUB_BUCKETS + np.minimum(sub, SUB_BUCKETS - 1)
+def _keys(x32: np.ndarray) -> np.ndarray:
+    """Bucket key of each |value| of a float32 array (int32; 0 holds zero and subnormals)."""
+    return (x32.view(np.int32) & 0x7FFFFFFF) >> _KEY_SHIFT
 
 
 def _key_value(k: np.ndarray) -> np.ndarray:
-    """The middle of bucket ``k`` (its representative value)."""
-    e = k // SUB_BUCKETS - _EXP_OFFSET
-    sub = k % SUB_BUCKETS
-    return np.ldexp(0.5 + (sub + 0.5) / (2 * SUB_BUCKETS), e)
+    """The middle of bucket ``k`` (its representative value; 0.0 for key 0)."""
+    k = np.asarray(k, dtype=np.int64)
+    mid = ((k << _KEY_SHIFT) | (1 << (_KEY_SHIFT - 1))).astype(np.int32).view(np.float32).astype(np.float64)
+    return np.where(k == 0, 0.0, mid)
 
 
 class _Dense:
@@ -145,29 +147,63 @@ class ValueSketch:
 
     def add(self, x: np.ndarray) -> None:
         """Add the values of ``x`` (any shape, any float or int dtype)."""
-        x = np.asarray(x, dtype=np.float64).ravel()
+        x = np.asarray(x).ravel()
         if not x.size:
             return
-        finite = np.isfinite(x)
+        with np.errstate(over="ignore", invalid="ignore"):
+            x32 = x if x.dtype == np.float32 else x.astype(np.float32)  # beyond float32: inf, not bucketed
+        keys = _keys(x32)
+        finite = keys < _NONFINITE_KEY
         if not finite.all():
             self.nonfinite += int(x.size - np.count_nonzero(finite))
-            x = x[finite]
+            x, x32, keys = x[finite], x32[finite], keys[finite]
             if not x.size:
                 return
-        mean = float(x.mean())
-        self._merge_moments(int(x.size), mean, float(((x - mean) ** 2).sum()), float(x.min()), float(x.max()))
-        a = np.abs(x)
-        tiny = a < _TINY
-        if tiny.any():
-            self.zero += int(np.count_nonzero(tiny))
-            x, a = x[~tiny], a[~tiny]
-        keys = _keys(a)
-        negative = x < 0
+        mean = float(x.mean(dtype=np.float64))
+        d = x.astype(np.float64) - mean
+        # einsum, not d @ d: BLAS' dot may wake its thread pool, slow on a busy host
+        self._merge_moments(int(x.size), mean, float(np.einsum("i,i->", d, d)), float(x.min()), float(x.max()))
+        negative = x32.view(np.int32) < 0
+        zero = keys == 0
+        if zero.any():
+            self.zero += int(np.count_nonzero(zero))
+            keep = ~zero
+            keys, negative = keys[keep], negative[keep]
         if negative.any():
             self.neg.add_keys(keys[negative])
             self.pos.add_keys(keys[~negative])
         else:
             self.pos.add_keys(keys)
+
+    @classmethod
+    def of_points(cls, values: np.ndarray, counts: np.ndarray) -> ValueSketch:
+        """A sketch of ``counts[i]`` copies of ``values[i]`` (a transformed sketch's buckets)."""
+        s = cls()
+        values = np.asarray(values, dtype=np.float64)
+        counts = np.asarray(counts, dtype=np.int64)
+        ok = (counts > 0) & np.isfinite(values)
+        values, counts = values[ok], counts[ok]
+        n = int(counts.sum())
+        if not n:
+            return s
+        mean = float((values * counts).sum() / n)
+        s._merge_moments(n, mean, float((counts * (values - mean) ** 2).sum()), float(values.min()), float(values.max()))
+        keys = _keys(values.astype(np.float32))
+        negative = values < 0
+        zero = keys == 0
+        s.zero = int(counts[zero].sum())
+        for dense, sel in ((s.neg, negative & ~zero), (s.pos, ~negative & ~zero)):
+            if sel.any():
+                lo = int(keys[sel].min())
+                dense.add(lo, np.bincount(keys[sel] - lo, weights=counts[sel]).astype(np.int64))
+        return s
+
+    def mapped(self, fn: Any) -> ValueSketch:
+        """The sketch of ``fn`` (vectorized, monotone or not) applied to every value,
+        from the bucket representatives: moments approximate to a bucket's width."""
+        values, counts = self.buckets()
+        with np.errstate(all="ignore"):
+            return ValueSketch.of_points(fn(values), counts)
 
     def _merge_moments(self, n: int, mean: float, m2: float, lo: float, hi: float) -> None:
         """Chan et al.'s parallel variance, as ``convert.vectorize.NumericStats``."""
@@ -251,12 +287,13 @@ class ValueSketch:
 
 
 def _kind(f: FeatureConfig) -> str:
-    """How a feature is summarized: numeric, categorical (terms), timestamp, hash or bytes."""
-    if f.transform == "bucketize" or f.is_numeric:
+    """How a feature is summarized: numeric, categorical (terms), timestamp, hash,
+    bytes, or other (any other transform: its written numbers, as written)."""
+    if f.is_numeric:
         return "numeric"
     if f.needs_vocabulary:
         return "categorical"
-    return {"timestamp": "timestamp", "bytes": "bytes"}.get(f.transform, "hash")
+    return {"timestamp": "timestamp", "bytes": "bytes", "hash": "hash", "cross": "hash"}.get(f.transform, "other")
 
 
 class _FeatureSplit:
@@ -264,10 +301,11 @@ class _FeatureSplit:
 
     __slots__ = ("missing", "before", "after", "lengths", "terms", "items", "oov")
 
-    def __init__(self, kind: str, multi: bool) -> None:
+    def __init__(self, kind: str, multi: bool, raw: bool = False) -> None:
         self.missing: int | None = 0
-        self.before = ValueSketch() if kind == "numeric" else None
-        self.after = ValueSketch() if kind in ("numeric", "timestamp") else None
+        #: One sketch: of the raw values (``raw``: the prepared batch has them), else of the written ones.
+        self.before = ValueSketch() if kind == "numeric" and raw else None
+        self.after = ValueSketch() if kind in ("numeric", "timestamp", "other") and not raw else None
         self.lengths: np.ndarray | None = np.zeros(0, dtype=np.int64) if multi else None
         self.terms: Counter | None = Counter() if kind in ("categorical", "label") else None
         self.items = 0
@@ -281,9 +319,29 @@ class _FeatureSplit:
         if self.lengths is not None and o.lengths is not None:
             self.lengths = _add_counts(self.lengths, o.lengths)
         if self.terms is not None and o.terms is not None:
-            self.terms.update(o.terms)
+            self.terms.update(o.terms if isinstance(o.terms, Counter) else o.terms.as_dict())
         self.items += o.items
         self.oov += o.oov
+
+
+class _Terms:
+    """Term counts packed for the trip to the commit step: the UTF-8 terms in
+    one buffer, their lengths and counts as arrays (a Counter of short strings
+    costs about five times the memory, and the commit holds every unit's)."""
+
+    __slots__ = ("blob", "lens", "counts")
+
+    def __init__(self, c: Counter):
+        encoded = [t.encode("utf-8", "surrogatepass") for t in c]
+        self.blob = b"".join(encoded)
+        self.lens = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded))
+        self.counts = np.fromiter(c.values(), dtype=np.int64, count=len(encoded))
+
+    def as_dict(self) -> dict[str, int]:
+        ends = np.cumsum(self.lens)
+        blob = self.blob
+        terms = [blob[a:b].decode("utf-8", "surrogatepass") for a, b in zip((ends - self.lens).tolist(), ends.tolist(), strict=True)]
+        return dict(zip(terms, self.counts.tolist(), strict=True))
 
 
 def _add_counts(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -323,13 +381,15 @@ class StatsAccumulator:
         lab = config.label
         if lab is not None:
             self.kinds[lab.name] = "label" if lab.transform == "vocabulary" else "numeric"
+        feats = self._features
         self.feature: dict[str, list[_FeatureSplit]] = {
-            name: [_FeatureSplit(kind, name in self._features and (self._features[name].multi_valued
-                                                                  or self._features[name].transform == "text"))
+            name: [_FeatureSplit(kind, name in feats and (feats[name].multi_valued or feats[name].transform == "text"),
+                                 raw=name in feats and feats[name].is_numeric and feats[name].needs_stats)
                    for _ in self.splits]
             for name, kind in self.kinds.items()}
         for name, f in self._features.items():
-            if f.is_numeric and f.transform != "bucketize" and not f.needs_stats and not f.missing_indicator:
+            if (self.kinds[name] == "other"
+                    or (f.is_numeric and f.transform != "bucketize" and not f.needs_stats and not f.missing_indicator)):
                 for fs in self.feature[name]:
                     fs.missing = None  # finished without raw values: null and fill look alike
         self.rejected = 0
@@ -337,9 +397,19 @@ class StatsAccumulator:
         #: Per vocabulary feature: the unit's terms by index, and counts per (index, split).
         self._pending: dict[str, tuple[list[str], np.ndarray]] = {}
 
-    # Unit accumulators travel to the commit step: flush the per-unit term tables first.
-    def __getstate__(self) -> dict[str, Any]:
+    def compact(self) -> StatsAccumulator:
+        """Pack the term counts (``_Terms``) for the trip to the commit step, which
+        holds every unit's accumulator; ``merge`` reads them back."""
         self.flush()
+        for accs in self.feature.values():
+            for a in accs:
+                if isinstance(a.terms, Counter):
+                    a.terms = _Terms(a.terms)  # type: ignore[assignment]
+        return self
+
+    # Unit accumulators travel to the commit step: packed, without the per-unit term tables.
+    def __getstate__(self) -> dict[str, Any]:
+        self.compact()
         return self.__dict__
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -387,14 +457,12 @@ class StatsAccumulator:
         out, present, lens, missing_row = payload
         if not keep.all():
             out, present, lens, missing_row = out[keep], present[keep], lens[keep], missing_row[keep]
-        after = cols[f.name][1]
         for s, m in enumerate(masks):
             if m is None:
                 continue
             a = acc[s]
             a.missing += int(np.count_nonzero(missing_row[m]))  # type: ignore[operator]
-            a.before.add(out[m][present[m]])  # type: ignore[union-attr]
-            a.after.add(after[m] if not f.multi_valued else after[m][present[m]])  # type: ignore[union-attr]
+            a.before.add(out[m][present[m]] if len(masks) > 1 else out[present])  # type: ignore[union-attr]
 
     def _vocab(self, f: FeatureConfig, acc: list[_FeatureSplit], payload: tuple, cols: dict, keep: np.ndarray,
                split_k: np.ndarray, masks: list[np.ndarray | None]) -> None:
@@ -409,7 +477,8 @@ class StatsAccumulator:
         if n_split > 1:
             flat = flat * n_split + np.broadcast_to(split_k[:, None], codes.shape)[valid]
         if flat.size:
-            counts += np.bincount(flat, minlength=counts.size)
+            c = np.bincount(flat)  # up to the batch's highest index, not the unit's
+            counts[: c.size] += c
         ids = cols[f.name][1]
         oov = (ids >= 1) & (ids <= f.num_oov_buckets)
         multi = lens is not None
@@ -447,6 +516,9 @@ class StatsAccumulator:
                 missing = (miss_col[1][m, 0] != 0) if miss_col is not None else (col[m, 0] == 0)
                 a.missing += int(np.count_nonzero(missing))  # type: ignore[operator]
                 a.after.add(col[m, 0][~missing])  # type: ignore[union-attr]
+            elif self.kinds[f.name] == "other":
+                if cols[f.name][0] != "string":
+                    a.after.add(col[m])  # type: ignore[union-attr]
             else:  # numeric, finished at once: what is written
                 x = col[m]
                 if len_col is not None:
@@ -457,10 +529,6 @@ class StatsAccumulator:
                     if len_col is None:
                         x = x[~missing]
                 a.after.add(x)  # type: ignore[union-attr]
-                if f.transform == "identity":
-                    a.before.add(x)  # type: ignore[union-attr]
-                elif f.transform == "log1p":  # log1p is invertible: the input, to float32 precision
-                    a.before.add(np.expm1(x.astype(np.float64)))  # type: ignore[union-attr]
             if len_col is not None:
                 a.lengths = _add_counts(a.lengths, np.bincount(len_col[1][m, 0]))  # type: ignore[arg-type]
 
@@ -543,8 +611,11 @@ class StatsAccumulator:
             mine["examples"].extend(g["examples"][: EXAMPLES_PER_GROUP - len(mine["examples"])])
         return self
 
-    def to_json(self) -> dict[str, Any]:
-        """The ``stats.json`` document (``features`` and ``rejections``; the commit adds splits and files)."""
+    def to_json(self, analysis_stats: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """The ``stats.json`` document (``features`` and ``rejections``; the commit adds splits and files).
+
+        ``analysis_stats``: the analysis' statistics per feature, which map a
+        raw-value sketch to the written values' (``after``)."""
         self.flush()
         features = {}
         specs = {f.name: f for f in self.config.features}
@@ -553,10 +624,11 @@ class StatsAccumulator:
             per = {}
             for s, a in zip(self.splits, accs, strict=True):
                 d: dict[str, Any] = {"rows": self.rows[self.splits.index(s)], "missing": a.missing}
-                if a.before is not None and f is not None:
-                    d["before"] = a.before.to_json() if (f is None or f.transform != "clip") else None
-                if a.after is not None:
-                    d["after"] = a.after.to_json()
+                before, after = _sides(f, a, (analysis_stats or {}).get(name))
+                if f is not None and f.is_numeric:
+                    d["before"] = before.to_json() if before is not None else None
+                if after is not None:
+                    d["after"] = after.to_json()
                 if a.lengths is not None:
                     d["lengths"] = a.lengths.tolist()
                 if a.terms is not None:
@@ -575,6 +647,33 @@ class StatsAccumulator:
                         key=lambda g: (-g["count"], g["field"], g["reason"]))
         return {"version": STATS_VERSION, "features": features,
                 "rejections": {"count": self.rejected, "groups": groups}}
+
+
+def _sides(f: FeatureConfig | None, a: _FeatureSplit, st: Mapping[str, Any] | None) -> tuple[ValueSketch | None, ValueSketch | None]:
+    """A numeric feature's sketches before and after its transform, the one not
+    gathered derived from the other (module docstring); None where unknown."""
+    if f is None or not f.is_numeric:
+        return None, a.after
+    if a.after is not None:  # gathered from the written values
+        before = {"identity": a.after, "log1p": a.after.mapped(np.expm1) if a.after.count else a.after}.get(f.transform)
+        return before, a.after
+    before = a.before
+    assert before is not None
+    if st is None or not before.count:
+        return before, None if st is None else ValueSketch()
+    if f.transform == "bucketize":
+        bounds = list(st.get("boundaries") or [])
+        counts = before.histogram([-math.inf, *bounds, math.inf])
+        return before, ValueSketch.of_points(np.arange(1, len(counts) + 1), np.asarray(counts))
+    mean, std, lo, hi = st.get("mean") or 0.0, st.get("std") or 1.0, st.get("min"), st.get("max")
+    fns = {
+        "zscore": lambda v: (v - mean) / std,
+        "minmax": (lambda v: (v - lo) / (hi - lo)) if lo is not None and hi is not None and hi > lo else np.zeros_like,
+        "log1p": np.log1p,
+        "clip": lambda v: np.clip(v, f.clip_min if f.clip_min is not None else -np.inf,
+                                  f.clip_max if f.clip_max is not None else np.inf),
+    }
+    return before, before.mapped(fns.get(f.transform, lambda v: v))
 
 
 def load_stats(doc: Any, where: str = STATS_FILENAME) -> dict[str, Any]:

@@ -938,7 +938,7 @@ class _ConvertUnit(beam.DoFn):
             self.records_rejected.inc(n_err)
             return {"unit": unit.index, "shards": shards if seed is None else None, "scatter": scattered,
                     "errors": {"tmp": err_path if n_err else None, "count": n_err}, "per_file": per_file,
-                    "stats": stats}
+                    "stats": stats.compact()}
 
         def abort() -> None:
             for w in writers:
@@ -1134,7 +1134,7 @@ class _Commit(beam.DoFn):
         )
         metadata = info.dumps().encode()
         analysis_data = json.dumps(analysis.to_json()).encode()
-        stats_data = _stats_document(self.config, names, results, splits, per_file)
+        stats_data = _stats_document(self.config, names, results, splits, per_file, analysis.stats)
 
         # Shards: temp names -> {split}-{i}-of-{n}; then what an earlier run left.
         _rename_replacing([src for src, _ in renames], [dst for _, dst in renames])
@@ -1156,14 +1156,14 @@ class _Commit(beam.DoFn):
 
 
 def _stats_document(config: Config, names: list[str], results: list[dict], splits: dict[str, SplitInfo],
-                    per_file: dict[str, dict[str, int]]) -> bytes:
+                    per_file: dict[str, dict[str, int]], analysis_stats: dict[str, Any]) -> bytes:
     """``stats.json``: the units' statistics merged in unit order, with records
     and bytes per split and the counts per input file (what ``report`` shows)."""
     merged = StatsAccumulator(config, names)
     for r in results:
         if r.get("stats") is not None:
             merged.merge(r["stats"])
-    doc = merged.to_json()
+    doc = merged.to_json(analysis_stats)
     doc["splits"] = {s: {"records": sp.num_records, "bytes": sp.num_bytes, "shards": len(sp.shards)}
                      for s, sp in splits.items()}
     doc["files"] = [{"path": p, "read": c["read"], "rejected": c["errors"], "written": {s: c[s] for s in names}}

@@ -53,6 +53,21 @@ def test_sketch_histogram_counts_every_value_and_skips_nonfinite():
     assert back.histogram([-2.0, 0.0, 3.0]) == [2, 5] and back.std == pytest.approx(s.std)
 
 
+def test_packed_term_counts_read_back_exactly():
+    from convert.stats import _Terms
+
+    c = Counter({"a": 3, "é": 2, "\ud800": 1, "": 4, "x\x00y": 5})
+    assert _Terms(c).as_dict() == dict(c)
+    assert _Terms(Counter()).as_dict() == {}
+
+
+def test_a_sketch_maps_through_a_transform():
+    s = ValueSketch()
+    s.add(np.array([1.0, 2.0, 3.0, 4.0]))
+    z = s.mapped(lambda v: (v - 2.5) / 2)
+    assert z.count == 4 and z.mean == pytest.approx(0.0, abs=0.02) and z.min == pytest.approx(-0.75, rel=0.02)
+
+
 def test_reasons_that_differ_only_in_quoted_values_share_a_group():
     a = reason_group("expected a number, found str 'abc'; use a categorical transform")
     b = reason_group("expected a number, found str 'x y'; use a categorical transform")
@@ -110,6 +125,8 @@ def test_every_split_is_counted_from_the_records_written(converted):
         return sum(feats[name]["splits"][s][key] for s in both)
 
     assert total("x", "missing") == sum(r["x"] is None for r in records)
+    train_after = feats["x"]["splits"]["train"]["after"]  # zscore of the training split: mean 0, std 1
+    assert train_after["mean"] == pytest.approx(0.0, abs=0.02) and train_after["std"] == pytest.approx(1.0, abs=0.02)
     assert sum(feats["x"]["splits"][s]["before"]["count"] for s in both) == sum(r["x"] is not None for r in records)
     xs = [r["x"] for r in records if r["x"] is not None]
     assert min(feats["x"]["splits"][s]["before"]["min"] for s in both) == min(xs)
