@@ -81,7 +81,10 @@ class TransformInfo:
 
 
 #: Options of every transform (``cross`` reads ``sources`` instead of ``source``).
-COMMON_OPTIONS = ("name", "source", "transform", "allow_all_missing")
+COMMON_OPTIONS = ("name", "source", "transform", "allow_all_missing", "drift")
+#: Drift/skew measures a ``drift`` option (per feature, or top-level as the
+#: default) sets a threshold for; ``convert.drift`` computes them.
+DRIFT_MEASURES = ("linf", "js", "new_terms", "missing", "mean_shift")
 _NUM = ("fill", "missing_indicator", "on_nan")
 _VOCAB = ("top_k", "min_frequency", "num_oov_buckets")
 #: Every transform and its options: the one table behind validation, its error
@@ -191,6 +194,9 @@ class FeatureConfig:
     parts: tuple[str, ...] | None = None
     sources: tuple[str, ...] | None = None
     allow_all_missing: bool = False
+    #: ``(measure, threshold)`` pairs of ``DRIFT_MEASURES`` overriding the
+    #: config's top-level ``drift`` for this feature (``recordprep report``).
+    drift: tuple[tuple[str, float], ...] | None = None
 
     @property
     def is_numeric(self) -> bool:
@@ -239,6 +245,10 @@ def _feature_json(f: FeatureConfig) -> dict[str, Any]:
     d = dataclasses.asdict(f)
     if not d["allow_all_missing"]:
         del d["allow_all_missing"]
+    if f.drift is None:
+        del d["drift"]
+    else:
+        d["drift"] = dict(f.drift)
     return d
 
 
@@ -246,9 +256,12 @@ def _feature_json(f: FeatureConfig) -> dict[str, Any]:
 class Config:
     features: tuple[FeatureConfig, ...]
     label: LabelConfig | None
+    #: Default drift thresholds, ``(measure, threshold)`` pairs (top-level ``drift``).
+    drift: tuple[tuple[str, float], ...] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
+            **({"drift": dict(self.drift)} if self.drift is not None else {}),
             "label": self.label.to_json() if self.label else None,
             "features": [_feature_json(f) for f in self.features],
         }
@@ -434,6 +447,11 @@ def _check_values(where: str, kw: dict[str, Any], out: _Problems) -> None:
         v = kw.get(key)
         if v is not None and (not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= hi):
             out.add(where, f"{key!r} must be an integer >= {lo} and <= {hi:,} ({_INT_WHY[key]}), found {_show(v)}")
+    if "drift" in kw:
+        drift = _drift_thresholds(kw["drift"])
+        if drift is None:
+            out.add(where, _DRIFT_PROBLEM.format(found=_show(kw["drift"])))
+        kw["drift"] = drift
     for key in ("missing_indicator", "lowercase", "allow_all_missing"):
         if key in kw and not isinstance(kw[key], bool):
             out.add(where, f"{key!r} must be true or false, found {_show(kw[key])}")
@@ -473,6 +491,23 @@ def _check_values(where: str, kw: dict[str, Any], out: _Problems) -> None:
                            f"found {_show(srcs)}")
         else:
             kw["sources"] = tuple(srcs)
+
+
+_DRIFT_PROBLEM = ("'drift' must map measures ({measures}) to thresholds (numbers >= 0), "
+                  "e.g. {{js: 0.05, missing: 0.02}}, found {found}").replace("{measures}", ", ".join(DRIFT_MEASURES))
+
+
+def _drift_thresholds(v: Any) -> tuple[tuple[str, float], ...] | None:
+    """A ``drift`` option as sorted ``(measure, threshold)`` pairs, or None when invalid."""
+    if not isinstance(v, Mapping) or not v:
+        return None
+    pairs = []
+    for k, t in v.items():
+        x = _float32(t)
+        if k not in DRIFT_MEASURES or x is None or x < 0:
+            return None
+        pairs.append((k, x))
+    return tuple(sorted(pairs))
 
 
 def _complete(where: str, transform: str, kw: dict[str, Any], out: _Problems) -> None:
@@ -530,7 +565,7 @@ def _parse_feature(i: int, raw: Any, src: str, out: _Problems) -> FeatureConfig 
     # An entry listing every option is the normalized form (``Config.to_json()``,
     # the metadata's config): there, an option its transform does not take may
     # hold the value the transform gives it anyway (checked once it is built).
-    full = set(_FEATURE_KEYS) - {"allow_all_missing"} <= set(raw)
+    full = set(_FEATURE_KEYS) - {"allow_all_missing", "drift"} <= set(raw)
     deferred: dict[str, Any] = {}
     if transform is not None:
         not_taken = [k for k in kw if k not in _takes(transform)]
@@ -605,10 +640,13 @@ def parse_config(raw: Any, *, source: str = "config") -> Config:
     if problem:
         raise ConfigError(f"{source}: {problem}")
     out = _Problems()
-    unknown = [k for k in raw if k not in ("features", "label")]
+    unknown = [k for k in raw if k not in ("features", "label", "drift")]
     if unknown:
-        hints = "".join(_did_you_mean(k, ("features", "label")) for k in unknown[:_MAX_UNKNOWN_SHOWN])
-        out.add(source, f"unknown top-level key(s) {_show(sorted(unknown))}{hints}; allowed: features, label")
+        hints = "".join(_did_you_mean(k, ("features", "label", "drift")) for k in unknown[:_MAX_UNKNOWN_SHOWN])
+        out.add(source, f"unknown top-level key(s) {_show(sorted(unknown))}{hints}; allowed: features, label, drift")
+    drift = _drift_thresholds(raw["drift"]) if raw.get("drift") is not None else None
+    if raw.get("drift") is not None and drift is None:
+        out.add(source, _DRIFT_PROBLEM.format(found=_show(raw["drift"])))
     feats_raw = raw.get("features")
     features: list[FeatureConfig | None] = []
     if not isinstance(feats_raw, list) or not feats_raw:
@@ -616,7 +654,7 @@ def parse_config(raw: Any, *, source: str = "config") -> Config:
     else:
         features = [_parse_feature(i, f, source, out) for i, f in enumerate(feats_raw)]
     label = _parse_label(raw["label"], source, out) if raw.get("label") is not None else None
-    cfg = Config(features=tuple(f for f in features if f is not None), label=label)
+    cfg = Config(features=tuple(f for f in features if f is not None), label=label, drift=drift)
     seen: set[str] = set()
     for n in cfg.output_names:
         if n in seen:

@@ -107,6 +107,48 @@ _MAX_BLOCK_HELP = ("Cap on the decompressed size of one Avro block, in MB (a lar
                    "writers flush blocks of 64 KB..16 MB). Bounds memory on compression bombs.")
 
 
+def _thresholds(pairs: list[str] | None) -> dict[str, float]:
+    """``--drift-threshold MEASURE=VALUE`` flags; a bad one is a usage error (exit 2)."""
+    from convert.drift import check_overrides
+
+    out: dict[str, float] = {}
+    for p in pairs or ():
+        k, sep, v = p.partition("=")
+        try:
+            out[k.strip()] = float(v) if sep else float("nan")
+        except ValueError:
+            _fail(f"--drift-threshold {p!r}: expected MEASURE=NUMBER, e.g. js=0.05", 2)
+    try:
+        return check_overrides(out)
+    except ValueError as e:
+        _fail(f"--drift-threshold: {e}", 2)
+    raise AssertionError("unreachable")
+
+
+_DRIFT_THRESHOLD_HELP = ("MEASURE=VALUE (repeat): a drift/skew threshold for every feature, over the config's "
+                         "(`drift:` top-level and per feature); measures: linf, js, new_terms, missing, mean_shift.")
+
+
+def _gate(report: dict, fail: bool) -> None:
+    """Print the drift/skew verdict; with ``fail``, exit 1 naming the features over threshold."""
+    over = report["features_over"]
+    if not over:
+        typer.echo("drift/skew: no measure over its threshold")
+        return
+    worst: dict[str, dict[str, float]] = {}
+    for c in report["skew"] + report["drift"]:
+        for f in c["findings"]:
+            if f["over"]:
+                m = worst.setdefault(f["feature"], {})
+                m[f["measure"]] = max(m.get(f["measure"], 0.0), f["value"] if f["value"] is not None else float("inf"))
+    detail = "; ".join(f"{name}: " + ", ".join(f"{k} {v:.3g}" for k, v in m.items()) for name, m in list(worst.items())[:10])
+    msg = (f"drift/skew over threshold in {len(over)} feature(s): {', '.join(over)} ({detail}); "
+           f"`recordprep report` shows the thresholds and every split compared")
+    if fail:
+        _fail(msg)
+    typer.secho(f"warning: {msg}", fg=typer.colors.YELLOW, err=True)
+
+
 @app.command(cls=_InputsCommand, context_settings={"allow_extra_args": False})
 def convert(
     input: Annotated[list[str], typer.Option("--input", "-i", help="Input files, globs or directories (local, gs://, hdfs://): several after one -i, or repeat -i.")],
@@ -130,6 +172,8 @@ def convert(
     max_record_mb: Annotated[float, typer.Option(help=_MAX_RECORD_HELP)] = _DEFAULT_RECORD_MB,
     max_block_mb: Annotated[float, typer.Option(help=_MAX_BLOCK_HELP)] = _DEFAULT_BLOCK_MB,
     analysis_from: Annotated[str | None, typer.Option(help="Reuse vocabularies/statistics of an earlier output (daily runs, eval-only runs); refused when a feature's transform or options differ from those it was computed with.")] = None,
+    check_against: Annotated[str | None, typer.Option(help="After the run, check drift against this earlier output and skew between the splits (as `recordprep report --fail-on-drift`): exit 1 naming the features over threshold (the output stays committed).", show_default=False)] = None,
+    drift_threshold: Annotated[list[str] | None, typer.Option(help="With --check-against: " + _DRIFT_THRESHOLD_HELP, show_default=False)] = None,
     overwrite: Annotated[bool, typer.Option(help="Replace an existing output made from other inputs or config. Deletes only what a recordprep run wrote; refused (nothing deleted) when the output holds other files.")] = False,
     force: Annotated[bool, typer.Option("--force", help="Re-run even when the output is already complete for these inputs and config (then nothing runs by default). Implies --overwrite.")] = False,
     progress: Annotated[bool, typer.Option(help="Local runs: print records, input MB and rate per pass every 5 s (stderr).")] = True,
@@ -148,6 +192,9 @@ def convert(
     nothing unless --force.
     """
     _setup_logging(verbose)
+    if drift_threshold and check_against is None:
+        _fail("--drift-threshold applies to --check-against; give the output to check against", 2)
+    limits = _thresholds(drift_threshold)
     from convert.config import ConfigError
     from convert.splits import SplitError, Splits
     from pipelines.job import (
@@ -206,6 +253,13 @@ def convert(
         _fail(f"{failure_reason(e)} (re-run with --verbose for details)")
     for line in result.summary_lines():
         typer.echo(line)
+    if check_against is not None:
+        from pipelines.report import ReportError, build_report
+
+        try:
+            _gate(build_report(output, check_against, limits), True)
+        except ReportError as e:
+            _fail(f"--check-against: {e}")
     written = sum(sp.get("num_records", 0) for sp in result.info.get("splits", {}).values())
     for name, sp in result.info.get("splits", {}).items():
         if written and not sp.get("num_records"):
@@ -338,6 +392,38 @@ def verify(
     for p in report.problems:
         typer.echo(p, err=True)
     _fail(f"{output}: {len(report.problems)} problem(s) found in {report.shards} shards")
+
+
+@app.command()
+def report(
+    output: Annotated[str, typer.Argument(help="A recordprep output directory.")],
+    against: Annotated[str | None, typer.Option(help="An earlier output (e.g. yesterday's partition) to check this one's drift against, split by split.", show_default=False)] = None,
+    html: Annotated[Path | None, typer.Option(help="Write a self-contained HTML page here (inline CSS/JS/SVG: opens without network).", show_default=False)] = None,
+    json_file: Annotated[Path | None, typer.Option("--json", help="Write the report (statistics, checks) as JSON here.", show_default=False)] = None,
+    fail_on_drift: Annotated[bool, typer.Option(help="Exit 1 naming the features with a drift/skew measure over its threshold.")] = False,
+    drift_threshold: Annotated[list[str] | None, typer.Option(help=_DRIFT_THRESHOLD_HELP, show_default=False)] = None,
+) -> None:
+    """Show an output's statistics (every split) and drift/skew checks: a terminal summary, or --html/--json files; reads no shard."""
+    import json
+
+    from pipelines.report import ReportError, build_report, render_html, render_terminal
+
+    limits = _thresholds(drift_threshold)
+    try:
+        rep = build_report(output, against, limits)
+    except ReportError as e:
+        _fail(str(e))
+    if html is not None:
+        html.write_text(render_html(rep), encoding="utf-8")
+        typer.echo(f"wrote {html}")
+    if json_file is not None:
+        json_file.write_text(json.dumps(rep, indent=1, allow_nan=False, default=str), encoding="utf-8")
+        typer.echo(f"wrote {json_file}")
+    if html is None and json_file is None:
+        from rich.console import Console
+
+        render_terminal(rep, Console(width=max(120, Console().width)))
+    _gate(rep, fail_on_drift)
 
 
 @app.command()

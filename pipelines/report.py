@@ -1,0 +1,367 @@
+"""``recordprep report``: an output's statistics (``stats.json``) as a terminal
+summary, a self-contained HTML page or JSON, with the drift/skew checks of
+``convert.drift``. Reads the metadata and the statistics only, never a shard.
+
+The HTML page needs no network: its CSS, script and SVG charts are inline
+(``report_template.html`` holds the CSS and script). Tables sort on a click on
+their header and filter with the search box; ``#q=WORD`` in the page's
+address fills the box when the page opens.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+from collections.abc import Mapping, Sequence
+from importlib import resources
+from typing import Any
+
+from apache_beam.io.filesystems import FileSystems
+
+from convert import drift as _drift
+from convert.spec import check_name
+from convert.stats import STATS_FILENAME, StatsFormatError, ValueSketch, load_stats
+from pipelines.inspect import InspectError, load
+
+#: Terms shown per feature and split in the HTML page and the terminal.
+TERMS_SHOWN = 20
+#: Bars of a numeric histogram.
+HIST_BINS = 30
+
+
+class ReportError(RuntimeError):
+    """The output cannot be reported on (the message says why and what to do)."""
+
+
+def load_output(output: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The metadata (as JSON) and the statistics document of ``output``."""
+    try:
+        info = load(output)
+    except InspectError as e:
+        raise ReportError(str(e)) from e
+    extra = info.extra
+    name = extra.get("stats_file")
+    if name is None:
+        raise ReportError(f"{output} has no statistics ({STATS_FILENAME}): it was written by a recordprep older than "
+                          f"`recordprep report`. Re-convert it with this recordprep (`recordprep convert ... --force`) "
+                          f"to report on it")
+    path = FileSystems.join(output, check_name(name, f"{output}: stats_file"))
+    try:
+        with FileSystems.open(path, compression_type="uncompressed") as f:
+            doc = load_stats(json.loads(f.read()), where=path)
+    except (OSError, ValueError) as e:
+        if isinstance(e, StatsFormatError):
+            raise ReportError(str(e)) from e
+        raise ReportError(f"{path}: cannot be read as statistics ({e}); re-run the conversion") from e
+    return info.to_json(), doc
+
+
+def build_report(output: str, against: str | None = None,
+                 overrides: Mapping[str, float] | None = None) -> dict[str, Any]:
+    """The report as JSON: the output's statistics, its skew (training split
+    against each other split) and, with ``against``, its drift from that output."""
+    info, doc = load_output(output)
+    limits = _drift.thresholds(info.get("config"), overrides)
+    skew = [c.to_json() for c in _drift.skew(doc, limits)]
+    drift = []
+    if against is not None:
+        _, old = load_output(against)
+        drift = [c.to_json() for c in _drift.drift(doc, old, limits, new_name=output, old_name=against)]
+    over = sorted({f for c in skew + drift for f in c["features_over"]})
+    specs = {f["name"]: f for f in info.get("features", [])}
+    return {
+        "output": output, "against": against,
+        "created": info.get("created"), "tool": info.get("tool"), "layout": info.get("layout", "features"),
+        "format_version": info.get("format_version"), "order": (info.get("shuffle") or {}).get("order", "input"),
+        "splits": doc.get("splits", {}), "files": doc.get("files", []), "rejections": doc.get("rejections", {}),
+        "features": {name: {**feat, "params": (specs.get(name) or {}).get("params", {})}
+                     for name, feat in doc["features"].items()},
+        "thresholds": limits, "skew": skew, "drift": drift, "features_over": over,
+    }
+
+
+# ------------------------------------------------------------------ helpers
+
+
+def _pct(part: int | None, whole: int | None) -> str:
+    if part is None or not whole:
+        return "—"
+    return f"{100 * part / whole:.1f}%"
+
+
+def _num(x: Any) -> str:
+    if x is None:
+        return "—"
+    if isinstance(x, float):
+        return f"{x:.4g}" if math.isfinite(x) else str(x)
+    return f"{x:,}" if isinstance(x, int) else str(x)
+
+
+def _summary(feat: Mapping[str, Any], s: Mapping[str, Any]) -> str:
+    """One cell: a split's distribution in a few words."""
+    if "terms" in s:
+        top = ", ".join(t for t, _ in s["terms"][:3])
+        oov = f", OOV {_pct(s.get('oov'), s.get('items'))}" if "oov" in s else ""
+        return f"{_num(s.get('distinct'))} distinct{oov}; top: {top}"
+    sk = s.get("before") or s.get("after")
+    if sk and sk.get("count"):
+        return f"mean {_num(sk['mean'])} ± {_num(sk['std'])}, [{_num(sk['min'])}, {_num(sk['max'])}]"
+    if "items" in s:
+        return f"{_num(s['items'])} ids"
+    return ""
+
+
+# ---------------------------------------------------------------- terminal
+
+
+def render_terminal(report: Mapping[str, Any], console: Any) -> None:
+    """A rich summary: splits, features, checks over threshold, rejections, files."""
+    from rich.table import Table
+
+    splits = list(report["splits"])
+    console.print(f"[bold]{report['output']}[/bold]  layout {report['layout']}, order {report['order']}, "
+                  f"format {report['format_version']}, created {report.get('created') or '?'}")
+    t = Table(title="splits")
+    for col in ("split", "records", "bytes", "shards"):
+        t.add_column(col, justify="left" if col == "split" else "right")
+    for s, d in report["splits"].items():
+        t.add_row(s, _num(d["records"]), _num(d["bytes"]), _num(d["shards"]))
+    console.print(t)
+    t = Table(title="features")
+    t.add_column("feature")
+    t.add_column("transform")
+    for s in splits:
+        t.add_column(f"{s} missing", justify="right")
+        t.add_column(s)
+    for name, feat in report["features"].items():
+        row = [name, feat["transform"]]
+        for s in splits:
+            d = feat["splits"].get(s) or {}
+            row += [_pct(d.get("missing"), d.get("rows")), _summary(feat, d)]
+        t.add_row(*row)
+    console.print(t)
+    for kind in ("skew", "drift"):
+        for c in report[kind]:
+            over = [f for f in c["findings"] if f["over"]]
+            title = f"{kind}: {c['base']} -> {c['other']}"
+            if not over:
+                console.print(f"{title}: [green]no measure over its threshold[/green] ({len(c['findings'])} checked)")
+                continue
+            t = Table(title=title)
+            for col in ("feature", "measure", "value", "threshold"):
+                t.add_column(col)
+            for f in over:
+                t.add_row(f["feature"], f["measure"], _num(f["value"]), _num(f["threshold"]), style="red")
+            console.print(t)
+    rej = report["rejections"]
+    if rej.get("count"):
+        t = Table(title=f"rejected records: {rej['count']:,}")
+        for col in ("count", "field", "reason", "example"):
+            t.add_column(col)
+        for g in rej["groups"][:10]:
+            ex = g["examples"][0] if g["examples"] else {}
+            where = ex.get("file", "") + (f":{ex['line']}" if "line" in ex else "")
+            t.add_row(_num(g["count"]), g["field"], g["reason"], where)
+        console.print(t)
+    t = Table(title="input files")
+    for col in ("file", "read", *(f"{s}" for s in splits), "rejected"):
+        t.add_column(col, justify="left" if col == "file" else "right")
+    for f in report["files"][:20]:
+        t.add_row(f["path"], _num(f["read"]), *(_num(f["written"].get(s)) for s in splits), _num(f["rejected"]))
+    if len(report["files"]) > 20:
+        t.caption = f"... and {len(report['files']) - 20} more (--html or --json lists them all)"
+    console.print(t)
+
+
+# -------------------------------------------------------------------- HTML
+
+_COLORS = ("#3b6fb6", "#e07b39", "#5a9e4b", "#a05195", "#7f7f7f")
+
+
+def _esc(x: Any) -> str:
+    return html.escape(str(x), quote=True)
+
+
+def _table(head: Sequence[str], rows: Sequence[Sequence[Any]], cls: str = "", tid: str = "",
+           row_attrs: Sequence[str] | None = None) -> str:
+    """A sortable table (cells are escaped unless wrapped in ``_Raw``); ``data-v`` carries numbers to sort by."""
+    out = [f'<table class="sortable {cls}"{f" id={_esc(tid)!r}" if tid else ""}><thead><tr>']
+    out += [f"<th>{_esc(h)}</th>" for h in head]
+    out.append("</tr></thead><tbody>")
+    for i, row in enumerate(rows):
+        attrs = row_attrs[i] if row_attrs else ""
+        out.append(f"<tr{attrs}>")
+        for c in row:
+            if isinstance(c, _Raw):
+                out.append(f"<td>{c.html}</td>")
+            elif isinstance(c, int | float) and not isinstance(c, bool):
+                out.append(f'<td class="n" data-v="{c!r}">{_esc(_num(c))}</td>')
+            else:
+                out.append(f"<td>{_esc('—' if c is None else c)}</td>")
+        out.append("</tr>")
+    out.append("</tbody></table>")
+    return "".join(out)
+
+
+class _Raw:
+    __slots__ = ("html",)
+
+    def __init__(self, h: str):
+        self.html = h
+
+
+def _bars_svg(labels: Sequence[str], series: Sequence[tuple[str, Sequence[float]]], title: str) -> str:
+    """Grouped bars (one colour per series), values as shares of their series' total; a title per bar."""
+    n = len(labels)
+    if not n or not series:
+        return ""
+    w, h, pad = 560, 160, 24
+    totals = [sum(v) or 1 for _, v in series]
+    shares = [[x / t for x in v] for (_, v), t in zip(series, totals, strict=True)]
+    top = max((max(s) for s in shares if s), default=0) or 1
+    slot = (w - 2 * pad) / n
+    bw = max(slot / (len(series) + 0.5), 0.5)
+    parts = [f'<svg class="chart" viewBox="0 0 {w} {h + 30}" width="{w}" height="{h + 30}" role="img" '
+             f'aria-label="{_esc(title)}"><title>{_esc(title)}</title>',
+             f'<line x1="{pad}" y1="{h}" x2="{w - pad}" y2="{h}" stroke="#999"/>']
+    for k, (name, _) in enumerate(series):
+        for i, share in enumerate(shares[k]):
+            bh = (h - 10) * share / top
+            x = pad + i * slot + k * bw
+            parts.append(f'<rect x="{x:.1f}" y="{h - bh:.1f}" width="{bw:.1f}" height="{bh:.1f}" '
+                         f'fill="{_COLORS[k % len(_COLORS)]}"><title>{_esc(name)} {_esc(labels[i])}: '
+                         f'{100 * share:.2f}%</title></rect>')
+    for i in (0, n - 1) if n > 1 else (0,):
+        parts.append(f'<text x="{pad + i * slot:.1f}" y="{h + 14}" font-size="10">{_esc(labels[i])}</text>')
+    for k, (name, _) in enumerate(series):
+        parts.append(f'<rect x="{pad + k * 90}" y="{h + 19}" width="9" height="9" fill="{_COLORS[k % len(_COLORS)]}"/>'
+                     f'<text x="{pad + k * 90 + 12}" y="{h + 27}" font-size="10">{_esc(name)}</text>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _histograms(feat: Mapping[str, Any], splits: Sequence[str], which: str) -> str:
+    """The ``which`` (before/after) sketches of every split on common bins: the
+    first split's 0.5..99.5% range, cut in ``HIST_BINS``; values beyond fall in the end bins."""
+    sketches = []
+    for s in splits:
+        raw = (feat["splits"].get(s) or {}).get(which)
+        if raw and raw.get("count"):
+            sketches.append((s, ValueSketch.from_json(raw)))
+    if not sketches:
+        return ""
+    lo, hi = sketches[0][1].quantiles([0.005, 0.995])
+    assert lo is not None and hi is not None
+    if hi <= lo:
+        lo, hi = lo - 0.5, hi + 0.5
+    step = (hi - lo) / HIST_BINS
+    edges = [-math.inf, *(lo + step * i for i in range(1, HIST_BINS)), math.inf]
+    series = [(s, sk.histogram(edges)) for s, sk in sketches]
+    labels = [f"{lo + step * i:.4g}..{lo + step * (i + 1):.4g}" for i in range(HIST_BINS)]
+    return _bars_svg(labels, series, f"{which} the transform")
+
+
+def _feature_section(name: str, feat: Mapping[str, Any], splits: Sequence[str], report: Mapping[str, Any]) -> str:
+    parts = [f'<section class="feature" id="feature-{_esc(name)}" data-feature="{_esc(name)}">',
+             f"<h3>{_esc(name)} <small>{_esc(feat['transform'])} of {_esc(feat.get('source'))} · {_esc(feat['kind'])}"
+             f"</small></h3>"]
+    over = [f for c in report["skew"] + report["drift"] for f in c["findings"] if f["feature"] == name and f["over"]]
+    if over:
+        parts.append('<p class="over">over threshold: ' + ", ".join(
+            f"{_esc(f['measure'])} {_num(f['value'])} &gt; {_num(f['threshold'])}" for f in over) + "</p>")
+    params = feat.get("params") or {}
+    if params.get("boundaries"):
+        parts.append(f"<p>bucket boundaries: {_esc(', '.join(_num(b) for b in params['boundaries']))}</p>")
+    if params.get("vocab_size") is not None:
+        parts.append(f"<p>vocab_size {_num(params['vocab_size'])}</p>")
+    rows = []
+    for s in splits:
+        d = feat["splits"].get(s) or {}
+        sk = d.get("before") or d.get("after") or {}
+        rows.append([s, d.get("rows"), d.get("missing"), _pct(d.get("missing"), d.get("rows")),
+                     sk.get("mean"), sk.get("std"), sk.get("min"), sk.get("max"),
+                     d.get("distinct"), _pct(d.get("oov"), d.get("items")) if "oov" in d else None])
+    parts.append(_table(["split", "rows", "missing", "missing %", "mean", "std", "min", "max", "distinct", "OOV"], rows))
+    for which in ("before", "after"):
+        svg = _histograms(feat, splits, which)
+        if svg:
+            parts.append(f'<div class="hist"><h4>{which} the transform</h4>{svg}</div>')
+    qrows = []
+    for s in splits:
+        for which in ("before", "after"):
+            sk = (feat["splits"].get(s) or {}).get(which)
+            if sk and sk.get("count"):
+                qrows.append([s, which, *(sk["quantiles"].get(k) for k in sk["quantiles"])])
+    if qrows:
+        first = next(sk for s in splits for w in ("before", "after")
+                     if (sk := (feat["splits"].get(s) or {}).get(w)) and sk.get("count"))
+        parts.append("<h4>quantiles</h4>" + _table(["split", "values", *(f"p{float(k) * 100:g}" for k in first["quantiles"])], qrows))
+    lengths = [(s, (feat["splits"].get(s) or {}).get("lengths")) for s in splits]
+    lengths = [(s, v) for s, v in lengths if v]
+    if lengths:
+        width = max(len(v) for _, v in lengths)
+        parts.append("<h4>list lengths</h4>" + _bars_svg([str(i) for i in range(width)],
+                                                          [(s, v + [0] * (width - len(v))) for s, v in lengths],
+                                                          "list lengths"))
+    if any("terms" in (feat["splits"].get(s) or {}) for s in splits):
+        terms = [(s, (feat["splits"].get(s) or {})) for s in splits]
+        top = [t for t, _ in (terms[0][1].get("terms") or [])[:TERMS_SHOWN]]
+        for _, d in terms[1:]:
+            top += [t for t, _ in (d.get("terms") or [])[:5] if t not in top]
+        counts = {s: dict(d.get("terms") or []) for s, d in terms}
+        items = {s: d.get("items") or 0 for s, d in terms}
+        trows = [[t, *(x for s, _ in terms for x in (counts[s].get(t, 0), _pct(counts[s].get(t, 0), items[s])))] for t in top]
+        parts.append("<h4>top terms</h4>" + _table(["term", *(h for s, _ in terms for h in (s, f"{s} %"))], trows))
+        parts.append(_bars_svg(top, [(s, [counts[s].get(t, 0) for t in top]) for s, _ in terms], "term shares"))
+    parts.append("</section>")
+    return "".join(parts)
+
+
+def render_html(report: Mapping[str, Any]) -> str:
+    """The whole page: one string, no external resource."""
+    template = resources.files("pipelines").joinpath("report_template.html").read_text(encoding="utf-8")
+    splits = list(report["splits"])
+    body = [f"<h1>recordprep report: {_esc(report['output'])}</h1>",
+            f"<p>layout {_esc(report['layout'])} · order {_esc(report['order'])} · format {_esc(report['format_version'])}"
+            f" · created {_esc(report.get('created') or '?')}</p>"]
+    over = report["features_over"]
+    body.append(f'<p class="{"over" if over else "ok"}" id="gate">'
+                + (f"drift/skew over threshold: {_esc(', '.join(over))}" if over else "no drift/skew over threshold")
+                + "</p>")
+    body.append('<input id="search" type="search" placeholder="filter tables (feature, term, reason, file)" autofocus>')
+    body.append("<h2>splits</h2>" + _table(["split", "records", "bytes", "shards"],
+                                           [[s, d["records"], d["bytes"], d["shards"]] for s, d in report["splits"].items()]))
+    frows, attrs = [], []
+    for name, feat in report["features"].items():
+        row: list[Any] = [_Raw(f'<a href="#feature-{_esc(name)}">{_esc(name)}</a>'), feat["transform"], feat["kind"]]
+        for s in splits:
+            d = feat["splits"].get(s) or {}
+            row += [_pct(d.get("missing"), d.get("rows")), _summary(feat, d)]
+        frows.append(row)
+        attrs.append(f' data-feature="{_esc(name)}"')
+    body.append("<h2>features</h2>" + _table(["feature", "transform", "kind", *(h for s in splits for h in (f"{s} missing", s))],
+                                             frows, tid="features-table", row_attrs=attrs))
+    for kind in ("skew", "drift"):
+        for c in report[kind]:
+            rows = [[f["feature"], f["measure"], f["value"], f["threshold"], "OVER" if f["over"] else "ok"] for f in c["findings"]]
+            body.append(f"<h2>{kind}: {_esc(c['base'])} → {_esc(c['other'])}</h2>"
+                        + _table(["feature", "measure", "value", "threshold", "status"], rows, cls="checks",
+                                 row_attrs=[' class="over"' if f["over"] else "" for f in c["findings"]]))
+    body.append("<h2>features in detail</h2>")
+    body += [_feature_section(name, feat, splits, report) for name, feat in report["features"].items()]
+    rej = report["rejections"]
+    body.append(f"<h2>rejected records: {_num(rej.get('count', 0))}</h2>")
+    if rej.get("groups"):
+        rows = []
+        for g in rej["groups"]:
+            ex = "".join(f"<li><code>{_esc(e.get('file', ''))}{_esc(':' + str(e['line']) if 'line' in e else '')}</code> "
+                         f"{_esc(e['reason'])}<br><code>{_esc(e['record'])}</code></li>" for e in g["examples"])
+            rows.append([g["count"], g["field"], g["reason"], _Raw(f"<details><summary>{len(g['examples'])}</summary><ul>{ex}</ul></details>")])
+        body.append(_table(["count", "field", "reason", "examples"], rows, tid="rejections-table"))
+    body.append("<h2>input files</h2>" + _table(
+        ["file", "read", *splits, "rejected"],
+        [[f["path"], f["read"], *(f["written"].get(s) for s in splits), f["rejected"]] for f in report["files"]]))
+    data = json.dumps({"output": report["output"], "features_over": over}).replace("</", "<\\/")
+    return (template.replace("{{title}}", _esc(f"recordprep report: {report['output']}"))
+            .replace("{{body}}", "\n".join(body)).replace("{{data}}", data))
