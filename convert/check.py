@@ -32,7 +32,17 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import IO, Any
 
-from convert.config import NUMERIC_TRANSFORMS, Config, ConfigError
+from convert.config import (
+    EACH,
+    KEYS,
+    NUMERIC_TRANSFORMS,
+    Config,
+    ConfigError,
+    PathError,
+    Step,
+    parse_path,
+    render_path,
+)
 from convert.sources import InputFileError, detect_format, iter_records, read_avro_schema
 
 __all__ = [
@@ -106,6 +116,23 @@ class InputCheck:
         return "; ".join(parts) or "nothing (no readable input)"
 
 
+def _steps(r: Read) -> tuple[Step, ...] | None:
+    """The parsed path ``r`` reads (``--split-key`` is a plain dotted path); None when it does not parse."""
+    if r.transform == "split-key":
+        return tuple(r.path.split("."))
+    try:
+        return parse_path(r.path)
+    except PathError:
+        return None  # the config reported it
+
+
+def _through_lists(path: str) -> bool:
+    try:
+        return any(s is EACH or s is KEYS for s in parse_path(path))
+    except PathError:
+        return False
+
+
 def config_paths(config: Config, split_key: str | None = None) -> list[Read]:
     """Every path ``config`` reads, in config order (the label, then ``--split-key``, last)."""
     reads = []
@@ -114,7 +141,9 @@ def config_paths(config: Config, split_key: str | None = None) -> list[Read]:
         if f.transform == "cross":
             reads.extend(Read(s, f"{who} (cross source)", "cross", optional=f.allow_all_missing) for s in f.sources or ())
         else:
-            reads.append(Read(f.source, who, f.transform, f.multi_valued, f.allow_all_missing))
+            # a path through lists ([]) gives the items' values: each must be a single value
+            multi = f.multi_valued and not _through_lists(f.source)
+            reads.append(Read(f.source, who, f.transform, multi, f.allow_all_missing))
     if config.label is not None:
         kind = config.label.transform or config.label.dtype
         reads.append(Read(config.label.source, "the label", f"label-{kind}"))
@@ -217,23 +246,44 @@ class _Schema:
         return None
 
     def paths(self) -> list[str]:
-        """Every field path (records only; a map's keys are the data's), for suggestions."""
+        """Every field path (records, and the items of arrays: ``items[].price``; a
+        map's keys are the data's, its own path gets ``[keys]``), for suggestions."""
         out: list[str] = []
-        stack: list[tuple[str, Any, int]] = [("", self.root, 0)]
+        stack: list[tuple[tuple[Step, ...], Any, int]] = [((), self.root, 0)]
         while stack and len(out) < _MAX_PATHS:
             prefix, s, depth = stack.pop()
             if depth > _MAX_DEPTH:
                 continue
             for b in self.branches(s):
-                if self.kind(b) != "record":
+                kind = self.kind(b)
+                if kind == "array" and prefix:
+                    out.append(render_path((*prefix, EACH)))
+                    stack.append(((*prefix, EACH), b.get("items"), depth + 1))
+                elif kind == "map" and prefix:
+                    out.append(render_path((*prefix, KEYS)))
+                if kind != "record":
                     continue
                 for f in b.get("fields", []):
                     if not isinstance(f, dict) or not isinstance(f.get("name"), str):
                         continue
-                    p = f"{prefix}{f['name']}"
-                    out.append(p)
-                    stack.append((p + ".", f.get("type"), depth + 1))
+                    p = (*prefix, f["name"])
+                    out.append(render_path(p))
+                    stack.append((p, f.get("type"), depth + 1))
         return out
+
+    def step(self, node: Any, step: Step) -> list[Any] | None:
+        """The types one path step leads to from ``node`` (None: a type the check
+        cannot see into); ``[]`` into an array's items or a map's values, ``[n]``
+        into an array's items, ``[keys]`` to a map's keys (strings)."""
+        branches = self.branches(node)
+        if any(self.kind(b) == "unknown" for b in branches):
+            return None
+        if step is EACH or isinstance(step, int):
+            return [b.get("items") for b in branches if self.kind(b) == "array"] + \
+                [b.get("values") for b in branches if step is EACH and self.kind(b) == "map"]
+        if step is KEYS:
+            return ["string"] if any(self.kind(b) == "map" for b in branches) else []
+        return [c for b in branches if (c := self.child(b, step)) is not None]
 
 
 def _need(r: Read) -> tuple[frozenset[str], str]:
@@ -253,6 +303,8 @@ def _need(r: Read) -> tuple[frozenset[str], str]:
         return frozenset({"string", "bytes"}), "bytes or strings"
     if t == "timestamp":
         return frozenset({"number", "string"}), "epoch numbers or ISO 8601 strings"
+    if t == "count":
+        return frozenset({"array", "map"}), "a list or a map (or a path through lists, items[])"
     return frozenset({"number", "boolean", "string", "bytes"}), "single values (numbers, strings, booleans)"
 
 
@@ -260,6 +312,8 @@ def _hint(r: Read, kinds: set[str], example: str | None) -> str:
     if "record" in kinds or "map" in kinds:
         return f"; point the source at one of its fields ({example or 'a.b'})"
     if "array" in kinds:
+        if _through_lists(r.path):
+            return f"; its items are lists: write {r.path + '[]'!r} to flatten them"
         if r.transform in ("vocabulary", "hash", "identity", "clip", "log1p"):
             return "; set max_len to keep a list per record"
         return f"; transform {r.transform!r} takes one value per record"
@@ -305,19 +359,26 @@ def _suggest(path: str, known: Sequence[str]) -> str:
     return f"the fields are: {shown or '(none)'}"
 
 
+def _step_text(step: Step) -> str:
+    return render_path(("x", step))[1:].lstrip(".")
+
+
 def avro_problems(config: Config, schema: Any, split_key: str | None = None) -> list[str]:
     """What in ``config`` (and ``split_key``) an Avro writer ``schema`` cannot give, one message per path."""
     sch = _Schema(schema)
     problems = []
     known: list[str] | None = None
     for r in config_paths(config, split_key):
+        steps = _steps(r)
+        if steps is None:
+            continue
         node: Any = sch.root
         missing_at = None
-        for i, key in enumerate(r.path.split(".")):
-            if any(sch.kind(b) == "unknown" for b in sch.branches(node)):
+        for i, step in enumerate(steps):
+            children = sch.step(node, step)
+            if children is None:
                 node = None  # a type the check cannot see into: leave it to the run
                 break
-            children = [c for b in sch.branches(node) if (c := sch.child(b, key)) is not None]
             if not children:
                 missing_at = i
                 break
@@ -327,16 +388,23 @@ def avro_problems(config: Config, schema: Any, split_key: str | None = None) -> 
                 continue
             if known is None:
                 known = sch.paths()
-            keys = r.path.split(".")
-            parent = ".".join(keys[:missing_at])
+            step = steps[missing_at]
+            parent = render_path(steps[:missing_at]) if r.transform != "split-key" else ".".join(steps[:missing_at])  # type: ignore[arg-type]
             inside = sch.branches(node) if missing_at else []
-            if inside and not any(sch.kind(b) in ("record", "map") for b in inside):
-                kind = " or ".join(sorted({sch.describe(b) for b in inside}))
+            kind = " or ".join(sorted({sch.describe(b) for b in inside}))
+            if isinstance(step, str) and inside and not any(sch.kind(b) in ("record", "map") for b in inside):
                 why = f"{parent!r} is {kind}, a path cannot go into it (paths follow records and maps only)"
+                if any(sch.kind(b) == "array" for b in inside):
+                    why += f"; write {render_path((*steps[:missing_at], EACH, *steps[missing_at:]))!r} for each item's"
+            elif not isinstance(step, str) and inside:
+                into = "a map" if step is KEYS else "an array (or a map)" if step is EACH else "an array"
+                why = f"{parent!r} is {kind}; {_step_text(step)} steps into {into}"
             else:
                 why = f"no field {r.path!r} in the schema; {_suggest(r.path, known)}"
             problems.append(f"{r.who} reads {r.path!r}: {why}")
             continue
+        if r.transform == "count" and (steps[-1] is EACH or steps[-1] is KEYS):
+            continue  # counts items of any type
         bad = None if node is None else _type_problem(sch, r, node)
         if bad:
             problems.append(f"{r.who} reads {r.path!r}, which {bad}")
@@ -346,24 +414,47 @@ def avro_problems(config: Config, schema: Any, split_key: str | None = None) -> 
 # ------------------------------------------------------------------- JSON
 
 
+#: Items of each list the JSON sample looks into for paths through lists.
+_MAX_ITEMS = 1000
+
+
 def sample_paths(records: Iterable[Any]) -> set[str]:
-    """Every dotted path some record has (a null value counts), through nested objects, not lists."""
+    """Every path some record has (a null value counts), as ``render_path`` writes
+    it: through nested objects (``a.b``, ``["x.y"]`` for a key with a dot) and
+    into lists (``items[]``, ``items[].price``, ``m[][]``)."""
     seen: set[str] = set()
     for rec in records:
-        stack: list[tuple[str, Any, int]] = [("", rec, 0)]
+        stack: list[tuple[tuple[Step, ...], Any, int]] = [((), rec, 0)]
         while stack:
             prefix, obj, depth = stack.pop()
-            if not isinstance(obj, Mapping) or depth > _MAX_DEPTH:
+            if depth > _MAX_DEPTH:
                 continue
-            for k, v in obj.items():
-                p = f"{prefix}{k}"
-                if p not in seen:
+            if isinstance(obj, Mapping):
+                children: Iterable[tuple[tuple[Step, ...], Any]] = (((*prefix, k), v) for k, v in obj.items())
+            elif isinstance(obj, list) and prefix:
+                p = (*prefix, EACH)
+                children = [(p, x) for x in obj[:_MAX_ITEMS] if isinstance(x, Mapping | list)]
+                children.insert(0, (p, None))
+            else:
+                continue
+            for p, v in children:
+                text = render_path(p)
+                if text not in seen:
                     if len(seen) >= _MAX_PATHS:
                         return seen
-                    seen.add(p)
-                if isinstance(v, Mapping):
-                    stack.append((p + ".", v, depth + 1))
+                    seen.add(text)
+                if isinstance(v, Mapping | list):
+                    stack.append((p, v, depth + 1))
     return seen
+
+
+def _sampled_form(r: Read) -> str:
+    """How ``sample_paths`` writes the path ``r`` reads: ``[n]`` as ``[]``, without a last ``[keys]``."""
+    steps = _steps(r)
+    if steps is None or r.transform == "split-key":
+        return r.path
+    steps = tuple(EACH if isinstance(s, int) else s for s in steps)
+    return render_path(steps[:-1] if steps[-1] is KEYS else steps)
 
 
 def sample_problems(config: Config, paths: set[str], n_records: int, split_key: str | None = None) -> list[str]:
@@ -371,7 +462,7 @@ def sample_problems(config: Config, paths: set[str], n_records: int, split_key: 
     known = sorted(paths)
     problems = []
     for r in config_paths(config, split_key):
-        if r.optional or r.path in paths:
+        if r.optional or r.path in paths or _sampled_form(r) in paths:
             continue
         problems.append(f"{r.who} reads {r.path!r}, which none of the {n_records} sampled records has; "
                         f"{_suggest(r.path, known)}")
@@ -474,7 +565,7 @@ def check_inputs(config: Config, paths: Sequence[str], open_file: Callable[[str]
         where = files[0] if len(files) == 1 else f"{files[0]} (and {len(files) - 1} more Avro file(s) with its schema)"
         problems.append((f"the Avro schema of {where}", avro_problems(config, schemas[key], split_key)))
 
-    wanted = {r.path for r in config_paths(config, split_key) if not r.optional}
+    wanted = {_sampled_form(r) for r in config_paths(config, split_key) if not r.optional}
     seen: set[str] = set()
     n_records = 0
     sampled_from: list[str] = []

@@ -107,6 +107,7 @@ TRANSFORM_TABLE: dict[str, TransformInfo] = {
     "timestamp": TransformInfo("epoch number in 'unit' or ISO 8601 string -> epoch seconds + calendar 'parts'",
                                ("unit", "parts", "missing_indicator")),
     "cross": TransformInfo("two or more categorical 'sources' hashed together -> id 1..buckets", ("sources", "buckets")),
+    "count": TransformInfo("how many items a list (or path through lists, items[]) or map holds -> int64", ()),
 }
 TRANSFORMS = tuple(TRANSFORM_TABLE)
 NUMERIC_TRANSFORMS = tuple(t for t, info in TRANSFORM_TABLE.items() if info.numeric)
@@ -123,7 +124,153 @@ _NOT_TAKEN_WHY = {
     ("hash", "missing_indicator"): "categorical features map null to id 0 already",
     ("text", "missing_indicator"): "a missing text has length 0 already",
     ("cross", "source"): "it reads its fields from 'sources'",
+    ("count", "max_len"): "it gives one number per record",
 }
+
+
+# ------------------------------------------------------------------ paths
+
+
+class _Step:
+    """A path step that is not a key or an index: ``EACH`` or ``KEYS``."""
+
+    __slots__ = ("_name",)
+
+    def __init__(self, name: str):
+        self._name = name
+
+    def __repr__(self) -> str:
+        return self._name
+
+    def __reduce__(self) -> str:
+        return self._name  # the module attribute: one object per process
+
+
+#: ``[]`` in a parsed path (``parse_path``): every item of a list (every value of a map).
+EACH = _Step("EACH")
+#: ``[keys]`` in a parsed path: a map's keys, as a list (the last step).
+KEYS = _Step("KEYS")
+#: A key written bare in a path: no dot, bracket or quote.
+_BARE_KEY_RE = re.compile(r"[^.\[\]\"']+")
+_INDEX_RE = re.compile(r"-?\d{1,9}")
+Step = str | int | _Step
+
+
+class PathError(ValueError):
+    """A ``source`` that is not a valid path (the message says where and why)."""
+
+
+def parse_path(path: str) -> tuple[Step, ...]:
+    """The steps of a source path: keys (``str``), ``EACH`` for ``[]``, list
+    indexes (``int``) for ``[0]``/``[-1]``, ``KEYS`` for ``[keys]``.
+
+    ``a.b.c`` (no bracket) is the keys ``a``, ``b``, ``c``, as it always was.
+    Brackets step into lists and maps: ``items[].price`` (every item's price,
+    flattened in order, also through nested lists: ``orders[].items[].sku``),
+    ``m[][]`` (a list of lists flattened), ``m[0]`` (the first item),
+    ``attrs["color"]`` or ``attrs['a.b:c']`` (a key that holds dots, colons or
+    brackets; ``"..."`` is a JSON string), ``attrs[keys]`` (a map's keys).
+
+    Raises:
+      PathError: saying what is wrong and where.
+    """
+    if "[" not in path and "]" not in path:
+        return tuple(path.split("."))
+    steps: list[Step] = []
+    i, n = 0, len(path)
+    need_key = True  # at the start or after a dot: a key comes next
+    while i < n:
+        c = path[i]
+        if c == "[":
+            i, step = _bracket(path, i)
+            if not steps and not isinstance(step, str):
+                raise PathError(f"path {path!r} starts with {path[:i]!r}; it starts with a field name (or [\"name\"])")
+            if steps and steps[-1] is KEYS:
+                raise PathError(f"path {path!r}: [keys] must be the last step")
+            steps.append(step)
+            need_key = False
+            if i < n and path[i] not in ".[":
+                raise PathError(f"path {path!r}: expected '.', '[' or the end after the bracket at {i}")
+            if i < n and path[i] == ".":
+                i += 1
+                need_key = True
+                if i == n:
+                    raise PathError(f"path {path!r} ends with '.'")
+            continue
+        if not need_key:
+            raise PathError(f"path {path!r}: unexpected {c!r} at {i}")
+        m = _BARE_KEY_RE.match(path, i)
+        if m is None:
+            raise PathError(f"path {path!r}: expected a field name at {i}; quote names with dots, brackets "
+                            f"or quotes as [\"name\"]")
+        if steps and steps[-1] is KEYS:
+            raise PathError(f"path {path!r}: [keys] must be the last step")
+        steps.append(m.group(0))
+        i = m.end()
+        need_key = False
+        if i < n and path[i] == ".":
+            i += 1
+            need_key = True
+            if i == n:
+                raise PathError(f"path {path!r} ends with '.'")
+    return tuple(steps)
+
+
+def _bracket(path: str, i: int) -> tuple[int, Step]:
+    """The step of the bracket at ``path[i]`` and the index after it."""
+    rest = path[i + 1:]
+    if rest.startswith("]"):
+        return i + 2, EACH
+    if rest.startswith("keys]"):
+        return i + 6, KEYS
+    if rest[:1] == '"':
+        try:
+            key, end = json.JSONDecoder().raw_decode(rest)
+        except ValueError:
+            raise PathError(f"path {path!r}: the quoted name at {i + 1} is not a valid JSON string") from None
+        j = i + 1 + end
+    elif rest[:1] == "'":
+        end = rest.find("'", 1)
+        if end < 0:
+            raise PathError(f"path {path!r}: the quote at {i + 1} is not closed")
+        key, j = rest[1:end], i + 2 + end
+    elif m := _INDEX_RE.match(rest):
+        key, j = int(m.group(0)), i + 1 + m.end()
+    else:
+        raise PathError(f"path {path!r}: a bracket at {i} holds [] (every item), [N] (an index), [keys] "
+                        f"(a map's keys) or a quoted name [\"name\"]")
+    if path[j:j + 1] != "]":
+        raise PathError(f"path {path!r}: expected ']' at {j}")
+    return j + 1, key
+
+
+def render_path(steps: Sequence[Step]) -> str:
+    """The canonical text of parsed ``steps`` (``parse_path`` reads it back):
+    keys bare where they can be, else ``["..."]``."""
+    out = []
+    for i, s in enumerate(steps):
+        if s is EACH:
+            out.append("[]")
+        elif s is KEYS:
+            out.append("[keys]")
+        elif isinstance(s, int):
+            out.append(f"[{s}]")
+        elif _BARE_KEY_RE.fullmatch(s):
+            out.append(f".{s}" if i else s)
+        else:
+            out.append(f"[{json.dumps(s, ensure_ascii=False)}]")
+    return "".join(out)
+
+
+def is_multi_path(path: str) -> bool:
+    """Whether ``path`` yields a list per record (it steps through ``[]`` or ends in ``[keys]``)."""
+    if "[" not in path:
+        return False
+    try:
+        steps = parse_path(path)
+    except PathError:
+        return False
+    return any(s is EACH or s is KEYS for s in steps)
 
 
 class ConfigError(ValueError):
@@ -510,6 +657,44 @@ def _drift_thresholds(v: Any) -> tuple[tuple[str, float], ...] | None:
     return tuple(sorted(pairs))
 
 
+#: Transforms that take a list per record (a path through ``[]``, ``[keys]``) with ``max_len``.
+_LIST_TRANSFORMS = ("vocabulary", "hash", "text", "identity", "log1p", "clip")
+
+
+def _single_path_problem(path: str, who: str) -> str | None:
+    """Why ``path`` cannot be read by ``who`` (which takes one value per record), or None."""
+    try:
+        steps = parse_path(path)
+    except PathError as e:
+        return str(e)
+    if any(s is EACH or s is KEYS for s in steps):
+        return f"{who} takes one value per record, but source {path!r} steps through a list or map ([] or [keys])"
+    return None
+
+
+def _check_paths(where: str, transform: str, kw: dict[str, Any], out: _Problems) -> None:
+    """The source paths' syntax, and that a path yielding a list feeds a transform that takes one."""
+    if transform == "cross":
+        for src in kw.get("sources") or ():
+            problem = _single_path_problem(src, "transform 'cross'")
+            if problem:
+                out.add(where, problem)
+        return
+    try:
+        steps = parse_path(kw["source"])
+    except PathError as e:
+        out.add(where, f"'source': {e}")
+        return
+    if not any(s is EACH or s is KEYS for s in steps) or transform == "count":
+        return
+    if transform not in _LIST_TRANSFORMS:
+        out.add(where, f"source {kw['source']!r} gives a list per record ([] or [keys]), but transform "
+                       f"{transform!r} takes one value; use {', '.join(_LIST_TRANSFORMS)} with max_len, or count")
+    elif "max_len" not in kw:
+        out.add(where, f"source {kw['source']!r} gives a list per record ([] or [keys]): set max_len "
+                       f"(values kept per record; <name>_len holds how many)")
+
+
 def _complete(where: str, transform: str, kw: dict[str, Any], out: _Problems) -> None:
     """What ``transform`` needs (required options) and its defaults, filled into ``kw``."""
     if transform == "bucketize":
@@ -580,6 +765,9 @@ def _parse_feature(i: int, raw: Any, src: str, out: _Problems) -> FeatureConfig 
     if len(out) > before:
         return None
     kw.setdefault("source", name)
+    _check_paths(where, transform, kw, out)
+    if len(out) > before:
+        return None
     feature = FeatureConfig(**kw)
     differ = [k for k, v in deferred.items() if not _same(getattr(feature, k), v)]
     if differ:
@@ -620,6 +808,9 @@ def _parse_label(lraw: Any, src: str, out: _Problems) -> LabelConfig | None:
         out.add(where, f"dtype must be int64 or float32, found {_show(dtype)}{hint}")
     elif transform == "vocabulary" and dtype != "int64":
         out.add(where, f"a vocabulary label's class ids are int64, found dtype {_show(dtype)}; leave dtype out")
+    problem = _single_path_problem(lraw["source"], "the label")
+    if problem:
+        out.add(where, problem)
     lname = lraw.get("name") or lraw["source"].replace(".", "_")
     problem = _name_problem("'name'", lname)
     if problem:

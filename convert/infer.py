@@ -26,10 +26,10 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
-from convert.config import TRANSFORM_TABLE
+from convert.config import EACH, KEYS, TRANSFORM_TABLE, Step, parse_path, render_path
 from convert.derive import epoch_seconds
 from convert.spec import MAX_FEATURE_SIZE
-from convert.vectorize import tokenize
+from convert.vectorize import tokenize, walk_path
 
 MAX_DEPTH = 4
 _LABEL_NAMES = ("label", "target", "y", "clicked", "class", "outcome")
@@ -67,6 +67,7 @@ class _FieldStats:
     distinct: set = dataclasses.field(default_factory=set)
     tokens: list[int] = dataclasses.field(default_factory=list)
     lengths: list[int] = dataclasses.field(default_factory=list)
+    list_tokens: list[int] = dataclasses.field(default_factory=list)  # lists: the tokens of each record's strings
     elem_types: Counter = dataclasses.field(default_factory=Counter)
     nonfinite: int = 0  # NaN, +-inf or beyond float32's range
     iso: int = 0  # strings that are ISO 8601 dates or date-times
@@ -122,6 +123,8 @@ def _schema_paths(schema: Any, prefix: str = "", depth: int = 0, named: dict | N
                 named.setdefault(f"{schema['namespace']}.{schema['name']}", schema)
         if t == "map":
             out[prefix] = "map"
+        elif t == "array" and prefix:  # the items' paths: items[], items[].price
+            _schema_paths(schema.get("items"), f"{prefix}[]", depth + 1, named, out)
         elif t == "record":
             for f in schema.get("fields", []):
                 _schema_paths(f["type"], f"{prefix}.{f['name']}" if prefix else f["name"], depth + 1, named, out)
@@ -135,39 +138,87 @@ def _schema_paths(schema: Any, prefix: str = "", depth: int = 0, named: dict | N
     return out
 
 
-def _walk(rec: dict, stats: dict[str, _FieldStats], maps: set[str], prefix: str = "", depth: int = 0) -> None:
+#: Items of a list ``infer`` looks into for the paths of lists of records, maps and lists.
+_MAX_ITEMS = 100
+
+
+def _walk(rec: dict, stats: dict[str, _FieldStats], maps: set[str], inner: dict[str, set[tuple[Step, ...]]],
+          prefix: tuple[Step, ...] = (), depth: int = 0) -> None:
+    """Observe every leaf field of ``rec`` (``_observe``); ``inner`` gets, per list
+    field holding records, lists or maps, the paths through it (``_inner_paths``)."""
     for k, v in rec.items():
-        path = f"{prefix}.{k}" if prefix else str(k)
+        steps = (*prefix, str(k))
+        path = render_path(steps)
         if isinstance(v, dict) and path not in maps and depth < MAX_DEPTH:
-            _walk(v, stats, maps, path, depth + 1)
+            _walk(v, stats, maps, inner, steps, depth + 1)
             continue
-        st = stats.setdefault(path, _FieldStats())
-        st.count += 1
-        kind = _kind(v)
-        st.types[kind] += 1
-        if kind == "null":
-            st.nulls += 1
-        elif kind == "list":
-            st.lengths.append(len(v))
-            for x in v:
-                st.elem_types[_kind(x)] += 1
-                if not isinstance(x, list | dict):
-                    st.add_distinct(x)
-        elif kind == "str":
-            st.add_distinct(v)
-            if _ISO_RE.fullmatch(v):
-                st.iso += 1
-                st.iso_dates += len(v) == 10
-            elif _DIGITS_RE.fullmatch(v) and sum(c.isdigit() for c in v) >= 9:
-                st.digit_strings += 1
-            st.tokens.append(len(tokenize(v, lowercase=False)))
-        elif kind in ("int", "float", "bool"):
-            st.add_distinct(v)
-            if kind != "bool" and not _f32_finite(v):
-                st.nonfinite += 1
-            if kind == "int":
-                st.int_lo = v if st.int_lo is None else min(st.int_lo, v)
-                st.int_hi = v if st.int_hi is None else max(st.int_hi, v)
+        _observe(stats.setdefault(path, _FieldStats()), v)
+        if isinstance(v, list) and depth < MAX_DEPTH:
+            found = inner.setdefault(path, set())
+            for x in v[:_MAX_ITEMS]:
+                if isinstance(x, dict | list):
+                    _inner_paths(x, (*steps, EACH), maps, found, depth + 1)
+
+
+def _inner_paths(x: Any, steps: tuple[Step, ...], maps: set[str], out: set[tuple[Step, ...]], depth: int) -> None:
+    """The paths to the scalars inside ``x``, an item of a list at ``steps``
+    (``items[].price``, ``m[][]``, ``orders[].items[].sku``; a map's ``[keys]``)."""
+    if depth > 2 * MAX_DEPTH:  # (lists add levels records do not)
+        return
+    if isinstance(x, dict):
+        if render_path(steps) in maps:
+            out.add((*steps, KEYS))
+            return
+        for k, v in x.items():
+            _inner_paths(v, (*steps, str(k)), maps, out, depth + 1)
+    elif isinstance(x, list):
+        nested = [y for y in x[:_MAX_ITEMS] if isinstance(y, dict | list)]
+        for y in nested:
+            _inner_paths(y, (*steps, EACH), maps, out, depth + 1)
+        if any(y is not None and not isinstance(y, dict | list) for y in x[:_MAX_ITEMS]):
+            out.add((*steps, EACH))
+    else:
+        out.add(steps)
+
+
+def _observe(st: _FieldStats, v: Any) -> None:
+    """Add one record's value of a field to its statistics."""
+    st.count += 1
+    kind = _kind(v)
+    st.types[kind] += 1
+    if kind == "null":
+        st.nulls += 1
+    elif kind == "dict":
+        st.lengths.append(len(v))
+        for x in list(v)[:_MAX_ITEMS]:
+            st.add_distinct(x)
+    elif kind == "list":
+        st.lengths.append(len(v))
+        total = 0
+        for x in v:
+            st.elem_types[_kind(x)] += 1
+            if not isinstance(x, list | dict):
+                st.add_distinct(x)
+            if isinstance(x, str):
+                n = len(tokenize(x, lowercase=False))
+                st.tokens.append(n)
+                total += n
+        st.list_tokens.append(total)
+    elif kind == "str":
+        st.add_distinct(v)
+        if _ISO_RE.fullmatch(v):
+            st.iso += 1
+            st.iso_dates += len(v) == 10
+        elif _DIGITS_RE.fullmatch(v) and sum(c.isdigit() for c in v) >= 9:
+            st.digit_strings += 1
+        st.tokens.append(len(tokenize(v, lowercase=False)))
+    elif kind in ("int", "float", "bool"):
+        st.add_distinct(v)
+        if kind != "bool" and not _f32_finite(v):
+            st.nonfinite += 1
+        if kind == "int":
+            st.int_lo = v if st.int_lo is None else min(st.int_lo, v)
+            st.int_hi = v if st.int_hi is None else max(st.int_hi, v)
 
 
 def _f32_finite(v: int | float) -> bool:
@@ -185,7 +236,8 @@ def _pct(xs: list[int], q: float) -> int:
 
 
 def _safe_name(path: str, taken: set[str]) -> str:
-    name = re.sub(r"[^A-Za-z0-9_]", "_", path.replace(".", "_")) or "field"
+    path = path.replace("[keys]", ".keys").replace("[]", "")
+    name = re.sub(r"[^A-Za-z0-9_]", "_", path.replace(".", "_")).strip("_") or "field"
     if not re.match(r"[A-Za-z_]", name):
         name = f"f_{name}"
     base, i = name, 2
@@ -209,6 +261,8 @@ class Draft:
     path: str
     role: str = "feature"
     warnings: list[str] = dataclasses.field(default_factory=list)
+    #: What the feature's name is made from, when not ``path`` (a count: ``items_count``).
+    path_name: str | None = None
 
 
 def _named(path: str, patterns: tuple[re.Pattern, ...]) -> bool:
@@ -280,7 +334,7 @@ def _hash_buckets(distinct: int) -> int:
     return 1 << max(10, min(20, math.ceil(math.log2(max(2, distinct * 4)))))
 
 
-def _decide(path: str, st: _FieldStats, total: int, logical: str | None = None) -> Draft:
+def _decide(path: str, st: _FieldStats, total: int, logical: str | None = None, maps: set[str] = frozenset()) -> Draft:
     non_null = st.count - st.nulls
     types = {t for t in st.types if t != "null"}
     distinct = len(st.distinct)
@@ -291,7 +345,15 @@ def _decide(path: str, st: _FieldStats, total: int, logical: str | None = None) 
     if not types:
         return Draft(None, f"{path}: always null in the sample; nothing to learn", path)
     if types == {"dict"}:
-        return Draft(None, f"{path}: a map (arbitrary keys); pick keys as features with 'source: {path}.<key>'", path)
+        if not st.distinct:
+            return Draft(None, f"{path}: a map that is always empty in the sample; nothing to learn", path)
+        max_len, p95, capped = _max_len(st.lengths)
+        e = {"transform": "vocabulary", "max_len": max_len}
+        if len(st.distinct) > 100:
+            e["top_k"] = 1000
+        return Draft(e, f"{path}: a map (arbitrary keys): its keys as categories, {len(st.distinct)} distinct, "
+                        f"count p95 {p95}{capped}; a key's value: source: {path}[\"KEY\"]{null_note}",
+                     render_path((*parse_path(path), KEYS)))
     # Avro logical types: the converter reads them raw (integers, strings, bytes).
     if logical in _TIMESTAMP_UNITS and types == {"int"}:
         # Instants: exact epoch seconds plus the calendar parts models usually want.
@@ -351,11 +413,23 @@ def _decide(path: str, st: _FieldStats, total: int, logical: str | None = None) 
         max_len, p95, capped = _max_len(st.lengths)
         if not elems:
             return Draft(None, f"{path}: always an empty list in the sample", path)
+        if elems <= {"dict", "list"}:
+            record = "maps" if f"{path}[]" in maps else "records"
+            what = " and ".join({"dict": record, "list": "lists"}[k] for k in sorted(elems))
+            return Draft({"transform": "count"}, f"{path}: a list of {what}: its length (p95 {p95}) as a count; what "
+                                                 f"is inside is drafted as {path}[]...{null_note}", path)
+        avg_tokens = sum(st.tokens) / max(1, len(st.tokens))
+        if elems == {"str"} and avg_tokens > 2.5 and len(st.distinct) > 0.3 * max(1, len(st.tokens)):
+            max_len, p95, capped = _max_len(st.list_tokens)
+            return Draft({"transform": "text", "max_len": max_len},
+                         f"{path}: lists of free text, {avg_tokens:.1f} tokens per string on average (max_len = 95th "
+                         f"percentile of a record's tokens, {p95}){capped}{null_note}", path)
         if elems <= {"int", "float"}:
             return Draft({"transform": "identity", "max_len": max_len}, f"{path}: numeric list, length p95 {p95}{capped}{null_note}", path)
         if elems <= {"str", "int", "bool"}:
             return Draft({"transform": "vocabulary", "max_len": max_len}, f"{path}: list of categories, length p95 {p95}{capped}{null_note}", path)
-        return Draft(None, f"{path}: list of {'/'.join(sorted(elems))}; nested lists and lists of records are not vectorized, point 'source' at a scalar field", path)
+        return Draft(None, f"{path}: list of {'/'.join(sorted(elems))} mixed: one feature takes lists of one kind; "
+                           f"point 'source' at the items of one kind", path)
     scalar = types - {"list", "dict"}
     if types == scalar:
         return Draft({"transform": "hash", "buckets": 1024},
@@ -368,12 +442,24 @@ def infer_config(records: Iterable[dict], avro_schema: Any = None, label: str | 
     kinds = _schema_paths(avro_schema) if avro_schema is not None else {}
     maps = {p for p, k in kinds.items() if k == "map"}
     stats: dict[str, _FieldStats] = {}
-    total = 0
-    for r in records:
-        if isinstance(r, dict):
-            _walk(r, stats, maps)
-            total += 1
-    drafts = [_decide(p, st, total, kinds.get(p)) for p, st in stats.items()]
+    inner: dict[str, set[tuple[Step, ...]]] = {}
+    sample = [r for r in records if isinstance(r, dict)]
+    for r in sample:
+        _walk(r, stats, maps, inner)
+    total = len(sample)
+    drafts = []
+    for p, st in list(stats.items()):
+        d = _decide(p, st, total, kinds.get(p), maps)
+        if d.entry is not None and d.entry.get("transform") == "count":
+            d.path_name = f"{p}_count"
+        drafts.append(d)
+        for steps in sorted(inner.get(p, ()), key=render_path):  # paths through the list: items[].price
+            path = render_path(steps)
+            sub = _FieldStats()
+            for r in sample:
+                _observe(sub, walk_path(r, steps))
+            stats[path] = sub
+            drafts.append(_decide(path, sub, total, kinds.get(path), maps))
     label_path = label
     if label_path is None:  # a numeric field with a label's name
         label_path = next((p for p, st in stats.items() if p.lower() in _LABEL_NAMES
@@ -388,7 +474,7 @@ def infer_config(records: Iterable[dict], avro_schema: Any = None, label: str | 
             continue
         if d.entry is None:
             continue
-        name = _safe_name(d.path, taken)
+        name = _safe_name(d.path_name or d.path, taken)
         e = {"name": name}
         if name != d.path:
             e["source"] = d.path

@@ -178,11 +178,11 @@ class ColumnRecords(Sequence[dict[str, Any]]):
     not need (building the bench's float lists alone cost 1.5 us per record).
     """
 
-    __slots__ = ("_columns", "_deferred", "arrays", "record_json", "_n", "_coders", "_codes")
+    __slots__ = ("_columns", "_deferred", "arrays", "record_json", "_n", "_coders", "_codes", "_lists", "_leaves")
 
     def __init__(self, columns: dict[str, list[Any]], n: int, arrays: dict[str, tuple] | None = None,
                  record_json: list[bytes] | None = None, deferred: dict[str, Callable[[], list[Any]]] | None = None,
-                 coders: dict[str, Callable[[], TermCodes | None]] | None = None):
+                 coders: dict[str, Callable[[], TermCodes | None]] | None = None, lists: dict[str, Any] | None = None):
         if any(len(c) != n for k, c in columns.items() if not deferred or k not in deferred):
             raise ValueError("every column needs one value per record")
         if record_json is not None and len(record_json) != n:
@@ -196,6 +196,62 @@ class ColumnRecords(Sequence[dict[str, Any]]):
         self.record_json = record_json
         self._coders = coders or {}
         self._codes: dict[str, TermCodes | None] = {}
+        #: Top-level columns holding lists (polars Series), for paths through them (``path_leaf``).
+        self._lists: dict[str, Any] = lists or {}
+        self._leaves: dict[tuple, tuple | None] = {}
+
+    def path_leaf(self, steps: tuple) -> tuple[Any, np.ndarray, np.ndarray] | None:
+        """``(items, counts, null rows)`` of a path through lists (``convert.config.parse_path``
+        steps with at least one ``EACH``): every row's items, back to back, as one polars
+        Series, how many each row has, and which rows are null (null before the first
+        list); ``None`` when the columns cannot give them (then read the records).
+
+        Made with list and struct column operations (explode, struct fields) and
+        the counts in numpy, so the items' records never become Python dicts:
+        the same values, in the same order, as ``convert.vectorize.walk_path``.
+        """
+        if steps not in self._leaves:
+            self._leaves[steps] = _path_leaf(self._lists.get(steps[0]), steps[1:], self._n)
+        return self._leaves[steps]
+
+    def path_values(self, steps: tuple) -> list[Any] | None:
+        """Each row's items at a path through lists (``path_leaf``) as a Python list, None for a null row."""
+        leaf = self.path_leaf(steps)
+        if leaf is None:
+            return None
+        items, counts, null = leaf
+        values = items.to_list()
+        out: list[Any] = []
+        pos = 0
+        for c, is_null in zip(counts.tolist(), null.tolist(), strict=True):
+            out.append(None if is_null else values[pos:pos + c])
+            pos += c
+        return out
+
+    def path_term_codes(self, steps: tuple) -> TermCodes | None:
+        """``term_codes`` of the string items at a path through lists (kind ``"list"``), when none is null."""
+        leaf = self.path_leaf(steps)
+        if leaf is None or not _is_text_dtype(leaf[0].dtype) or leaf[0].null_count():
+            return None
+        import polars as pl
+
+        s = leaf[0].cast(pl.String)
+        uniq = s.unique(maintain_order=True)
+        codes = s.cast(pl.Enum(uniq)).to_physical().cast(pl.Int32).to_numpy()
+        return TermCodes("list", uniq.to_list(), codes, leaf[1])
+
+    def path_array(self, steps: tuple) -> tuple | None:
+        """The numeric items at a path through lists as ``arrays`` gives a list column
+        (``("list", float64 items, counts, null rows)``), when none is null."""
+        leaf = self.path_leaf(steps)
+        if leaf is None:
+            return None
+        items, counts, null = leaf
+        if not (items.dtype.is_integer() or items.dtype.is_float()) or items.null_count():
+            return None
+        import polars as pl
+
+        return ("list", items.cast(pl.Float64).to_numpy(), counts, null)
 
     def term_codes(self, name: str) -> TermCodes | None:
         """The field's values as distinct values and codes (``TermCodes``), made
@@ -784,6 +840,46 @@ def _numeric_arrays(leaves: list[tuple[str, Any]]) -> dict[str, tuple]:
     return out
 
 
+def _path_leaf(s: Any, steps: tuple, n: int) -> tuple[Any, np.ndarray, np.ndarray] | None:
+    """``ColumnRecords.path_leaf`` of the column ``s`` (None: no such list column) and the steps after its name."""
+    import polars as pl
+
+    from convert.config import EACH
+
+    if s is None:
+        return None
+    counts = null = None
+    for step in steps:
+        if step is EACH:
+            if not isinstance(s.dtype, pl.List):
+                return None
+            lens = s.list.len().fill_null(0).to_numpy().astype(np.int64)
+            if counts is None:  # the first list: a row per record
+                counts, null = lens, s.is_null().to_numpy()
+            else:  # items of the lists so far: add each item's count to its row
+                rows = np.repeat(np.arange(n), counts)
+                counts = np.bincount(rows, weights=lens, minlength=n).astype(np.int64)
+            s = s.explode(empty_as_null=False, keep_nulls=False)
+            if len(s) != int(counts.sum()):
+                return None
+        elif isinstance(step, str) and isinstance(s.dtype, pl.Struct) and step in {f.name for f in s.dtype.fields}:
+            s = s.struct.field(step)  # null where the record is null
+        else:
+            return None
+    if counts is None or null is None:
+        return None
+    return s, counts, null
+
+
+def _has_list(dtype: Any) -> bool:
+    """Whether a polars type holds a list at some depth."""
+    import polars as pl
+
+    if isinstance(dtype, pl.List):
+        return True
+    return isinstance(dtype, pl.Struct) and any(_has_list(f.dtype) for f in dtype.fields)
+
+
 def _is_text_dtype(dtype: Any) -> bool:
     import polars as pl
 
@@ -952,8 +1048,9 @@ def _iter_avro_columnar(f: IO[bytes], path: str, header: bytes, sync: bytes, pos
             # the lists of these, and of record columns, are made only if asked for.
             # (each ``df.schema``, ``df.columns`` or ``get_column`` call walks every column: once here)
             series = df.get_columns()
+            lists = {s.name: s for s in series if _has_list(s.dtype)}  # paths through lists (path_leaf)
             deferred = {s.name: s.to_list for s in series
-                        if s.name in arrays or s.name in coders or isinstance(s.dtype, pl.Struct)}
+                        if s.name in arrays or s.name in coders or s.name in lists or isinstance(s.dtype, pl.Struct)}
             columns = {s.name: None if s.name in deferred else s.to_list() for s in series}
             texts = None
             if record_json:
@@ -975,7 +1072,7 @@ def _iter_avro_columnar(f: IO[bytes], path: str, header: bytes, sync: bytes, pos
             rec_offsets.extend([off] * c)
             indexes.extend(range(c))
         parts.clear()
-        yield RecordBatch(path, "avro", ColumnRecords(columns, n, arrays, texts, deferred, coders), rec_offsets, indexes)
+        yield RecordBatch(path, "avro", ColumnRecords(columns, n, arrays, texts, deferred, coders, lists), rec_offsets, indexes)
         if too_big is not None:
             raise too_big
     return None

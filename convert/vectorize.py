@@ -36,7 +36,16 @@ from typing import Any
 import numpy as np
 from farmhash import Fingerprint64 as _fingerprint64
 
-from convert.config import Config, ConfigError, FeatureConfig, LabelConfig
+from convert.config import (
+    EACH,
+    KEYS,
+    Config,
+    ConfigError,
+    FeatureConfig,
+    LabelConfig,
+    Step,
+    parse_path,
+)
 from convert.derive import cross_ids, epoch_seconds, timestamp_parts
 from convert.quantiles import QuantileSketch
 from convert.sources import ColumnRecords, TermCodes
@@ -61,7 +70,11 @@ _BOOL_TERMS = {True: "true", False: "false"}  # term() of booleans; None stays N
 
 
 def getter(path: str) -> Callable[[Any], Any]:
-    """Value at a dotted path, ``None`` when any step is missing or null."""
+    """Value at a path (``convert.config.parse_path``), ``None`` when any step is
+    missing or null; a path through lists gives a list (``walk_path``)."""
+    if "[" in path or "]" in path:
+        steps = parse_path(path)
+        return lambda r: walk_path(r, steps)
     keys = path.split(".")
     if len(keys) == 1:
         k = keys[0]
@@ -75,6 +88,71 @@ def getter(path: str) -> Callable[[Any], Any]:
         return r
 
     return get
+
+
+def _feature_getter(f: FeatureConfig) -> Callable[[Any], Any]:
+    """``getter(f.source)``; for ``text`` through lists, each record's strings joined (``_joined_text``)."""
+    get = getter(f.source)
+    if f.transform != "text" or not is_list_path(parse_path(f.source)):
+        return get
+    return lambda r: _joined_text([get(r)])[0]
+
+
+def _count_steps(steps: tuple[Step, ...]) -> tuple[Step, ...]:
+    """A ``count`` feature's path as a path through the list it counts (``items`` -> ``items[]``)."""
+    return steps if steps[-1] is EACH or steps[-1] is KEYS else (*steps, EACH)
+
+
+def is_list_path(steps: Sequence[Step]) -> bool:
+    """Whether a parsed path needs ``walk_path`` (it has list, index or ``[keys]`` steps)."""
+    return not all(isinstance(s, str) for s in steps)
+
+
+def walk_path(v: Any, steps: Sequence[Step], i: int = 0) -> Any:
+    """The value at ``steps[i:]`` of ``v``.
+
+    Keys step into records and maps, ``[n]`` into a list's item (None when
+    there is none); ``[keys]`` gives a map's keys as a list. ``[]`` gives a
+    list: the rest of the path from each item of a list (each value of a map;
+    another value counts as a list of itself), in order; when the rest has
+    ``[]`` or ``[keys]`` too, their lists are concatenated (a null list
+    there adds nothing), so ``orders[].items[].sku`` is every order's skus
+    in order. ``None`` when the value before the first ``[]`` is null or
+    missing; a null item gives a null item.
+    """
+    n = len(steps)
+    while i < n:
+        s = steps[i]
+        if s is EACH:
+            if v is None:
+                return None
+            items = v.values() if isinstance(v, dict) else v if isinstance(v, list | tuple) else (v,)
+            i += 1
+            if not any(x is EACH or x is KEYS for x in steps[i:]):
+                return [walk_path(x, steps, i) for x in items]
+            out: list[Any] = []
+            for x in items:
+                y = walk_path(x, steps, i)
+                if y is not None:
+                    out.extend(y)
+            return out
+        if s is KEYS:
+            return list(v) if isinstance(v, dict) else None
+        if isinstance(s, int):
+            v = v[s] if isinstance(v, list | tuple) and -len(v) <= s < len(v) else None
+        else:
+            v = v.get(s) if isinstance(v, dict) else None
+        i += 1
+    return v
+
+
+def extract_path(records: Sequence[Any], steps: Sequence[Step], all_dicts: bool = False,
+                 top: dict[str, list[Any]] | None = None) -> list[Any]:
+    """``walk_path`` over a batch (``extract`` for the first key)."""
+    first = extract(records, [steps[0]], all_dicts, top)  # type: ignore[list-item]
+    if len(steps) == 1:
+        return first
+    return [walk_path(v, steps, 1) for v in first]
 
 
 def extract(records: Sequence[Any], keys: list[str], all_dicts: bool = False,
@@ -358,7 +436,7 @@ class Analyzer:
         lab = _vocabulary_label(config)
         if lab is not None:  # records per class; merged with the term counts
             self.counts[lab.name] = Counter()
-        self._get = {f.name: getter(f.source) for f in config.features}
+        self._get = {f.name: _feature_getter(f) for f in config.features}
         self._pending: dict[str, tuple[list[str], np.ndarray]] = {}
 
     # Accumulators travel between Beam workers: pickle the counts, not the getters.
@@ -374,7 +452,7 @@ class Analyzer:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        self._get = {f.name: getter(f.source) for f in self.config.features}
+        self._get = {f.name: _feature_getter(f) for f in self.config.features}
         self._pending = {}
 
     def add_records(self, records: Sequence[Any]) -> None:
@@ -685,10 +763,15 @@ class Preparer:
         #: per unit, not once per batch; else every batch starts afresh.
         self.unit_terms = unit_terms
         self._index: dict[str, dict[Any, int]] = {}
-        self._keys = {f.name: f.source.split(".") for f in config.features}
-        self._cross_keys = {f.name: [s.split(".") for s in f.sources or ()] for f in config.features}
+        steps = {f.name: _count_steps(parse_path(f.source)) if f.transform == "count" else parse_path(f.source)
+                 for f in config.features}
+        #: Sources through lists, indexes or map keys (read with ``walk_path``), parsed.
+        self._paths = {name: st for name, st in steps.items() if is_list_path(st)}
+        self._keys: dict[str, list[str]] = {name: [st[0]] if name in self._paths else list(st)  # type: ignore[misc]
+                                            for name, st in steps.items()}
+        self._cross_keys = {f.name: [list(parse_path(s)) for s in f.sources or ()] for f in config.features}
         self._get = {f.name: getter(f.source) for f in config.features}
-        self._label_keys = config.label.source.split(".") if config.label else None
+        self._label_keys = list(parse_path(config.label.source)) if config.label else None
         self._top_keys = sorted({k[0] for k in self._keys.values()}
                                 | {k[0] for ks in self._cross_keys.values() for k in ks}
                                 | ({self._label_keys[0]} if self._label_keys else set()))
@@ -696,6 +779,8 @@ class Preparer:
         #: needs its values, such as a cross or the label).
         self._uses: dict[str, list[FeatureConfig | None]] = {}
         for f in config.features:
+            if f.name in self._paths:
+                continue  # read by ``_path_values``
             for keys in [self._keys[f.name], *self._cross_keys[f.name]]:
                 self._uses.setdefault(keys[0], []).append(None if f.sources else f)
         if self._label_keys:
@@ -744,7 +829,7 @@ class Preparer:
             for k in self._top_keys:
                 # The field's values are made only for a reader the fast forms do not serve.
                 made = False
-                for f in self._uses[k]:
+                for f in self._uses.get(k, ()):
                     fast = self._fast.get(f.name) if f is not None else None
                     if fast is None:
                         made = True
@@ -769,12 +854,19 @@ class Preparer:
         parts: list[tuple[str, str, Any]] = []
         for f in self.config.features:
             keys = self._keys[f.name]
-            if top is not None and isinstance(top.get(keys[0]), _RowCount):
+            arr = records.arrays.get(f.source) if isinstance(records, ColumnRecords) else None
+            leaf = None
+            if f.name in self._paths:
+                values, tc, arr, leaf = self._path_values(f, records, all_dicts, top)
+                if tc is not None:
+                    coded[f.name] = tc
+            elif top is not None and isinstance(top.get(keys[0]), _RowCount):
                 values = top[keys[0]]  # served without values (above)
             else:
                 values = extract(records, keys, all_dicts, top)
-            if f.is_numeric:
-                arr = records.arrays.get(f.source) if isinstance(records, ColumnRecords) else None
+            if f.transform == "count":
+                parts.append((f.name, "cols", _count(f, values, bad, extras, leaf)))
+            elif f.is_numeric:
                 parts.append((f.name, *self._numeric(f, values, bad, extras, arr)))
             elif f.transform == "bytes":
                 parts.append((f.name, "cols", _bytes(f, values, bad)))
@@ -800,6 +892,37 @@ class Preparer:
             else:
                 parts.append((lab.name, "cols", _label(lab, values, bad)))
         return PreparedBatch(b, parts, bad, extras)
+
+    def _path_values(self, f: FeatureConfig, records: Sequence[Any], all_dicts: bool,
+                     top: dict[str, list[Any]] | None) -> tuple[Any, TermCodes | None, tuple | None, tuple | None]:
+        """``(values, term codes, numeric array, leaf)`` of a feature whose source goes
+        through lists (``walk_path``). From a ``ColumnRecords``, the column
+        operations of ``ColumnRecords.path_leaf`` give the codes, the array or
+        (``count``) the leaf where the feature's fast path takes them, with a
+        ``_RowCount`` for values, else each row's items; records are walked only
+        for paths those cannot follow."""
+        steps = self._paths[f.name]
+        b = len(records)
+        if isinstance(records, ColumnRecords):
+            fast = self._fast.get(f.name)
+            if fast == ("codes", "list") and f.transform == "vocabulary":
+                tc = records.path_term_codes(steps)
+                if tc is not None:
+                    return _RowCount(b), tc, None, None
+            elif fast == ("array", "list"):
+                arr = records.path_array(steps)
+                if arr is not None:
+                    return _RowCount(b), None, arr, None
+            elif f.transform == "count":
+                leaf = records.path_leaf(steps)
+                if leaf is not None:
+                    return _RowCount(b), None, None, leaf
+            values = records.path_values(steps)
+            if values is None:
+                values = [walk_path(v, steps, 1) for v in records.column(steps[0], [None] * b)]  # type: ignore[arg-type]
+        else:
+            values = extract_path(records, steps, all_dicts, top)
+        return (_joined_text(values) if f.transform == "text" else values), None, None, None
 
     # -- numerics
     def _numeric(self, f: FeatureConfig, values: list[Any], bad: dict[int, Rejection],
@@ -1086,6 +1209,41 @@ class Preparer:
         if extras is not None:
             extras[f.name] = ("values", values, first, new_terms) if fcodes is None else ("terms", first, new_terms, fcodes, row_of)
         return first, new_terms, codes, lens
+
+
+def _joined_text(values: list[Any]) -> list[Any]:
+    """A ``text`` feature's values from a path through lists: each row's strings
+    joined by a space (a delimiter, so the tokens are those of each string in
+    order); a row holding anything else is left for the vectorizer to reject."""
+    out = []
+    for v in values:
+        if isinstance(v, list) and all(isinstance(x, str) or x is None for x in v):
+            v = " ".join(x for x in v if x is not None)
+        out.append(v)
+    return out
+
+
+def _count(f: FeatureConfig, values: Any, bad: dict[int, Rejection], extras: dict[str, tuple] | None,
+           leaf: tuple | None) -> dict[str, tuple[str, Any]]:
+    """``count``: each row's number of items (a list's, a path through lists', a map's
+    entries); 0 for null or missing. ``leaf``: ``ColumnRecords.path_leaf``, used instead of ``values``."""
+    if leaf is not None:
+        counts, present = leaf[1].astype(np.int64), ~leaf[2]
+    else:
+        b = len(values)
+        counts = np.zeros(b, dtype=np.int64)
+        present = np.zeros(b, dtype=bool)
+        for i, v in enumerate(values):
+            if v is None:
+                continue
+            if isinstance(v, list | tuple | dict):
+                counts[i], present[i] = len(v), True
+            else:
+                bad.setdefault(i, Rejection(i, f.source, f"count needs a list or map, found {type(v).__name__} "
+                                                         f"{_short(v)}; point 'source' at a list (items or items[])"))
+    if extras is not None:
+        extras[f.name] = ("present", present)
+    return {f.name: ("int64", counts.reshape(-1, 1))}
 
 
 def count_values(f: FeatureConfig, values: Sequence[Any]) -> int:

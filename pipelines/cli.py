@@ -282,7 +282,9 @@ def infer(
     One entry per leaf field with a transform chosen from the sample (numeric ->
     zscore, low-cardinality -> vocabulary, high-cardinality and identifiers (id,
     *_id, card numbers) -> hash, ISO 8601 strings -> timestamp, free text ->
-    text, lists -> padded to their 95th-percentile length) and a comment saying why.
+    text, lists -> padded to their 95th-percentile length; lists of records,
+    lists of lists and maps -> their count plus paths through them: items[].price,
+    m[][], attrs[keys]) and a comment saying why.
     """
     _setup_logging(False)
     import difflib
@@ -342,11 +344,16 @@ def infer(
             key = _records_key_hint(read_from)
             if key:
                 hint += f"; the file is one JSON document: name the key holding the records with --json-records-path {key}"
+        if not hint:
+            hint = ("; point -i at files that hold records, or write the config by hand (README 'Feature config'): "
+                    "convert turns files without records into an empty output")
         _fail(f"no records found in {where}; nothing to infer from{hint}")
     config, drafts = infer_config(records, schemas or None, label)
     if not config["features"]:
         _fail(f"unsupported input: no field of the {len(records)} sampled records of {where} can be vectorized "
-              f"({'; '.join(d.comment for d in drafts) or 'the records have no fields'})")
+              f"({'; '.join(d.comment for d in drafts) or 'the records have no fields'}); check that the input is "
+              f"the data you meant (its records declare no field, or only fields that are null in the sample: "
+              f"--sample more records if values come later)")
     paths = [d.path for d in drafts]
     if label and label not in paths:
         close = difflib.get_close_matches(label, paths, n=1)

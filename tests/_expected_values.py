@@ -16,6 +16,7 @@ from __future__ import annotations
 import io
 import json
 import math
+import re
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
@@ -69,12 +70,50 @@ def json_lines(path: str | Path) -> list[Any]:
 # --------------------------------------------------------------- the rules
 
 
+_EACH, _KEYS = "[]", "[keys]"
+
+
+def _steps(path: str) -> list[Any]:
+    """README's source paths: dotted keys, ``[]`` (each item), ``[n]``, ``["key"]``/``['key']``, ``[keys]``."""
+    if "[" not in path:
+        return path.split(".")
+    out: list[Any] = []
+    for m in re.finditer(r"""\[\]|\[keys\]|\[(-?\d+)\]|\[("(?:[^"\\]|\\.)*")\]|\['([^']*)'\]|([^.\[\]]+)""", path):
+        tok, idx, dq, sq, key = m.group(0), m.group(1), m.group(2), m.group(3), m.group(4)
+        out.append(tok if tok in (_EACH, _KEYS) else int(idx) if idx is not None else json.loads(dq) if dq is not None
+                   else sq if sq is not None else key)
+    return out
+
+
+def _walk(v: Any, steps: list[Any]) -> Any:
+    """The value at ``steps``; ``[]`` gives a list (nested ``[]`` concatenated, a null list adding nothing)."""
+    for i, s in enumerate(steps):
+        if s == _EACH:
+            if v is None:
+                return None
+            items = list(v.values()) if isinstance(v, dict) else v if isinstance(v, list) else [v]
+            rest = steps[i + 1:]
+            if _EACH in rest or _KEYS in rest:
+                return [y for x in items for y in (_walk(x, rest) or [])]
+            return [_walk(x, rest) for x in items]
+        if s == _KEYS:
+            return list(v) if isinstance(v, dict) else None
+        if isinstance(s, int):
+            v = v[s] if isinstance(v, list) and -len(v) <= s < len(v) else None
+        else:
+            v = v.get(s) if isinstance(v, dict) else None
+    return v
+
+
 def get(record: Any, path: str) -> Any:
-    for key in path.split("."):
-        if not isinstance(record, dict):
-            return None
-        record = record.get(key)
-    return record
+    return _walk(record, _steps(path))
+
+
+def _text_of(v: Any) -> Any:
+    """A ``text`` source's value: a list's strings joined (their tokens in order)."""
+    if isinstance(v, list) and all(isinstance(x, str) or x is None for x in v):
+        return " ".join(x for x in v if x is not None)
+    return v
 
 
 def term(v: Any) -> str:
@@ -123,6 +162,7 @@ def expected_vocabulary(records: Sequence[Any], source: str, transform: str, par
     for r in records:
         v = get(r, source)
         if transform == "text":
+            v = _text_of(v)
             if isinstance(v, str):
                 c.update(tokens(v, params.get("lowercase", True)))
         elif params.get("max_len"):
@@ -195,6 +235,13 @@ def expected_row(record: Any, feature: dict, vocab: list[str] | None) -> dict[st
     v = get(record, feature["source"])
     n = feature["shape"][0]
     out: dict[str, Any] = {}
+    if transform == "count":
+        if "[" not in feature["source"] or not feature["source"].endswith(("[]", "[keys]")):
+            v = get(record, feature["source"] + "[]") if v is not None else None
+        out[name] = np.asarray([0 if v is None else len(v)], dtype=np.int64)
+        return out
+    if transform == "text":
+        v = _text_of(v)
     if feature["dtype"] == "float32" and transform != "label":
         stats = params.get("stats") or {}
         fill = stats.get("mean") if params.get("fill") == "mean" else params.get("fill", 0.0)

@@ -96,15 +96,15 @@ def test_label_path_and_type_are_checked():
     assert "the label needs integers" in _problems('{"name": "y", "transform": "identity"}', label="kind")[0]
 
 
-def test_json_sample_paths_count_nulls_and_nested_objects_not_lists():
+def test_json_sample_paths_count_nulls_and_nested_objects_and_go_into_lists_with_brackets():
     recs = [{"a": None, "u": {"b": 1, "c": {"d": None}}, "l": [{"x": 1}]}, "not a record"]
-    assert sample_paths(recs) == {"a", "u", "u.b", "u.c", "u.c.d", "l"}
+    assert sample_paths(recs) == {"a", "u", "u.b", "u.c", "u.c.d", "l", "l[]", "l[].x"}
     cfg = _cfg('{"name": "a", "transform": "zscore"}', '{"name": "ub", "source": "u.bb", "transform": "zscore"}',
                '{"name": "lx", "source": "l.x", "transform": "zscore"}', label=None)
     problems = sample_problems(cfg, sample_paths(recs), 2)
     assert len(problems) == 2
     assert "'u.bb', which none of the 2 sampled records has; did you mean 'u.b'?" in problems[0]
-    assert "'l.x'" in problems[1]
+    assert "'l.x'" in problems[1] and "did you mean 'l[].x'" in problems[1]
 
 
 def _avro_bytes(schema, records) -> bytes:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import io
+import json
 from pathlib import Path
 
 import fastavro
@@ -106,3 +107,230 @@ def test_data_that_are_not_records_are_one_field_named_value(schema, data, trans
     config, text = infer(path)
     assert [(f["name"], f["transform"]) for f in config["features"]] == [("value", transform)], text
     convert_both(tmp_path, path, config)
+
+
+# ------------------------------------------------------------ lists of records
+
+ORDERS = {"type": "record", "name": "Order", "fields": [
+    {"name": "id", "type": "long"},
+    {"name": "items", "type": ["null", {"type": "array", "items": ["null", {"type": "record", "name": "Item", "fields": [
+        {"name": "price", "type": ["null", "double"]},
+        {"name": "sku", "type": "string"},
+        {"name": "parts", "type": {"type": "array", "items": {"type": "record", "name": "P", "fields": [
+            {"name": "code", "type": "string"}]}}}]}]}]},
+    {"name": "commits", "type": {"type": "array", "items": {"type": "record", "name": "C", "fields": [
+        {"name": "message", "type": "string"},
+        {"name": "author", "type": {"type": "record", "name": "A", "fields": [{"name": "email", "type": "string"}]}}]}}},
+]}
+
+
+def _orders(n: int = 60) -> list[dict]:
+    out = []
+    for k in range(n):
+        items = None if k % 7 == 3 else [
+            None if j == 2 and k % 2 else {"price": None if j == 1 and k % 3 == 0 else k + j / 4, "sku": f"s{(k + j) % 5}",
+                                           "parts": [{"code": f"c{(k * j + p) % 4}"} for p in range(j % 3)]}
+            for j in range(k % 4)]
+        commits = [{"message": f"Fix bug #{k} in module {j}", "author": {"email": f"dev{(k + j) % 3}@x.org"}}
+                   for j in range(k % 3)]
+        out.append({"id": k, "items": items, "commits": commits})
+    return out
+
+
+LIST_CONFIG = {"features": [
+    {"name": "price", "source": "items[].price", "transform": "identity", "max_len": 3, "missing_indicator": True},
+    {"name": "sku", "source": "items[].sku", "transform": "vocabulary", "max_len": 3},
+    {"name": "sku_h", "source": "items[].sku", "transform": "hash", "buckets": 64, "max_len": 3},
+    {"name": "part", "source": "items[].parts[].code", "transform": "vocabulary", "max_len": 4},
+    {"name": "n_items", "source": "items", "transform": "count"},
+    {"name": "n_parts", "source": "items[].parts[]", "transform": "count"},
+    {"name": "email", "source": "commits[].author.email", "transform": "vocabulary", "max_len": 2},
+    {"name": "msg", "source": "commits[].message", "transform": "text", "max_len": 8},
+]}
+
+
+def _columns(config: dict, records) -> dict:
+    """The vectorized columns of ``records`` (one batch, all analyzed), through the public API."""
+    import numpy as np
+
+    from convert.config import parse_config
+    from convert.vectorize import Analyzer, Vectorizer
+
+    cfg = parse_config(config)
+    acc = Analyzer(cfg)
+    acc.add_records(list(records))
+    vb = Vectorizer(cfg, acc.result()).vectorize(records)
+    assert not vb.rejections, vb.rejections
+    return {k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, (_, v) in vb.columns.items()}, acc.result()
+
+
+def test_paths_through_lists_of_records_give_multi_valued_features():
+    recs = [
+        {"id": 1, "items": [{"price": 2.5, "sku": "a", "parts": [{"code": "x"}, {"code": "y"}]}, None,
+                            {"price": None, "sku": "b", "parts": [{"code": "z"}]}], "commits": []},
+        {"id": 2, "items": None, "commits": [{"message": "Add X", "author": {"email": "p@q"}}]},
+        {"id": 3, "items": [], "commits": [{"message": "a b", "author": {"email": "p@q"}},
+                                           {"message": "c", "author": {"email": "r@s"}}]},
+    ]
+    cols, analysis = _columns(LIST_CONFIG, recs)
+    assert cols["price"] == [[2.5, 0.0, 0.0], [0.0] * 3, [0.0] * 3]  # null item and null price: fill (0)
+    assert cols["price_len"] == [[3], [0], [0]] and cols["price_missing"] == [[0], [1], [0]]
+    assert analysis.vocabularies["sku"] == ["a", "b"] and cols["sku"] == [[2, 3, 0], [0] * 3, [0] * 3]
+    assert cols["sku_len"] == [[2], [0], [0]]  # the null item has no sku: skipped, as null list items are
+    assert analysis.vocabularies["part"] == ["x", "y", "z"] and cols["part"] == [[2, 3, 4, 0], [0] * 4, [0] * 4]
+    assert cols["n_items"] == [[3], [0], [0]] and cols["n_parts"] == [[3], [0], [0]]
+    assert analysis.vocabularies["email"] == ["p@q", "r@s"] and cols["email"] == [[0, 0], [2, 0], [2, 3]]
+    assert cols["msg_len"] == [[0], [2], [3]]  # the messages' tokens in order: add, x / a, b, c
+
+
+def test_lists_of_records_convert_alike_on_both_decoders(tmp_path):
+    path = tmp_path / "orders.avro"
+    path.write_bytes(_avro(ORDERS, _orders(), "deflate"))
+    shards = convert_both(tmp_path, path, LIST_CONFIG)
+    assert shards
+
+
+def test_json_lists_of_records_and_lists_of_lists_convert(tmp_path):
+    path = tmp_path / "events.jsonl"
+    rows = [{"items": [{"price": 1.0, "sku": "a"}, {"price": 2, "sku": None}], "grid": [[1, 2], [3]]},
+            {"items": None, "grid": []}, {"grid": [[], [4.5]]}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows * 10))
+    cfg = tmp_path / "features.yaml"
+    cfg.write_text(yaml.safe_dump({"features": [
+        {"name": "price", "source": "items[].price", "transform": "identity", "max_len": 2},
+        {"name": "sku", "source": "items[].sku", "transform": "vocabulary", "max_len": 2},
+        {"name": "flat", "source": "grid[][]", "transform": "identity", "max_len": 3},
+        {"name": "first", "source": "grid[0]", "transform": "identity", "max_len": 2},
+        {"name": "rows", "source": "grid", "transform": "count"}]}))
+    r = cli("convert", "-i", path, "-c", cfg, "-o", tmp_path / "out", "--splits", "train=1")
+    assert r.exit_code == 0, r.output
+
+
+@pytest.mark.parametrize(("entry", "message"), [
+    ({"name": "p", "source": "items.price", "transform": "identity", "max_len": 2},
+     "write 'items[].price' for each item's"),
+    ({"name": "p", "source": "items[].prize", "transform": "identity", "max_len": 2}, "did you mean 'items[].price'"),
+    ({"name": "p", "source": "items[].parts", "transform": "vocabulary", "max_len": 2},
+     "its items are lists: write 'items[].parts[]' to flatten them"),
+    ({"name": "p", "source": "id[]", "transform": "vocabulary", "max_len": 2}, "'id' is long; [] steps into an array"),
+    ({"name": "p", "source": "items[].sku", "transform": "count"}, "transform 'count' needs a list or a map"),
+])
+def test_the_config_check_names_bad_paths_through_lists(entry, message, tmp_path):
+    path = tmp_path / "orders.avro"
+    path.write_bytes(_avro(ORDERS, _orders(10)))
+    cfg = tmp_path / "features.yaml"
+    cfg.write_text(yaml.safe_dump({"features": [entry]}))
+    r = cli("convert", "-i", path, "-c", cfg, "-o", tmp_path / "out", "--dry-run")
+    assert r.exit_code == 2 and message in r.output, r.output
+
+
+@pytest.mark.parametrize(("entry", "message"), [
+    ({"name": "p", "source": "items[].price", "transform": "zscore"}, "takes one value; use vocabulary, hash"),
+    ({"name": "p", "source": "items[].price", "transform": "identity"}, "set max_len"),
+    ({"name": "p", "source": "items[x]", "transform": "identity", "max_len": 2}, "a bracket at 5 holds []"),
+    ({"name": "p", "transform": "cross", "sources": ["items[].sku", "id"], "buckets": 8}, "takes one value per record"),
+    ({"name": "p", "source": "items", "transform": "count", "max_len": 3}, "it gives one number per record"),
+])
+def test_config_errors_for_paths_through_lists(entry, message, tmp_path):
+    cfg = tmp_path / "features.yaml"
+    cfg.write_text(yaml.safe_dump({"features": [entry]}))
+    path = tmp_path / "orders.avro"
+    path.write_bytes(_avro(ORDERS, _orders(10)))
+    r = cli("convert", "-i", path, "-c", cfg, "-o", tmp_path / "out", "--dry-run")
+    assert r.exit_code == 2 and message in r.output, r.output
+
+
+def test_export_refuses_features_read_through_lists_until_serving_reads_them(tmp_path):
+    pytest.importorskip("tensorflow")
+    import readers
+    from convert.spec import SpecError
+
+    path = tmp_path / "orders.avro"
+    path.write_bytes(_avro(ORDERS, _orders(40)))
+    cfg = tmp_path / "features.yaml"
+    cfg.write_text(yaml.safe_dump({"features": [
+        {"name": "id", "transform": "zscore"},
+        {"name": "n_items", "source": "items", "transform": "count"},
+        {"name": "sku", "source": "items[].sku", "transform": "vocabulary", "max_len": 2}]}))
+    r = cli("convert", "-i", path, "-c", cfg, "-o", tmp_path / "out", "--splits", "train=1")
+    assert r.exit_code == 0, r.output
+    with pytest.raises(SpecError, match="'n_items'.*serving layer does not read yet"):
+        readers.transform_layer(str(tmp_path / "out"))
+
+
+# ------------------------------------------------------------ infer drafts them
+
+
+def test_infer_drafts_lists_of_records_counts_and_text_and_both_decoders_convert_it(tmp_path):
+    path = tmp_path / "orders.avro"
+    path.write_bytes(_avro(ORDERS, _orders(), "deflate"))
+    config, text = infer(path)
+    by_source = {f.get("source", f["name"]): f for f in config["features"]}
+    assert by_source["items"]["transform"] == "count" and by_source["items"]["name"] == "items_count"
+    assert by_source["items[].price"]["transform"] == "identity" and by_source["items[].price"]["max_len"] >= 2
+    assert by_source["items[].sku"]["transform"] == "vocabulary"
+    assert by_source["items[].parts[].code"]["transform"] == "vocabulary"
+    assert by_source["commits[].author.email"]["transform"] == "vocabulary"
+    assert by_source["commits[].message"]["transform"] == "text"
+    assert "skipped" not in text or "items" not in text.split("skipped", 1)[1], text
+    convert_both(tmp_path, path, config)
+
+
+MAPS = {"type": "record", "name": "M", "fields": [
+    {"name": "attrs", "type": ["null", {"type": "map", "values": "long"}]},
+    {"name": "tags", "type": {"type": "array", "items": ["null", {"type": "map", "values": "string"}]}},
+    {"name": "grid", "type": {"type": "array", "items": {"type": "array", "items": "double"}}},
+]}
+
+
+def _maps(n: int = 40) -> list[dict]:
+    return [{"attrs": None if k % 5 == 0 else {f"a{j}": k * j for j in range(k % 4)},
+             "tags": [None if j == 1 else {f"t{(k + j) % 3}": "v"} for j in range(k % 3)],
+             "grid": [[k / 2, -1.0][: 1 + j % 2] for j in range(k % 3)]} for k in range(n)]
+
+
+def test_maps_keys_values_by_key_and_lists_of_lists():
+    recs = [{"attrs": {"color": 3, "a.b:c": 7}, "tags": [{"x": "1"}, None, {"y": "2", "x": "3"}], "grid": [[1.0], [2.0, 3.0]]},
+            {"attrs": None, "tags": [], "grid": []}]
+    cols, analysis = _columns({"features": [
+        {"name": "keys", "source": "attrs[keys]", "transform": "vocabulary", "max_len": 3},
+        {"name": "color", "source": 'attrs["color"]', "transform": "identity", "missing_indicator": True},
+        {"name": "abc", "source": "attrs['a.b:c']", "transform": "identity"},
+        {"name": "n_attrs", "source": "attrs", "transform": "count"},
+        {"name": "tag_keys", "source": "tags[][keys]", "transform": "vocabulary", "max_len": 3},
+        {"name": "flat", "source": "grid[][]", "transform": "identity", "max_len": 4},
+        {"name": "first", "source": "grid[0]", "transform": "identity", "max_len": 2},
+        {"name": "last", "source": "grid[-1]", "transform": "identity", "max_len": 2},
+        {"name": "rows", "source": "grid", "transform": "count"},
+    ]}, recs)
+    assert analysis.vocabularies["keys"] == ["a.b:c", "color"] and cols["keys"] == [[3, 2, 0], [0] * 3]
+    assert cols["color"] == [[3.0], [0.0]] and cols["color_missing"] == [[0], [1]] and cols["abc"] == [[7.0], [0.0]]
+    assert cols["n_attrs"] == [[2], [0]]
+    assert analysis.vocabularies["tag_keys"] == ["x", "y"] and cols["tag_keys"] == [[2, 3, 2], [0] * 3]
+    assert cols["flat"] == [[1.0, 2.0, 3.0, 0.0], [0.0] * 4] and cols["flat_len"] == [[3], [0]]
+    assert cols["first"] == [[1.0, 0.0], [0.0, 0.0]] and cols["last"] == [[2.0, 3.0], [0.0, 0.0]]
+    assert cols["rows"] == [[2], [0]]
+
+
+def test_infer_drafts_maps_and_lists_of_lists_and_both_decoders_convert_it(tmp_path):
+    path = tmp_path / "maps.avro"
+    path.write_bytes(_avro(MAPS, _maps()))
+    config, text = infer(path)
+    by_source = {f.get("source", f["name"]): f for f in config["features"]}
+    assert by_source["attrs[keys]"]["transform"] == "vocabulary" and 'attrs["KEY"]' in text
+    assert by_source["tags[][keys]"]["transform"] == "vocabulary"
+    assert by_source["tags"]["transform"] == "count" and by_source["grid"]["transform"] == "count"
+    assert by_source["grid[][]"]["transform"] == "identity"
+    convert_both(tmp_path, path, config)
+
+
+def test_infer_on_records_without_values_says_what_to_do(tmp_path):
+    path = tmp_path / "nulls.avro"
+    schema = {"type": "record", "name": "N", "fields": [{"name": "a", "type": "null"}, {"name": "b", "type": "null"}]}
+    path.write_bytes(_avro(schema, [{"a": None, "b": None}] * 3))
+    r = cli("infer", "-i", path)
+    assert r.exit_code == 1 and "a: always null in the sample" in r.output and "--sample more records" in r.output
+    empty = tmp_path / "empty.avro"
+    empty.write_bytes(_avro(SCHEMA, []))
+    r = cli("infer", "-i", empty)
+    assert r.exit_code == 1 and "no records found" in r.output and "write the config by hand" in r.output, r.output

@@ -473,3 +473,65 @@ def test_record_json_from_polars_is_what_the_split_makes_from_dicts(rows):
                 "fl": pl.List(pl.Float32), "st": pl.Struct({"z": pl.String, "a": pl.Float32})},
     )
     assert _records_json(df) == [_canonical(r) for r in df.to_dicts()]
+
+
+# Lists of records (issue 19): paths through lists read with column operations.
+ORDERS = _rec(
+    {"name": "orders", "type": ["null", {"type": "array", "items": ["null", {"type": "record", "name": "O", "fields": [
+        {"name": "id", "type": "string"},
+        {"name": "total", "type": ["null", "double"]},
+        {"name": "items", "type": ["null", {"type": "array", "items": {"type": "record", "name": "It", "fields": [
+            {"name": "sku", "type": ["null", "string"]}, {"name": "qty", "type": "long"}]}}]}]}]}]},
+    {"name": "grid", "type": {"type": "array", "items": {"type": "array", "items": "double"}}},
+    {"name": "user", "type": ["null", {"type": "record", "name": "Us", "fields": [
+        {"name": "tags", "type": {"type": "array", "items": "string"}}]}]},
+)
+
+
+def _orders_config():
+    from convert.config import parse_config
+
+    return parse_config({"features": [
+        {"name": "order_id", "source": "orders[].id", "transform": "vocabulary", "max_len": 3},
+        {"name": "order_id_h", "source": "orders[].id", "transform": "hash", "buckets": 9, "max_len": 3},
+        {"name": "total", "source": "orders[].total", "transform": "identity", "max_len": 3, "missing_indicator": True},
+        {"name": "total_mean", "source": "orders[].total", "transform": "log1p", "fill": "mean", "max_len": 2},
+        {"name": "sku", "source": "orders[].items[].sku", "transform": "vocabulary", "max_len": 4},
+        {"name": "sku_text", "source": "orders[].items[].sku", "transform": "text", "max_len": 4},
+        {"name": "qty", "source": "orders[].items[].qty", "transform": "clip", "clip_max": 5.0, "max_len": 4},
+        {"name": "n_orders", "source": "orders", "transform": "count"},
+        {"name": "n_items", "source": "orders[].items[]", "transform": "count"},
+        {"name": "grid", "source": "grid[][]", "transform": "identity", "max_len": 5},
+        {"name": "grid0", "source": "grid[0]", "transform": "identity", "max_len": 2},
+        {"name": "utags", "source": "user.tags[]", "transform": "vocabulary", "max_len": 2},
+    ]})
+
+
+_ITEM = st.fixed_dictionaries({"sku": st.none() | _WORDS, "qty": st.integers(-(2**40), 2**40)})
+_ORDER = st.none() | st.fixed_dictionaries({
+    "id": _WORDS, "total": st.none() | st.floats(-1e6, 1e6) | st.just(float("nan")),
+    "items": st.none() | st.lists(_ITEM, max_size=3)})
+_ORDERS_ROW = st.fixed_dictionaries({
+    "orders": st.none() | st.lists(_ORDER, max_size=3),
+    "grid": st.lists(st.lists(st.floats(-10, 10), max_size=3), max_size=3),
+    "user": st.none() | st.fixed_dictionaries({"tags": st.lists(_WORDS, max_size=3)})})
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(_ORDERS_ROW, min_size=1, max_size=40), st.integers(1, 25))
+def test_lists_of_records_read_by_column_operations_give_the_dict_paths_columns(rows, batch_size):
+    """Paths through lists of records (``orders[].items[].sku``, counts, lists of
+    lists) give the same ids, floats, lengths, rejections and analysis on the
+    fast path as from fastavro's dicts, and the lists of records never become
+    Python dicts on the fast path."""
+    data = _avro(ORDERS, rows, "deflate", sync_interval=200)
+    out = {}
+    for decoder in ("auto", "fastavro"):
+        batches = list(iter_avro(io.BytesIO(data), "o.avro", batch_size=batch_size, decoder=decoder))
+        assert (type(batches[0].records) is ColumnRecords) == (decoder == "auto")
+        out[decoder] = _vectorize(_orders_config(), batches)
+    (a_json, a_vbs, made), (f_json, f_vbs, _) = out["auto"], out["fastavro"]
+    assert a_json == f_json
+    _assert_same_vectors(a_vbs, f_vbs)
+    for fields in made:
+        assert "orders" not in fields and "user" not in fields, fields  # grid[0] (an index) reads the grid's lists
