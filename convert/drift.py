@@ -10,8 +10,12 @@ shard, with these measures (``convert.config.DRIFT_MEASURES``):
   categorical drift). Computed over the terms the documents keep
   (``stats.TOP_TERMS`` per split); a term beyond both lists differs by at most
   the smaller of the two lists' last shares.
-- ``new_terms``: categorical: the share of the compared side's items whose
-  term the base side never had (exact when the base kept all its terms).
+- ``new_terms``: categorical: how much more of the compared side's items are
+  terms the base lacks. Within one output (skew), the rise of the OOV share
+  (both splits map through the same vocabulary: exactly what the model loses).
+  Between outputs (drift), the share of the compared side's items whose term
+  is not among the base's kept terms, less the base's own share beyond them
+  (0 when it kept every term): terms the base never had, not its long tail.
 - ``js``: numeric features: the Jensen-Shannon divergence (base 2, 0..1) of
   the two histograms on common bins: 20 bins of equal mass on the base
   side (its 5%-quantiles, from its sketch), plus one open bin below and one
@@ -139,7 +143,7 @@ def compare(base: Mapping[str, Any], base_split: str, other: Mapping[str, Any], 
             continue  # an empty split: nothing to compare
         lim = limits.get(name) or limits[""]
         for measure in _MEASURES_OF.get(feat.get("kind"), ()):
-            value = _MEASURE[measure](a, b)
+            value = _new_terms(a, b, same=base is other) if measure == "new_terms" else _MEASURE[measure](a, b)
             if value is not None:
                 findings.append(Finding(name, measure, value, float(lim[measure])))
     return Comparison(base_name, other_name, tuple(findings))
@@ -179,12 +183,17 @@ def _linf(a: Mapping[str, Any], b: Mapping[str, Any]) -> float | None:
     return max(abs(p.get(t, 0.0) - q.get(t, 0.0)) for t in p.keys() | q.keys())
 
 
-def _new_terms(a: Mapping[str, Any], b: Mapping[str, Any]) -> float | None:
+def _new_terms(a: Mapping[str, Any], b: Mapping[str, Any], same: bool = False) -> float | None:
+    if same and "oov" in a and "oov" in b:
+        if not a.get("items") or not b.get("items"):
+            return None
+        return max(0.0, b["oov"] / b["items"] - a["oov"] / a["items"])
     p, _ = _shares(a)
     q, _ = _shares(b)
-    if not q:
+    if not q or not p:
         return None
-    return sum(share for t, share in q.items() if t not in p)
+    tail = max(0.0, 1.0 - sum(p.values()))  # the base's items beyond its kept terms
+    return max(0.0, sum(share for t, share in q.items() if t not in p) - tail)
 
 
 def _missing(a: Mapping[str, Any], b: Mapping[str, Any]) -> float | None:
@@ -242,4 +251,4 @@ def _mean_shift(a: Mapping[str, Any], b: Mapping[str, Any]) -> float | None:
     return d / sa.std
 
 
-_MEASURE = {"linf": _linf, "new_terms": _new_terms, "missing": _missing, "js": _js, "mean_shift": _mean_shift}
+_MEASURE = {"linf": _linf, "missing": _missing, "js": _js, "mean_shift": _mean_shift}

@@ -71,6 +71,21 @@ def test_measures_of_a_pair_of_splits():
     assert c.features_over() == ["cat", "num"]
 
 
+def test_new_terms_within_an_output_is_the_rise_of_the_oov_share_and_across_outputs_ignores_the_long_tail():
+    # skew: eval meets more terms of the long tail than the training split kept, but maps them as training does
+    train = {**_split(100, terms={"a": 60, "b": 30, "c": 10}), "oov": 10, "distinct": 3}
+    evald = {**_split(100, terms={"a": 50, "d": 30, "e": 20}), "oov": 15}
+    [c] = drift.skew(_doc(f=("categorical", train, evald)), drift.thresholds(None))
+    assert {x.measure: x.value for x in c.findings}["new_terms"] == pytest.approx(0.05)
+    # drift: the base kept 2 of its terms (a long tail of 20% beyond them); 50% of the new side's items are unknown
+    old = {**_split(100, terms={"a": 50, "b": 30}), "distinct": 40, "items": 100}
+    new = {**_split(100, terms={"a": 50, "z": 50}), "items": 100}
+    [c] = drift.drift({"splits": {"train": {}}, "features": {"f": {"kind": "categorical", "splits": {"train": new}}}},
+                      {"splits": {"train": {}}, "features": {"f": {"kind": "categorical", "splits": {"train": old}}}},
+                      drift.thresholds(None))
+    assert {x.measure: x.value for x in c.findings}["new_terms"] == pytest.approx(0.3)
+
+
 def test_thresholds_default_config_feature_then_flags():
     cfg = parse_config({"drift": {"js": 0.2}, "features": [
         {"name": "a", "transform": "zscore", "drift": {"js": 0.3, "missing": 0.01}},

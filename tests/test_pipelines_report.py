@@ -169,6 +169,7 @@ def test_html_report_in_headless_chromium(tmp_path):
     r = runner.invoke(app, ["report", str(out), "--html", str(page_path)])
     assert r.exit_code == 0, r.output
     names = [f["name"] for f in json.loads((out / "dataset_info.json").read_text())["config"]["features"]]
+    assert "drift/skew" in r.output and 'id="gate"' in page_path.read_text()
 
     profile = tmp_path / "profile"
     proc = subprocess.Popen([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
