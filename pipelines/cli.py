@@ -547,6 +547,50 @@ def _records_key_hint(paths: list[str]) -> str:
     return ""
 
 
+data_service = typer.Typer(
+    cls=_Group, no_args_is_help=True, rich_markup_mode=None,
+    help="Run tf.data service servers: a dispatcher and CPU workers that read, shuffle and parse for "
+         "trainers (readers.train_dataset(..., service='grpc://host:port')). Each runs until SIGTERM/Ctrl-C.",
+)
+app.add_typer(data_service, name="data-service")
+
+
+def _serve(run, *args, **kwargs) -> None:  # noqa: ANN001 - readers.service.serve_*
+    try:
+        run(*args, echo=typer.echo, **kwargs)
+    except ValueError as e:
+        _fail(str(e), 2)
+    except Exception as e:  # noqa: BLE001 - e.g. the port is taken: TensorFlow's own message
+        _fail(f"{type(e).__name__}: {e}")
+
+
+@data_service.command("dispatcher")
+def data_service_dispatcher(
+    port: Annotated[int, typer.Option(help="Port to listen on (all interfaces); 0 picks a free one.")] = 5050,
+    work_dir: Annotated[str | None, typer.Option(help="Directory (local or gs://) for the dispatcher's journal: fault-tolerant mode, a restarted dispatcher resumes its jobs.")] = None,
+    worker_address: Annotated[list[str] | None, typer.Option("--worker-address", help="host:port of each worker, as it advertises itself (repeat): the fixed worker list that ReadOptions(service_sharding='static') needs.")] = None,
+    worker_timeout_s: Annotated[float | None, typer.Option(help="Seconds without a heartbeat after which a worker counts as lost (TensorFlow's default if not given); with dynamic sharding an epoch that lost a worker ends then.", show_default=False)] = None,
+) -> None:
+    """Run a tf.data service dispatcher: it hands shards to the workers and tells trainers where to fetch batches."""
+    from readers import service  # TensorFlow, only for this command
+
+    _serve(service.serve_dispatcher, port, work_dir=work_dir, worker_addresses=tuple(worker_address or ()),
+           worker_timeout_s=worker_timeout_s)
+
+
+@data_service.command("worker")
+def data_service_worker(
+    dispatcher: Annotated[str, typer.Option(help="host:port of the dispatcher.")],
+    port: Annotated[int, typer.Option(help="Port to listen on (all interfaces); 0 picks a free one.")] = 5051,
+    advertise: Annotated[str | None, typer.Option(help="Host name or address trainers reach this worker at (default: this host's name).", show_default=False)] = None,
+    heartbeat_s: Annotated[float | None, typer.Option(help="Seconds between heartbeats to the dispatcher (TensorFlow's default if not given).", show_default=False)] = None,
+) -> None:
+    """Run a tf.data service worker: it runs the input pipelines the dispatcher assigns and streams parsed batches to trainers."""
+    from readers import service  # TensorFlow, only for this command
+
+    _serve(service.serve_worker, dispatcher, port, advertise=advertise, heartbeat_s=heartbeat_s)
+
+
 def main() -> None:
     from pipelines._worker import prepare_launcher
     from pipelines.interrupt import Interrupted, raise_on_signals

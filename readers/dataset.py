@@ -798,6 +798,7 @@ def train_dataset(
     input_context: tf.distribute.InputContext | None = None,
     skip_corrupt: bool = False,
     options: ReadOptions | None = None,
+    service: str | None = None,
 ) -> tf.data.Dataset:
     """A shuffled, repeated, batched and parsed training dataset, ready for ``model.fit``.
 
@@ -837,6 +838,10 @@ def train_dataset(
         is lost; each skipped shard is reported on stderr).
       options: :class:`ReadOptions`; default picks local/remote settings from
         the pattern.
+      service: a tf.data service dispatcher (``"grpc://host:port"``): read,
+        shuffle, batch and parse on its workers (``ReadOptions.service``;
+        sharding policy, job sharing and what holds through the service:
+        :mod:`readers.service`).
 
     Returns:
       ``tf.data.Dataset`` of ``(features_dict, label)``, or ``features_dict``
@@ -873,12 +878,21 @@ def train_dataset(
     opts = options or ReadOptions()
     if shuffle_buffer is not None:
         opts = opts.replace(shuffle_buffer=shuffle_buffer)
+    if service is not None:
+        opts = opts.replace(service=service)
     det = opts.deterministic if deterministic is None else bool(deterministic)
 
     sel = select_shards(str(pattern), split)
     label, specs = _resolve_label(sel.info, label_key, features)
     parse_names = [s.name for s in specs] + ([label] if label is not None else [])
     plan = parse_plan(sel.info, parse_names)  # unknown names fail here, before any reading
+    if opts.service is not None:
+        from readers import service as _service
+
+        return _service.train_dataset(
+            sel, plan, label, batch_size=batch_size, seed=seed, num_epochs=num_epochs, deterministic=det,
+            drop_remainder=drop_remainder, skip_corrupt=skip_corrupt, cache=cache,
+            input_context=input_context, opts=opts)
 
     shards = list(sel.shards)
     num_pipelines, pipeline_id = 1, 0

@@ -79,6 +79,10 @@ DEFAULT_BLOCK_LENGTH = 64
 #: ``ReadOptions.shuffle_mode`` values; the first is the default.
 SHUFFLE_MODES = ("window", "buffer")
 DEFAULT_STAGING_THREADS = 8
+#: ``ReadOptions.service_sharding`` values (see :mod:`readers.service`); the first is the default.
+SERVICE_SHARDING = ("dynamic", "static")
+#: ``ReadOptions.service_compression`` values: tf.data service's ``"AUTO"`` or none.
+SERVICE_COMPRESSION = ("auto", "none")
 
 
 def path_scheme(path: str) -> str:
@@ -186,6 +190,21 @@ class ReadOptions:
         open shards and one window of records (peak RSS 677 -> 749 MB on the
         bench's gzip shards). ``None``: on for remote storage, off locally
         (opens are cheap there).
+      service: a tf.data service dispatcher, ``"grpc://host:port"``: the
+        training pipeline (shard reads, shuffle, batch, parse) runs on its
+        workers and the trainer receives parsed batches (see
+        :mod:`readers.service`). ``None``: in-process.
+      service_sharding: who reads which shard through the service.
+        ``"dynamic"`` (default): the dispatcher hands shards to workers as
+        they ask, every shard once per epoch; workers may join or leave.
+        ``"static"``: worker ``i`` of the dispatcher's fixed worker list reads
+        shards ``i, i+n, ...`` (deterministic ownership; the dispatcher must be
+        started with that list).
+      service_job_name: trainers that pass the same name share one job: each
+        batch goes to one of them (together they see each record once per
+        epoch). ``None``: each trainer gets its own job.
+      service_compression: ``"auto"`` (tf.data service compresses batches on
+        the wire when that pays) or ``"none"``.
     """
 
     cycle_length: int | None = None
@@ -203,6 +222,10 @@ class ReadOptions:
     hdfs_cache_dir: str | None = None
     private_threadpool_size: int | None = None
     epoch_lookahead: bool | None = None
+    service: str | None = None
+    service_sharding: str = SERVICE_SHARDING[0]
+    service_job_name: str | None = None
+    service_compression: str = SERVICE_COMPRESSION[0]
 
     def __post_init__(self) -> None:
         if self.cycle_length == AUTOTUNE:
@@ -244,6 +267,31 @@ class ReadOptions:
             value = getattr(self, name)
             if value is not None and not isinstance(value, bool):
                 raise TypeError(f"ReadOptions.{name} must be a bool or None, found {value!r}")
+        self._check_service()
+
+    def _check_service(self) -> None:
+        if self.service is not None:
+            host, sep, port = str(self.service).removeprefix("grpc://").rpartition(":")
+            if (not isinstance(self.service, str) or not self.service.startswith("grpc://") or not sep
+                    or not host or not port.isdigit()):
+                raise ValueError(
+                    f"ReadOptions.service must be a tf.data service dispatcher address 'grpc://host:port' "
+                    f"(from `recordprep data-service dispatcher`), found {self.service!r}"
+                )
+        for name, allowed in (("service_sharding", SERVICE_SHARDING), ("service_compression", SERVICE_COMPRESSION)):
+            if getattr(self, name) not in allowed:
+                raise ValueError(
+                    f"ReadOptions.{name} must be one of {', '.join(map(repr, allowed))}, found {getattr(self, name)!r}"
+                )
+        if self.service_job_name is not None and (not isinstance(self.service_job_name, str)
+                                                  or not self.service_job_name):
+            raise ValueError(f"ReadOptions.service_job_name must be a non-empty string or None, "
+                             f"found {self.service_job_name!r}")
+        if self.service is None and (self.service_job_name is not None
+                                     or self.service_sharding != SERVICE_SHARDING[0]
+                                     or self.service_compression != SERVICE_COMPRESSION[0]):
+            raise ValueError("ReadOptions.service_sharding, service_job_name and service_compression apply to "
+                             "reads through a tf.data service: set ReadOptions.service too (grpc://host:port)")
 
     @classmethod
     def for_path(cls, pattern: str, **overrides: Any) -> ReadOptions:

@@ -1,0 +1,273 @@
+"""Training input through TensorFlow's tf.data service, and its servers.
+
+When the trainer's own CPUs cannot read, shuffle and parse fast enough, the
+input pipeline can run on a pool of CPU hosts: a **dispatcher** hands work to
+**workers**, which run the pipeline and stream parsed batches to the trainers
+over gRPC. ``readers.train_dataset(..., service="grpc://host:port")`` (or
+``ReadOptions(service=...)``) builds that pipeline; ``recordprep data-service
+dispatcher`` and ``recordprep data-service worker`` start the servers
+(:func:`serve_dispatcher`, :func:`serve_worker`).
+
+What runs where
+---------------
+The workers run :func:`readers.train_dataset`'s pipeline for **one epoch**:
+the shard list from the metadata (read by the trainer and sent with the
+pipeline), the per-epoch shard shuffle, the interleave of shard reads with
+the damage check, the record shuffle (window or buffer mode), batches of
+``batch_size`` and the vectorized parse (label split, ``packed`` layouts).
+The trainer re-cuts what arrives into batches of ``batch_size``
+(``rebatch``: a worker's last batch of an epoch is short, and several workers
+end their part of an epoch at different points), repeats for ``num_epochs``
+(each epoch is a new iteration of the job, so epochs never mix) and
+prefetches. Workers must reach the shards under the same path as the trainer
+(``gs://`` or a shared file system).
+
+Sharding policy (``ReadOptions.service_sharding``)
+--------------------------------------------------
+``"dynamic"`` (default; ``ShardingPolicy.DYNAMIC``)
+    The dispatcher hands out shards, one at a time, to whichever worker asks:
+    each shard is read by one worker, once per epoch, and fast workers take
+    more shards (a slow worker or straggling shard holds back only its own
+    shards). Workers may join mid-epoch. The shard order is the dispatcher's
+    (metadata order), and each worker shuffles the records of the shards it
+    holds (a window mixes only shards that one worker reads together).
+    **Worker loss**: the shards the lost worker was reading, and the records
+    it had read but not yet sent, are **lost for that epoch** (never
+    repeated): the epoch holds each record at most once. The epoch ends when
+    the dispatcher declares the worker lost (``--worker-timeout-s``).
+``"static"`` (``ShardingPolicy.FILE``)
+    The dispatcher must be started with the fixed list of worker addresses
+    (``--worker-address``, repeated); worker ``i`` of ``n`` always reads
+    shards ``i, i+n, ...`` (deterministic ownership, e.g. for a cache on the
+    worker's disk). **Worker loss**: the epoch cannot end without that
+    worker's shards: trainers wait until a worker comes back at the same
+    address, which then reads its shards again **from their start** (records
+    it had sent before it died arrive twice; none is lost).
+
+``ReadOptions.service_job_name``: trainers that give the same name share one
+job: every batch goes to one of them, so together they see each record once
+per epoch (with ``"dynamic"``), and each trainer's batches are a disjoint part
+of it. Without a name, each trainer gets its own job (its own full epoch).
+``ReadOptions.service_compression``: ``"auto"`` (default) lets tf.data service
+compress batches on the wire when it pays; ``"none"`` sends them raw (fast
+networks, CPU-bound workers).
+
+Guarantees and limits through the service
+-----------------------------------------
+Kept: the shard list and size check before reading (on the trainer), the
+per-shard damage check (a damaged shard fails the worker's pipeline and the
+trainer's iterator with the same ``recordprep: shard <path> is damaged``
+message, inside tf.data service's "Failed to get element from worker"),
+``skip_corrupt`` (its report goes to the worker's stderr), the label split,
+``features``, packed layouts, ``drop_remainder``. Not kept: the dataset's
+cardinality is unknown (a lost worker loses records under ``"dynamic"``;
+give ``model.fit`` a ``steps_per_epoch``); the order is not reproducible
+(``deterministic`` and ``seed`` apply on each worker, but which worker reads
+what depends on timing); iterators cannot be checkpointed (tf.data service
+has no iterator state to save); ``cache`` and ``input_context`` are refused
+(cache on the workers' side is not shared across epochs' jobs, and the
+service shards the data itself: with several trainers, share a
+``service_job_name``); ``epoch_lookahead`` does not apply (each epoch is a
+job iteration).
+
+Servers
+-------
+:func:`serve_dispatcher` and :func:`serve_worker` are thin wrappers over
+``tf.data.experimental.service.DispatchServer``/``WorkerServer``: they start
+the server, print one line saying where it listens, and stop it cleanly on
+SIGTERM or SIGINT. TensorFlow's gRPC servers listen on every interface; a
+worker tells the dispatcher (and through it the trainers) the address to
+reach it at (``advertise``). The dispatcher is fault tolerant when given a
+``work_dir``: it journals its state there and resumes it after a restart
+(TensorFlow offers this for the dispatcher only; a restarted worker
+registers again).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import tensorflow as tf
+
+from readers import dataset as _ds
+from readers.info import ShardSelection
+from readers.options import ReadOptions
+
+_POLICIES = {"dynamic": "DYNAMIC", "static": "FILE"}
+
+
+def train_dataset(sel: ShardSelection, plan: Any, label: str | None, *, batch_size: int, seed: int | None,
+                  num_epochs: int | None, deterministic: bool, drop_remainder: bool, skip_corrupt: bool,
+                  cache: Any, input_context: Any, opts: ReadOptions) -> tf.data.Dataset:
+    """:func:`readers.train_dataset` through the tf.data service at ``opts.service`` (see the module docstring)."""
+    if cache is not None:
+        raise ValueError(f"cache={cache!r} cannot be used with ReadOptions.service: the pipeline runs on the "
+                         "service's workers, a new job iteration each epoch; leave cache=None")
+    if input_context is not None:
+        raise ValueError("input_context cannot be used with ReadOptions.service: the service shards the data "
+                         "itself; trainers that should split one epoch between them share a "
+                         "ReadOptions.service_job_name")
+    worker_side = _worker_pipeline(sel, plan, label, batch_size=batch_size, seed=seed, deterministic=deterministic,
+                                   skip_corrupt=skip_corrupt, opts=opts)
+    svc = tf.data.experimental.service
+    batches = worker_side.apply(svc.distribute(
+        processing_mode=getattr(svc.ShardingPolicy, _POLICIES[opts.service_sharding]),
+        service=opts.service,
+        job_name=opts.service_job_name,
+        compression="AUTO" if opts.service_compression == "auto" else None,
+    ))
+    batches = batches.rebatch(batch_size, drop_remainder=drop_remainder)
+    if num_epochs is None:
+        batches = batches.repeat()
+    elif num_epochs > 1:
+        batches = batches.repeat(num_epochs)
+    _ds.logger.info("train_dataset: split %r of %s through tf.data service %s (sharding=%s, job_name=%s, "
+                    "compression=%s)", sel.split, sel.root, opts.service, opts.service_sharding,
+                    opts.service_job_name, opts.service_compression)
+    return batches.prefetch(opts.prefetch)
+
+
+def _worker_pipeline(sel: ShardSelection, plan: Any, label: str | None, *, batch_size: int, seed: int | None,
+                     deterministic: bool, skip_corrupt: bool, opts: ReadOptions) -> tf.data.Dataset:
+    """One epoch of parsed batches (the last one short), as a worker runs it.
+
+    The same stages as the in-process reader, with two differences the
+    service needs: no cardinality is stated (each worker yields only its part
+    of the epoch), and window mode permutes each window with a seeded
+    ``tf.random.shuffle`` instead of zipping a ``Dataset.random`` seed stream
+    in: static (``FILE``) sharding must trace the pipeline back to one file
+    list, and a second source breaks that.
+    """
+    paths, counts, _remote, cycle_length, parallel, buffer_bytes = _ds._open_shards(
+        sel, list(sel.shards), opts, skip_corrupt)
+    read = _ds._read_shard_fn(sel.info.compression, buffer_bytes, skip_corrupt=skip_corrupt,
+                              block=opts.block_length, scheme=_ds._scheme(paths))
+    files = _ds._shard_list(paths, counts)
+    if opts.shuffle_files and len(paths) > 1:
+        files = files.shuffle(len(paths), seed=seed, reshuffle_each_iteration=True)
+    records = files.interleave(read, cycle_length=cycle_length, block_length=1, num_parallel_calls=parallel,
+                               deterministic=deterministic)
+    buffer = min(opts.shuffle_buffer, sum(counts))
+    if opts.shuffle_mode == "window":
+        if buffer > 1:
+            records = records.rebatch(buffer).map(_ds._plain(lambda window: tf.random.shuffle(window, seed=seed)))
+        batches = records.rebatch(batch_size)
+    else:
+        records = records.unbatch()
+        if buffer > 1:
+            records = records.shuffle(buffer, seed=seed)
+        batches = records.batch(batch_size)
+    batches = _ds._parse_batches(batches, plan, label, opts.prefetch)
+    return batches.with_options(_ds._tf_options(sharded_by_reader=True, opts=opts))
+
+
+# --------------------------------------------------------------------------- servers
+
+
+def _wait_for_stop(stop: threading.Event) -> None:
+    """Block until SIGTERM or SIGINT (the handlers run in the main thread, between waits)."""
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    while not stop.wait(0.5):
+        pass
+
+
+#: How long a server may take to stop on SIGTERM before the process exits anyway (a trainer
+#: still attached can hold TensorFlow's stop).
+STOP_TIMEOUT_S = 10.0
+
+
+def _stop_within(server: Any, echo: Callable[[str], None], what: str) -> None:
+    stopper = threading.Thread(target=server.stop, daemon=True)
+    stopper.start()
+    stopper.join(STOP_TIMEOUT_S)
+    if stopper.is_alive():
+        echo(f"recordprep data-service {what}: did not stop within {STOP_TIMEOUT_S:g} s (clients attached); exiting")
+        sys.stdout.flush()
+        os._exit(0)
+
+
+def _port_of(address: str) -> int:
+    return int(str(address).rsplit(":", 1)[1])
+
+
+def serve_dispatcher(port: int, *, work_dir: str | None = None, worker_addresses: Sequence[str] = (),
+                     worker_timeout_s: float | None = None, echo: Callable[[str], None] = print,
+                     stop: threading.Event | None = None) -> None:
+    """Run a tf.data service dispatcher on ``port`` (0: a free one) until SIGTERM/SIGINT (or ``stop``).
+
+    ``work_dir``: journal the dispatcher's state there (fault-tolerant mode:
+    a restarted dispatcher resumes its jobs). ``worker_addresses``: the fixed
+    worker list that ``service_sharding="static"`` needs, exactly as the
+    workers advertise themselves (``host:port``). ``worker_timeout_s``: how
+    long a silent worker counts as alive (TensorFlow's default when None);
+    under dynamic sharding an epoch that lost a worker ends after it.
+    """
+    if port < 0 or port > 65535:
+        raise ValueError(f"--port must be 0..65535, found {port}")
+    if worker_timeout_s is not None and worker_timeout_s <= 0:
+        raise ValueError(f"--worker-timeout-s must be > 0, found {worker_timeout_s:g}")
+    for address in worker_addresses:
+        host, sep, wport = address.rpartition(":")
+        if not sep or not host or not wport.isdigit():
+            raise ValueError(f"--worker-address must be host:port (as the worker advertises itself), found {address!r}")
+    config: dict[str, Any] = {"port": port}
+    if work_dir:
+        config.update(work_dir=str(work_dir), fault_tolerant_mode=True)
+    if worker_addresses:
+        config["worker_addresses"] = list(worker_addresses)
+    if worker_timeout_s is not None:
+        config["worker_timeout_ms"] = int(worker_timeout_s * 1000)
+    svc = tf.data.experimental.service
+    server = svc.DispatchServer(svc.DispatcherConfig(**config))
+    bound = _port_of(server.target)
+    mode = f"fault-tolerant, journal in {work_dir}" if work_dir else "not fault-tolerant: pass --work-dir to be"
+    static = f"; static sharding over {', '.join(worker_addresses)}" if worker_addresses else ""
+    echo(f"recordprep data-service dispatcher: listening on port {bound} (all interfaces); trainers use "
+         f"service='grpc://{socket.gethostname()}:{bound}', workers --dispatcher {socket.gethostname()}:{bound} "
+         f"({mode}{static})")
+    try:
+        _wait_for_stop(stop or threading.Event())
+    finally:
+        _stop_within(server, echo, "dispatcher")
+    echo("recordprep data-service dispatcher: stopped")
+
+
+def serve_worker(dispatcher: str, port: int, *, advertise: str | None = None, heartbeat_s: float | None = None,
+                 echo: Callable[[str], None] = print, stop: threading.Event | None = None) -> None:
+    """Run a tf.data service worker on ``port`` (0: a free one), registered with ``dispatcher`` (``host:port``).
+
+    ``advertise``: the host name or address the dispatcher gives trainers to
+    reach this worker (default: this host's name); with ``port`` 0 the port
+    is filled in once bound. ``heartbeat_s``: how often the worker reports to
+    the dispatcher (TensorFlow's default when None).
+    """
+    target = dispatcher.removeprefix("grpc://")
+    host, sep, dport = target.rpartition(":")
+    if not sep or not host or not dport.isdigit():
+        raise ValueError(f"--dispatcher must be host:port of `recordprep data-service dispatcher`, found {dispatcher!r}")
+    if port < 0 or port > 65535:
+        raise ValueError(f"--port must be 0..65535, found {port}")
+    if heartbeat_s is not None and heartbeat_s <= 0:
+        raise ValueError(f"--heartbeat-s must be > 0, found {heartbeat_s:g}")
+    advertise = advertise or socket.gethostname()
+    config: dict[str, Any] = {"dispatcher_address": target, "port": port, "worker_address": f"{advertise}:%port%"}
+    if heartbeat_s is not None:
+        config["heartbeat_interval_ms"] = int(heartbeat_s * 1000)
+    svc = tf.data.experimental.service
+    server = svc.WorkerServer(svc.WorkerConfig(**config))
+    bound = _port_of(server._address)  # no public accessor for a port picked by the OS
+    echo(f"recordprep data-service worker: listening on port {bound} (all interfaces) as {advertise}:{bound}, "
+         f"registered with dispatcher {target}")
+    try:
+        _wait_for_stop(stop or threading.Event())
+    finally:
+        _stop_within(server, echo, "worker")
+    echo("recordprep data-service worker: stopped")
+

@@ -1,0 +1,315 @@
+"""``train_dataset(..., service=...)`` through real tf.data service processes on 127.0.0.1
+(``recordprep data-service dispatcher|worker``), each stopped by its pid, every wait bounded."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from collections import Counter
+from pathlib import Path
+
+import _readers_fixtures as fx
+import pytest
+from typer.testing import CliRunner
+
+import readers
+from pipelines.cli import app
+
+RECORDPREP = Path(sys.executable).with_name("recordprep")
+UP_TIMEOUT_S = 90.0  # TensorFlow's import on a loaded 2-core machine
+STOP_TIMEOUT_S = 20.0
+EPOCH_TIMEOUT_S = 120.0
+SHARDS = (23, 17, 31, 9, 25, 14, 20, 11)  # 150 records
+LISTENING = re.compile(r"listening on port (\d+)")
+
+
+class Server:
+    """One ``recordprep data-service ...`` process; ``port`` once its log line says it listens."""
+
+    def __init__(self, tmp: Path, name: str, args: list[str]) -> None:
+        self.name = name
+        self.err_path = tmp / f"{name}.stderr"
+        self._err = open(self.err_path, "wb")
+        self.proc = subprocess.Popen([str(RECORDPREP), "data-service", *args], stdout=subprocess.PIPE,
+                                     stderr=self._err, stdin=subprocess.DEVNULL, text=True,
+                                     env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "1"})
+        self.pid = self.proc.pid
+        self.lines: list[str] = []
+        self._port: int | None = None
+        self._up = threading.Event()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            self.lines.append(line)
+            m = LISTENING.search(line)
+            if m and self._port is None:
+                self._port = int(m[1])
+                self._up.set()
+        self._up.set()
+
+    def wait_up(self) -> int:
+        """The port, or a failure naming the server and showing its output (never a hang)."""
+        self._up.wait(UP_TIMEOUT_S)
+        if self._port is None:
+            self.stop()
+            raise AssertionError(f"{self.name} (pid {self.pid}) did not come up within {UP_TIMEOUT_S:g} s; "
+                                 f"stdout: {''.join(self.lines)!r}; stderr tail:\n"
+                                 f"{self.err_path.read_text(errors='replace')[-3000:]}")
+        return self._port
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            os.kill(self.pid, signal.SIGKILL)
+            self.proc.wait(STOP_TIMEOUT_S)
+
+    def stop(self) -> int | None:
+        """SIGTERM, then SIGKILL if it does not exit in time; returns the exit code."""
+        if self.proc.poll() is None:
+            os.kill(self.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                os.kill(self.pid, signal.SIGKILL)
+                self.proc.wait(STOP_TIMEOUT_S)
+        self._err.close()
+        return self.proc.returncode
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Service:
+    """A dispatcher and workers on loopback; ``static`` gives the dispatcher the fixed worker list."""
+
+    def __init__(self, tmp: Path, workers: int = 2, *, static: bool = False, fixed_ports: bool = False) -> None:
+        self.tmp = tmp
+        self.servers: list[Server] = []
+        fixed = static or fixed_ports  # a worker restarted at its address needs its port again
+        self.worker_ports = [_free_port() for _ in range(workers)] if fixed else [0] * workers
+        try:
+            args = ["dispatcher", "--port", "0", "--worker-timeout-s", "3"]
+            for p in self.worker_ports if static else ():
+                args += ["--worker-address", f"127.0.0.1:{p}"]
+            self.dispatcher = self._start("dispatcher", args)
+            self.port = self.dispatcher.wait_up()
+            self.workers = [self.start_worker(i) for i in range(workers)]
+            for w in self.workers:
+                w.wait_up()
+        except BaseException:
+            self.stop()
+            raise
+
+    @property
+    def address(self) -> str:
+        return f"grpc://127.0.0.1:{self.port}"
+
+    def _start(self, name: str, args: list[str]) -> Server:
+        server = Server(self.tmp, name, args)
+        self.servers.append(server)
+        return server
+
+    def start_worker(self, i: int) -> Server:
+        return self._start(f"worker{i}-{len(self.servers)}", [
+            "worker", "--dispatcher", f"127.0.0.1:{self.port}", "--port", str(self.worker_ports[i]),
+            "--advertise", "127.0.0.1", "--heartbeat-s", "0.5"])
+
+    def stop(self) -> None:
+        for server in reversed(self.servers):
+            server.stop()
+
+
+@pytest.fixture(scope="module")
+def output(tmp_path_factory):
+    return fx.write_output(tmp_path_factory.mktemp("service") / "out", {"train": SHARDS})
+
+
+@pytest.fixture(scope="module")
+def dynamic(tmp_path_factory):
+    service = Service(tmp_path_factory.mktemp("dynamic"))
+    yield service
+    service.stop()
+
+
+def _ids(ds) -> list[int]:
+    return fx.ids_of(ds)
+
+
+# --------------------------------------------------------------------------- fast: options and CLI
+
+
+def test_service_options_are_validated_with_the_others(output):
+    with pytest.raises(ValueError, match="grpc://host:port"):
+        readers.ReadOptions(service="localhost:5050")
+    with pytest.raises(ValueError, match="service_sharding"):
+        readers.ReadOptions(service="grpc://h:1", service_sharding="file")
+    with pytest.raises(ValueError, match="set ReadOptions.service too"):
+        readers.ReadOptions(service_job_name="shared")
+    with pytest.raises(ValueError, match="grpc://host:port"):
+        readers.train_dataset(str(output.root), 4, service="h:1")
+    with pytest.raises(ValueError, match="cache"):
+        readers.train_dataset(str(output.root), 4, service="grpc://127.0.0.1:1", cache="memory")
+    with pytest.raises(ValueError, match="service_job_name"):
+        import tensorflow as tf
+
+        ctx = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=0)
+        readers.train_dataset(str(output.root), 4, service="grpc://127.0.0.1:1", input_context=ctx)
+
+
+def test_cli_rejects_bad_server_arguments_as_usage_errors():
+    runner = CliRunner()
+    result = runner.invoke(app, ["data-service", "worker", "--dispatcher", "nowhere", "--port", "0"])
+    assert result.exit_code == 2, result.output
+    assert "--dispatcher must be host:port" in result.output
+    result = runner.invoke(app, ["data-service", "dispatcher", "--port", "0", "--worker-address", "w1"])
+    assert result.exit_code == 2, result.output
+    assert "--worker-address must be host:port" in result.output
+
+
+def test_a_server_that_does_not_come_up_fails_clearly(tmp_path):
+    server = Server(tmp_path, "worker", ["worker", "--dispatcher", "127.0.0.1:1", "--port", "-5"])
+    with pytest.raises(AssertionError, match="did not come up"):
+        server.wait_up()
+    assert server.proc.returncode == 2
+
+
+# --------------------------------------------------------------------------- real servers
+
+
+@pytest.mark.slow
+def test_dynamic_epoch_sees_every_record_exactly_once(dynamic, output):
+    ds = readers.train_dataset(str(output.root), 8, num_epochs=1, seed=1, drop_remainder=False,
+                               service=dynamic.address)
+    assert Counter(_ids(ds)) == Counter(output.all_ids("train"))
+    # Two epochs: epochs stay apart, each cut into full batches (drop_remainder, the default).
+    ds = readers.train_dataset(str(output.root), 8, num_epochs=2, service=dynamic.address)
+    batches = [b[0]["count"].numpy() for b in ds]
+    assert {len(b) for b in batches} == {8}
+    got = Counter(int(v) for b in batches for v in b[:, 0])
+    assert max(got.values()) <= 2 and sum(got.values()) == 2 * (sum(SHARDS) // 8 * 8)
+
+
+@pytest.mark.slow
+def test_trainers_sharing_a_job_name_split_the_data_without_duplicates(dynamic, output):
+    opts = readers.ReadOptions(service=dynamic.address, service_job_name="shared-job", shuffle_buffer=16)
+    got: list[list[int]] = [[], []]
+    errors: list[BaseException] = []
+    start = threading.Barrier(2)
+
+    def trainer(i: int) -> None:
+        try:
+            ds = readers.train_dataset(str(output.root), 4, num_epochs=1, drop_remainder=False, options=opts)
+            start.wait(60)
+            got[i] = _ids(ds)
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=trainer, args=(i,), daemon=True) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(180)
+    assert not errors, errors
+    assert not any(t.is_alive() for t in threads), "a trainer did not finish its epoch"
+    assert not set(got[0]) & set(got[1])
+    assert Counter(got[0] + got[1]) == Counter(output.all_ids("train"))
+
+
+@pytest.mark.slow
+def test_a_damaged_shard_fails_the_trainer_naming_the_shard(dynamic, output, tmp_path):
+    damaged = tmp_path / "out"
+    shutil.copytree(output.root, damaged)
+    path = damaged / output.info.splits["train"].shards[2].file
+    fx.truncate(path, fx.record_boundary(path, 5))  # cut at a record boundary: no read error at all
+    opts = readers.ReadOptions(service=dynamic.address, verify_files=False)
+    with pytest.raises(Exception, match=rf"shard {re.escape(str(path))} is damaged: read 5 of the 31 records"):
+        _ids(readers.train_dataset(str(damaged), 8, num_epochs=1, options=opts))
+
+
+def _rest_of_epoch(it, what: str) -> list[int]:
+    """Every record ``it`` still yields, read in a thread: a failure, not a hang, if the epoch never ends."""
+    got: list[int] = []
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            got.extend(fx.ids_of(it))
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    reader = threading.Thread(target=run, daemon=True)
+    reader.start()
+    reader.join(EPOCH_TIMEOUT_S)
+    assert not reader.is_alive(), f"{what}: the epoch did not end within {EPOCH_TIMEOUT_S:g} s"
+    assert not errors, errors
+    return got
+
+
+@pytest.mark.slow
+def test_dynamic_worker_killed_mid_epoch_and_restarted_loses_at_most_its_shards_and_repeats_nothing(
+        output, tmp_path):
+    """DYNAMIC: a worker killed mid-epoch takes the shards it held (and the records it had read
+    but not sent) with it: they are lost for this epoch, nothing repeats (at most once). The
+    trainer's epoch ends only once a worker is back at the lost one's address (TensorFlow's client
+    waits for the lost task); the next epoch is complete again."""
+    service = Service(tmp_path, fixed_ports=True)
+    try:
+        opts = readers.ReadOptions(service=service.address, shuffle_buffer=8, cycle_length=1)
+        it = iter(readers.train_dataset(str(output.root), 4, num_epochs=1, drop_remainder=False, options=opts))
+        before = fx.ids_of([next(it) for _ in range(3)])
+        service.workers[0].kill()
+        service.workers[0] = service.start_worker(0)
+        service.workers[0].wait_up()
+        got = Counter(before + _rest_of_epoch(it, "dynamic, worker restarted"))
+        assert max(got.values()) == 1  # nothing twice
+        assert set(got) <= set(output.all_ids("train"))
+        lost = set(output.all_ids("train")) - set(got)
+        print(f"records lost with the killed worker: {len(lost)} of {sum(SHARDS)}")
+        again = _rest_of_epoch(iter(readers.train_dataset(
+            str(output.root), 4, num_epochs=1, drop_remainder=False, options=opts)), "the next epoch")
+        assert Counter(again) == Counter(output.all_ids("train"))
+    finally:
+        service.stop()
+
+
+@pytest.mark.slow
+def test_static_sharding_exactly_once_and_a_restarted_worker_rereads_its_own_shards(output, tmp_path):
+    """FILE (static): worker i of 2 owns shards i, i+2, ...; one epoch is exactly once. A worker
+    killed mid-epoch and restarted at its address reads its shards again from their start: no record
+    is lost, and the only repeats are records of that worker's shards."""
+    service = Service(tmp_path, static=True)
+    try:
+        opts = readers.ReadOptions(service=service.address, service_sharding="static", shuffle_buffer=8)
+        ds = readers.train_dataset(str(output.root), 8, num_epochs=1, drop_remainder=False, options=opts)
+        assert Counter(_ids(ds)) == Counter(output.all_ids("train"))
+
+        it = iter(readers.train_dataset(str(output.root), 4, num_epochs=1, drop_remainder=False, options=opts))
+        before = fx.ids_of([next(it) for _ in range(3)])
+        service.workers[0].kill()
+        service.workers[0] = service.start_worker(0)
+        service.workers[0].wait_up()
+        got = Counter(before + _rest_of_epoch(it, "static, worker restarted"))
+        assert set(got) == set(output.all_ids("train"))  # nothing lost
+        repeated = {i for i, n in got.items() if n > 1}
+        owner = {i: k % 2 for k, shard in enumerate(output.ids["train"]) for i in shard}
+        assert len({owner[i] for i in repeated}) <= 1, "repeats from both workers' shards"
+        print(f"records repeated after the restart: {len(repeated)}")
+    finally:
+        service.stop()
+
+
+@pytest.mark.slow
+def test_servers_stop_cleanly_on_sigterm(tmp_path):
+    service = Service(tmp_path, workers=1)
+    codes = [server.stop() for server in reversed(service.servers)]
+    assert codes == [0, 0]
+    assert service.dispatcher.lines[-1].startswith("recordprep data-service dispatcher: stopped")
