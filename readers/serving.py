@@ -110,16 +110,35 @@ def _reason(source: str, why: str) -> str:
 
 
 class _Reasons:
-    """Per row ``""`` or the first (in config order) reason its record is rejected."""
+    """Per row ``""`` or the first (in config order) reason its record is rejected.
 
-    def __init__(self, batch: tf.Tensor, bad: list[tuple[tf.Tensor, Any]]):
+    ``bad`` holds ``(order, mask, why)``: a ``[batch]`` mask and its reason (a
+    string, or a callable building per-row strings), or for checks of several
+    features at once a ``[batch, k]`` mask with a list of ``k`` orders and reasons.
+    """
+
+    def __init__(self, batch: tf.Tensor, bad: list[tuple[Any, tf.Tensor, Any]]):
         self.batch, self._bad = batch, bad
 
     def __call__(self) -> tf.Tensor:
+        checks = []
+        for order, mask, why in self._bad:
+            if isinstance(why, list):
+                for j, (o, w) in enumerate(zip(order, why, strict=True)):
+                    checks.append((o, len(checks), mask[:, j], w))
+            else:
+                checks.append((order, len(checks), mask, why))
         errors = tf.fill(self.batch, "")
-        for mask, why in reversed(self._bad):
+        for _, _, mask, why in sorted(checks, key=lambda c: c[:2], reverse=True):
             errors = tf.where(mask, why() if callable(why) else why, errors)
         return errors
+
+
+def _any(bad: list[tuple[Any, tf.Tensor, Any]]) -> tf.Tensor:
+    """Whether any mask of ``bad`` holds a True: one reduction."""
+    rows = [m for _, m, _ in bad if m.shape.rank == 1]
+    cols = ([tf.stack(rows, axis=1)] if rows else []) + [m for _, m, _ in bad if m.shape.rank == 2]
+    return tf.reduce_any(tf.concat(cols, axis=1)) if cols else tf.constant(False)
 
 
 class TransformLayer(tf.Module):
@@ -213,29 +232,39 @@ class TransformLayer(tf.Module):
     def _features(self, inputs: Mapping[str, Any]) -> tuple[dict[str, tf.Tensor], tf.Tensor, _Reasons]:
         """The features, whether any row is rejected (one reduction over every
         check), and the per-row reasons to build when one is."""
-        inputs = {k: tf.convert_to_tensor(inputs[k], dtype=spec.dtype) for k, spec in self.input_signature.items()}
-        batch = tf.shape(next(iter(inputs.values())), out_type=tf.int64)[:1]
-        inputs = self.wire.unpack(inputs, lambda t, n: tf.unstack(t, num=n, axis=1))
+        packed = {k: tf.convert_to_tensor(inputs[k], dtype=spec.dtype) for k, spec in self.input_signature.items()}
+        batch = tf.shape(next(iter(packed.values())), out_type=tf.int64)[:1]
+        inputs = self.wire.unpack(packed, lambda t, n: tf.unstack(t, num=n, axis=1))
         out: dict[str, tf.Tensor] = {}
-        bad: list[tuple[tf.Tensor, str | tf.Tensor]] = []
-        for f in self.config.features:
-            if f.transform == "cross":
-                out.update(self._cross(f, inputs, bad))
-                continue
-            s = self.wire.by_path(f.source)
-            if f.is_numeric:
-                out.update(self._numeric(f, s, inputs, bad))
-            elif f.transform == "bytes":
-                out.update(self._bytes(f, s, inputs, bad))
-            elif f.transform == "timestamp":
-                out.update(self._timestamp(f, s, inputs, bad))
-            elif f.transform == "text":
-                out.update(self._text(f, s, inputs, bad))
-            else:
-                out.update(self._vocabulary(f, s, inputs, bad))
+        tagged: list[tuple[Any, tf.Tensor, Any]] = []
+        together = [(i, f) for i, f in enumerate(self.config.features) if _scalar_numeric(f)]
+        if together:
+            out.update(self._scalar_numerics(together, packed, tagged))
+        for i, f in enumerate(self.config.features):
+            bad: list[tuple[tf.Tensor, Any]] = []
+            self._feature(f, inputs, out, bad)
+            tagged += [(i, m, why) for m, why in bad]
         features = {f.name: out[f.name] for f in self.features}
-        any_bad = tf.reduce_any(tf.stack([m for m, _ in bad])) if bad else tf.constant(False)
-        return features, any_bad, _Reasons(batch, bad)
+        return features, _any(tagged), _Reasons(batch, tagged)
+
+    def _feature(self, f: FeatureConfig, inputs: Mapping[str, tf.Tensor], out: dict[str, tf.Tensor], bad: list) -> None:
+        """Feature ``f``'s columns into ``out`` (scalar numerics are computed together, elsewhere)."""
+        if _scalar_numeric(f):
+            return
+        if f.transform == "cross":
+            out.update(self._cross(f, inputs, bad))
+            return
+        s = self.wire.by_path(f.source)
+        if f.is_numeric:
+            out.update(self._numeric(f, s, inputs, bad))
+        elif f.transform == "bytes":
+            out.update(self._bytes(f, s, inputs, bad))
+        elif f.transform == "timestamp":
+            out.update(self._timestamp(f, s, inputs, bad))
+        elif f.transform == "text":
+            out.update(self._text(f, s, inputs, bad))
+        else:
+            out.update(self._vocabulary(f, s, inputs, bad))
 
     def transform_records(self, records: Sequence[Any]) -> tuple[dict[str, np.ndarray], list[str]]:
         """Features (numpy) and per-record errors (``""`` = converted) for raw records:
@@ -314,6 +343,79 @@ class TransformLayer(tf.Module):
         if f.missing_indicator:
             cols[f"{f.name}_missing"] = tf.cast(missing_row, tf.int64)[:, None]
         return cols
+
+    def _scalar_numerics(self, together: list[tuple[int, FeatureConfig]], packed: Mapping[str, tf.Tensor],
+                         tagged: list) -> dict[str, tf.Tensor]:
+        """The single-valued numeric features but ``bucketize``, as ``[batch, k]`` ops over
+        the packed columns (one op per step, not per feature: a call's cost grows with
+        its graph's nodes). Per element the same float64 operations as ``_numeric``
+        and ``_scale`` (the selected branch's), so the same bits."""
+        orders = [i for i, _ in together]
+        fs = [f for _, f in together]
+        cols = {s.path: j for j, s in enumerate(self.wire.columns[PACKED["number"]])}
+        kcols = {s.path: j for j, s in enumerate(self.wire.columns[PACKED["kind"]])}
+        x = tf.gather(packed[PACKED["number"]], [cols[f.source] for f in fs], axis=1)
+        kind = tf.gather(packed[PACKED["kind"]], [kcols[f.source] for f in fs], axis=1)
+
+        def vec(values: Sequence[float]) -> tf.Tensor:  # float64 bits kept (-0.0 included)
+            return tf.constant(np.array(values, dtype=np.float64))
+
+        def mask(pred: Any) -> tf.Tensor:
+            return tf.constant(np.array([bool(pred(f)) for f in fs]))
+
+        def per(pred: Any, a: Any, b: Any) -> list[Any]:
+            return [a(f) if pred(f) else b for f in fs]
+
+        is_num = _isin(kind, _NUMBER_KINDS)
+        missing_row = tf.equal(kind, KIND_NULL)
+        tagged.append((orders, ~is_num & ~missing_row,
+                       [_wrong_kind_reason(f.source, kind, "expected a number, found ", column=j) for j, f in enumerate(fs)]))
+        present = is_num
+        finite = (tf.abs(x) <= _F32_MAX) | ~present
+        if any(f.on_nan == "error" for f in fs):
+            tagged.append((orders, ~finite & mask(lambda f: f.on_nan == "error"), per(
+                lambda f: f.on_nan == "error",
+                lambda f: _reason(f.source, f"value is NaN or infinite (or beyond float32's range, |x| > 3.4e38); set "
+                                            f"on_nan: fill or keep for feature {f.name!r} to accept it"), "")))
+        present = present & (finite | ~mask(lambda f: f.on_nan == "fill"))
+        is_log = mask(lambda f: f.transform == "log1p")
+        neg = (x <= -1.0) & present & is_log
+        if any(f.transform == "log1p" for f in fs):
+            tagged.append((orders, neg, per(lambda f: f.transform == "log1p", lambda f: _reason(
+                f.source, "log1p needs values > -1; use 'clip' first or another transform"), "")))
+        stats = [self._stats.get(f.name) or {} for f in fs]
+        fills = [st.get("mean") if f.fill == "mean" else f.fill for f, st in zip(fs, stats, strict=True)]
+        out = tf.where(present, x, vec([0.0 if v is None else float(v) for v in fills]))
+        # zscore and minmax: (x - a) / b; a degenerate minmax: zeros; log1p; clip; identity: x.
+        a, b, linear, zero = [], [], [], []
+        for f, st in zip(fs, stats, strict=True):
+            lo, hi = st.get("min"), st.get("max")
+            scaled = f.transform == "minmax" and lo is not None and hi is not None and hi > lo
+            if f.transform == "zscore":
+                a.append(st.get("mean") or 0.0), b.append(st.get("std") or 1.0)
+            elif scaled:
+                a.append(lo), b.append(hi - lo)
+            else:
+                a.append(0.0), b.append(1.0)
+            linear.append(f.transform == "zscore" or scaled)
+            zero.append(f.transform == "minmax" and not scaled)
+        y = tf.where(tf.constant(np.array(linear)), (out - vec(a)) / vec(b), out)
+        y = tf.where(tf.constant(np.array(zero)), tf.zeros_like(y), y)
+        if any(f.transform == "log1p" for f in fs):
+            y = tf.where(is_log, tf.math.log1p(tf.where(neg, tf.zeros_like(out), out)), y)
+        if any(f.transform == "clip" for f in fs):
+            is_clip = mask(lambda f: f.transform == "clip")
+            lo = vec(per(lambda f: f.transform == "clip" and f.clip_min is not None, lambda f: f.clip_min, -np.inf))
+            hi = vec(per(lambda f: f.transform == "clip" and f.clip_max is not None, lambda f: f.clip_max, np.inf))
+            y = tf.where(is_clip, _np_min(_np_max(out, lo), hi), y)
+        values = tf.split(tf.cast(y, tf.float32), len(fs), axis=1)
+        missing = tf.split(tf.cast(missing_row, tf.int64), len(fs), axis=1)
+        result = {}
+        for f, v, m in zip(fs, values, missing, strict=True):
+            result[f.name] = v
+            if f.missing_indicator:
+                result[f"{f.name}_missing"] = m
+        return result
 
     def _bytes(self, f: FeatureConfig, s: Source, inputs: Mapping[str, tf.Tensor], bad: list) -> dict[str, tf.Tensor]:
         kind = self._kind(s, inputs)
@@ -459,6 +561,11 @@ def _first_tokens(text: tf.Tensor, n: int) -> tuple[tf.Tensor, tf.Tensor, tf.Ten
             split.row_lengths())
 
 
+def _scalar_numeric(f: FeatureConfig) -> bool:
+    """Computed with the other single-valued numeric features (``_scalar_numerics``)."""
+    return f.is_numeric and not f.multi_valued and f.transform != "bucketize"
+
+
 def _f64(v: float) -> tf.Tensor:
     """A float64 scalar constant with exactly ``v``'s bits. ``tf.constant(-0.0)``
     may return a cached ``0.0`` in eager mode (the scalar cache compares by value)."""
@@ -479,22 +586,23 @@ def _pad_to(t: tf.Tensor, n: int) -> tf.Tensor:
     return tf.pad(t, [[0, 0], [0, pad]])[:, :n]
 
 
-def _wrong_kind_reason(source: str, kind: tf.Tensor, prefix: str, suffix: str = "") -> Any:
-    """The reason naming what the record held, built only when some row is rejected."""
+def _wrong_kind_reason(source: str, kind: tf.Tensor, prefix: str, suffix: str = "", column: int | None = None) -> Any:
+    """The reason naming what the record held (``kind``, or its ``column``), built only when some row is rejected."""
     def build() -> tf.Tensor:
         names = tf.constant([_reason(source, f"{prefix}{k}{suffix}") for k in KIND_NAMES])
-        return tf.gather(names, tf.clip_by_value(kind, 0, len(KIND_NAMES) - 1))
+        held = kind if column is None else kind[:, column]
+        return tf.gather(names, tf.clip_by_value(held, 0, len(KIND_NAMES) - 1))
     return build
 
 
-def _np_max(a: tf.Tensor, b: float) -> tf.Tensor:
+def _np_max(a: tf.Tensor, b: float | tf.Tensor) -> tf.Tensor:
     """numpy's ``maximum`` inside ``np.clip``: NaN propagates, ``a >= b`` keeps ``a`` (so -0.0 stays)."""
-    c = _f64(b)
+    c = b if isinstance(b, tf.Tensor) else _f64(b)
     return tf.where(tf.math.is_nan(a) | (a >= c), a, tf.broadcast_to(c, tf.shape(a)))
 
 
-def _np_min(a: tf.Tensor, b: float) -> tf.Tensor:
-    c = _f64(b)
+def _np_min(a: tf.Tensor, b: float | tf.Tensor) -> tf.Tensor:
+    c = b if isinstance(b, tf.Tensor) else _f64(b)
     return tf.where(tf.math.is_nan(a) | (a <= c), a, tf.broadcast_to(c, tf.shape(a)))
 
 

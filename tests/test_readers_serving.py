@@ -408,6 +408,19 @@ def test_values_the_converter_rejects_are_reported_per_row(output, layer, record
     assert errors[1].startswith(f"{field}"), errors[1]
 
 
+@pytest.mark.parametrize(("record", "first"), [
+    ({"nums": ["x"], "deep": {"a": {"n": "s"}}}, "nums: a list item is not a number"),
+    ({"num3": math.nan, "deep": {"a": {"n": "s"}}, "cat": [1]}, "num3: value is NaN"),
+    ({"deep": {"a": {"n": "s", "b": [1]}}, "cat": [1]}, "cat: expected a scalar value"),
+    ({"deep": {"a": {"n": "s", "b": [1]}}}, "deep.a.b: expected a scalar value"),
+    ({"num": "s", "num2": -5.0}, "num: expected a number, found str"),
+])
+def test_a_record_rejected_twice_reports_the_first_reason_in_config_order(layer, record, first):
+    """Single-valued numerics are computed together; their reasons still come in config order."""
+    _, errors = layer.transform_records([{}, record])
+    assert errors[0] == "" and errors[1].startswith(first), errors[1]
+
+
 def test_calling_the_layer_raises_on_a_rejected_record(layer):
     with pytest.raises(tf.errors.InvalidArgumentError, match="num3: value is NaN"):
         layer(layer.encode([{}, {"num3": math.nan}]))
