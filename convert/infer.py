@@ -181,6 +181,27 @@ def _inner_paths(x: Any, steps: tuple[Step, ...], maps: set[str], out: set[tuple
         out.add(steps)
 
 
+#: A JSON object with at least this many distinct keys in the sample, none of them in
+#: more than half of the objects, is a map (arbitrary keys), not a record.
+_JSON_MAP_KEYS = 20
+
+
+def _json_maps(sample: list[dict]) -> set[str]:
+    """Paths of JSON objects that look like maps: many distinct keys, each in few of them."""
+    keys: dict[str, Counter] = {}
+    seen: Counter = Counter()
+    stack: list[tuple[tuple[Step, ...], Any, int]] = [((), r, 0) for r in sample]
+    while stack:
+        prefix, obj, depth = stack.pop()
+        if prefix:
+            p = render_path(prefix)
+            seen[p] += 1
+            keys.setdefault(p, Counter()).update(map(str, obj))
+        if depth < MAX_DEPTH:
+            stack.extend(((*prefix, str(k)), v, depth + 1) for k, v in obj.items() if isinstance(v, dict))
+    return {p for p, c in keys.items() if len(c) >= _JSON_MAP_KEYS and max(c.values()) <= seen[p] / 2}
+
+
 def _observe(st: _FieldStats, v: Any) -> None:
     """Add one record's value of a field to its statistics."""
     st.count += 1
@@ -444,6 +465,8 @@ def infer_config(records: Iterable[dict], avro_schema: Any = None, label: str | 
     stats: dict[str, _FieldStats] = {}
     inner: dict[str, set[tuple[Step, ...]]] = {}
     sample = [r for r in records if isinstance(r, dict)]
+    if avro_schema is None:
+        maps = _json_maps(sample)
     for r in sample:
         _walk(r, stats, maps, inner)
     total = len(sample)

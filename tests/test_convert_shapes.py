@@ -334,3 +334,22 @@ def test_infer_on_records_without_values_says_what_to_do(tmp_path):
     empty.write_bytes(_avro(SCHEMA, []))
     r = cli("infer", "-i", empty)
     assert r.exit_code == 1 and "no records found" in r.output and "write the config by hand" in r.output, r.output
+
+
+def test_infer_takes_json_objects_with_arbitrary_keys_as_maps(tmp_path):
+    path = tmp_path / "events.jsonl"
+    rows = [{"user": {"id": k % 7, "country": "de" if k % 2 else "fr"},
+             "counters": {f"page{(k * 7 + j) % 40}": j for j in range(k % 4 + 1)}} for k in range(80)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    config, text = infer(path)
+    by_source = {f.get("source", f["name"]): f for f in config["features"]}
+    assert by_source["counters[keys]"]["transform"] == "vocabulary", text  # a map: its keys
+    assert "user.country" in by_source and not any(s.startswith("counters.page") for s in by_source)
+    r = cli("convert", "-i", path, "-c", _write(tmp_path, config), "-o", tmp_path / "out", "--splits", "train=1")
+    assert r.exit_code == 0, r.output
+
+
+def _write(tmp_path: Path, config: dict) -> Path:
+    cfg = tmp_path / "inferred.yaml"
+    cfg.write_text(yaml.safe_dump(config))
+    return cfg
