@@ -37,8 +37,10 @@ import numpy as np
 from farmhash import Fingerprint64 as _fingerprint64
 
 from convert.config import (
+    COMMON_OPTIONS,
     EACH,
     KEYS,
+    TRANSFORM_TABLE,
     Config,
     ConfigError,
     FeatureConfig,
@@ -1439,8 +1441,10 @@ class Vectorizer:
     def feature_specs(self) -> list[FeatureSpec]:
         specs = []
         for f in self.config.features:
+            # only the options this transform takes (TRANSFORM_TABLE), not every FeatureConfig field
+            taken = (*TRANSFORM_TABLE[f.transform].options, *COMMON_OPTIONS)
             params: dict[str, Any] = {k: v for k, v in dataclasses.asdict(f).items()
-                                      if k not in ("name", "source", "transform") and v is not None}
+                                      if k in taken and k not in ("name", "source", "transform") and v is not None}
             if f.needs_stats:
                 params["stats"] = self.analysis.stats.get(f.name)
             if f.needs_vocabulary:

@@ -1,0 +1,100 @@
+"""A feature's ``params`` in dataset_info.json carry only the options its transform takes
+(plus what the analysis found); metadata that still lists every option (what earlier
+versions wrote) keeps loading, applying and serving the same."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+import readers
+from convert.apply import apply_analysis
+from convert.config import COMMON_OPTIONS, TRANSFORM_TABLE
+from pipelines.cli import app
+
+runner = CliRunner()
+
+CONFIG = """\
+label: {source: y, dtype: int64}
+features:
+  - {name: amount, transform: log1p}
+  - {name: age, transform: zscore, missing_indicator: true}
+  - {name: price, transform: bucketize, num_buckets: 4}
+  - {name: country, transform: vocabulary, num_oov_buckets: 2}
+  - {name: query, transform: text, max_len: 4}
+  - {name: user, transform: hash, buckets: 64}
+  - {name: country_x_user, transform: cross, sources: [country, user], buckets: 32}
+  - {name: ts, transform: timestamp, unit: s, parts: [hour]}
+"""
+
+#: What the analysis or the layout adds beside the config's options.
+ANALYSIS_KEYS = {"stats", "vocab_size", "vocabulary_file", "pad_id", "oov_ids", "boundaries"}
+
+
+def _records(n: int = 60) -> list[dict]:
+    return [{"amount": float(i), "age": None if i % 7 == 0 else 20 + i % 30, "price": i * 1.5,
+             "country": ["US", "FR", "DE"][i % 3], "query": f"red shoes {i % 5}", "user": f"u{i % 11}",
+             "ts": 1_700_000_000 + 3600 * i, "y": i % 2} for i in range(n)]
+
+
+@pytest.fixture(scope="module")
+def output(tmp_path_factory):
+    root = tmp_path_factory.mktemp("params")
+    data = root / "data.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in _records()))
+    (root / "features.yaml").write_text(CONFIG)
+    out = root / "out"
+    r = runner.invoke(app, ["convert", "-i", str(data), "-c", str(root / "features.yaml"), "-o", str(out),
+                            "--num-shards", "1", "--no-progress"])
+    assert r.exit_code == 0, r.output
+    return out
+
+
+def _features(out) -> dict[str, dict]:
+    meta = json.loads((out / "dataset_info.json").read_text())
+    return {f["name"]: f for f in meta["features"] if f["role"] == "feature"}
+
+
+def test_params_hold_only_the_options_of_their_transform(output):
+    features = _features(output)
+    for name, f in features.items():
+        taken = set(TRANSFORM_TABLE[f["transform"]].options) | set(COMMON_OPTIONS)
+        extra = set(f["params"]) - taken - ANALYSIS_KEYS
+        assert not extra, f"{name} ({f['transform']}): params {sorted(extra)} do not apply to it"
+    log1p = features["amount"]["params"]
+    assert "num_oov_buckets" not in log1p and "lowercase" not in log1p and "top_k" not in log1p
+    assert log1p["fill"] == 0.0 and log1p["on_nan"] == "error"
+    assert features["country"]["params"]["num_oov_buckets"] == 2
+    assert features["query"]["params"]["lowercase"] is True
+    assert "fill" not in features["price"]["params"] and "lowercase" not in features["user"]["params"]
+    assert features["ts"]["params"]["unit"] == "s" and features["ts"]["params"]["parts"] == ["hour"]
+
+
+def test_metadata_listing_every_option_still_loads_and_applies(output, tmp_path):
+    # The form earlier versions wrote: every FeatureConfig option in every feature's params.
+    old = tmp_path / "old"
+    old.mkdir()
+    for p in output.iterdir():
+        (old / p.name).symlink_to(p)
+    (old / "dataset_info.json").unlink()
+    meta = json.loads((output / "dataset_info.json").read_text())
+    every = {"fill": 0.0, "missing_indicator": False, "on_nan": "error", "min_frequency": 1,
+             "num_oov_buckets": 1, "lowercase": True, "allow_all_missing": False}
+    for f in meta["features"]:
+        if f["role"] == "feature":
+            f["params"] = {**every, **f["params"]}
+    (old / "dataset_info.json").write_text(json.dumps(meta))
+    assert "num_oov_buckets" in _features(old)["amount"]["params"]
+
+    new_info, old_info = readers.load_info(str(output)), readers.load_info(str(old))
+    assert [f.name for f in old_info.features] == [f.name for f in new_info.features]
+    assert {f.name: f.shape for f in old_info.features} == {f.name: f.shape for f in new_info.features}
+    records = _records(10)
+    new, old_batch = apply_analysis(output, records), apply_analysis(old, records)
+    assert new.columns.keys() == old_batch.columns.keys()
+    for name, (kind, values) in new.columns.items():
+        old_kind, old_values = old_batch.columns[name]
+        assert kind == old_kind and (values == old_values).all(), name
+    assert (new.keep == old_batch.keep).all()
