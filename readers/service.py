@@ -33,8 +33,11 @@ Sharding policy (``ReadOptions.service_sharding``)
     holds (a window mixes only shards that one worker reads together).
     **Worker loss**: the shards the lost worker was reading, and the records
     it had read but not yet sent, are **lost for that epoch** (never
-    repeated): the epoch holds each record at most once. The epoch ends when
-    the dispatcher declares the worker lost (``--worker-timeout-s``).
+    repeated): the epoch holds each record at most once. The other workers
+    keep serving the remaining shards, but TensorFlow's client ends the
+    epoch only once a worker is back at the lost one's address (run workers
+    under a supervisor that restarts them, e.g. a Kubernetes Deployment
+    with stable addresses); the next epoch is complete again.
 ``"static"`` (``ShardingPolicy.FILE``)
     The dispatcher must be started with the fixed list of worker addresses
     (``--worker-address``, repeated); worker ``i`` of ``n`` always reads
@@ -206,8 +209,7 @@ def serve_dispatcher(port: int, *, work_dir: str | None = None, worker_addresses
     a restarted dispatcher resumes its jobs). ``worker_addresses``: the fixed
     worker list that ``service_sharding="static"`` needs, exactly as the
     workers advertise themselves (``host:port``). ``worker_timeout_s``: how
-    long a silent worker counts as alive (TensorFlow's default when None);
-    under dynamic sharding an epoch that lost a worker ends after it.
+    long a silent worker counts as alive (TensorFlow's default when None).
     """
     if port < 0 or port > 65535:
         raise ValueError(f"--port must be 0..65535, found {port}")
