@@ -240,22 +240,44 @@ def test_config_errors_for_paths_through_lists(entry, message, tmp_path):
     assert r.exit_code == 2 and message in r.output, r.output
 
 
-def test_export_refuses_features_read_through_lists_until_serving_reads_them(tmp_path):
+def test_serving_reads_lists_through_paths_exactly_and_refuses_counts_and_text_through_lists(tmp_path):
+    """The serving layer gives the shards' values for vocabulary, hash and numeric
+    lists read through lists of records, maps and lists of lists; a count or a
+    text through lists is refused at export, naming the feature."""
     pytest.importorskip("tensorflow")
+    from test_readers_serving import check_parity
+
     import readers
     from convert.spec import SpecError
 
-    path = tmp_path / "orders.avro"
-    path.write_bytes(_avro(ORDERS, _orders(40)))
-    cfg = tmp_path / "features.yaml"
-    cfg.write_text(yaml.safe_dump({"features": [
-        {"name": "id", "transform": "zscore"},
-        {"name": "n_items", "source": "items", "transform": "count"},
-        {"name": "sku", "source": "items[].sku", "transform": "vocabulary", "max_len": 2}]}))
-    r = cli("convert", "-i", path, "-c", cfg, "-o", tmp_path / "out", "--splits", "train=1")
-    assert r.exit_code == 0, r.output
-    with pytest.raises(SpecError, match="'n_items'.*serving layer does not read yet"):
-        readers.transform_layer(str(tmp_path / "out"))
+    data = tmp_path / "orders.jsonl"
+    recs = _orders(60)
+    for k, r in enumerate(recs):
+        r["attrs"] = None if k % 4 == 0 else {f"a{j}": j * k for j in range(k % 3)}
+        r["grid"] = [[k / 3, 1.5][: 1 + j % 2] for j in range(k % 3)]
+    data.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    features = [
+        {"name": "price", "source": "items[].price", "transform": "identity", "max_len": 3},
+        {"name": "sku", "source": "items[].sku", "transform": "vocabulary", "max_len": 3},
+        {"name": "part", "source": "items[].parts[].code", "transform": "hash", "buckets": 64, "max_len": 4},
+        {"name": "email", "source": "commits[].author.email", "transform": "vocabulary", "max_len": 2},
+        {"name": "keys", "source": "attrs[keys]", "transform": "vocabulary", "max_len": 2},
+        {"name": "a1", "source": 'attrs["a1"]', "transform": "zscore"},
+        {"name": "flat", "source": "grid[][]", "transform": "log1p", "max_len": 4},
+        {"name": "first", "source": "grid[0]", "transform": "clip", "clip_max": 1.0, "max_len": 2},
+    ]
+    for extra, refused in [([], None), ([{"name": "n", "source": "items", "transform": "count"}], "'n'"),
+                           ([{"name": "msg", "source": "commits[].message", "transform": "text", "max_len": 4}], "'msg'")]:
+        out = tmp_path / f"out{len(extra)}{refused}"
+        cfg = tmp_path / "features.yaml"
+        cfg.write_text(yaml.safe_dump({"features": features + extra}))
+        r = cli("convert", "-i", data, "-c", cfg, "-o", out, "--splits", "train=1")
+        assert r.exit_code == 0, r.output
+        if refused is None:
+            check_parity(out, readers.transform_layer(str(out)), recs)
+        else:
+            with pytest.raises(SpecError, match=f"{refused}.*does not compute counts or text through lists"):
+                readers.transform_layer(str(out))
 
 
 # ------------------------------------------------------------ infer drafts them
