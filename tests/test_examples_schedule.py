@@ -198,6 +198,26 @@ def test_cron_killed_conversion_is_reported_by_the_training_job_and_taken_over_b
     assert "training on 120 records" in trained.stdout
 
 
+def test_cron_drift_gate_stops_training_on_a_day_over_its_thresholds(layout):
+    env, outputs = layout
+    for today in ("2026-11-22", "2026-11-23"):  # converts DAYS[0], then DAYS[1]
+        r = _run("convert_daily.sh", env={**env, "TODAY": today})
+        assert r.returncode == 0, r.stderr
+    loose = "js=1 linf=1 mean_shift=1000 missing=1 new_terms=1"
+    gate = {**env, "TODAY": "2026-11-23", "DRIFT_AGAINST": "previous"}
+    r = _run("train_when_ready.sh", env={**gate, "DRIFT_THRESHOLDS": loose})
+    assert r.returncode == 0, r.stderr
+    assert "training on 120 records" in r.stdout and f"dt={DAYS[0]}:train" in r.stdout  # compared with the day before
+    r = _run("train_when_ready.sh", env={**gate, "DRIFT_THRESHOLDS": "js=0 linf=0"})
+    assert r.returncode == 1
+    assert "training on" not in r.stdout
+    assert "drift/skew over threshold" in r.stderr and "color: linf" in r.stderr and "x: js" in r.stderr
+    # the first day has no day before: its splits only, with a note
+    r = _run("train_when_ready.sh", env={**gate, "TODAY": "2026-11-22", "DRIFT_THRESHOLDS": loose})
+    assert r.returncode == 0, r.stderr
+    assert "is not a complete output; checking" in r.stderr and "training on 120 records" in r.stdout
+
+
 # -------------------------------------------------------------------- Airflow
 
 
@@ -281,6 +301,21 @@ def test_airflow_converts_waits_and_trains_two_consecutive_days(airflow, two_day
         assert "Marking task as SUCCESS. dag_id=recordprep_train, task_id=train" in two_days["train", day]
     a1, a2 = (json.loads((airflow.outputs / f"dt={d}" / "analysis.json").read_text()) for d in DAYS[:2])
     assert a1 == a2  # day 2 ran with --analysis-from day 1
+
+
+def test_airflow_drift_gate_fails_its_task_and_training_does_not_start(airflow, two_days, tmp_path):
+    assert "drift gate off" in two_days["train", DAYS[1]]  # Variable unset: the gate passes
+    log = tmp_path / "train.log"
+    proc = airflow.popen("train", "dags", "test", "recordprep_train", DAYS[1] + TRAIN_AT, log=log,
+                         DRIFT_AGAINST="previous", DRIFT_THRESHOLDS="js=0 linf=0")
+    try:
+        proc.wait(timeout=300)
+    finally:
+        _kill_group(proc.pid)
+    text = log.read_text(errors="replace")
+    assert "drift/skew over threshold" in text and f"dt={DAYS[0]}:train" in text, text[-4000:]
+    assert any("FAILED" in line and "task_id=check_drift" in line for line in text.splitlines()), text[-4000:]
+    assert "trained 3 steps" not in text
 
 
 def test_airflow_retry_and_backfill_of_a_finished_day_redo_nothing(airflow, two_days):

@@ -32,6 +32,13 @@ recordprep_stale_after         seconds without a heartbeat before a run counts a
 recordprep_python              the training job's interpreter (default: ``python``)
 recordprep_train_script        default: ``/opt/recordprep/examples/train.py``
 recordprep_train_args          default: ``--steps 20000``
+recordprep_drift_against       drift gate before training (off when empty): ``previous`` (the
+                               day before's partition; while it is not complete, only the day's
+                               own splits are compared) or an output path; the ``check_drift``
+                               task runs ``recordprep report --fail-on-drift`` and fails, so
+                               ``train`` does not run, naming the features over threshold
+recordprep_drift_thresholds    e.g. ``js=0.2 linf=0.05``: ``--drift-threshold`` flags (default:
+                               the config's ``drift:`` thresholds)
 =============================  ============================================================
 
 Copy into your DAGs folder. Airflow is not a dependency of recordprep;
@@ -92,6 +99,22 @@ with DAG(
         bash_command=('"$RECORDPREP" wait "$OUT" --timeout "$TIMEOUT" --poll "$POLL" '
                       '${STALE_AFTER:+--stale-after "$STALE_AFTER"}'),
     )
+    check = BashOperator(
+        task_id="check_drift",
+        env={**COMMON_ENV, "AGAINST": _var("drift_against", ""), "THRESHOLDS": _var("drift_thresholds", ""),
+             "PREVIOUS": _var("output_root") + "/dt={{ macros.ds_add(ds, -1) }}"},
+        append_env=True,
+        retries=0,  # drifted data stays drifted: a retry would only repeat the verdict
+        bash_command=(
+            'if [ -z "$AGAINST" ]; then echo "drift gate off (Variable recordprep_drift_against)"; exit 0; fi; '
+            'FLAGS=(); for t in $THRESHOLDS; do FLAGS+=(--drift-threshold "$t"); done; '
+            'if [ "$AGAINST" = previous ]; then AGAINST="$PREVIOUS"; '
+            '  if ! "$RECORDPREP" wait "$AGAINST" --timeout 0 >/dev/null 2>&1; then '
+            '    echo "drift gate: $AGAINST is not a complete output; checking $OUT\'s splits only"; AGAINST=""; fi; fi; '
+            '[ -n "$AGAINST" ] && FLAGS+=(--against "$AGAINST"); '
+            'exec "$RECORDPREP" report "$OUT" --fail-on-drift "${FLAGS[@]}"'
+        ),
+    )
     train = BashOperator(
         task_id="train",
         env={**COMMON_ENV, "PYTHON": _var("python", "python"),
@@ -100,4 +123,4 @@ with DAG(
         append_env=True,
         bash_command='"$PYTHON" "$TRAIN" "$OUT" $TRAIN_ARGS',
     )
-    wait >> train
+    wait >> check >> train
