@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 SIZE   ?= default
 PYTEST_ARGS ?=
 
-.PHONY: install demo test test-fast lint bench fuzz clean
+.PHONY: install demo test test-fast test-latest lint bench fuzz clean
 
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -38,6 +38,19 @@ test: $(STAMP)
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
+
+## The upgrade leg: the newest Beam, TensorFlow, fastavro and polars that pyproject.toml's ranges allow
+## (no constraints.txt, --upgrade every time) in a second virtualenv, then the fast tests there, so
+## the ranges stay true. Not part of `make test` (it downloads and installs): make test-latest [PYTEST_ARGS=...]
+LATEST_VENV ?= .cache/latest-venv
+LATEST_BIN  := $(LATEST_VENV)/bin
+LATEST_PKGS := apache-beam tensorflow-cpu fastavro polars pyarrow numpy grpcio protobuf
+test-latest:
+	@test -x $(LATEST_BIN)/python || $(PYTHON) -m venv $(LATEST_VENV)
+	$(LATEST_BIN)/python -m pip install --quiet --upgrade pip
+	PYTHONWARNINGS='ignore:Editable installation' $(LATEST_BIN)/python -m pip install --quiet --upgrade --upgrade-strategy eager -e '.[dev]'
+	@$(LATEST_BIN)/python -c "import importlib.metadata as m, sys; [print(f'test-latest: {p} {m.version(p)}') for p in sys.argv[1:]]" $(LATEST_PKGS)
+	$(LATEST_BIN)/python -m pytest -m "not slow" -p no:cacheprovider $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check convert readers pipelines tests bench examples
