@@ -201,6 +201,7 @@ def test_html_report_in_headless_chromium(tmp_path):
     assert checks["chart"]["rects"] > 0 and checks["chart"]["width"] > 100 and checks["chart"]["height"] > 50
     assert checks["rows_before"] == len(names) + 1  # every feature and the label
     assert checks["rows_after"] == 1 and checks["visible"] == ["city"]
+    assert checks["sorted"] == [min(names + ["clicked"]), max(names + ["clicked"])]  # a click on a header sorts, again reverses
 
 
 async def _drive(ws_url: str, url: str, names: list[str]):
@@ -227,6 +228,9 @@ async def _drive(ws_url: str, url: str, names: list[str]):
         checks["visible"] = await page.eval(f"Array.from({rows}).map(r => r.dataset.feature)")
         await page.eval("document.getElementById('search').value = ''; document.getElementById('search')"
                         ".dispatchEvent(new Event('input'))")
+        first = f"{rows}[0].dataset.feature"
+        header = "document.querySelector('#features-table th')"
+        checks["sorted"] = [await page.eval(f"{header}.click(), {first}"), await page.eval(f"{header}.click(), {first}")]
         shot = base64.b64decode((await page.call("Page.captureScreenshot", format="png"))["data"])
         ev = page.events
         checks["errors"] = [e["params"] for e in ev if e.get("method") == "Runtime.exceptionThrown"
