@@ -55,6 +55,12 @@ test-latest:
 lint: $(STAMP)
 	$(BIN)/ruff check convert readers pipelines tests bench examples
 
+## The docs site (docs/, mkdocs.yml) into site/, offline; --strict fails on a broken link or reference.
+## (Not --quiet: it hides the warnings --strict counts.) tests/test_docs.py builds it too; open site/index.html.
+.PHONY: docs
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
 ## Benchmarks against peers measured in the same run: make bench [SIZE=small|default|large]
 bench: $(STAMP)
 	$(BIN)/python -m bench.run --size $(SIZE)
