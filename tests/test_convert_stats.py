@@ -176,3 +176,14 @@ def test_overwrite_removes_the_stats_file_and_a_foreign_one_is_refused(tmp_path)
     r = runner.invoke(app, [*args, "--overwrite", "--splits", "train=0.5,eval=0.5"])
     assert r.exit_code == 0, r.output
     assert json.loads((out / STATS_FILENAME).read_text())["splits"]["eval"]["records"] > 0
+
+
+@pytest.mark.parametrize("name", ["../stats.json", "/etc/passwd", "gs://b/stats.json", "a\\b.json", ""])
+def test_a_stats_file_outside_the_output_is_refused_when_the_metadata_loads(converted, name):
+    from convert.spec import DatasetInfo, SpecError
+
+    out, _ = converted
+    meta = json.loads((out / "dataset_info.json").read_text())
+    meta["stats_file"] = name
+    with pytest.raises(SpecError, match="stats_file"):
+        DatasetInfo.loads(json.dumps(meta))
