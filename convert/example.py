@@ -41,8 +41,7 @@ def _varint_matrix(values: np.ndarray) -> tuple[np.ndarray, np.ndarray | None, n
     This is the encoder's hot loop, so it works a 7-bit group at a time on
     ``(B, n)`` arrays, in 32-bit arithmetic when the values allow (ids and
     lengths do), instead of broadcasting over a trailing ``width`` axis
-    (numpy reduces such short axes slowly): 3.8 -> 0.9 ms for the bench's
-    ``(4125, 16)`` token ids, measured.
+    (numpy reduces such short axes slowly; docs/benchmarks.md#design-converter).
     """
     v = np.ascontiguousarray(values, dtype=np.int64).view(np.uint64)
     b, n = v.shape
@@ -130,7 +129,7 @@ class _Rows:
         widths = [len(d) if isinstance(d, bytes) else d.shape[1] for d, _ in self.segments]
         # The constant segments make one template row, copied to every row in
         # one broadcast; only the other segments are written column-block by
-        # column-block (~0.25 us per bench record less than a write per segment).
+        # column-block (cheaper than a write per segment, measured).
         template = np.empty(sum(widths), dtype=np.uint8)
         at = 0
         for (data, _), w in zip(self.segments, widths, strict=True):

@@ -16,7 +16,7 @@ year 0 or 10000 and ``time-millis`` of 24:00, which crash ``datetime``
 conversion.
 
 Two Avro decoders give the same records: polars (``_iter_avro_columnar``,
-about 6x faster, columns out: ``ColumnRecords``) for the schemas and codecs
+faster, columns out: ``ColumnRecords``) for the schemas and codecs
 of ``_columnar_schema``'s whitelist, fastavro (dicts) for everything else and
 from any block polars cannot read.
 """
@@ -175,7 +175,7 @@ class ColumnRecords(Sequence[dict[str, Any]]):
     on first use: the fast path defers the numeric columns it
     also hands over as ``arrays``, and the string, enum and integer columns it
     can hand over as ``term_codes``, whose Python values the vectorizer does
-    not need (building the bench's float lists alone cost 1.5 us per record).
+    not need (building the float lists is measurable: docs/benchmarks.md#design-converter).
     """
 
     __slots__ = ("_columns", "_deferred", "arrays", "record_json", "_n", "_coders", "_codes", "_lists", "_leaves")
@@ -301,7 +301,7 @@ class ColumnRecords(Sequence[dict[str, Any]]):
         return {k: c[i] for k, c in self.columns.items()}
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        # C-level map chain, no strict zips (lengths are checked in __init__): 3.7 us per record for 21 fields
+        # C-level map chain, no strict zips (lengths are checked in __init__)
         return map(dict, map(zip, itertools.repeat(list(self.columns)), zip(*self.columns.values(), strict=False)))
 
     def __eq__(self, other: object) -> bool:
@@ -797,7 +797,7 @@ def _leaves(df: Any) -> list[tuple[str, Any]]:
 
     Why: a feature reading ``user.segment`` then takes the field as numpy or
     codes like a top-level column, and the records of ``user`` are never
-    built as Python dicts (0.39 us per bench record).
+    built as Python dicts (docs/benchmarks.md#design-converter).
     """
     import polars as pl
 
@@ -892,9 +892,8 @@ def _term_coders(leaves: list[tuple[str, Any]]) -> dict[str, Callable[[], TermCo
     only for the columns asked for.
 
     Why: a batch's strings become Python objects only once per distinct
-    value; looking each record's value up in a term index, or flattening the
-    lists of a tag column into Python strings, cost 1.1 us per record on the
-    bench's tags alone (0.13 us this way, measured).
+    value, instead of a term-index lookup per record or flattening the
+    lists of a tag column into Python strings (measured, docs/benchmarks.md#design-converter).
     """
     import polars as pl
 
@@ -975,8 +974,8 @@ def _records_json(df: Any) -> list[bytes]:
     the row's dict (keys sorted at every level), made by polars in Rust.
 
     Why: the whole-record split hashes these bytes, and building them with
-    orjson first needs every record as a Python dict: 10.3 -> 3.5 us per bench
-    record. polars and orjson both write shortest round-trip floats, ``null``
+    orjson first needs every record as a Python dict (docs/benchmarks.md#design-converter).
+    polars and orjson both write shortest round-trip floats, ``null``
     for NaN and infinities and the same string escapes; tests compare the two
     on every whitelisted type, random schemas, real files and random floats
     and strings.
@@ -1001,8 +1000,8 @@ def _iter_avro_columnar(f: IO[bytes], path: str, header: bytes, sync: bytes, pos
     before polars sees it: the blocks before it are yielded, then
     ``InputFileError`` (``first_block``: the file's first block, to number it).
 
-    Why: polars decodes in Rust, about 6x fastavro's rate on the bench's
-    records, and hands over columns (``ColumnRecords``), which is the form the
+    Why: polars decodes in Rust, several times fastavro's rate (docs/benchmarks.md#design-converter),
+    and hands over columns (``ColumnRecords``), which is the form the
     vectorizer works on.
     """
     import polars as pl  # only in processes that decode Avro
@@ -1282,9 +1281,8 @@ def _too_deep(f: IO[bytes] | None) -> str:
 
 #: 19+ digits in a row: maybe an integer outside int64/uint64, which orjson
 #: silently turns into a float; the stdlib parser keeps such integers exact.
-#: Found with ``bytes.translate`` + ``find`` instead of a regex: 0.9 us per
-#: 730-byte line instead of 9 us (measured; ``\d{19}`` backtracks at every
-#: digit run). Runs after ``.``/``e``/``E``/``+`` are fractions or exponents,
+#: Found with ``bytes.translate`` + ``find`` instead of a regex (``\d{19}``
+#: backtracks at every digit run; docs/benchmarks.md#design-converter). Runs after ``.``/``e``/``E``/``+`` are fractions or exponents,
 #: not integers (``0.000123456789012345678`` is common in JSON from Python).
 _DIGITS_TO_ZERO = bytes.maketrans(b"0123456789", b"0" * 10)
 _LONG_RUN = b"0" * 19
@@ -1315,9 +1313,8 @@ def _long_integer_runs_numpy(data: bytes) -> Iterator[int]:
     """``_long_integer_runs`` for large blocks: a digit mask, then a few ANDs of
     shifted copies leave ``e[i]`` true where 19 digits start at ``i``.
 
-    Why: JSON Lines blocks are scanned whole, and this takes 1.4 -> ~0.9 ms
-    per MB of the bench's JSON (translate + find, measured), about 0.3 us
-    per record of the JSON input stage. Small inputs keep translate + find
+    Why: JSON Lines blocks are scanned whole, and this is faster than
+    translate + find on them (docs/benchmarks.md#design-converter). Small inputs keep translate + find
     (numpy's per-call cost is larger there).
     """
     t = np.frombuffer(data, np.uint8) - np.uint8(48)  # digits become 0..9, the rest wraps above
@@ -1468,8 +1465,8 @@ def _skip_line(f: IO[bytes]) -> tuple[int, bool]:
 #: JSON Lines are read in blocks of about this many bytes (completed to the
 #: next newline): one C-level split and one long-integer scan per block
 #: instead of a Python iteration and a scan per line. 128 KB rather than 1 MB:
-#: a block's lines stay in the CPU's cache while orjson parses them (4.9 ->
-#: 4.4 us per bench record, measured; 64 KB gains nothing more).
+#: a block's lines stay in the CPU's cache while orjson parses them
+#: (docs/benchmarks.md#design-converter; 64 KB gains nothing more).
 _JSONL_BLOCK_BYTES = 1 << 17
 
 

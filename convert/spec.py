@@ -199,9 +199,8 @@ def _count(value: Any, where: str) -> int:
 #: float32 column concatenated into one float_list Feature and every int64
 #: column into one int64_list Feature (keys ``PACKED_KEYS``; string columns
 #: keep their own Feature); readers slice them back. Parsing then handles two
-#: Features instead of dozens: on the bench's 27 features, 2.9 instead of 23
-#: CPU-us per example in ``parse_example`` and 172 instead of 619 bytes per
-#: record before compression.
+#: Features instead of dozens: much cheaper to parse, and smaller records
+#: (docs/benchmarks.md#design-converter).
 LAYOUTS = ("features", "packed")
 #: Packed Feature keys; ':' cannot appear in a configured feature name.
 PACKED_KEYS = {"float32": "recordprep:float32", "int64": "recordprep:int64"}

@@ -191,8 +191,8 @@ _BLAKE2B_8 = hashlib.blake2b(digest_size=8)
 
 
 def digest8(data: bytes) -> bytes:
-    """``blake2b(data, digest_size=8).digest()``; copying a ready hasher is 25%
-    cheaper than making one with its parameters (measured, 600-byte records)."""
+    """``blake2b(data, digest_size=8).digest()``; copying a ready hasher is
+    cheaper than making one with its parameters (docs/benchmarks.md#design-converter)."""
     h = _BLAKE2B_8.copy()
     h.update(data)
     return h.digest()
@@ -599,8 +599,7 @@ class Analyzer:
                 continue
             f = by_name[name]
             # Most frequent first, ties by term: a sort by term, then a stable
-            # sort by count (Analyzer.result 0.16 -> 0.04 s for the bench's 35k terms, against
-            # one sort on (-count, term) tuples).
+            # sort by count (faster than one sort on (-count, term) tuples, measured).
             terms = [t for t, n in c.items() if n >= f.min_frequency]
             terms.sort()
             terms.sort(key=c.__getitem__, reverse=True)  # reverse keeps equal counts in term order
@@ -808,7 +807,7 @@ class Preparer:
     def _top_columns(self, records: Sequence[Any]) -> dict[str, list[Any]] | None:
         """Every top-level field the config reads, as columns, when every record
         has them all (Avro records always do): one ``itemgetter`` per record and
-        one transpose, in C (measured 2.2 -> 0.6 us per record for 21 fields)."""
+        one transpose, in C (docs/benchmarks.md#design-converter)."""
         keys = self._top_keys
         if len(keys) < 2 or not records:
             return None
@@ -1134,7 +1133,7 @@ class Preparer:
                 text = ascii_lower(joined) if lower else joined
                 if text.isascii():
                     # On ASCII, tokens are runs of [A-Za-z0-9_]: a translate and a
-                    # split give the regex's tokens at 4.7x its speed (measured, bench text).
+                    # split give the regex's tokens, several times faster (docs/benchmarks.md).
                     tokens = text.translate(_ASCII_NON_WORD_TO_SPACE).split()
                 else:
                     tokens = _TOKEN_OR_NUL_RE.findall(text)

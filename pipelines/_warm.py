@@ -2,9 +2,8 @@
 
 Beam's multi-process ``FnApiRunner`` starts each worker as a new
 interpreter (``python -m pipelines._worker``) that imports Beam, numpy,
-polars and this package before it reads a record: about 1 CPU-s per worker,
-~14% of the CPU of the bench's 400k-record job on 2 cores (measured with
-``-X importtime`` and per-process CPU sampling). The launcher has imported
+polars and this package before it reads a record: a sizeable share of a
+local job's CPU (docs/benchmarks.md#design-converter). The launcher has imported
 nearly all of it already, so :class:`WarmPool` forks the workers from it
 before the pipeline starts: each child imports what the launcher lacks
 (polars, the encoders) while the launcher builds the pipeline, then waits

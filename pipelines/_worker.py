@@ -3,12 +3,11 @@
 Beam's multi-process ``FnApiRunner`` starts each worker as
 ``python -m apache_beam.runners.worker.sdk_worker_main``. A local run of
 ``recordprep convert`` starts ``python -m pipelines._worker`` instead: it sets
-the process up, then runs that same Beam module unchanged. Three things,
-each measured on the bench's default workload (2 workers, 400k records):
+the process up, then runs that same Beam module unchanged (docs/benchmarks.md#design-converter):
 
 - **Beam's unused connectors are not loaded.** ``import apache_beam`` eagerly
   imports BigQuery (and with it the Google Cloud client stack), MongoDB
-  (pymongo, bson) and Parquet (pyarrow): about 47 MB of the 180 MB a worker
+  (pymongo, bson) and Parquet (pyarrow): a good part of what a worker
   holds before it reads a record. A conversion worker uses none of them
   (Cloud Storage comes through ``gcsfilesystem``, which still loads on
   demand), and Beam already treats each as optional, importing it inside
@@ -17,14 +16,14 @@ each measured on the bench's default workload (2 workers, 400k records):
 - **glibc malloc keeps less.** At most two arenas (the gRPC, gzip and LZ4
   threads would otherwise each get one) and a fixed mmap threshold, so the
   large batch buffers are returned to the system when freed instead of
-  staying in the heap: about 10 MB per worker.
+  staying in the heap.
 - **gRPC binds loopback only**, **bundles end promptly** and **a failed
   bundle's traceback is not printed** to the stderr it shares with the CLI:
   the patches of :mod:`pipelines._patches`, kept for the worker's lifetime
   (a run in someone else's process applies them only while it runs).
 - **It exits at once** when the harness returns (``os._exit`` after flushing
   logs): the runner stops its workers one after the other, each waiting for
-  the interpreter's teardown, which added 0.6-0.7 s to the end of every job.
+  the interpreter's teardown, which delayed the end of every job.
 
 Where it is safe, a local run does not start these processes at all: it forks
 its workers from the launcher instead (:mod:`pipelines._warm`), which has
@@ -105,8 +104,7 @@ def block_unused_modules(schemes: Iterable[str] | None = None) -> None:
 
     With ``schemes`` (a local run, whose paths use those remote file systems)
     also ``LOCAL_UNUSED_MODULES`` and the file system plugins of other schemes.
-    Measured importing the worker: 1.40 -> 1.10 s CPU, 124 -> 106 MB with
-    neither ``gs`` nor ``hdfs``. ``prepare_launcher`` does the same for the
+    It makes the worker's imports cheaper (docs/benchmarks.md#design-converter). ``prepare_launcher`` does the same for the
     launcher of a local ``recordprep convert``.
     """
     names = list(UNUSED_MODULES)
@@ -120,7 +118,7 @@ def block_unused_modules(schemes: Iterable[str] | None = None) -> None:
 def prepare_launcher(argv: Sequence[str]) -> bool:
     """Set up the process of ``recordprep convert ARGV`` when it runs locally
     (no ``--runner`` after ``--``, or a local one): its launcher needs Beam's
-    connectors no more than its workers (171 -> 122 MB after importing the job).
+    connectors no more than its workers.
     Call before anything imports Beam; returns whether it applied."""
     from pipelines.options import beam_flag, split_beam_args
     from pipelines.staging import LOCAL_RUNNERS

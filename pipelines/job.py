@@ -321,8 +321,8 @@ def load_analysis(old_output: str, config: Config) -> dict[str, Any]:
     return data
 
 
-#: Below this much input, starting worker processes (each loads Beam, ~3 s
-#: and ~180 MB) costs more than a second core gains; measured with bench/.
+#: Below this much input, starting worker processes (each loads Beam) costs
+#: more than a second core gains (docs/benchmarks.md#design-converter).
 MULTIPROCESS_MIN_BYTES = 32 * 1024 * 1024
 
 
@@ -423,7 +423,7 @@ class _ViewCachingOptions(PipelineOptions):
     Beam asks the pipeline's options for a view per transform it applies
     (``view_as(TypeOptions)`` and others, 145 calls building this job), and
     every view builds an argparse parser of its options and parses the flags
-    again: 0.21-0.23 s of the job's set-up, measured. Views of one options
+    again: a measurable part of the job's set-up (docs/benchmarks.md#design-converter). Views of one options
     object share its values (``_all_options``) and its flags never change, so
     a view made once answers every later call alike. Adds no options.
     """
@@ -655,7 +655,7 @@ def _build_pipeline(opts: ConvertOptions, p: dict[str, Any], analysis: dict[str,
     )
     pipeline = beam.Pipeline(runner=runner, options=_ViewCachingOptions(args))
     # The reshuffle spreads the units over workers; in one process there is
-    # nothing to spread, and it costs a GroupByKey stage (~0.1 s measured).
+    # nothing to spread, and it costs a GroupByKey stage.
     unit_pc = pipeline | "Units" >> beam.Create(units, reshuffle=not in_process)
     if analysis is not None:
         analysis_pc = pipeline | "ReusedAnalysis" >> beam.Create([AnalysisValue(analysis)])

@@ -54,9 +54,8 @@ class ConvertOptions:
       compression: ``gzip`` or ``none``.
       gzip_level: 1 (fast) .. 9 (small). Default 5: zlib-ng's 5 writes smaller
         shards than zlib's default 6 (what TensorFlow's and Beam's writers use)
-        with 24% less deflate time than zlib-ng's 6, for 1.2% more bytes than it
-        (measured on the bench's shards: 11.90 / 11.76 / 12.07 MB for zlib-ng 5,
-        zlib-ng 6 and zlib 6).
+        with less deflate time than zlib-ng's 6, for slightly more bytes than it
+        (docs/benchmarks.md#design-converter).
       layout: ``features`` (one Feature per column) or ``packed`` (float32 and
         int64 columns concatenated into one Feature each; ``readers`` unpacks
         them, other tools must slice them; see ``convert.spec.LAYOUTS``).

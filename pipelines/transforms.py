@@ -208,14 +208,12 @@ class AnalysisValue(CacheAware):
 
     Why a wrapper: Beam's state cache weighs every side input value it loads
     by walking its whole object graph (objsize), again at each bundle that
-    loads it. The bench's analysis (vocabularies of 5 000 cities and 20 000
-    query tokens, ...) is ~64k objects: 0.05 s per load, 0.15 s of a
-    50k-record in-process job. ``CacheAware`` is Beam's hook for this: the
+    loads it, which is slow for an analysis of tens of thousands of terms
+    (docs/benchmarks.md#design-converter). ``CacheAware`` is Beam's hook for this: the
     weight is estimated once, where the analysis is made, and the cache reads
     it from ``__sizeof__`` instead of walking the graph. The estimate is 8x
-    the pickled size: the walk gave 6.0x and 7.5x on a test analysis and the
-    bench's, and the cache (100 MB by default) only needs the right order of
-    magnitude, for 1/20 of the walk's time.
+    the pickled size, a little above what the walk finds on real analyses:
+    the cache (100 MB by default) only needs the right order of magnitude.
     """
 
     def __init__(self, analysis_json: dict[str, Any]):
@@ -389,7 +387,7 @@ class _Serial:
 class _PreparedWriter:
     """A unit's prepared batches in a temp file: length-prefixed LZ4 frames of pickles.
 
-    LZ4 (level 0) halves the file for about 0.6 us per record; it and the
+    LZ4 (level 0) about halves the file for little CPU; it and the
     writes run on a ``_Serial`` thread (LZ4 releases the GIL), pickling stays
     here. The file lives only until the commit removes the temp directory.
     """
@@ -443,8 +441,8 @@ def _relaxed_gc() -> Iterator[None]:
 
     A batch holds thousands of decoded records (dicts, lists) alive, and with
     the default threshold (700 allocations) the collector traverses them again
-    and again: measured 8.0 -> 5.6 us per JSON line and 12.8 -> 11.2 us per
-    Avro record with 50 000. Records hold no reference cycles; reference
+    and again (a threshold of 50 000 is measurably faster, docs/benchmarks.md#design-converter).
+    Records hold no reference cycles; reference
     counting frees them either way. Process-wide, so counted across threads.
     """
     global _gc_users, _gc_saved
@@ -465,9 +463,9 @@ def _relaxed_gc() -> Iterator[None]:
 class _Writer:
     """A temp shard being written: raw file, optional gzip layer, counts.
 
-    Gzip is zlib-ng's (``GzipNGFile``, a ``gzip.GzipFile``): 1.6x zlib's
-    deflate speed at level 6 with slightly smaller output, measured on the
-    bench's shards (the default level 5 is smaller than zlib's 6 too, see
+    Gzip is zlib-ng's (``GzipNGFile``, a ``gzip.GzipFile``): faster than
+    zlib's deflate at level 6 with slightly smaller output (docs/benchmarks.md#design-converter;
+    the default level 5 is smaller than zlib's 6 too, see
     ``ConvertOptions.gzip_level``); any gzip reader reads it. With gzip, compressing and
     writing happen on a thread of their own: zlib-ng and file writes release the GIL, so deflate (about a sixth of the job's
     CPU) runs on another core while the DoFn prepares the next batch. The

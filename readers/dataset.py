@@ -1,161 +1,28 @@
 """``tf.data`` pipelines over recordprep outputs: :func:`train_dataset` and :func:`eval_dataset`.
 
-Record order on disk (``DatasetInfo.order``): the converter writes each split
-shuffled by default, every shard a uniform random sample of the split in
-random order, so the shard shuffle, interleave and window below only have to
-vary the order from epoch to epoch: any window, hence any batch, is already a
-fair sample, even of input sorted by time or label. An output in input order
-(``recordprep convert --no-shuffle``, and older outputs, whose metadata has no
-``shuffle``) holds one contiguous range of the input per shard, so on sorted
-input a batch draws from the few ranges the interleave has open: read it with
-``ReadOptions(block_length=1)``, ``cycle_length`` as many shards as memory
-allows and a ``shuffle_buffer`` a large fraction of the split (memory: that
-many serialized records), or convert it again without ``--no-shuffle``.
-:func:`eval_dataset` reads shards in order either way (deterministic; the
-eval split is shuffled too unless ``--no-shuffle``).
+Contract:
 
-Pipeline (training), in this order, following the tf.data performance guide
------------------------------------------------------------------------------
-1. **Shard list from the metadata**, filtered by the pattern (``fnmatch``);
-   never a glob of the bucket.
-2. **File-level sharding** across input pipelines (``input_context``): pipeline
-   ``i`` of ``n`` reads shards ``i, i+n, ...`` - disjoint and complete, and
-   each pipeline opens only its own files. With fewer shards than pipelines it
-   falls back to record-level ``Dataset.shard`` (every pipeline reads every
-   file, in the same deterministic order, and keeps every n-th record) and
-   logs a warning.
-3. **Per-epoch shard shuffle** (seeded, ``reshuffle_each_iteration=True``).
-4. **Parallel interleave** of ``TFRecordDataset(file, compression,
-   buffer_size)`` with an explicit ``cycle_length`` (``AUTOTUNE`` picks the
-   core count, 1-2 on small hosts, which serializes remote reads) and
-   explicit ``num_parallel_calls``; see :mod:`readers.options` for the
-   local/remote defaults. Records cross the interleave in blocks of
-   ``ReadOptions.block_length`` (64) consecutive records of one shard, so the
-   interleave's per-element cost is paid per block, and in the default window
-   shuffle mode they stay in vectors down to the parse (no stage handles
-   single records; ``"buffer"`` mode and record-level sharding unbatch
-   them). The shuffle mixes
-   the blocks, so nothing of this shows in the batches (with
-   ``shuffle_buffer=0``, set ``block_length=1`` for record-level alternation
-   between shards).
-5. Per shard, **damage detection** (below): a shard that yields fewer
-   records than the metadata lists fails the pipeline naming the file, or,
-   with ``skip_corrupt``, is reported and skipped.
-6. Optional **cache** of the serialized records (in memory, or in a local
-   file). It sits *before* the shuffle so every epoch is still reshuffled;
-   note that from the second epoch on the shard order is the cached one and
-   only the record shuffle mixes records: in window mode each window then
-   holds the same records every epoch (only their order within it changes),
-   a weaker mix than the sliding buffer of ``shuffle_mode="buffer"``.
-7. **Shuffle** of records, then **repeat** (``num_epochs``), so epochs stay
-   apart and batches span epoch boundaries (no partial batch appears
-   mid-training). By default (``ReadOptions.shuffle_mode="window"``) the
-   stream is cut into windows of ``shuffle_buffer`` (10 000) records and each
-   window is permuted as one tensor, with a seed per window drawn from a
-   seeded stream that runs across epochs (one per iterator); ``"buffer"`` uses ``Dataset.shuffle`` (a sliding
-   buffer, one tf.data element per record, 0.8x the examples/s on 2 cores, bench/).
-   ``rebatch`` then cuts the records into batches.
-   On remote storage, in window mode, the next epoch starts early
-   (``ReadOptions.epoch_lookahead``): each epoch is its own pipeline (steps
-   3-7) and the next one shuffles its shards, opens them and fills its first
-   window while the current one is read; its records still come after the
-   current epoch's last. Without it every epoch start waits, with nothing
-   buffered, for ``cycle_length`` shard opens and first reads, each behind a
-   time to first byte: on emulated ``gs://`` 0.3-1 s per epoch, and the
-   lookahead lifted 16-shard reads from 271k to 310k examples/s (gzip) and
-   212k to 284k (uncompressed) in 15 s time series (see BENCHMARKS.md).
-8. **Batch, then parse the whole batch** with one vectorized parse (the
-   ``ParseExampleV2`` op of ``tf.io.parse_example``, ``FixedLenFeature`` per
-   feature, no string work), ``num_parallel_calls=AUTOTUNE``. Parsing a batch
-   is several times cheaper per record than parsing records one by one.
-   Batches come from ``rebatch`` (window mode, eval) or ``batch`` (buffer
-   mode, where ``parallel_batch`` lets the batch copy run in parallel). With
-   the ``packed`` layout the parse
-   handles one Feature per dtype and one ``tf.split`` per packed Feature gives
-   the features back (:func:`parse_plan`).
-9. Split the label out, **prefetch** (``AUTOTUNE``).
+- The shard list comes from ``dataset_info.json``, filtered by the pattern,
+  never from a glob of the storage; every shard is checked to exist with its
+  listed size before reading (``ReadOptions.verify_files``).
+- Training: shard order reshuffled every epoch, ``cycle_length`` shards
+  interleaved in blocks of ``block_length`` records, records shuffled
+  (``shuffle_mode`` window or buffer) *before* the repeat, so epochs never mix;
+  then batch, one vectorized parse per batch, label split, prefetch. Only the
+  shard interleave may reorder (``deterministic=False``); seeded runs with
+  ``deterministic=True`` reproduce exactly, and iterators can be checkpointed.
+- ``input_context`` shards by file (pipeline ``i`` of ``n`` reads shards
+  ``i, i+n, ...``), falling back to record-level sharding with a warning when
+  there are fewer shards than pipelines.
+- A shard that yields fewer records than the metadata lists (corrupt,
+  truncated, deleted mid-read) fails the pipeline with
+  ``tf.errors.InvalidArgumentError`` "recordprep: shard <path> is damaged: read
+  K of the N records ..." (a ``tf.data`` graph can raise only its own ops'
+  errors), or with ``skip_corrupt`` is reported and its rest dropped.
+- Evaluation: shards in metadata order, one deterministic pass.
 
-``tf.data.Options`` are set deliberately: autotuning on, ``deterministic``
-on for every stage but the shard interleave (the one stage where overtaking
-rides out a slow file; a reordered batch would instead carry records of the
-next epoch ahead of the current one), ``map_parallelization`` and
-``parallel_batch`` on; auto-sharding
-is ``OFF`` when ``input_context`` is given (the reader already sharded by
-file) and ``DATA`` otherwise (under a multi-worker ``tf.distribute`` strategy
-without ``input_context`` every worker then reads all shards and keeps its
-part of the batches; pass ``input_context`` through
-``strategy.distribute_datasets_from_function`` for file-level sharding).
-
-Damaged shards (corrupt, truncated, unreadable)
------------------------------------------------
-TensorFlow's TFRecord reader reports a CRC mismatch or a truncated record as
-``DataLossError: corrupted record at <offset>`` without naming the file, and
-a file cut at a record boundary reads as a shorter file without any error.
-So each shard is read as "its records, then a check, but at most the
-``num_records`` the metadata lists": a complete shard never reaches the check
-(no per-record cost); a shard that ends early, for any reason (corruption,
-truncation, a read error after TensorFlow's own retries, a file deleted
-mid-training), reaches it as soon as its stream stops, before any shuffling,
-and the pipeline fails with ``tf.errors.InvalidArgumentError`` whose message
-reads ``recordprep: shard <path> is damaged: read K of the N records
-dataset_info.json lists; ...``. TensorFlow's own error, if it reported one,
-is logged just before as a warning (``Error raised with error message ...``).
-It is ``InvalidArgumentError`` rather than ``DataLossError`` because a
-``tf.data`` graph can only raise errors of its own ops (a Python-level wrapper
-could not intercept errors raised inside ``model.fit``'s compiled loop).
-``K`` comes from re-reading that one file, only on failure.
-
-Each shard open of a local file also costs one existence check (a stat,
-through ``tf.io.matching_files``): ``TFRecordDataset`` moves past a file after
-a read error but retries a file that fails to *open*, so without the check a
-shard deleted mid-training would be retried forever. (A file that exists but
-cannot be opened, e.g. permission denied, would still be retried; the reader
-checks all shards exist before it starts, see ``ReadOptions.verify_files``.)
-On ``gs://`` a missing object fails at its first read, not at its open, so
-there the check is left out (on GCS it is a listing request, one time to
-first byte before the shard's own requests, at every epoch's start) and the
-early-end check above asks whether the file exists, on failure only.
-
-With ``skip_corrupt=True`` a damaged shard is read up to its first bad
-record and the rest of it is dropped: TFRecord framing cannot resynchronize
-inside a file, so *everything after a corrupt record in that file is lost*.
-Each skipped shard is reported on stderr (``tf.print``, it runs inside the
-graph) as ``recordprep: skip_corrupt: skipped the rest of damaged shard
-<path>: read K of the N records ...``. The dataset's cardinality is then
-unknown.
-
-Remote storage
---------------
-* ``gs://`` is read by TensorFlow's built-in GCS file system. It keeps a
-  read block of ``GCS_READ_CACHE_BLOCK_SIZE_MB`` (64 MB by default) per open
-  file and zero-fills all of it before each fill, for any read up to that
-  size. So on ``gs://`` the default ``read_buffer_bytes`` is one byte more
-  than that block (:func:`readers.options.gcs_block_bytes`): each read goes
-  straight into the reader's buffer, which holds only what the shard's data
-  fills, with the same requests (one ranged GET per block). Measured on
-  emulated GCS: ~14% more examples/s, first batch 0.9 s instead of
-  1.5-2.7 s (see :mod:`readers.options`). Memory: up to one block per open
-  shard (``cycle_length`` = 16, plus the interleave's prefetched next ones)
-  for shards of 64 MB or more. On memory-tight hosts set
-  ``GCS_READ_CACHE_BLOCK_SIZE_MB=16`` (or 8) in the environment before
-  TensorFlow first touches GCS, or lower ``cycle_length``; smaller blocks
-  mean more requests, each a time to first byte, so do not go below a few MB.
-* ``hdfs://``: TensorFlow 2.21 has no HDFS file system; the selected shards
-  are staged to local disk first (see :mod:`readers._staging`).
-* ``s3://`` / ``az://`` need ``tensorflow-io`` imported; otherwise a clear
-  error says so.
-
-Checkpointing
--------------
-The returned datasets can be saved mid-epoch with
-``tf.train.Checkpoint(iterator=it)`` and restored into a fresh iterator of an
-identically built dataset; with ``deterministic=True`` and a ``seed`` the
-restored iterator yields exactly what the uninterrupted one would have. The
-checkpoint stores the records being shuffled (the buffer, or in window mode
-the window being cut into batches and any windows queued ahead of it: about
-``shuffle_buffer`` serialized records or a few times that) and, with
-``cache="memory"``, the cached records, so large buffers make large
-checkpoints.
+The stages, their order and why, damaged-shard handling, remote storage and
+checkpoint sizes are documented in docs/reading.md.
 """
 
 from __future__ import annotations
@@ -225,8 +92,8 @@ def feature_spec(info: DatasetInfo, names: Sequence[str]) -> dict[str, tf.io.Fix
 
 
 # The functions given to tf.data below use no Python control flow on tensors,
-# so AutoGraph is switched off for them: converting them costs ~0.5 s of
-# source transformation at every dataset build (most of the time to first batch).
+# so AutoGraph is switched off for them: converting them is source transformation
+# at every dataset build, most of the time to first batch (docs/benchmarks.md#design-readers).
 _plain = tf.autograph.experimental.do_not_convert
 
 
@@ -275,8 +142,8 @@ def _parse_fixed(serialized: tf.Tensor, spec: dict[str, tf.io.FixedLenFeature]) 
 
     The same ``ParseExampleV2`` op that function builds, called directly so
     that features without a default share one empty default per dtype: its
-    wrapper makes a graph constant per feature, which was ~60 ms of the
-    ~0.5 s to the first batch (27 features, bench/). Same results
+    wrapper makes a graph constant per feature, a measurable share of the
+    time to the first batch (docs/benchmarks.md#design-readers). Same results
     (tests/test_readers_dataset.py compares the two).
     """
     keys = sorted(spec)
@@ -385,8 +252,8 @@ def _tfrecords(files: tf.Tensor, compression_type: str, buffer_bytes: int) -> tf
 
     ``tf.data.TFRecordDataset`` reads a vector of names through a traced
     ``flat_map``; the op under it takes the vector directly. Two of those
-    traces per shard function were ~0.14 s of the time to the first batch in
-    a fresh process (bench/), so the op's dataset class is used when this
+    traces per shard function were a measurable share of the time to the
+    first batch (docs/benchmarks.md#design-readers), so the op's dataset class is used when this
     TensorFlow has it.
     """
     private = _private_tfrecord_class()
@@ -424,8 +291,8 @@ def _read_shard_fn(compression: str, buffer_bytes: int, skip_corrupt: bool, bloc
 
     Records leave a shard in blocks (vectors) so the interleave, whose
     per-element synchronization is the costliest per-record step of the
-    pipeline, handles one element per block (about 20% less CPU per record at
-    64 than at 1); ``rebatch`` later cuts the blocks into windows or batches.
+    pipeline, handles one element per block (docs/benchmarks.md#design-readers);
+    ``rebatch`` later cuts the blocks into windows or batches.
 
     The shard is read as ``records ++ tail``, limited to ``num_records``
     records. A complete shard fills the limit, so ``tail`` is never touched
@@ -494,15 +361,14 @@ def _read_shard_fn(compression: str, buffer_bytes: int, skip_corrupt: bool, bloc
         # here: one stat, through a glob of the path with its metacharacters escaped.
         # The stat is the first element of the shard's own pipeline, not an op of
         # this function: the interleave calls this function for one shard after
-        # another in a single thread, so a stat here (~0.1 s on gs://) serialized
-        # every shard open (1.6 s for 16 shards measured through the emulated-GCS
-        # proxy, bench/remote.py); inside the pipeline it runs in the interleave's
+        # another in a single thread, so a stat here (a request on gs://) serialized
+        # every shard open (docs/benchmarks.md#design-readers); inside the pipeline it runs in the interleave's
         # parallel workers.
         # The glob's result is the file vector itself: [path], or [] once it is gone.
         # On gs:// a missing object fails at its first read, not at the open, so the
         # early-end check below catches it: there the glob (a listing request, one
-        # time to first byte before the shard's own requests could start; 16 of
-        # them stalled every epoch's start, bench/remote.py) is left out.
+        # time to first byte before the shard's own requests could start, at
+        # every epoch's start) is left out.
         if not check_before_open:
             return records(path, escaped, num_records, tf.reshape(path, [1]))
         presence = tf.data.Dataset.from_tensors(escaped).map(_plain(tf.io.matching_files))
@@ -833,8 +699,8 @@ def train_dataset(
         needed e.g. on TPU). Only matters with ``num_epochs``.
       input_context: ``tf.distribute.InputContext``; the pipeline then reads
         only its share of the shards.
-      skip_corrupt: skip the rest of a damaged shard instead of failing (see
-        the module docstring: everything after a corrupt record in that file
+      skip_corrupt: skip the rest of a damaged shard instead of failing
+        (docs/reading.md#damaged-shards: everything after a corrupt record in that file
         is lost; each skipped shard is reported on stderr).
       options: :class:`ReadOptions`; default picks local/remote settings from
         the pattern.
@@ -848,7 +714,7 @@ def train_dataset(
       when there is no label. Tensors have shape ``(batch, *feature.shape)``.
 
     Raises (when building; damage found while reading raises
-    ``tf.errors.InvalidArgumentError`` naming the shard, see the module docstring):
+    ``tf.errors.InvalidArgumentError`` naming the shard, see docs/reading.md#damaged-shards):
       DatasetIncompleteError: no ``dataset_info.json`` (conversion unfinished
         or failed; :class:`DatasetFailedError` if the converter said why).
       ShardSelectionError: the pattern/split selects nothing or several splits.

@@ -1,15 +1,6 @@
-"""Tuning knobs of the readers, with defaults chosen per storage type.
+"""Tuning knobs of the readers (:class:`ReadOptions`), with defaults chosen per storage type.
 
-Why the defaults differ for local and remote paths
---------------------------------------------------
-Reading a TFRecord shard is a sequential stream. On a local disk a stream
-starts in microseconds and one or two of them saturate the CPU that parses the
-records, so a small cycle of open files is enough (more files in the cycle
-still improves mixing, which is why it is not 1). On object stores and
-distributed file systems (``gs://``, ``s3://``, ``hdfs://``) the time to first
-byte of a request is tens of milliseconds and one stream gets a fraction of
-the host's bandwidth; throughput comes from having many files in flight and
-from large requests. Hence, per opened file:
+``None`` in a field means "pick for the path being read":
 
 ==================  =======================  ==================================
 knob                local                    remote (gs://, s3://, hdfs://, ...)
@@ -21,31 +12,16 @@ read_buffer_bytes   1 MiB                    8 MiB; on ``gs://`` one byte more
 epoch_lookahead     off                      on (next epoch opened early)
 ==================  =======================  ==================================
 
-``cycle_length`` is always explicit: ``tf.data.AUTOTUNE`` for the interleave's
-cycle length picks the number of schedulable CPU cores, which is 1 or 2 on
-small training hosts and makes remote reads effectively sequential.
-
-Why one byte more than the GCS block on ``gs://``: TensorFlow's GCS file
-system keeps a read block per open file (``GCS_READ_CACHE_BLOCK_SIZE_MB``,
-64 MB by default) and serves every read of at most that size from it, and it
-zero-fills the whole block (``std::string::resize``) before each fill: 64 MB
-of memset and page faults per shard opened, every epoch, however small the
-shard, and 64 MB resident per open file. A read larger than the block skips
-it and lands straight in the reader's buffer, which is only touched as far as
-data arrives; the requests stay the same (one ranged GET per block). Measured
-on emulated GCS (16 gzip shards of 3 MB, 100 ms to first byte, 12 s of
-training reads): 232-234k -> 264-268k examples/s and the first batch
-1.5-2.7 s -> 0.9 s. With the GCS block cache on (``GCS_READ_CACHE_MAX_SIZE_MB``
-> 0) reads go through that shared cache instead, and the 8 MiB default stays.
-
-Memory: the reader holds about ``cycle_length * read_buffer_bytes`` of read
-buffers (16 * 8 MiB = 128 MiB remote; on ``gs://`` up to 16 * 64 MiB, but
-only as much of each as its shard's data fills), plus the shuffle buffer
-(``shuffle_buffer`` serialized records; a few windows of them in the default
-``window`` shuffle mode: +30 MB peak RSS against ``buffer`` mode on the bench's
-10 000 records of ~620 bytes), plus, on ``gs://`` when ``read_buffer_bytes``
-is set at or below the GCS block, TensorFlow's own per-file GCS read block
-(see :mod:`readers.dataset`).
+Why: a local stream starts in microseconds and one or two saturate the parse;
+on object stores each request waits a time to first byte and one stream gets
+a fraction of the bandwidth, so throughput needs many files in flight and
+large requests. ``cycle_length`` is always explicit, since ``AUTOTUNE`` picks
+the core count (1-2 on small training hosts: sequential remote reads). On
+``gs://`` reads one byte larger than TensorFlow's per-file GCS read block skip
+that block, which TensorFlow zero-fills before every fill (unless the shared
+GCS block cache is on). Memory: about ``cycle_length * read_buffer_bytes`` plus
+the shuffle buffer. Details and measurements: docs/reading.md#options,
+docs/remote-storage.md#gs, docs/benchmarks.md#design-readers.
 """
 
 from __future__ import annotations
@@ -63,11 +39,8 @@ AUTOTUNE = -1
 LOCAL_SCHEMES = ("", "file", "ram")
 
 LOCAL_CYCLE_LENGTH = 8
-# Remote defaults checked on emulated GCS (bench/remote.py: 100 ms to first byte, 20 MB/s per
-# connection, 16 gzip shards of 3 MB, 2 shared cores, 2026-11-23): cycle 16 / 8 MiB buffers
-# 130-144k examples/s; cycle 8: 156k, cycle 4: 135k (one run each, within the ~15% run-to-run
-# noise), so 16 was kept. 2026-11-24 (Intel host, --remote-tune): with reads one byte over the GCS
-# block (below) 265k; the old 8 MiB 223k, 1 MiB 200k; cycle 8 269k, 4 255k.
+# Remote defaults checked on emulated GCS: cycles of 4 and 8 measured within the run-to-run
+# noise of 16, so 16 stays (docs/benchmarks.md#design-readers).
 REMOTE_CYCLE_LENGTH = 16
 LOCAL_READ_BUFFER_BYTES = 1 << 20
 REMOTE_READ_BUFFER_BYTES = 8 << 20
@@ -117,7 +90,8 @@ class ReadOptions:
     """How the readers open, interleave, buffer and shuffle shards.
 
     Every field defaults to a value that suits the path being read; ``None``
-    means "pick for local vs remote at build time" (see the module docstring).
+    means "pick for local vs remote at build time" (see the module docstring
+    and docs/reading.md#options).
     Build one with :meth:`for_path` to fix the storage type up front, or pass
     ``ReadOptions(...)`` and let the reader detect it from the pattern.
 
@@ -131,7 +105,7 @@ class ReadOptions:
       block_length: consecutive records taken from one shard before the
         interleave moves to the next (training only). They cross the
         interleave as one element, which amortizes its per-element cost
-        (about 20% less CPU per record at 64 than at 1); the record shuffle
+        (measured, docs/benchmarks.md#design-readers); the record shuffle
         mixes them afterwards. Use 1 with a tiny ``shuffle_buffer`` if
         record-level alternation between shards matters. Each open shard
         buffers up to ``3 * block_length`` records.
@@ -149,8 +123,8 @@ class ReadOptions:
         ``shuffle_buffer`` consecutive records and each window is permuted at
         random as one tensor (``stateless_shuffle``, seeded per window and
         epoch). Records stay in vectors from the shard reader to the parse, so
-        no stage of the pipeline handles single records: about 1.25x the
-        examples/s of ``"buffer"`` (bench/, 2 cores). A record mixes only with
+        no stage of the pipeline handles single records, which is faster than
+        ``"buffer"`` (docs/benchmarks.md#readers). A record mixes only with
         the records of its window.
         ``"buffer"``: ``Dataset.shuffle(shuffle_buffer)``, tf.data's sliding
         buffer: every output is drawn from the ``shuffle_buffer`` records read
@@ -184,11 +158,10 @@ class ReadOptions:
         must end the dataset). At
         every epoch boundary the reader otherwise waits for ``cycle_length``
         opens and first reads, one time to first byte each, with nothing
-        buffered: on emulated ``gs://`` a 0.3-1 s stall per epoch
-        (BENCHMARKS.md). Epochs still never mix: the next epoch's records wait
+        buffered: a stall per epoch on remote storage
+        (docs/benchmarks.md#design-readers). Epochs still never mix: the next epoch's records wait
         until the current epoch's last record is out. Costs the next epoch's
-        open shards and one window of records (peak RSS 677 -> 749 MB on the
-        bench's gzip shards). ``None``: on for remote storage, off locally
+        open shards and one window of records. ``None``: on for remote storage, off locally
         (opens are cheap there).
       service: a tf.data service dispatcher, ``"grpc://host:port"``: the
         training pipeline (shard reads, shuffle, batch, parse) runs on its
