@@ -1,89 +1,31 @@
 """Training input through TensorFlow's tf.data service, and its servers.
 
 When the trainer's own CPUs cannot read, shuffle and parse fast enough, the
-input pipeline can run on a pool of CPU hosts: a **dispatcher** hands work to
-**workers**, which run the pipeline and stream parsed batches to the trainers
-over gRPC. ``readers.train_dataset(..., service="grpc://host:port")`` (or
+input pipeline runs on a pool of CPU hosts: a **dispatcher** hands work to
+**workers**, which run it and stream parsed batches to the trainers over gRPC.
+``readers.train_dataset(..., service="grpc://host:port")`` (or
 ``ReadOptions(service=...)``) builds that pipeline; ``recordprep data-service
-dispatcher`` and ``recordprep data-service worker`` start the servers
-(:func:`serve_dispatcher`, :func:`serve_worker`).
+dispatcher|worker`` start the servers (:func:`serve_dispatcher`,
+:func:`serve_worker`).
 
-What runs where
----------------
-The workers run :func:`readers.train_dataset`'s pipeline for **one epoch**:
-the shard list from the metadata (read by the trainer and sent with the
-pipeline), the per-epoch shard shuffle, the interleave of shard reads with
-the damage check, the record shuffle (window or buffer mode), batches of
-``batch_size`` and the vectorized parse (label split, ``packed`` layouts).
-The trainer re-cuts what arrives into batches of ``batch_size``
-(``rebatch``: a worker's last batch of an epoch is short, and several workers
-end their part of an epoch at different points), repeats for ``num_epochs``
-(each epoch is a new iteration of the job, so epochs never mix) and
-prefetches. Workers must reach the shards under the same path as the trainer
-(``gs://`` or a shared file system).
+Contract:
 
-Sharding policy (``ReadOptions.service_sharding``)
---------------------------------------------------
-``"dynamic"`` (default; ``ShardingPolicy.DYNAMIC``)
-    The dispatcher hands out shards, one at a time, to whichever worker asks:
-    each shard is read by one worker, once per epoch, and fast workers take
-    more shards (a slow worker or straggling shard holds back only its own
-    shards). Workers may join mid-epoch. The shard order is the dispatcher's
-    (metadata order), and each worker shuffles the records of the shards it
-    holds (a window mixes only shards that one worker reads together).
-    **Worker loss**: the shards the lost worker was reading, and the records
-    it had read but not yet sent, are **lost for that epoch** (never
-    repeated): the epoch holds each record at most once. The other workers
-    keep serving the remaining shards, but TensorFlow's client ends the
-    epoch only once a worker is back at the lost one's address (run workers
-    under a supervisor that restarts them, e.g. a Kubernetes Deployment
-    with stable addresses); the next epoch is complete again.
-``"static"`` (``ShardingPolicy.FILE``)
-    The dispatcher must be started with the fixed list of worker addresses
-    (``--worker-address``, repeated); worker ``i`` of ``n`` always reads
-    shards ``i, i+n, ...`` (deterministic ownership, e.g. for a cache on the
-    worker's disk). **Worker loss**: the epoch cannot end without that
-    worker's shards: trainers wait until a worker comes back at the same
-    address, which then reads its shards again **from their start** (records
-    it had sent before it died arrive twice; none is lost).
+- Workers run one epoch of :func:`readers.train_dataset`'s pipeline (shard
+  shuffle, interleave with the damage check, record shuffle, batch, parse);
+  the trainer re-cuts batches to ``batch_size``, repeats epochs (never mixed)
+  and prefetches. Workers must reach the shards under the trainer's path.
+- ``service_sharding="dynamic"``: every shard read once per epoch by whichever
+  worker asks; a lost worker's unsent records are lost for that epoch, never
+  repeated. ``"static"``: worker ``i`` of the dispatcher's fixed list reads
+  shards ``i, i+n, ...``; a lost worker's shards are read again from their
+  start when it returns (repeats, no loss).
+- Kept: the shard checks, the damage message, ``skip_corrupt``, the label
+  split, ``features``, packed layouts. Not kept: cardinality, a reproducible
+  order, iterator checkpoints; ``cache`` and ``input_context`` are refused.
+- The servers listen on every interface and stop cleanly on SIGTERM/SIGINT.
 
-``ReadOptions.service_job_name``: trainers that give the same name share one
-job: every batch goes to one of them, so together they see each record once
-per epoch (with ``"dynamic"``), and each trainer's batches are a disjoint part
-of it. Without a name, each trainer gets its own job (its own full epoch).
-``ReadOptions.service_compression``: ``"auto"`` (default) lets tf.data service
-compress batches on the wire when it pays; ``"none"`` sends them raw (fast
-networks, CPU-bound workers).
-
-Guarantees and limits through the service
------------------------------------------
-Kept: the shard list and size check before reading (on the trainer), the
-per-shard damage check (a damaged shard fails the worker's pipeline and the
-trainer's iterator with the same ``recordprep: shard <path> is damaged``
-message, inside tf.data service's "Failed to get element from worker"),
-``skip_corrupt`` (its report goes to the worker's stderr), the label split,
-``features``, packed layouts, ``drop_remainder``. Not kept: the dataset's
-cardinality is unknown (a lost worker loses records under ``"dynamic"``;
-give ``model.fit`` a ``steps_per_epoch``); the order is not reproducible
-(``deterministic`` and ``seed`` apply on each worker, but which worker reads
-what depends on timing); iterators cannot be checkpointed (tf.data service
-has no iterator state to save); ``cache`` and ``input_context`` are refused
-(cache on the workers' side is not shared across epochs' jobs, and the
-service shards the data itself: with several trainers, share a
-``service_job_name``); ``epoch_lookahead`` does not apply (each epoch is a
-job iteration).
-
-Servers
--------
-:func:`serve_dispatcher` and :func:`serve_worker` are thin wrappers over
-``tf.data.experimental.service.DispatchServer``/``WorkerServer``: they start
-the server, print one line saying where it listens, and stop it cleanly on
-SIGTERM or SIGINT. TensorFlow's gRPC servers listen on every interface; a
-worker tells the dispatcher (and through it the trainers) the address to
-reach it at (``advertise``). The dispatcher is fault tolerant when given a
-``work_dir``: it journals its state there and resumes it after a restart
-(TensorFlow offers this for the dispatcher only; a restarted worker
-registers again).
+Details (job sharing, compression, worker loss, fault tolerance):
+docs/data-service.md.
 """
 
 from __future__ import annotations
@@ -108,7 +50,7 @@ _POLICIES = {"dynamic": "DYNAMIC", "static": "FILE"}
 def train_dataset(sel: ShardSelection, plan: Any, label: str | None, *, batch_size: int, seed: int | None,
                   num_epochs: int | None, deterministic: bool, drop_remainder: bool, skip_corrupt: bool,
                   cache: Any, input_context: Any, opts: ReadOptions) -> tf.data.Dataset:
-    """:func:`readers.train_dataset` through the tf.data service at ``opts.service`` (see the module docstring)."""
+    """:func:`readers.train_dataset` through the tf.data service at ``opts.service`` (see the module docstring and docs/data-service.md)."""
     if cache is not None:
         raise ValueError(f"cache={cache!r} cannot be used with ReadOptions.service: the pipeline runs on the "
                          "service's workers, a new job iteration each epoch; leave cache=None")
