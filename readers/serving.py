@@ -11,8 +11,8 @@ Contract:
 - **In**: raw source values in the wire format of ``readers._serving_wire``
   (per source field a value tensor per form, a kind tensor saying what the
   record held, null included, and for list sources a length). Build them from
-  records with :meth:`TransformLayer.encode` (or write them by hand: the
-  README's Serving section has a TF Serving REST example).
+  records with :meth:`TransformLayer.encode` (or write them by hand:
+  docs/serving.md has a TF Serving REST example).
 - **Out**: ``{feature name: tensor}`` for every non-label feature the output
   holds, with the dtypes and shapes of its metadata (``[batch] + shape``).
   For every record the converter accepts, each tensor equals what the
@@ -34,17 +34,10 @@ Exactness is tested against the converter's shards (``tests/test_readers_serving
 every transform and option, hypothesis-generated records with nulls at every
 depth and numbers at the float edges, and ``examples/data``.
 
-What is not reproduced in-graph, and refused or reported instead of
-approximated: outputs older than ``SERVING_MIN_FORMAT_VERSION`` (BLAKE2b
-hashes, Python's Unicode tokenizer); a source read both as a list and as a
-single value (one shape per input); ISO 8601 timestamp strings outside the
-forms of ``_ISO_RE`` (week dates, basic formats, other separators, offsets
-with seconds: reported per row); integers beyond int64 in a timestamp field
-(``encode`` reports them). ``log1p`` is TensorFlow's float64 ``log1p`` cast to
-float32: it equals numpy's float32 result on every value tested (millions,
-all magnitudes); numpy's float64 ``log1p`` itself differs between CPUs (SIMD
-vs libm) by an ulp, so a value within an ulp of a float32 rounding boundary
-can differ between two converter machines as well.
+What is not reproduced in-graph is refused or reported instead of
+approximated: outputs older than ``SERVING_MIN_FORMAT_VERSION``, a source read
+both as a list and as a single value, ISO 8601 strings outside ``_ISO_RE``'s
+forms and integers beyond int64 in timestamp fields (docs/serving.md).
 """
 
 from __future__ import annotations
