@@ -20,7 +20,7 @@ SHARD_ERRORS = (ValueError, OSError, EOFError, zlib.error)
 
 
 class InspectError(RuntimeError):
-    pass
+    """``inspect``/``verify`` cannot read the output: not complete, no such split, or a record that is not an Example."""
 
 
 def _output_dir(path: str) -> str:

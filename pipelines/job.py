@@ -72,7 +72,7 @@ log = logging.getLogger("recordprep")
 
 
 class OutputExistsError(RuntimeError):
-    pass
+    """The output holds another conversion (``--overwrite`` replaces it), or files no recordprep run wrote (nothing is deleted)."""
 
 
 def tool_version() -> str:

@@ -28,7 +28,7 @@ MAX_INPUT_CAP_MB = 4096.0
 
 
 class OptionsError(ValueError):
-    pass
+    """A conversion option is out of range, or a Beam flag would be dropped or has no ``--`` before it (a usage error)."""
 
 
 def input_cap_bytes(flag: str, mb: float) -> int:

@@ -28,7 +28,7 @@ from convert.spec import FORMAT_VERSION, MAX_SHARDS
 
 
 class InputError(ValueError):
-    pass
+    """An ``--input`` matches no file, cannot be listed or read, is not a regular file, or makes too many shards."""
 
 
 @dataclasses.dataclass(frozen=True)
