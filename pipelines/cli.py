@@ -480,7 +480,8 @@ def wait(
 
     A failed conversion (its _FAILURE.json) or a dead one (killed, or its
     machine lost: its lock's heartbeat stopped) ends the wait at once with
-    exit 1. No lock and no metadata means not started yet: the wait goes on.
+    exit 1, as does storage that cannot be read (an unreachable NameNode, no
+    permission). No lock and no metadata means not started yet: the wait goes on.
     """
     from convert.spec import METADATA_FILENAME, SpecError
     from readers.errors import DatasetDeadError, DatasetFailedError
