@@ -120,11 +120,12 @@ def test_config_hash_of_configs_valid_before_is_unchanged():
 
 
 def test_shipped_and_documented_configs_load():
-    readme = (ROOT / "README.md").read_text()
-    blocks = [b for b in re.findall(r"```yaml\n(.*?)```", readme, re.S) if "features:" in b]
-    assert blocks
-    for block in blocks:
-        parse_config(yaml.safe_load(block), source="README.md")
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    blocks = [(page, b) for page in pages
+              for b in re.findall(r"```yaml\n(.*?)```", page.read_text(encoding="utf-8"), re.S) if "features:" in b]
+    assert {page.name for page, _ in blocks} >= {"README.md", "feature-config.md"}
+    for page, block in blocks:
+        parse_config(yaml.safe_load(block), source=str(page.relative_to(ROOT)))
     for path in (ROOT / "examples" / "features.yaml", ROOT / "bench" / "features.yaml"):
         load_config(path)
 
