@@ -1139,9 +1139,10 @@ class Preparer:
                 else:
                     tokens = _TOKEN_OR_NUL_RE.findall(text)
                 fcodes = _index_all(index, tokens)
-                sep = fcodes < 0
-                counts_a = np.bincount(np.cumsum(sep)[~sep], minlength=b).astype(np.int64)
-                fcodes = fcodes[~sep]
+                word = fcodes >= 0
+                # Tokens per row: the gaps between the NUL tokens' positions.
+                counts_a = np.diff(np.flatnonzero(~word), prepend=-1, append=fcodes.size) - 1
+                fcodes = fcodes[word]
             else:
                 findall = _TOKEN_RE.findall
                 flat: list[str] = []
