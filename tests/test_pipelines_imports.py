@@ -3,13 +3,16 @@
 import subprocess
 import sys
 
-BLOCK_TF = """
+_NO_TF = """
 import sys
 class _Block:
     def find_spec(self, name, path=None, target=None):
         if name == "tensorflow" or name.startswith("tensorflow."):
             raise ImportError("tensorflow is blocked in this test")
 sys.meta_path.insert(0, _Block())
+"""
+
+BLOCK_TF = _NO_TF + """
 import convert.config, convert.example, convert.sources, convert.splits, convert.spec, convert.tfrecord, convert.vectorize
 import pipelines.cli, pipelines.job, pipelines.transforms, pipelines.inspect, pipelines.plan
 assert "tensorflow" not in sys.modules
@@ -23,13 +26,7 @@ def test_convert_and_pipelines_import_without_tensorflow():
     assert r.stdout.strip() == "ok"
 
 
-WAIT_WITHOUT_TF = """
-import sys
-class _Block:
-    def find_spec(self, name, path=None, target=None):
-        if name == "tensorflow" or name.startswith("tensorflow."):
-            raise ImportError("tensorflow is blocked in this test")
-sys.meta_path.insert(0, _Block())
+WAIT_WITHOUT_TF = _NO_TF + """
 from pipelines.cli import app
 try:
     app(sys.argv[1:])

@@ -224,7 +224,7 @@ def test_the_private_tfrecord_class_is_called_by_keyword(tmp_path, monkeypatch):
     import readers.dataset
 
     gz = fx.write_output(tmp_path / "gz", compression="GZIP")
-    real, public, calls = readers.dataset._private_tfrecord_class(), tf.data.TFRecordDataset, []
+    real, calls = readers.dataset._private_tfrecord_class(), []
 
     def reordered(filenames, buffer_size=None, compression_type=None, name=None):
         calls.append((buffer_size, compression_type))
