@@ -575,7 +575,7 @@ def _header() -> list[str]:
     """Every transform, what it does and its options (the config's own table)."""
     width = max(map(len, TRANSFORM_TABLE))
     lines = ["# Drafted by `recordprep infer`: check every entry. Every transform, and its options",
-             "# (besides name, source, allow_all_missing; details: README 'Feature config'):"]
+             "# (besides name, source, allow_all_missing; details: docs/feature-config.md):"]
     for t, info in TRANSFORM_TABLE.items():
         opts = f" [{', '.join(info.options)}]" if info.options else ""
         lines.append(f"#   {t:<{width}}  {info.summary}{opts}")

@@ -3,8 +3,8 @@
 ``EXPORT`` is a SavedModel from ``examples/train.py --export`` (``readers.export_serving``):
 it takes the records' raw fields and applies the converter's transforms itself,
 so nothing here computes a feature. recordprep only turns each record into the
-signature's dense inputs (nulls and lists as kinds and lengths, see the README's
-Serving section); ``--request FILE`` writes the same inputs as a TensorFlow
+signature's dense inputs (nulls and lists as kinds and lengths, see
+docs/serving.md); ``--request FILE`` writes the same inputs as a TensorFlow
 Serving REST body (``{"instances": [...]}``) for ``POST /v1/models/NAME:predict``.
 """
 

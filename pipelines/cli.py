@@ -40,7 +40,7 @@ app = typer.Typer(
     # Plain help: rich's option table cuts option names and defaults at 80 columns.
     rich_markup_mode=None,
     help="Convert AVRO/JSON into sharded, pre-vectorized TFRecords for TensorFlow training.",
-    # What this command sets up in its own process and a library caller's run never does (README).
+    # What this command sets up in its own process and a library caller's run never does (docs/converting.md).
     epilog="This command sets up its own process: logging (Beam's quiet unless --verbose), SIGTERM and "
            "Ctrl-C handlers that end a run cleanly, Beam's unused connectors marked absent for a local "
            "convert, and convert's workers forked from it (RECORDPREP_WARM_WORKERS=0: started instead). "
@@ -345,7 +345,7 @@ def infer(
             if key:
                 hint += f"; the file is one JSON document: name the key holding the records with --json-records-path {key}"
         if not hint:
-            hint = ("; point -i at files that hold records, or write the config by hand (README 'Feature config'): "
+            hint = ("; point -i at files that hold records, or write the config by hand (docs/feature-config.md): "
                     "convert turns files without records into an empty output")
         _fail(f"no records found in {where}; nothing to infer from{hint}")
     config, drafts = infer_config(records, schemas or None, label)
@@ -440,7 +440,7 @@ def export(
     export_dir: Annotated[str, typer.Argument(help="Where to write the serving SavedModel (must not exist).")],
     trust_model_code: Annotated[bool, typer.Option(help="Load Python code inside the model file (Lambda layers): only for a model you wrote.")] = False,
 ) -> None:
-    """Write a SavedModel for TF Serving whose serving_default takes raw records' fields and applies the converter's transforms exactly (README: Serving)."""
+    """Write a SavedModel for TF Serving whose serving_default takes raw records' fields and applies the converter's transforms exactly (docs/serving.md)."""
     if not model.exists():
         _fail(f"model {model}: no such file", code=2)
     from readers._io import exists

@@ -31,7 +31,7 @@ Creation is atomic where the storage allows it:
   the held generation to refresh and delete, so no two runs can both win;
 * anything else (``hdfs://``): best effort through Beam's ``FileSystems``
   (create if absent, then read back the token); two runs starting within the
-  same second can both pass. Documented in the README.
+  same second can both pass. Documented in docs/operations.md.
 """
 
 from __future__ import annotations
