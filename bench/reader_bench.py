@@ -63,6 +63,7 @@ import argparse
 import gc
 import os
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -75,7 +76,7 @@ WARMUP_BATCHES, WARMUP_S = 2, 1.0
 WINDOWS, WINDOW_MIN_BATCHES, WINDOW_S = 7, 1, 0.4
 PARSE_LIMIT_BATCHES = 16
 
-CASES = ("train_dataset", "train_dataset_buffer", "mbfd", "naive", "raw", "parse", "avro_gen")
+CASES = ("train_dataset", "train_dataset_buffer", "mbfd", "naive", "raw", "parse", "avro_gen", "service")
 
 
 # ------------------------------------------------------------------ datasets
@@ -141,6 +142,14 @@ def build(case: str, out_dir: str, avro_files: list[str], batch: int):
         import readers
 
         return readers.train_dataset(_join(out_dir, "train-*"), batch, seed=1, options=_read_options())
+    if case == "service":  # through the tf.data service dispatcher of run_service_table
+        import json
+
+        import readers
+
+        overrides = json.loads(os.environ.get("RECORDPREP_BENCH_READ_OPTIONS") or "{}")
+        return readers.train_dataset(_join(out_dir, "train-*"), batch, seed=1, options=readers.ReadOptions(
+            **overrides, service=os.environ["RECORDPREP_BENCH_SERVICE"]))
     if case == "train_dataset_buffer":
         import readers
 
@@ -375,6 +384,114 @@ def run_table(dirs: dict[str, str], avro_files: list[str], *, log, log_dir: Path
     return {"rows": {k: _summarize(v) for k, v in runs.items()}, "batch": BATCH, "step_ms": step_ms,
             "warmup": {"batches": WARMUP_BATCHES, "seconds": WARMUP_S},
             "windows": {"count": WINDOWS, "min_batches": WINDOW_MIN_BATCHES, "seconds": WINDOW_S}}
+
+
+#: Worker counts of the tf.data service rows (issue 23).
+SERVICE_WORKERS = (1, 2)
+
+
+def run_service_table(out_dir: str, *, log, log_dir: Path, repeats: int = 1,
+                      workers: Sequence[int] = SERVICE_WORKERS) -> dict[str, Any]:
+    """``train_dataset`` in-process against the same reads through a local tf.data service
+    dispatcher with 1 and 2 workers (``recordprep data-service`` processes on 127.0.0.1).
+
+    The measured (trainer) process's own CPU per example is the point on a small
+    machine: the workers share its cores, so total examples/s cannot rise, but the
+    trainer's share of the input work moves to the workers. Rows run interleaved.
+    """
+    import signal
+    import subprocess
+    import sys
+
+    from bench.measure import run_child
+
+    recordprep = str(Path(sys.executable).with_name("recordprep"))
+
+    def start(args: list[str]) -> tuple[subprocess.Popen, int]:
+        proc = subprocess.Popen([recordprep, "data-service", *args], stdout=subprocess.PIPE, text=True,
+                                stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+        for line in proc.stdout:
+            if "listening on port" in line:
+                return proc, int(line.split("listening on port ")[1].split()[0])
+        raise RuntimeError(f"recordprep data-service {args[0]} did not come up (exit {proc.wait()})")
+
+    runs: dict[str, list[dict[str, Any]]] = {}
+    for rnd in range(repeats):
+        for n in (0, *workers):
+            key = "in-process" if n == 0 else f"service:{n}"
+            label = "readers.train_dataset, in-process" if n == 0 else f"readers.train_dataset via tf.data service, {n} worker(s)"
+            procs: list[subprocess.Popen] = []
+            env = {}
+            try:
+                if n:
+                    dispatcher, port = start(["dispatcher", "--port", "0"])
+                    procs.append(dispatcher)
+                    for _ in range(n):
+                        procs.append(start(["worker", "--dispatcher", f"127.0.0.1:{port}", "--port", "0",
+                                            "--advertise", "127.0.0.1"])[0])
+                    env["RECORDPREP_BENCH_SERVICE"] = f"grpc://127.0.0.1:{port}"
+                log(f"service: {label} (run {rnd + 1}/{repeats})")
+                cpu0 = _cpu_seconds(procs[1:])
+                m = run_child("bench.reader_bench", ["--case", "service" if n else "train_dataset", "--dir", out_dir],
+                              log_dir=log_dir, timeout=900, env=env)
+                # The workers' CPU over the row's wall time (their start-up excluded, the trainer's included).
+                workers_cores = (_cpu_seconds(procs[1:]) - cpu0) / m.wall_s if m.wall_s else 0.0
+            finally:
+                for proc in reversed(procs):
+                    proc.send_signal(signal.SIGTERM)
+                    try:
+                        proc.wait(30)
+                    except subprocess.TimeoutExpired:
+                        proc.kill()
+            runs.setdefault(key, []).append({**m.to_json(), "label": label, "compression": "", "case": key,
+                                             "step_ms": 0.0, "workers_cores": round(workers_cores, 2)})
+            if m.ok:
+                log(f"  -> {m.result['examples_per_s']:,.0f} examples/s, trainer "
+                    f"{m.result['cpu_us_per_example']:.1f} CPU-us/example")
+            else:
+                log(f"  -> FAILED: {m.error} (log: {m.log})")
+    rows = {}
+    for key, rs in runs.items():
+        rows[key] = _summarize(rs)
+        rows[key]["workers_cores"] = sorted(r["workers_cores"] for r in rs)[len(rs) // 2]
+    return {"rows": rows, "dir": out_dir}
+
+
+def _cpu_seconds(procs: Sequence[Any]) -> float:
+    """CPU seconds (user + system) the processes ``procs`` have used so far."""
+    import psutil
+
+    total = 0.0
+    for proc in procs:
+        try:
+            t = psutil.Process(proc.pid).cpu_times()
+            total += t.user + t.system
+        except psutil.Error:
+            pass
+    return total
+
+
+def service_markdown(table: dict[str, Any] | None) -> list[str]:
+    """The tf.data service rows: examples/s and the trainer's own CPU per example, against in-process."""
+    if not table:
+        return ["_tf.data service rows not run_"]
+    rows = table["rows"]
+    base = rows.get("in-process", {})
+    lines = [f"`{table['dir']}` (train split), batch {BATCH}: `train_dataset` in the measured process, and the same "
+             "reads through a local tf.data service dispatcher with 1 and 2 workers (`recordprep data-service` "
+             "processes on 127.0.0.1, sharing the machine's cores with the trainer). *Trainer CPU-µs / example* is "
+             "the measured (trainer) process's own CPU time only.", "",
+             "| row | examples/s | vs in-process | trainer CPU-µs / example | trainer cores busy | workers' cores busy | runs |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
+    for r in rows.values():
+        if not r["ok"]:
+            lines.append(f"| {r['label']} | FAILED: {r.get('error')} | | | | | {r['runs']} |")
+            continue
+        vs = f"{r['examples_per_s'] / base['examples_per_s']:.2f}x" if base.get("ok") else "—"
+        workers = f"{r['workers_cores']:.2f}" if r["case"] != "in-process" else "—"
+        lines.append(f"| {r['label']} | {r['examples_per_s']:,.0f} | {vs} | {r['cpu_us_per_example']:.2f} | "
+                     f"{r['cpu_cores_used']:.2f} | {workers} | {r['runs']} |")
+    return lines
 
 
 def _summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:

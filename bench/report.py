@@ -397,6 +397,10 @@ def markdown(results: dict[str, Any]) -> str:
         from bench import remote as _remote_table
 
         lines += ["## Readers on emulated remote storage (gs://)", "", *_remote_table.markdown(results["remote"]), ""]
+    if results.get("service"):
+        from bench.reader_bench import service_markdown
+
+        lines += ["## Reading through a tf.data service", "", *service_markdown(results["service"]), ""]
     if results.get("notes"):
         lines += ["## Notes", "", *[f"- {n}" for n in results["notes"]], ""]
     return "\n".join(lines)

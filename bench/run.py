@@ -100,6 +100,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--skip-shuffle", action="store_true",
                     help="leave the shuffle-quality rows out (two conversions and five one-epoch reads, about a "
                          "minute at default size)")
+    ap.add_argument("--skip-service", action="store_true",
+                    help="leave the tf.data service rows (a local dispatcher with 1 and 2 workers) out")
     ap.add_argument("--skip-remote", action="store_true",
                     help="leave the remote reader table (emulated gs://, bench/remote.py) out")
     ap.add_argument("--remote-ttfb-ms", type=float, default=remote.TTFB_MS,
@@ -160,6 +162,13 @@ def main(argv: list[str] | None = None) -> int:
             except Exception as e:  # servers missing or broken: the other tables still count
                 results["notes"].append(f"remote reader table failed: {type(e).__name__}: {e}")
                 log(f"remote reader table FAILED: {e}")
+        if "gzip" in dirs and not args.skip_service:
+            try:
+                results["service"] = reader_bench.run_service_table(dirs["gzip"], log=log, log_dir=log_dir,
+                                                                    repeats=target_repeats)
+            except Exception as e:  # the other tables still count
+                results["notes"].append(f"tf.data service rows failed: {type(e).__name__}: {e}")
+                log(f"tf.data service rows FAILED: {e}")
 
     if not args.skip_shuffle:
         results["shuffle"] = shuffle_quality.run_table(args.size, log=log, log_dir=log_dir,

@@ -146,3 +146,19 @@ def test_straggler_ratios_compare_each_reader_with_its_own_no_straggler_rate():
                                                        "straggler": {"factor": 10, "shards": 16, "file": "x"}}))
     assert "NOT MET" in lines
 
+
+
+def test_service_rows_report_the_trainer_cpu_against_in_process():
+    from bench.reader_bench import service_markdown
+
+    def row(case, rate, cpu, ok=True):
+        return {"label": case, "case": case, "ok": ok, "runs": 1, "examples_per_s": rate, "cpu_us_per_example": cpu,
+                "cpu_cores_used": 0.5, "workers_cores": 1.5, "error": None if ok else "boom"}
+
+    table = {"dir": "out", "rows": {"in-process": row("in-process", 100.0, 4.0), "service:1": row("service:1", 50.0, 1.0),
+                                    "service:2": row("service:2", 0, 0, ok=False)}}
+    lines = service_markdown(table)
+    assert "| service:1 | 50 | 0.50x | 1.00 | 0.50 | 1.50 | 1 |" in lines
+    assert "| in-process | 100 | 1.00x | 4.00 | 0.50 | — | 1 |" in lines
+    assert any(line.startswith("| service:2 | FAILED: boom") for line in lines)
+    assert service_markdown(None) == ["_tf.data service rows not run_"]
