@@ -262,6 +262,14 @@ def render_path(steps: Sequence[Step]) -> str:
     return "".join(out)
 
 
+def count_path(path: str) -> str:
+    """The path of the items a ``count`` of ``path`` counts: ``path`` when it ends
+    in ``[]`` or ``[keys]``, else ``path[]`` (a list's items, a map's values; a
+    single value counts as one)."""
+    steps = parse_path(path)
+    return path if steps[-1] is EACH or steps[-1] is KEYS else render_path((*steps, EACH))
+
+
 def is_multi_path(path: str) -> bool:
     """Whether ``path`` yields a list per record (it steps through ``[]`` or ends in ``[keys]``)."""
     if "[" not in path:

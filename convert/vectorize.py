@@ -93,11 +93,11 @@ def getter(path: str) -> Callable[[Any], Any]:
 
 
 def _feature_getter(f: FeatureConfig) -> Callable[[Any], Any]:
-    """``getter(f.source)``; for ``text`` through lists, each record's strings joined (``_joined_text``)."""
+    """``getter(f.source)``; for ``text`` through lists, each record's strings joined (``joined_text``)."""
     get = getter(f.source)
     if f.transform != "text" or not is_list_path(parse_path(f.source)):
         return get
-    return lambda r: _joined_text([get(r)])[0]
+    return lambda r: joined_text([get(r)])[0]
 
 
 def _count_steps(steps: tuple[Step, ...]) -> tuple[Step, ...]:
@@ -924,7 +924,7 @@ class Preparer:
                 values = [walk_path(v, steps, 1) for v in records.column(steps[0], [None] * b)]  # type: ignore[arg-type]
         else:
             values = extract_path(records, steps, all_dicts, top)
-        return (_joined_text(values) if f.transform == "text" else values), None, None, None
+        return (joined_text(values) if f.transform == "text" else values), None, None, None
 
     # -- numerics
     def _numeric(self, f: FeatureConfig, values: list[Any], bad: dict[int, Rejection],
@@ -1214,7 +1214,7 @@ class Preparer:
         return first, new_terms, codes, lens
 
 
-def _joined_text(values: list[Any]) -> list[Any]:
+def joined_text(values: list[Any]) -> list[Any]:
     """A ``text`` feature's values from a path through lists: each row's strings
     joined by a space (a delimiter, so the tokens are those of each string in
     order); a row holding anything else is left for the vectorizer to reject."""

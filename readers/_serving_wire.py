@@ -28,7 +28,10 @@ per source in ``Wire.columns`` order (config order of first use):
   width]`` (any width; shorter lists padded, items past the length ignored),
   and a column of ``lens`` (int32, ``[batch, list sources]``): the list's
   length, ``-1`` when it is null or absent; a single value where a list
-  belongs counts as a one-item list (as in the converter).
+  belongs counts as a one-item list (as in the converter). A ``count``
+  feature's source travels as the list of the items it counts
+  (``convert.config.count_path``: ``items`` as ``items[]``), of which only the
+  length is read; a ``text`` read through lists as its strings joined.
 
 An input with no column (no source reads that form) is left out. ``encode``
 builds these arrays from records (the dicts the converter reads);
@@ -44,8 +47,8 @@ from typing import Any
 
 import numpy as np
 
-from convert.config import Config, FeatureConfig
-from convert.vectorize import getter, term
+from convert.config import Config, FeatureConfig, count_path, is_multi_path
+from convert.vectorize import getter, joined_text, term
 
 KIND_NULL, KIND_BOOL, KIND_INT, KIND_FLOAT, KIND_STRING, KIND_BYTES, KIND_NESTED, KIND_OTHER = range(8)
 KIND_NAMES = ("null", "bool", "int", "float", "str", "bytes", "nested", "other")
@@ -89,6 +92,8 @@ def _number(v: Any) -> float:
 
 
 def _forms(f: FeatureConfig) -> tuple[str, ...]:
+    if f.transform == "count":
+        return ()  # only the list's length travels
     if f.is_numeric:
         return ("number",)
     if f.transform == "bytes":
@@ -148,8 +153,11 @@ class Wire:
         uses: dict[str, list[tuple[FeatureConfig, bool]]] = {}
         for f in config.features:
             for path in f.sources or (f.source,):
-                # text: one string per record (max_len counts its tokens)
-                uses.setdefault(path, []).append((f, f.multi_valued and f.transform != "text"))
+                # text: one string per record (max_len counts its tokens); count: a list's length
+                if f.transform == "count":
+                    path = count_path(path)
+                is_list = (f.multi_valued and f.transform != "text") or f.transform == "count"
+                uses.setdefault(path, []).append((f, is_list))
         self.sources: list[Source] = []
         taken: set[str] = {*PACKED.values(), LENS}
         for path, fs in uses.items():
@@ -162,13 +170,16 @@ class Wire:
             forms = tuple(form for form in FORMS if any(form in _forms(f) for f, _ in fs))
             key = _key(path, taken)
             src = Source(path, key, lists.pop(), forms,
-                         tuple(("items" if f.is_numeric else "non_null", f.max_len or 1) for f, _ in fs))
+                         tuple(("items", 0) if f.transform == "count" else
+                               ("items" if f.is_numeric else "non_null", f.max_len or 1) for f, _ in fs))
             for n in src.input_names():
                 if n in taken:
                     raise WireError(f"input name {n!r} of source {path!r} is taken by another source; rename a field")
             taken.update(src.input_names())
             self.sources.append(src)
-        self._get = {s.path: getter(s.path) for s in self.sources}
+        # a single value read through lists is a text's: its strings joined, as the converter reads them
+        self._get = {s.path: _joined(getter(s.path)) if not s.is_list and is_multi_path(s.path) else getter(s.path)
+                     for s in self.sources}
         #: packed input name -> the sources of its columns, in order (inputs without a column left out)
         self.columns: dict[str, list[Source]] = {}
         scalars = [s for s in self.sources if not s.is_list]
@@ -270,6 +281,10 @@ class Wire:
             arr = np.zeros((b, width), dtype=FORMS[form]) if form in ("number", "int") else np.full((b, width), b"", dtype=object)
             arr[mask] = col
             out[s.input_name(form)] = arr
+
+
+def _joined(get: Any) -> Any:
+    return lambda r: joined_text([get(r)])[0]
 
 
 def _needed(items: list[Any], uses: tuple[tuple[str, int], ...]) -> int:

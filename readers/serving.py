@@ -51,7 +51,7 @@ import tensorflow as tf
 
 from convert import spec as _spec
 from convert.apply import DEFAULT_ANALYSIS_FILENAME, OutputAnalysis
-from convert.config import FeatureConfig, is_multi_path
+from convert.config import FeatureConfig, count_path
 from convert.derive import CROSS_SEPARATOR, DAY_SECONDS, UNITS
 from readers import _io
 from readers._serving_wire import (
@@ -85,9 +85,6 @@ SERVING_MIN_FORMAT_VERSION: int | None = getattr(_spec, "SERVING_MIN_FORMAT_VERS
 
 def unsupported_reason(info_version: int, f: FeatureConfig) -> str | None:
     """Why feature ``f`` of an output of ``info_version`` cannot be served exactly, or None."""
-    if f.transform == "count" or (f.transform == "text" and is_multi_path(f.source)):
-        return (f"feature {f.name!r}: transform {f.transform!r} of source {f.source!r}: the serving layer does not "
-                f"compute counts or text through lists yet; export a model without it")
     oov_hash = f.transform == "vocabulary" and f.num_oov_buckets > 1
     if f.transform in _HASHED or oov_hash:
         if SERVING_MIN_FORMAT_VERSION is None or info_version < SERVING_MIN_FORMAT_VERSION:
@@ -246,6 +243,10 @@ class TransformLayer(tf.Module):
             return
         if f.transform == "cross":
             out.update(self._cross(f, inputs, bad))
+            return
+        if f.transform == "count":  # the list's length; null or absent: 0
+            lens = tf.cast(inputs[self.wire.by_path(count_path(f.source)).len_name], tf.int64)
+            out[f.name] = tf.maximum(lens, 0)[:, None]
             return
         s = self.wire.by_path(f.source)
         if f.is_numeric:
