@@ -355,8 +355,10 @@ def _suggest(path: str, known: Sequence[str]) -> str:
         close = [p for p in known if p.rsplit(".", 1)[-1] == last][:3]
     if close:
         return "did you mean " + " or ".join(repr(c) for c in close) + "?"
+    if not known:
+        return "the records have no fields: nothing in this input can be converted; check it is the data you meant"
     shown = ", ".join(known[:15]) + (", ..." if len(known) > 15 else "")
-    return f"the fields are: {shown or '(none)'}"
+    return f"the fields are: {shown}"
 
 
 def _step_text(step: Step) -> str:

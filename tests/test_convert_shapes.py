@@ -372,3 +372,14 @@ def _write(tmp_path: Path, config: dict) -> Path:
     cfg = tmp_path / "inferred.yaml"
     cfg.write_text(yaml.safe_dump(config))
     return cfg
+
+
+def test_converting_records_without_fields_says_nothing_can_be_converted(tmp_path):
+    path = tmp_path / "nofields.avro"
+    path.write_bytes(_avro({"type": "record", "name": "E", "fields": []}, [{}, {}]))
+    cfg = tmp_path / "features.yaml"
+    cfg.write_text(yaml.safe_dump({"features": [{"name": "x", "transform": "zscore"}]}))
+    r = cli("convert", "-i", path, "-c", cfg, "-o", tmp_path / "out")
+    assert r.exit_code == 2 and "the records have no fields: nothing in this input can be converted" in r.output, r.output
+    r = cli("infer", "-i", path)
+    assert r.exit_code == 1 and "the records have no fields" in r.output and "the data you meant" in r.output, r.output
