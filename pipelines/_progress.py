@@ -4,7 +4,10 @@ Beam's local runner only hands back metrics when the pipeline has finished,
 so workers report through small files instead: each work unit overwrites
 ``<output>/.recordprep-tmp/progress/<pass>-<unit>.json`` (``{"records": n,
 "bytes": b}``) at most once a second and when it ends, and the launcher sums
-them every few seconds. It works across the multi-process runner's workers
+them every few seconds. With shuffled output a third pass, ``gather``, reports
+each output shard as it is written (``gather-<shard>.json``: records written
+and their share of the input bytes, so its percentage reads like the
+others'). It works across the multi-process runner's workers
 (same machine, same files). Remote runners have their own monitoring (the
 Dataflow console), so the launcher only enables this for local outputs, and
 a worker that cannot write a progress file just carries on.
@@ -23,6 +26,13 @@ from typing import TextIO
 
 PROGRESS_DIR = "progress"
 PASSES = ("analyze", "convert")
+#: The shuffle's last pass (shuffled output only): scattered records gathered into the output shards.
+GATHER = "gather"
+
+
+def run_passes(reused_analysis: bool, shuffled: bool) -> tuple[str, ...]:
+    """The passes a local conversion goes through, in order (what its progress line shows)."""
+    return (("convert",) if reused_analysis else PASSES) + ((GATHER,) if shuffled else ())
 
 
 class UnitProgress:
@@ -56,9 +66,9 @@ class UnitProgress:
             self.path = None
 
 
-def read_totals(root: str) -> dict[str, tuple[int, int]]:
-    """``{pass: (records, bytes)}`` summed over the units that reported so far."""
-    totals = {p: [0, 0] for p in PASSES}
+def read_totals(root: str, passes: tuple[str, ...] = PASSES) -> dict[str, tuple[int, int]]:
+    """``{pass: (records, bytes)}`` summed over the units (or shards) that reported so far."""
+    totals = {p: [0, 0] for p in passes}
     try:
         names = os.listdir(root)
     except OSError:
@@ -84,7 +94,8 @@ def format_line(totals: dict[str, tuple[int, int]], total_bytes: int, elapsed: f
         records, nbytes = totals.get(p, (0, 0))
         pct = f" {min(100.0, 100.0 * nbytes / total_bytes):5.1f}%" if total_bytes > 0 else ""
         parts.append(f"{p}: {records:,} records, {nbytes / 1e6:,.1f}/{total_bytes / 1e6:,.1f} MB{pct}")
-    # Each record goes through every pass: this rate ends equal to the summary's.
+    # Each record goes through every pass: this rate ends equal to the summary's
+    # (the gather counts written records: a little below it when some are rejected).
     records = sum(totals.get(p, (0, 0))[0] for p in passes) / max(1, len(passes))
     rate = records / elapsed if elapsed > 0 else 0.0
     return f"[{elapsed:6.0f} s] " + "  |  ".join(parts) + f"  ({rate:,.0f} records/s)"
@@ -114,7 +125,7 @@ class ProgressReporter:
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval):
-            totals = read_totals(self.root)
+            totals = read_totals(self.root, self.passes)
             if not any(r for r, _ in totals.values()):
                 continue  # nothing reported yet (or the commit already removed the files)
             line = format_line(totals, self.total_bytes, self.clock() - self._t0, self.passes)

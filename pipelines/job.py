@@ -43,7 +43,7 @@ from convert.vectorize import Analysis, AnalysisMismatchError
 from pipelines import _patches, remote
 from pipelines._fs import delete as fs_delete
 from pipelines._fs import match_in, read_metadata
-from pipelines._progress import PASSES, PROGRESS_DIR, ProgressReporter
+from pipelines._progress import PROGRESS_DIR, ProgressReporter, run_passes
 from pipelines._warm import WarmPool
 from pipelines._worker import command as worker_command
 from pipelines._worker import schemes_of
@@ -689,7 +689,7 @@ def _run(opts: ConvertOptions, p: dict[str, Any], analysis: dict[str, Any] | Non
         pipeline = _build_pipeline(opts, p, analysis, setup.runner, setup.args, setup.label(warm), setup.in_process)
         progress = opts.progress and setup.local and "://" not in opts.output
         reporter = (ProgressReporter(FileSystems.join(opts.output, TMP_DIR, PROGRESS_DIR), p["total_bytes"],
-                                     ("convert",) if opts.analysis_from else PASSES)
+                                     run_passes(bool(opts.analysis_from), opts.shuffle_seed is not None))
                     if progress else contextlib.nullcontext())
         try:
             with reporter, (warm.serving_beam() if warm else contextlib.nullcontext()):

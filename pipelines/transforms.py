@@ -32,6 +32,7 @@ from __future__ import annotations
 import base64
 import concurrent.futures
 import contextlib
+import ctypes
 import dataclasses
 import datetime as _dt
 import decimal
@@ -85,7 +86,7 @@ from convert.vectorize import (
 )
 from pipelines._fs import delete as fs_delete
 from pipelines._fs import match_in, size_of
-from pipelines._progress import PROGRESS_DIR, UnitProgress
+from pipelines._progress import GATHER, PROGRESS_DIR, UnitProgress
 from pipelines.options import ConvertOptions
 from pipelines.plan import InputFile, WorkUnit
 
@@ -389,7 +390,8 @@ class _PreparedWriter:
 
     LZ4 (level 0) about halves the file for little CPU; it and the
     writes run on a ``_Serial`` thread (LZ4 releases the GIL), pickling stays
-    here. The file lives only until the commit removes the temp directory.
+    here. The convert pass removes the file once it has read it (the commit
+    removes the temp directory in any case).
     """
 
     def __init__(self, path: str):
@@ -519,19 +521,39 @@ class _Writer:
 # input: no GroupByKey of records) and writes them sorted by their order key.
 # Sorting by an iid uniform key gives a uniform random order, and the bucket
 # choice is iid uniform too: each shard is a uniform random sample of its
-# split. A bucket larger than ``_GATHER_BYTES`` is gathered in key ranges,
-# one range in memory at a time; the output is the same either way.
+# split. A bucket larger than ``_GATHER_BYTES`` is first split by key range
+# into a temp file of its own (one pass), then each range is sorted in
+# memory: a gathering shard holds one range whatever the input's size, and
+# the output is the same however many ranges there are.
 
 _U64 = np.uint64
 #: Encoded records a unit buffers before spilling them to its scatter file
 #: (up to two more spills wait for the writer thread).
 _SPILL_BYTES = 4 << 20
-#: Framed records a gathering shard holds at once; a larger bucket is read
-#: once per key range of about this size.
-_GATHER_BYTES = 32 << 20
+#: Framed records a gathering shard holds at once; a larger bucket is split
+#: into key ranges of at most about this size.
+_GATHER_BYTES = 16 << 20
 #: Records per write of a gathered shard.
 _GATHER_CHUNK = 2048
 _FRAME_HEAD = struct.Struct("<I")
+
+
+try:  # glibc only; elsewhere the allocator is left as it is
+    _malloc_trim = ctypes.CDLL(None).malloc_trim
+except (OSError, AttributeError, TypeError):
+    _malloc_trim = None
+
+
+def _release_freed_memory() -> None:
+    """Give the C allocator's free pages back to the system (glibc ``malloc_trim``).
+
+    A gathering shard allocates and frees a key range's buffer and its frames
+    (megabytes each) on pool threads; glibc keeps what each thread's arena
+    freed, so without this the process's peak grows with the number of ranges
+    gathered, not with the largest range.
+    """
+    if _malloc_trim is not None:
+        _malloc_trim(0)
 
 
 def _mix64(x: np.ndarray) -> np.ndarray:
@@ -600,29 +622,34 @@ class _Scatter:
     def _write_spill(self, groups: list[tuple[int, list[tuple[bytes, np.ndarray, np.ndarray]]]]) -> None:
         for g, parts in groups:
             data = b"".join(p[0] for p in parts)
-            flens = np.concatenate([p[1] for p in parts])
             keys = np.concatenate([p[2] for p in parts])
-            payload = b"".join((_FRAME_HEAD.pack(len(keys)), keys.astype("<u8").tobytes(),
-                                flens.astype("<u4").tobytes(), data))
-            comp = lz4.frame.compress(payload, compression_level=0)
+            comp = _frame_payload(keys, np.concatenate([p[1] for p in parts]), data)
             self.f.write(comp)
             self.index.setdefault(g, []).append((self._pos, len(comp), len(keys), len(data)))
             self._pos += len(comp)
 
-    def close(self) -> dict:
+    def close(self, input_bytes: int) -> dict:
+        """The file and its index; ``input_bytes``, the unit's, scales the gather's progress."""
         try:
             self._spill()
             self._bg.close()
         finally:
             self.f.close()
-        return {"path": self.path, "index": self.index}
+        return {"path": self.path, "index": self.index, "input_bytes": input_bytes}
 
     def abort(self) -> None:
         self._bg.abort()
 
 
-def _read_frames(path: str, frames: list[tuple[int, int, int, int]]) -> Iterator[tuple[np.ndarray, np.ndarray, bytes]]:
-    """``(order keys, framed lengths, framed records)`` of the frames of one scatter file."""
+def _frame_payload(keys: np.ndarray, flens: np.ndarray, data: bytes) -> bytes:
+    """One LZ4 frame of a scatter (or key-range) file: count, order keys, framed lengths, framed records."""
+    payload = b"".join((_FRAME_HEAD.pack(len(keys)), keys.astype("<u8").tobytes(), flens.astype("<u4").tobytes(), data))
+    return lz4.frame.compress(payload, compression_level=0)
+
+
+def _read_frames(path: str, frames: list[tuple[int, int, int, int]]) -> Iterator[tuple[np.ndarray, np.ndarray, memoryview]]:
+    """``(order keys, framed lengths, framed records)`` of the frames of one scatter file
+    (views of the frame's payload: no copy)."""
     with FileSystems.open(path, compression_type="uncompressed") as f:
         for offset, size, n, raw in frames:
             f.seek(offset)
@@ -635,7 +662,7 @@ def _read_frames(path: str, frames: list[tuple[int, int, int, int]]) -> Iterator
                 raise ConversionFailed(f"temp file {path} is truncated or damaged; re-run the conversion")
             keys = np.frombuffer(payload, dtype="<u8", count=n, offset=_FRAME_HEAD.size)
             flens = np.frombuffer(payload, dtype="<u4", count=n, offset=_FRAME_HEAD.size + 8 * n)
-            yield keys, flens.astype(np.int64), payload[_FRAME_HEAD.size + 12 * n:]
+            yield keys, flens.astype(np.int64), memoryview(payload)[_FRAME_HEAD.size + 12 * n:]
 
 
 class _GatherShard(beam.DoFn):
@@ -702,6 +729,10 @@ class _GatherShard(beam.DoFn):
         attempt = uuid.uuid4().hex[:8]
         suffix = ".tfrecord.gz" if opts.compression_type == "GZIP" else ".tfrecord"
         scattered = sorted((r for r in results if r["scatter"] is not None), key=lambda r: r["unit"])
+        # Progress in input bytes: each written byte stands for this many (the whole bucket's share of the input).
+        raw = sum(fr[3] for r in scattered for frames in r["scatter"]["index"].values() for fr in frames)
+        scale = sum(r["scatter"].get("input_bytes", 0) for r in scattered) / raw if raw else 0.0
+        prog = UnitProgress(FileSystems.join(opts.output, TMP_DIR, PROGRESS_DIR) if opts.progress else None, GATHER, shard)
         out = {}
         with _relaxed_gc():
             for s, name in enumerate(opts.splits.names):
@@ -709,63 +740,103 @@ class _GatherShard(beam.DoFn):
                 sources = [(r["scatter"]["path"], r["scatter"]["index"][g]) for r in scattered if g in r["scatter"]["index"]]
                 w = _Writer(FileSystems.join(tmp, f"{name}-{shard:05d}-{attempt}{suffix}"), opts.compression_type, opts.gzip_level)
                 try:
-                    for piece in _gathered(sources):
+                    for piece in _gathered(sources, FileSystems.join(tmp, f"gather-{name}-{shard:05d}-{attempt}.bin")):
                         if self._stop.is_set():
                             raise ConversionFailed("stopped: another shard failed")
                         w.write(piece[0], piece[1])
+                        prog.add(piece[1], round(len(piece[0]) * scale))
                 except BaseException:
                     w.abort()
                     raise
                 out[name] = {"tmp": w.path, "records": w.records, "bytes": w.close()}
+        prog.close()
         return {"shard": shard, "shards": out}
 
 
-def _gathered(sources: list[tuple[str, list[tuple[int, int, int, int]]]]) -> Iterator[tuple[bytes, int]]:
-    """The framed records of ``sources`` sorted by order key (ties: in source order), in chunks.
+_Sources = list[tuple[str, list[tuple[int, int, int, int]]]]  # (scatter file, its frames of one bucket)
 
-    One key range of about ``_GATHER_BYTES`` is in memory at a time.
+
+def _gathered(sources: _Sources, spill: str) -> Iterator[tuple[bytes, int]]:
+    """The framed records of ``sources`` sorted by order key (ties: in source order), in writes of ``_GATHER_CHUNK`` records.
+
+    A bucket of more than ``_GATHER_BYTES`` is split by key range into the
+    temp file ``spill`` first (removed at the end), so one range is in memory
+    at a time and every record is read at most twice. Writes are counted over
+    the whole shard (deflate's bytes depend on how the input is cut into
+    writes): the same bytes however many ranges there are.
     """
     raw = sum(fr[3] for _, frames in sources for fr in frames)
     ranges = max(1, -(-raw // _GATHER_BYTES))
-    bounds = [(2**64 * j) // ranges for j in range(ranges + 1)]
-    pending: list[memoryview] = []
-    for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
-        datas, lens, keys = [], [], []
+    try:
+        parts = [sources] if ranges == 1 else _split_by_key(sources, ranges, spill)
+        pending: list[Any] = []  # pieces of the next write
+        count = 0  # records in ``pending``
+        for part in parts:
+            keys, lens, data = _load(part)
+            order = np.argsort(keys, kind="stable")
+            starts, lens_l = (np.cumsum(lens) - lens)[order].tolist(), lens[order].tolist()
+            del keys, lens, order
+            mv = memoryview(data)
+            at = 0
+            while at < len(starts):
+                end = min(len(starts), at + _GATHER_CHUNK - count)
+                pending += [mv[a:a + n] for a, n in zip(starts[at:end], lens_l[at:end], strict=True)]
+                count += end - at
+                at = end
+                if count == _GATHER_CHUNK:
+                    yield b"".join(pending), count
+                    pending, count = [], 0
+            if pending:  # carried into the next range's first write: let go of this range's buffer
+                pending = [b"".join(pending)]
+            del mv, data
+        if count:
+            yield b"".join(pending), count
+    finally:
+        if ranges > 1 and FileSystems.exists(spill):
+            FileSystems.delete([spill])
+
+
+def _load(sources: _Sources) -> tuple[np.ndarray, np.ndarray, bytearray]:
+    """``(order keys, framed lengths, framed records)`` of every frame of ``sources``,
+    in source order; the records in one buffer (each frame's payload is let go once copied)."""
+    _release_freed_memory()  # the previous range's (or shard's) buffers
+    data = bytearray(sum(fr[3] for _, frames in sources for fr in frames))
+    keys, lens, pos = [], [], 0
+    for path, frames in sources:
+        for k, fl, d in _read_frames(path, frames):
+            data[pos:pos + len(d)] = d
+            pos += len(d)
+            keys.append(k.copy())  # not a view that would hold the payload
+            lens.append(fl)
+    if not keys:
+        return np.zeros(0, _U64), np.zeros(0, np.int64), data
+    return np.concatenate(keys), np.concatenate(lens), data
+
+
+def _split_by_key(sources: _Sources, ranges: int, spill: str) -> list[_Sources]:
+    """Copy the records of ``sources`` into ``spill``, one frame per source frame and key range
+    (keys ``[2**64 * j / ranges, 2**64 * (j + 1) / ranges)``); returns each range's frames, in source order."""
+    cuts = np.array([(2**64 * j) // ranges for j in range(1, ranges)], dtype=_U64)
+    index: list[list[tuple[int, int, int, int]]] = [[] for _ in range(ranges)]
+    pos = 0
+    f = FileSystems.create(spill, mime_type="application/octet-stream", compression_type="uncompressed")
+    try:
         for path, frames in sources:
-            for k, fl, data in _read_frames(path, frames):
-                if ranges > 1:
-                    sel = (k >= _U64(lo)) if hi == 2**64 else ((k >= _U64(lo)) & (k < _U64(hi)))
-                    if not sel.all():  # keep only this range's records in memory
-                        starts = np.cumsum(fl) - fl
-                        mv = memoryview(data)
-                        data = b"".join([mv[a:a + b] for a, b in zip(starts[sel].tolist(), fl[sel].tolist(), strict=True)])
-                        k, fl = k[sel], fl[sel]
-                datas.append(memoryview(data))
-                lens.append(fl)
-                keys.append(k)
-        if not keys:
-            continue
-        # Records stay in their frames' payloads (no copy): frame and start of each.
-        fl_all = np.concatenate(lens)
-        frame = np.repeat(np.arange(len(lens)), [len(x) for x in lens])
-        local = np.concatenate([np.cumsum(x) - x for x in lens])
-        order = np.argsort(np.concatenate(keys), kind="stable")
-        fr, st, ln = frame[order].tolist(), local[order].tolist(), fl_all[order].tolist()
-        del fl_all, frame, local, order, keys, lens
-        # Writes of _GATHER_CHUNK records counted over the whole shard (deflate's
-        # bytes depend on how the input is cut into writes): the same bytes
-        # however many key ranges there are.
-        at = 0
-        while at < len(fr):
-            end = at + _GATHER_CHUNK - len(pending)
-            pending += [datas[f][a:a + n] for f, a, n in zip(fr[at:end], st[at:end], ln[at:end], strict=True)]
-            at = min(end, len(fr))
-            if len(pending) == _GATHER_CHUNK:
-                yield b"".join(pending), len(pending)
-                pending = []
-        del datas
-    if pending:
-        yield b"".join(pending), len(pending)
+            for k, fl, d in _read_frames(path, frames):
+                rng = np.searchsorted(cuts, k, side="right")
+                order = np.argsort(rng, kind="stable")
+                starts, lens = (np.cumsum(fl) - fl)[order].tolist(), fl[order].tolist()
+                rng, k, fl = rng[order], k[order], fl[order]
+                cut = (np.flatnonzero(rng[1:] != rng[:-1]) + 1).tolist()
+                for a, b in zip([0, *cut], [*cut, len(rng)], strict=True):
+                    data = b"".join([d[x:x + n] for x, n in zip(starts[a:b], lens[a:b], strict=True)])
+                    comp = _frame_payload(k[a:b], fl[a:b], data)
+                    f.write(comp)
+                    index[int(rng[a])].append((pos, len(comp), b - a, len(data)))
+                    pos += len(comp)
+    finally:
+        f.close()
+    return [[(spill, frames)] for frames in index]
 
 
 class GatherShards(beam.PTransform):
@@ -780,8 +851,15 @@ class GatherShards(beam.PTransform):
         self.options, self.num_shards, self.results, self.parallel = options, num_shards, results, parallel
 
     def expand(self, shards):
+        # Only the scatter indexes ride to the gather: the unit results' other
+        # parts (per-file counts, statistics) are the commit's.
+        indexes = self.results | "ScatterIndexes" >> beam.Map(_scatter_index)
         return shards | "GatherShard" >> beam.ParDo(_GatherShard(self.options, self.num_shards, self.parallel),
-                                                    beam.pvalue.AsList(self.results))
+                                                    beam.pvalue.AsList(indexes))
+
+
+def _scatter_index(result: dict) -> dict:
+    return {"unit": result["unit"], "scatter": result["scatter"]}
 
 
 class _ConvertUnit(beam.DoFn):
@@ -860,8 +938,11 @@ class _ConvertUnit(beam.DoFn):
         stats = StatsAccumulator(self.config, names)  # stats.json: every split, merged at commit
 
         # The analysis pass left the unit prepared; with a reused analysis
-        # (--analysis-from) there is no analysis pass: prepare here.
+        # (--analysis-from) there is no analysis pass: prepare here, as a
+        # retried unit does (its first attempt removed the file it read).
         cached = (analysis_json.get(PREPARED_KEY) or {}).get(unit.index)
+        if cached and not FileSystems.exists(cached):
+            cached = None
         items = (_read_prepared(cached) if cached
                  else _prepare_unit(unit, opts, Preparer(self.config, unit_terms=True), label_classes=vec.label_ids))
         prog = _unit_progress(opts, "convert", unit)
@@ -917,6 +998,8 @@ class _ConvertUnit(beam.DoFn):
                 raise
         if err_f is not None:
             err_f.close()
+        if cached:  # read to the end: its disk space is the scatter's or the shards' now
+            FileSystems.delete([cached])
 
         def finish() -> dict:
             try:
@@ -924,11 +1007,12 @@ class _ConvertUnit(beam.DoFn):
                 for s, w in zip(names, writers, strict=False):  # no writers when scattering
                     size = w.close()
                     shards[s] = {"tmp": w.path, "records": w.records, "bytes": size}
-                scattered = scatter.close() if scatter is not None else None
+                nbytes = _unit_bytes(unit)
+                scattered = scatter.close(nbytes) if scatter is not None else None
             except BaseException:
                 abort()
                 raise
-            prog.add(0, _unit_bytes(unit))
+            prog.add(0, nbytes)
             prog.close()
             read = sum(c["read"] for c in per_file.values())
             self.records_read.inc(read)

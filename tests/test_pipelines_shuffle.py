@@ -320,3 +320,152 @@ def test_a_failed_shard_surfaces_after_the_other_shards_threads_stopped(tmp_path
     assert not any(t.name.startswith("recordprep-writer") for t in threading.enumerate())
     fn.teardown()
     assert not any(t.name.startswith("recordprep-gather") for t in threading.enumerate())
+
+
+# ------------------------------------------------- progress, temp files on disk
+
+
+def _one_unit(tmp_path: Path, records: int = 120, **opts_kw):
+    """A config, options and analysis for converting ``part-0.avro`` of a small dataset as unit 0."""
+    from convert.config import load_config
+    from convert.vectorize import Analyzer
+    from pipelines.transforms import AnalysisValue
+
+    paths = write_dataset(tmp_path / "d", make_records(records))
+    config = load_config(str(paths["config"]))
+    files = sorted(str(p) for p in (tmp_path / "d").glob("*.avro"))
+    (tmp_path / "o" / ".recordprep-tmp").mkdir(parents=True)
+    opts = ConvertOptions(inputs=tuple(files), config=str(paths["config"]), output=str(tmp_path / "o"), **opts_kw)
+    a = Analyzer(config)
+    a.add_records(make_records(records))
+    return config, opts, files, AnalysisValue(a.result().to_json())
+
+
+def _convert_unit(config, opts, unit, analysis, num_shards: int) -> dict:
+    from pipelines.transforms import _ConvertUnit
+
+    fn = _ConvertUnit(config, opts, num_shards)
+    fn.start_bundle()
+    assert list(fn.process(unit, analysis)) == []
+    [done] = [wv.value for wv in fn.finish_bundle()]
+    return done
+
+
+def test_the_gather_reports_records_written_and_the_input_bytes_they_stand_for(tmp_path):
+    from pipelines._progress import GATHER, PROGRESS_DIR, read_totals
+    from pipelines.plan import ByteRange, WorkUnit
+    from pipelines.transforms import _GatherShard
+
+    config, opts, files, analysis = _one_unit(tmp_path, progress=True)
+    root = tmp_path / "o" / ".recordprep-tmp" / PROGRESS_DIR
+    root.mkdir()  # the launcher's reporter makes it
+    units = [WorkUnit(i, (ByteRange(f, 0, None),)) for i, f in enumerate(files)]
+    results = [_convert_unit(config, opts, u, analysis, 2) for u in units]
+    fn = _GatherShard(opts, 2)
+    fn.setup()
+    fn.start_bundle()
+    shards = [*(r for s in (0, 1) for r in fn.process(s, results)), *(wv.value for wv in fn.finish_bundle())]
+    fn.teardown()
+    written = sum(sp["records"] for sh in shards for sp in sh["shards"].values())
+    assert written == 120
+    assert sorted(p.name for p in root.glob("gather-*.json")) == ["gather-00000.json", "gather-00001.json"]
+    records, nbytes = read_totals(str(root), (GATHER,))[GATHER]
+    assert records == written
+    assert abs(nbytes - sum(os.path.getsize(f) for f in files)) <= 4  # rounded per write
+
+
+def test_a_local_run_prints_the_gather_pass_only_when_shuffling(data, tmp_path, monkeypatch):
+    import functools
+    import io
+
+    import pipelines.job as job
+    from pipelines import transforms
+    from pipelines._progress import ProgressReporter
+
+    slow = transforms._gathered
+
+    def gathered(sources, spill):  # a gather slow enough for the reporter to see it
+        for piece in slow(sources, spill):
+            time.sleep(0.1)
+            yield piece
+
+    monkeypatch.setattr(transforms, "_gathered", gathered)
+    monkeypatch.setattr(transforms, "_GATHER_CHUNK", 100)
+    texts = {}
+    for order in ("shuffled", "input"):
+        stream = io.StringIO()
+        monkeypatch.setattr(job, "ProgressReporter", functools.partial(ProgressReporter, interval=0.02, stream=stream))
+        job.run_convert(ConvertOptions(inputs=(str(data["avro"]),), config=str(data["config"]), output=str(tmp_path / order),
+                                       num_shards=2, workers=1, progress=True, order=order))
+        texts[order] = stream.getvalue()
+    gather_lines = [ln for ln in texts["shuffled"].splitlines() if "gather: " in ln]
+    assert gather_lines, texts["shuffled"]
+    assert int(gather_lines[-1].split("gather: ")[1].split(" records")[0].replace(",", "")) > 0
+    assert "convert: " in texts["input"] and "gather" not in texts["input"]
+
+
+def test_the_convert_pass_removes_each_prepared_file_once_read_and_a_retry_prepares_again(tmp_path):
+    from pipelines.plan import ByteRange, WorkUnit
+    from pipelines.transforms import PREPARED_KEY, AnalysisValue, _AnalyzeUnit
+
+    config, opts, files, analysis = _one_unit(tmp_path)
+    unit = WorkUnit(0, (ByteRange(files[0], 0, None),))
+    [(_, _, prepared)] = list(_AnalyzeUnit(config, opts).process(unit))
+    assert os.path.exists(prepared)
+    with_file = AnalysisValue({**analysis.json, PREPARED_KEY: {0: prepared}})
+    first = _convert_unit(config, opts, unit, with_file, 3)
+    assert not os.path.exists(prepared)  # read to the end: removed
+    retried = _convert_unit(config, opts, unit, with_file, 3)  # a retried unit: prepares from the input again
+    assert first["per_file"] == retried["per_file"]
+    assert first["scatter"]["index"] == retried["scatter"]["index"]
+    assert Path(first["scatter"]["path"]).read_bytes() == Path(retried["scatter"]["path"]).read_bytes()
+
+
+def test_no_prepared_file_outlives_the_convert_pass_and_no_key_range_file_its_shard(data, tmp_path, monkeypatch):
+    """Disk: the prepared files are gone before the gather starts; a shard's key-range file once the shard is written."""
+    from pipelines import transforms
+
+    seen: list[tuple[list[str], bool]] = []
+    real = transforms._gathered
+
+    def gathered(sources, spill):
+        tmp = Path(spill).parent
+        before = sorted(p.name for p in tmp.glob("prepared-*"))
+        yield from real(sources, spill)
+        seen.append((before, os.path.exists(spill)))
+
+    monkeypatch.setattr(transforms, "_gathered", gathered)
+    monkeypatch.setattr(transforms, "_GATHER_BYTES", 20_000)  # several key ranges per shard: a key-range file each
+    job_opts = ConvertOptions(inputs=(str(data["avro"]),), config=str(data["config"]), output=str(tmp_path / "o"),
+                              num_shards=2, workers=1)
+    run_convert(job_opts)
+    assert len(seen) == 4  # 2 shards x 2 splits
+    assert all(before == [] and not left for before, left in seen), seen
+
+
+@pytest.mark.parametrize("ranges", [1, 8])
+def test_a_gathering_shard_holds_one_key_range_not_its_bucket(tmp_path, monkeypatch, ranges):
+    """Python-level peak of gathering one bucket: about its size when it fits in ``_GATHER_BYTES``
+    (no second copy of it), about ``_GATHER_BYTES`` when it is split into key ranges."""
+    import tracemalloc
+
+    from pipelines import transforms
+    from pipelines.plan import ByteRange, WorkUnit
+
+    config, opts, files, analysis = _one_unit(tmp_path, records=3000, batch_size=100)
+    monkeypatch.setattr(transforms, "_SPILL_BYTES", 8_000)  # many small frames, as a large unit has
+    monkeypatch.setattr(transforms, "_GATHER_CHUNK", 16)
+    results = [_convert_unit(config, opts, WorkUnit(i, (ByteRange(f, 0, None),)), analysis, 1) for i, f in enumerate(files)]
+    sources = [(r["scatter"]["path"], r["scatter"]["index"][0]) for r in results]  # the train bucket
+    bucket = sum(fr[3] for _, frames in sources for fr in frames)
+    monkeypatch.setattr(transforms, "_GATHER_BYTES", bucket // ranges + 1)
+    spill = str(tmp_path / "o" / ".recordprep-tmp" / "gather.bin")
+    tracemalloc.start()
+    try:
+        n = sum(k for _, k in transforms._gathered(sources, spill))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert n == sum(fr[2] for _, frames in sources for fr in frames)
+    assert peak < 1.7 * bucket / ranges + 100_000, (peak, bucket)  # + file buffers and the like
+    assert not os.path.exists(spill)
