@@ -864,6 +864,8 @@ def _path_leaf(s: Any, steps: tuple, n: int) -> tuple[Any, np.ndarray, np.ndarra
                 return None
         elif isinstance(step, str) and isinstance(s.dtype, pl.Struct) and step in {f.name for f in s.dtype.fields}:
             s = s.struct.field(step)  # null where the record is null
+        elif isinstance(step, int) and not isinstance(step, bool) and isinstance(s.dtype, pl.List):
+            s = s.list.get(step, null_on_oob=True)  # null where the list is null or too short
         else:
             return None
     if counts is None or null is None:

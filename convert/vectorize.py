@@ -906,6 +906,8 @@ class Preparer:
         steps = self._paths[f.name]
         b = len(records)
         if isinstance(records, ColumnRecords):
+            if f.multi_valued and not any(s is EACH or s is KEYS for s in steps):
+                steps = (*steps, EACH)  # a list at an index (m[0]): the same values, as a path through it
             fast = self._fast.get(f.name)
             if fast == ("codes", "list") and f.transform == "vocabulary":
                 tc = records.path_term_codes(steps)
@@ -921,6 +923,7 @@ class Preparer:
                     return _RowCount(b), None, None, leaf
             values = records.path_values(steps)
             if values is None:
+                steps = self._paths[f.name]
                 values = [walk_path(v, steps, 1) for v in records.column(steps[0], [None] * b)]  # type: ignore[arg-type]
         else:
             values = extract_path(records, steps, all_dicts, top)
