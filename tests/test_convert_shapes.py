@@ -383,3 +383,9 @@ def test_converting_records_without_fields_says_nothing_can_be_converted(tmp_pat
     assert r.exit_code == 2 and "the records have no fields: nothing in this input can be converted" in r.output, r.output
     r = cli("infer", "-i", path)
     assert r.exit_code == 1 and "the records have no fields" in r.output and "the data you meant" in r.output, r.output
+
+
+def test_count_of_a_single_value_is_one_and_of_null_or_missing_zero():
+    cols, _ = _columns({"features": [{"name": "n", "source": "x", "transform": "count"}]},
+                       [{"x": 5}, {"x": [1, None]}, {"x": {"a": 1, "b": 2, "c": 3}}, {"x": None}, {}])
+    assert cols["n"] == [[1], [2], [3], [0], [0]]
