@@ -420,12 +420,15 @@ def report(
         rep = build_report(output, against, limits)
     except ReportError as e:
         _fail(str(e))
-    if html is not None:
-        html.write_text(render_html(rep), encoding="utf-8")
-        typer.echo(f"wrote {html}")
-    if json_file is not None:
-        json_file.write_text(json.dumps(rep, indent=1, allow_nan=False, default=str), encoding="utf-8")
-        typer.echo(f"wrote {json_file}")
+    for path, render in ((html, lambda: render_html(rep)),
+                         (json_file, lambda: json.dumps(rep, indent=1, allow_nan=False, default=str))):
+        if path is None:
+            continue
+        try:
+            path.write_text(render(), encoding="utf-8")
+        except OSError as e:
+            _fail(f"cannot write {path}: {e.strerror or e}")
+        typer.echo(f"wrote {path}")
     if html is None and json_file is None:
         from rich.console import Console
 

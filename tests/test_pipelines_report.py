@@ -239,3 +239,11 @@ async def _drive(ws_url: str, url: str, names: list[str]):
         checks["requests"] = [e["params"]["request"]["url"] for e in ev if e.get("method") == "Network.requestWillBeSent"
                               and not e["params"]["request"]["url"].startswith(("file:", "data:", "about:"))]
         return shot, checks
+
+
+def test_an_unwritable_html_path_is_named_without_traceback(data, tmp_path):
+    out = tmp_path / "o"
+    _convert("-i", str(data["avro"]), "-c", str(data["config"]), "-o", str(out))
+    r = runner.invoke(app, ["report", str(out), "--html", str(tmp_path / "no" / "such" / "dir" / "r.html")])
+    assert r.exit_code == 1 and "cannot write" in r.output and "r.html" in r.output
+    assert r.exception is None or isinstance(r.exception, SystemExit)
