@@ -469,3 +469,18 @@ def test_a_gathering_shard_holds_one_key_range_not_its_bucket(tmp_path, monkeypa
     assert n == sum(fr[2] for _, frames in sources for fr in frames)
     assert peak < 1.7 * bucket / ranges + 100_000, (peak, bucket)  # + file buffers and the like
     assert not os.path.exists(spill)
+
+
+def test_eval_dataset_of_shuffled_output_has_a_fixed_order_and_known_cardinality(outputs):
+    import math
+
+    import readers
+
+    root, infos = outputs
+    n = infos["seed0"]["splits"]["eval"]["num_records"]
+    first = readers.eval_dataset(str(root / "seed0" / "eval-*"), 64)
+    assert int(first.cardinality()) == math.ceil(n / 64)
+    ids = [int(i) for x, _ in first for i in x["id"].numpy().ravel()]
+    again = [int(i) for x, _ in readers.eval_dataset(str(root / "seed0" / "eval-*"), 64) for i in x["id"].numpy().ravel()]
+    assert ids == again == [i for sh in _records(root / "seed0", "eval") for i in _ids(sh)]  # shard by shard, file order
+    assert len(ids) == n and ids != sorted(ids)  # the seeded shuffle's order, the same on every read
