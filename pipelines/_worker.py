@@ -96,7 +96,7 @@ def _tune_malloc() -> bool:
         return False
     ok = mallopt(_M_ARENA_MAX, 2)
     ok &= mallopt(_M_MMAP_THRESHOLD, 4 << 20)
-    ok &= mallopt(_M_TRIM_THRESHOLD, 8 << 20)
+    ok &= mallopt(_M_TRIM_THRESHOLD, 1024 * 1024)
     return bool(ok)
 
 
