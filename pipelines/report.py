@@ -273,6 +273,10 @@ def _feature_section(name: str, feat: Mapping[str, Any], splits: Sequence[str], 
     params = feat.get("params") or {}
     if params.get("boundaries"):
         parts.append(f"<p>bucket boundaries: {_esc(', '.join(_num(b) for b in params['boundaries']))}</p>")
+    if params.get("missing_indicator"):
+        shares = ", ".join(f"{_esc(s)} {_pct((feat['splits'].get(s) or {}).get('missing'), (feat['splits'].get(s) or {}).get('rows'))}"
+                           for s in splits)
+        parts.append(f"<p><code>{_esc(name)}_missing</code> is 1 on the missing rows: {shares}</p>")
     if params.get("vocab_size") is not None:
         parts.append(f"<p>vocab_size {_num(params['vocab_size'])}</p>")
     rows = []

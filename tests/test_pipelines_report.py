@@ -58,7 +58,9 @@ def test_an_empty_split_is_reported_and_not_compared(data, tmp_path):
     assert r.exit_code == 0, r.output
     rep = json.loads((tmp_path / "r.json").read_text())
     assert rep["splits"]["eval"]["records"] == 0 and rep["skew"][0]["findings"] == []
-    assert 'id="feature-color"' in (tmp_path / "r.html").read_text()
+    page = (tmp_path / "r.html").read_text()
+    assert 'id="feature-color"' in page
+    assert "<code>x_missing</code> is 1 on the missing rows: train " in page  # x has missing_indicator
 
 
 def test_a_packed_output_has_the_statistics_of_the_default_layout(data, tmp_path):
