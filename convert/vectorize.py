@@ -867,7 +867,7 @@ class Preparer:
             else:
                 values = extract(records, keys, all_dicts, top)
             if f.transform == "count":
-                parts.append((f.name, "cols", _count(f, values, bad, extras, leaf)))
+                parts.append((f.name, "cols", _count(f, values, extras, leaf)))
             elif f.is_numeric:
                 parts.append((f.name, *self._numeric(f, values, bad, extras, arr)))
             elif f.transform == "bytes":
@@ -1229,24 +1229,16 @@ def joined_text(values: list[Any]) -> list[Any]:
     return out
 
 
-def _count(f: FeatureConfig, values: Any, bad: dict[int, Rejection], extras: dict[str, tuple] | None,
+def _count(f: FeatureConfig, values: Any, extras: dict[str, tuple] | None,
            leaf: tuple | None) -> dict[str, tuple[str, Any]]:
-    """``count``: each row's number of items (a list's, a path through lists', a map's
-    entries); 0 for null or missing. ``leaf``: ``ColumnRecords.path_leaf``, used instead of ``values``."""
+    """``count``: each row's number of items, from the values of its path through
+    the list it counts (``_count_steps``: a list per row, or None when null or
+    missing, which counts 0). ``leaf``: ``ColumnRecords.path_leaf``, used instead of ``values``."""
     if leaf is not None:
         counts, present = leaf[1].astype(np.int64), ~leaf[2]
     else:
-        b = len(values)
-        counts = np.zeros(b, dtype=np.int64)
-        present = np.zeros(b, dtype=bool)
-        for i, v in enumerate(values):
-            if v is None:
-                continue
-            if isinstance(v, list | tuple | dict):
-                counts[i], present[i] = len(v), True
-            else:
-                bad.setdefault(i, Rejection(i, f.source, f"count needs a list or map, found {type(v).__name__} "
-                                                         f"{_short(v)}; point 'source' at a list (items or items[])"))
+        counts = np.fromiter((0 if v is None else len(v) for v in values), dtype=np.int64, count=len(values))
+        present = np.fromiter((v is not None for v in values), dtype=bool, count=len(values))
     if extras is not None:
         extras[f.name] = ("present", present)
     return {f.name: ("int64", counts.reshape(-1, 1))}
