@@ -535,3 +535,84 @@ def test_lists_of_records_read_by_column_operations_give_the_dict_paths_columns(
     _assert_same_vectors(a_vbs, f_vbs)
     for fields in made:
         assert not fields, fields  # no column became Python values (grid[0] included)
+
+
+_LEAF_VALUES = {"long": st.integers(-(2**40), 2**40), "double": st.floats(), "string": _WORDS}
+
+
+@st.composite
+def _shape(draw, depth: int, names: list[int]):
+    """``(schema, values, paths)`` of a random field type: leaves, nullable unions,
+    records and arrays (of records, of arrays) nested up to 3 deep; ``paths`` are
+    the steps below it to each leaf (``EACH`` for an array's items) with the
+    leaf's type, and to each array with ``"array"``."""
+    from convert.config import EACH
+
+    shape = draw(st.sampled_from(["leaf", "record", "array", "array"] if depth < 3 else ["leaf"]))
+    if shape == "leaf":
+        t = draw(st.sampled_from(sorted(_LEAF_VALUES)))
+        schema, values, paths = t, _LEAF_VALUES[t], [((), t)]
+    elif shape == "record":
+        names[0] += 1
+        name = f"N{names[0]}"
+        subs = [draw(_shape(depth + 1, names)) for _ in range(draw(st.integers(1, 3)))]
+        schema = {"type": "record", "name": name, "fields": [{"name": f"k{j}", "type": s[0]} for j, s in enumerate(subs)]}
+        values = st.fixed_dictionaries({f"k{j}": s[1] for j, s in enumerate(subs)})
+        paths = [((f"k{j}", *p), t) for j, s in enumerate(subs) for p, t in s[2]]
+    else:
+        sub = draw(_shape(depth + 1, names))
+        schema, values = {"type": "array", "items": sub[0]}, st.lists(sub[1], max_size=3)
+        paths = [((), "array"), *(((EACH, *p), t) for p, t in sub[2])]
+    if draw(st.booleans()):
+        schema, values = ["null", schema], st.none() | values
+    return schema, values, paths
+
+
+@st.composite
+def _list_path_cases(draw):
+    """A schema of 1-3 random fields, records for it, and a config reading every
+    path through its arrays: vocabulary and hash of strings, identity of numbers
+    (max_len 3), count of every array."""
+    from convert.config import EACH, render_path
+
+    names = [0]
+    tops = [draw(_shape(0, names)) for _ in range(draw(st.integers(1, 3)))]
+    schema = _rec(*({"name": f"t{j}", "type": s[0]} for j, s in enumerate(tops)))
+    records = draw(st.lists(st.fixed_dictionaries({f"t{j}": s[1] for j, s in enumerate(tops)}), min_size=1, max_size=30))
+    features = []
+    for j, (_, _, paths) in enumerate(tops):
+        for p, t in paths:
+            source = render_path((f"t{j}", *p))
+            if t == "array":
+                features.append({"source": source, "transform": "count"})
+            elif EACH not in p:
+                continue
+            elif t == "string":
+                features += [{"source": source, "transform": "vocabulary", "max_len": 3},
+                             {"source": source, "transform": "hash", "buckets": 11, "max_len": 3}]
+            else:
+                features.append({"source": source, "transform": "identity", "max_len": 3, "on_nan": "keep"})
+    if not features:
+        features.append({"source": "t0", "transform": "hash", "buckets": 5})
+    return schema, records, {"features": [{"name": f"f{i}", **f} for i, f in enumerate(features)]}
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(_list_path_cases(), st.integers(1, 12))
+def test_random_paths_through_arrays_give_the_same_columns_on_both_decoders(case, batch_size):
+    """Random nestings of arrays, records and nullable unions, every path through
+    their arrays as a feature: the fast path's columns, rejections and analysis
+    equal the fastavro path's."""
+    from convert.config import parse_config
+
+    schema, records, raw = case
+    config = parse_config(raw)
+    data = _avro(schema, records, "deflate", sync_interval=100)
+    out = {}
+    for decoder in ("auto", "fastavro"):
+        batches = list(iter_avro(io.BytesIO(data), "r.avro", batch_size=batch_size, decoder=decoder))
+        if decoder == "auto":
+            assert (type(batches[0].records) is ColumnRecords) == _columnar_schema(schema)
+        out[decoder] = _vectorize(config, batches)
+    assert out["auto"][0] == out["fastavro"][0]
+    _assert_same_vectors(out["auto"][1], out["fastavro"][1])
