@@ -8,7 +8,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import urllib.request
 from pathlib import Path
@@ -160,9 +159,9 @@ def _bench_avro(path: Path, n: int = 3000) -> None:
 
 
 @pytest.mark.slow
-def test_html_report_in_headless_chromium(tmp_path):
+def test_html_report_in_headless_chromium(tmp_path, monkeypatch):
     chromium = _chromium()
-    sys.path.insert(0, str(ROOT))
+    monkeypatch.syspath_prepend(str(ROOT))  # bench.make_data
     _bench_avro(tmp_path / "part-0.avro")
     out = tmp_path / "out"
     config = ROOT / "bench" / "features.yaml"
