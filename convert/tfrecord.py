@@ -51,9 +51,8 @@ def frame_records(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> b
     recs = [data[s:s + n] for s, n in zip(starts.tolist(), ln, strict=True)]
     crc = np.fromiter(map(google_crc32c.value, recs), dtype=np.uint64, count=len(recs))
     masked = (((crc >> np.uint64(15)) | (crc << np.uint64(17))) + np.uint64(_MASK_DELTA)) & np.uint64(0xFFFFFFFF)
-    tails = masked.astype("<u4").tobytes()
-    tail = [tails[i:i + 4] for i in range(0, len(tails), 4)]
-    heads = [_header(n) for n in ln]
+    tail = masked.astype("<u4").view("V4").tolist()  # each CRC's 4 bytes, little-endian
+    heads = list(map(_header, ln))
     return b"".join(itertools.chain.from_iterable(zip(heads, recs, tail, strict=True)))
 
 
