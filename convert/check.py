@@ -34,12 +34,14 @@ from typing import IO, Any
 
 from convert.config import (
     EACH,
+    ENTRIES,
     KEYS,
     NUMERIC_TRANSFORMS,
     Config,
     ConfigError,
     PathError,
     Step,
+    is_list_step,
     parse_path,
     render_path,
 )
@@ -128,7 +130,7 @@ def _steps(r: Read) -> tuple[Step, ...] | None:
 
 def _through_lists(path: str) -> bool:
     try:
-        return any(s is EACH or s is KEYS for s in parse_path(path))
+        return any(map(is_list_step, parse_path(path)))
     except PathError:
         return False
 
@@ -281,7 +283,7 @@ class _Schema:
         if step is EACH or isinstance(step, int):
             return [b.get("items") for b in branches if self.kind(b) == "array"] + \
                 [b.get("values") for b in branches if step is EACH and self.kind(b) == "map"]
-        if step is KEYS:
+        if step is KEYS or step is ENTRIES:
             return ["string"] if any(self.kind(b) == "map" for b in branches) else []
         return [c for b in branches if (c := self.child(b, step)) is not None]
 
@@ -399,13 +401,13 @@ def avro_problems(config: Config, schema: Any, split_key: str | None = None) -> 
                 if any(sch.kind(b) == "array" for b in inside):
                     why += f"; write {render_path((*steps[:missing_at], EACH, *steps[missing_at:]))!r} for each item's"
             elif not isinstance(step, str) and inside:
-                into = "a map" if step is KEYS else "an array (or a map)" if step is EACH else "an array"
+                into = "an array (or a map)" if step is EACH else "an array" if isinstance(step, int) else "a map"
                 why = f"{parent!r} is {kind}; {_step_text(step)} steps into {into}"
             else:
                 why = f"no field {r.path!r} in the schema; {_suggest(r.path, known)}"
             problems.append(f"{r.who} reads {r.path!r}: {why}")
             continue
-        if r.transform == "count" and (steps[-1] is EACH or steps[-1] is KEYS):
+        if r.transform == "count" and is_list_step(steps[-1]):
             continue  # counts items of any type
         bad = None if node is None else _type_problem(sch, r, node)
         if bad:
@@ -451,12 +453,12 @@ def sample_paths(records: Iterable[Any]) -> set[str]:
 
 
 def _sampled_form(r: Read) -> str:
-    """How ``sample_paths`` writes the path ``r`` reads: ``[n]`` as ``[]``, without a last ``[keys]``."""
+    """How ``sample_paths`` writes the path ``r`` reads: ``[n]`` as ``[]``, without a last ``[keys]``/``[entries]``."""
     steps = _steps(r)
     if steps is None or r.transform == "split-key":
         return r.path
     steps = tuple(EACH if isinstance(s, int) else s for s in steps)
-    return render_path(steps[:-1] if steps[-1] is KEYS else steps)
+    return render_path(steps[:-1] if steps[-1] is KEYS or steps[-1] is ENTRIES else steps)
 
 
 def sample_problems(config: Config, paths: set[str], n_records: int, split_key: str | None = None) -> list[str]:

@@ -150,6 +150,13 @@ class _Step:
 EACH = _Step("EACH")
 #: ``[keys]`` in a parsed path: a map's keys, as a list (the last step).
 KEYS = _Step("KEYS")
+#: ``[entries]`` in a parsed path: a map's key/value pairs as terms ``key + "\x1f" + value`` (the last step).
+ENTRIES = _Step("ENTRIES")
+
+
+def is_list_step(step: Any) -> bool:
+    """Whether a path step gives a list per record (``[]``, ``[keys]``, ``[entries]``)."""
+    return step is EACH or step is KEYS or step is ENTRIES
 #: A key written bare in a path: no dot, bracket or quote.
 _BARE_KEY_RE = re.compile(r"[^.\[\]\"']+")
 _INDEX_RE = re.compile(r"-?\d{1,9}")
@@ -169,7 +176,8 @@ def parse_path(path: str) -> tuple[Step, ...]:
     flattened in order, also through nested lists: ``orders[].items[].sku``),
     ``m[][]`` (a list of lists flattened), ``m[0]`` (the first item),
     ``attrs["color"]`` or ``attrs['a.b:c']`` (a key that holds dots, colons or
-    brackets; ``"..."`` is a JSON string), ``attrs[keys]`` (a map's keys).
+    brackets; ``"..."`` is a JSON string), ``attrs[keys]`` (a map's keys),
+    ``attrs[entries]`` (its key/value pairs as terms).
 
     Raises:
       PathError: saying what is wrong and where.
@@ -185,8 +193,8 @@ def parse_path(path: str) -> tuple[Step, ...]:
             i, step = _bracket(path, i)
             if not steps and not isinstance(step, str):
                 raise PathError(f"path {path!r} starts with {path[:i]!r}; it starts with a field name (or [\"name\"])")
-            if steps and steps[-1] is KEYS:
-                raise PathError(f"path {path!r}: [keys] must be the last step")
+            if steps and (steps[-1] is KEYS or steps[-1] is ENTRIES):
+                raise PathError(f"path {path!r}: [keys] and [entries] end a path")
             steps.append(step)
             need_key = False
             if i < n and path[i] not in ".[":
@@ -203,8 +211,8 @@ def parse_path(path: str) -> tuple[Step, ...]:
         if m is None:
             raise PathError(f"path {path!r}: expected a field name at {i}; quote names with dots, brackets "
                             f"or quotes as [\"name\"]")
-        if steps and steps[-1] is KEYS:
-            raise PathError(f"path {path!r}: [keys] must be the last step")
+        if steps and (steps[-1] is KEYS or steps[-1] is ENTRIES):
+            raise PathError(f"path {path!r}: [keys] and [entries] end a path")
         steps.append(m.group(0))
         i = m.end()
         need_key = False
@@ -223,6 +231,8 @@ def _bracket(path: str, i: int) -> tuple[int, Step]:
         return i + 2, EACH
     if rest.startswith("keys]"):
         return i + 6, KEYS
+    if rest.startswith("entries]"):
+        return i + 9, ENTRIES
     if rest[:1] == '"':
         try:
             key, end = json.JSONDecoder().raw_decode(rest)
@@ -238,7 +248,7 @@ def _bracket(path: str, i: int) -> tuple[int, Step]:
         key, j = int(m.group(0)), i + 1 + m.end()
     else:
         raise PathError(f"path {path!r}: a bracket at {i} holds [] (every item), [N] (an index), [keys] "
-                        f"(a map's keys) or a quoted name [\"name\"]")
+                        f"(a map's keys), [entries] (its key/value pairs) or a quoted name [\"name\"]")
     if path[j:j + 1] != "]":
         raise PathError(f"path {path!r}: expected ']' at {j}")
     return j + 1, key
@@ -253,6 +263,8 @@ def render_path(steps: Sequence[Step]) -> str:
             out.append("[]")
         elif s is KEYS:
             out.append("[keys]")
+        elif s is ENTRIES:
+            out.append("[entries]")
         elif isinstance(s, int):
             out.append(f"[{s}]")
         elif _BARE_KEY_RE.fullmatch(s):
@@ -267,7 +279,7 @@ def count_path(path: str) -> str:
     in ``[]`` or ``[keys]``, else ``path[]`` (a list's items, a map's values; a
     single value counts as one)."""
     steps = parse_path(path)
-    return path if steps[-1] is EACH or steps[-1] is KEYS else render_path((*steps, EACH))
+    return path if is_list_step(steps[-1]) else render_path((*steps, EACH))
 
 
 def is_multi_path(path: str) -> bool:
@@ -278,7 +290,7 @@ def is_multi_path(path: str) -> bool:
         steps = parse_path(path)
     except PathError:
         return False
-    return any(s is EACH or s is KEYS for s in steps)
+    return any(map(is_list_step, steps))
 
 
 class ConfigError(ValueError):
@@ -675,7 +687,7 @@ def _single_path_problem(path: str, who: str) -> str | None:
         steps = parse_path(path)
     except PathError as e:
         return str(e)
-    if any(s is EACH or s is KEYS for s in steps):
+    if any(map(is_list_step, steps)):
         return f"{who} takes one value per record, but source {path!r} steps through a list or map ([] or [keys])"
     return None
 
@@ -693,7 +705,7 @@ def _check_paths(where: str, transform: str, kw: dict[str, Any], out: _Problems)
     except PathError as e:
         out.add(where, f"'source': {e}")
         return
-    if not any(s is EACH or s is KEYS for s in steps) or transform == "count":
+    if not any(map(is_list_step, steps)) or transform == "count":
         return
     if transform not in _LIST_TRANSFORMS:
         out.add(where, f"source {kw['source']!r} gives a list per record ([] or [keys]), but transform "

@@ -39,6 +39,7 @@ from farmhash import Fingerprint64 as _fingerprint64
 from convert.config import (
     COMMON_OPTIONS,
     EACH,
+    ENTRIES,
     KEYS,
     TRANSFORM_TABLE,
     Config,
@@ -46,9 +47,10 @@ from convert.config import (
     FeatureConfig,
     LabelConfig,
     Step,
+    is_list_step,
     parse_path,
 )
-from convert.derive import cross_ids, epoch_seconds, timestamp_parts
+from convert.derive import CROSS_SEPARATOR, cross_ids, epoch_seconds, timestamp_parts
 from convert.quantiles import QuantileSketch
 from convert.sources import ColumnRecords, TermCodes
 from convert.spec import MAX_LABEL_CLASSES, FeatureSpec, short_repr
@@ -102,7 +104,7 @@ def _feature_getter(f: FeatureConfig) -> Callable[[Any], Any]:
 
 def _count_steps(steps: tuple[Step, ...]) -> tuple[Step, ...]:
     """A ``count`` feature's path as a path through the list it counts (``items`` -> ``items[]``)."""
-    return steps if steps[-1] is EACH or steps[-1] is KEYS else (*steps, EACH)
+    return steps if is_list_step(steps[-1]) else (*steps, EACH)
 
 
 def is_list_path(steps: Sequence[Step]) -> bool:
@@ -118,7 +120,8 @@ def walk_path(v: Any, steps: Sequence[Step], i: int = 0) -> Any:
     list: the rest of the path from each item of a list (each value of a map;
     another value counts as a list of itself), in order; when the rest has
     ``[]`` or ``[keys]`` too, their lists are concatenated (a null list
-    there adds nothing), so ``orders[].items[].sku`` is every order's skus
+    there adds nothing; ``[entries]`` gives a map's entries as terms,
+    ``_entry``), so ``orders[].items[].sku`` is every order's skus
     in order. ``None`` when the value before the first ``[]`` is null or
     missing; a null item gives a null item.
     """
@@ -130,7 +133,7 @@ def walk_path(v: Any, steps: Sequence[Step], i: int = 0) -> Any:
                 return None
             items = v.values() if isinstance(v, dict) else v if isinstance(v, list | tuple) else (v,)
             i += 1
-            if not any(x is EACH or x is KEYS for x in steps[i:]):
+            if not any(map(is_list_step, steps[i:])):
                 return [walk_path(x, steps, i) for x in items]
             out: list[Any] = []
             for x in items:
@@ -140,12 +143,22 @@ def walk_path(v: Any, steps: Sequence[Step], i: int = 0) -> Any:
             return out
         if s is KEYS:
             return list(v) if isinstance(v, dict) else None
+        if s is ENTRIES:
+            return [_entry(k, x) for k, x in v.items()] if isinstance(v, dict) else None
         if isinstance(s, int):
             v = v[s] if isinstance(v, list | tuple) and -len(v) <= s < len(v) else None
         else:
             v = v.get(s) if isinstance(v, dict) else None
         i += 1
     return v
+
+
+def _entry(key: Any, value: Any) -> Any:
+    """A map entry as one term, ``key + CROSS_SEPARATOR + term(value)``; a null
+    value gives a null item, a nested one itself (which list features reject)."""
+    if value is None or isinstance(value, dict | list):
+        return value
+    return f"{key}{CROSS_SEPARATOR}{term(value)}"
 
 
 def extract_path(records: Sequence[Any], steps: Sequence[Step], all_dicts: bool = False,
@@ -906,7 +919,7 @@ class Preparer:
         steps = self._paths[f.name]
         b = len(records)
         if isinstance(records, ColumnRecords):
-            if f.multi_valued and not any(s is EACH or s is KEYS for s in steps):
+            if f.multi_valued and not any(map(is_list_step, steps)):
                 steps = (*steps, EACH)  # a list at an index (m[0]): the same values, as a path through it
             fast = self._fast.get(f.name)
             if fast == ("codes", "list") and f.transform == "vocabulary":

@@ -70,7 +70,7 @@ def json_lines(path: str | Path) -> list[Any]:
 # --------------------------------------------------------------- the rules
 
 
-_EACH, _KEYS = "[]", "[keys]"
+_EACH, _KEYS, _ENTRIES = "[]", "[keys]", "[entries]"
 
 
 def _steps(path: str) -> list[Any]:
@@ -78,9 +78,9 @@ def _steps(path: str) -> list[Any]:
     if "[" not in path:
         return path.split(".")
     out: list[Any] = []
-    for m in re.finditer(r"""\[\]|\[keys\]|\[(-?\d+)\]|\[("(?:[^"\\]|\\.)*")\]|\['([^']*)'\]|([^.\[\]]+)""", path):
+    for m in re.finditer(r"""\[\]|\[keys\]|\[entries\]|\[(-?\d+)\]|\[("(?:[^"\\]|\\.)*")\]|\['([^']*)'\]|([^.\[\]]+)""", path):
         tok, idx, dq, sq, key = m.group(0), m.group(1), m.group(2), m.group(3), m.group(4)
-        out.append(tok if tok in (_EACH, _KEYS) else int(idx) if idx is not None else json.loads(dq) if dq is not None
+        out.append(tok if tok in (_EACH, _KEYS, _ENTRIES) else int(idx) if idx is not None else json.loads(dq) if dq is not None
                    else sq if sq is not None else key)
     return out
 
@@ -93,11 +93,14 @@ def _walk(v: Any, steps: list[Any]) -> Any:
                 return None
             items = list(v.values()) if isinstance(v, dict) else v if isinstance(v, list) else [v]
             rest = steps[i + 1:]
-            if _EACH in rest or _KEYS in rest:
+            if _EACH in rest or _KEYS in rest or _ENTRIES in rest:
                 return [y for x in items for y in (_walk(x, rest) or [])]
             return [_walk(x, rest) for x in items]
         if s == _KEYS:
             return list(v) if isinstance(v, dict) else None
+        if s == _ENTRIES:  # README: key/value pairs as terms key + "\x1f" + value; a null value is a null item
+            return [x if x is None or isinstance(x, dict | list) else f"{k}\x1f{term(x)}" for k, x in v.items()] \
+                if isinstance(v, dict) else None
         if isinstance(s, int):
             v = v[s] if isinstance(v, list) and -len(v) <= s < len(v) else None
         else:

@@ -17,6 +17,7 @@ import yaml
 from _e2e import cli
 
 from convert.sources import iter_avro, read_avro_schema
+from convert.vectorize import hash_id
 
 
 def _avro(schema, records, codec: str = "null", metadata: dict | None = None) -> bytes:
@@ -270,6 +271,7 @@ def test_serving_reads_paths_through_lists_maps_and_counts_exactly(tmp_path):
         {"name": "n_items", "source": "items", "transform": "count"},
         {"name": "n_parts", "source": "items[].parts[]", "transform": "count"},
         {"name": "n_attrs", "source": "attrs", "transform": "count"},
+        {"name": "pairs", "source": "attrs[entries]", "transform": "vocabulary", "max_len": 2},
     ]}))
     out = tmp_path / "out"
     r = cli("convert", "-i", data, "-c", cfg, "-o", out, "--splits", "train=1", "--max-errors", "5")
@@ -321,7 +323,11 @@ def test_maps_keys_values_by_key_and_lists_of_lists():
         {"name": "first", "source": "grid[0]", "transform": "identity", "max_len": 2},
         {"name": "last", "source": "grid[-1]", "transform": "identity", "max_len": 2},
         {"name": "rows", "source": "grid", "transform": "count"},
+        {"name": "pairs", "source": "attrs[entries]", "transform": "vocabulary", "max_len": 3},
+        {"name": "pairs_h", "source": "attrs[entries]", "transform": "hash", "buckets": 1000, "max_len": 3},
     ]}, recs)
+    assert analysis.vocabularies["pairs"] == ["a.b:c\x1f7", "color\x1f3"] and cols["pairs"] == [[3, 2, 0], [0] * 3]
+    assert cols["pairs_h"][0][:2] == [hash_id("color\x1f3", 1000), hash_id("a.b:c\x1f7", 1000)]
     assert analysis.vocabularies["keys"] == ["a.b:c", "color"] and cols["keys"] == [[3, 2, 0], [0] * 3]
     assert cols["color"] == [[3.0], [0.0]] and cols["color_missing"] == [[0], [1]] and cols["abc"] == [[7.0], [0.0]]
     assert cols["n_attrs"] == [[2], [0]]
@@ -389,3 +395,20 @@ def test_count_of_a_single_value_is_one_and_of_null_or_missing_zero():
     cols, _ = _columns({"features": [{"name": "n", "source": "x", "transform": "count"}]},
                        [{"x": 5}, {"x": [1, None]}, {"x": {"a": 1, "b": 2, "c": 3}}, {"x": None}, {}])
     assert cols["n"] == [[1], [2], [3], [0], [0]]
+
+
+@pytest.mark.parametrize(("source", "message"), [
+    ("attrs[entries]", None),
+    ("grid[entries]", "'grid' is an array of an array of double; [entries] steps into a map"),
+    ("attrs[entries].x", "[keys] and [entries] end a path"),
+])
+def test_map_entries_are_checked_against_the_schema(source, message, tmp_path):
+    path = tmp_path / "maps.avro"
+    path.write_bytes(_avro(MAPS, _maps(20)))
+    cfg = tmp_path / "features.yaml"
+    cfg.write_text(yaml.safe_dump({"features": [{"name": "p", "source": source, "transform": "vocabulary", "max_len": 2}]}))
+    r = cli("convert", "-i", path, "-c", cfg, "-o", tmp_path / "out", "--dry-run")
+    if message is None:
+        assert r.exit_code == 0, r.output
+    else:
+        assert r.exit_code == 2 and message in r.output, r.output
