@@ -412,3 +412,22 @@ def test_map_entries_are_checked_against_the_schema(source, message, tmp_path):
         assert r.exit_code == 0, r.output
     else:
         assert r.exit_code == 2 and message in r.output, r.output
+
+
+REALDATA = Path(__file__).resolve().parents[2] / "shared" / "realdata"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not (REALDATA / "README.md").is_file(), reason="../shared/realdata is not beside the project")
+@pytest.mark.parametrize(("rel", "sources"), [
+    ("apache__arrow-testing/data/avro/nullable.impala.avro",  # Spark/Impala: maps, arrays of maps and of arrays
+     {"int_array_Array", "int_array_Array[][]", "int_map[keys]", "int_Map_Array", "int_Map_Array[][keys]",
+      "nested_struct.C.d[][].E", "nested_struct.C.d[][].F", "nested_struct.g[keys]"}),
+    ("apache__arrow-testing/data/avro/nested_records.avro",  # arrays of (nullable) records
+     {"f2", "f2[].f2_1", "f2[].f2_2", "f4", "f4[].f4_1"}),
+])
+def test_real_files_with_these_shapes_infer_them_and_convert_alike_on_both_decoders(rel, sources, tmp_path):
+    config, text = infer(REALDATA / rel)
+    drafted = {f.get("source", f["name"]) for f in config["features"]}
+    assert sources <= drafted, (sorted(sources - drafted), text)
+    convert_both(tmp_path, REALDATA / rel, config)
