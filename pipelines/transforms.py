@@ -793,7 +793,7 @@ def _gathered(sources: _Sources, spill: str) -> Iterator[tuple[bytes, int]]:
             yield b"".join(pending), count
     finally:
         if ranges > 1 and FileSystems.exists(spill):
-            FileSystems.delete([spill])
+            fs_delete([spill])
 
 
 def _load(sources: _Sources) -> tuple[np.ndarray, np.ndarray, bytearray]:
@@ -999,7 +999,7 @@ class _ConvertUnit(beam.DoFn):
         if err_f is not None:
             err_f.close()
         if cached:  # read to the end: its disk space is the scatter's or the shards' now
-            FileSystems.delete([cached])
+            fs_delete([cached])
 
         def finish() -> dict:
             try:
