@@ -251,7 +251,9 @@ def _export_overhead(layer: Any, batches: list[Any], args: argparse.Namespace) -
 
             e = measure_layer(call, call, batches, batches[:1], args.seconds)
         out.update({f"{prefix}model_batch_ms": m["batch_median_ms"], f"{prefix}export_batch_ms": e["batch_median_ms"],
-                    f"{prefix}export_overhead": e["batch_median_ms"] / m["batch_median_ms"] - 1})
+                    f"{prefix}export_overhead": e["batch_median_ms"] / m["batch_median_ms"] - 1,
+                    f"{prefix}model_batch_cpu_ms": m["batch_cpu_ms"], f"{prefix}export_batch_cpu_ms": e["batch_cpu_ms"],
+                    f"{prefix}export_overhead_cpu": e["batch_cpu_ms"] / m["batch_cpu_ms"] - 1})
     return out
 
 
@@ -356,11 +358,13 @@ def _layer_row(label: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
         row["error"] = runs[-1].get("error")
         return row
     row.update({k: _median([r["result"][k] for r in ok]) for k in (
-        "batch_median_ms", "batch_records_per_s", "single_median_ms", "single_p90_ms")},
+        "batch_median_ms", "batch_records_per_s", "single_median_ms", "single_p90_ms") + tuple(
+        k for k in ("batch_cpu_ms", "single_cpu_ms") if all(k in r["result"] for r in ok))},
         peak_rss_mb=_median([r["peak_rss_mb"] for r in ok]),
         **{k: ok[-1]["result"][k] for k in ("batch", "batch_calls", "single_calls", "outputs")})
-    for k in ("model_batch_ms", "export_batch_ms", "export_overhead",  # recordprep's row only
-              "big_model_batch_ms", "big_export_batch_ms", "big_export_overhead"):
+    for k in (f"{p}{k}" for p in ("", "big_") for k in (  # recordprep's row only
+            "model_batch_ms", "export_batch_ms", "export_overhead",
+            "model_batch_cpu_ms", "export_batch_cpu_ms", "export_overhead_cpu")):
         if all(k in r["result"] for r in ok):
             row[k] = _median([r["result"][k] for r in ok])
     return row

@@ -350,21 +350,26 @@ def measure_layer(batch_fn, single_fn, batches: list[Any], singles: list[Any], s
         times = []
         deadline = time.perf_counter() + seconds
         i = 0
+        cpu0 = time.process_time()
         while time.perf_counter() < deadline or len(times) < 20:
             x = inputs[i % len(inputs)]
             t0 = time.perf_counter()
             tf.nest.map_structure(lambda t: t.numpy(), fn(x))
             times.append(time.perf_counter() - t0)
             i += 1
-        return times
+        return times, (time.process_time() - cpu0) / len(times)
 
     with WorkTimer() as t:
-        bt = timed(batch_fn, batches)
-        st = timed(single_fn, singles)
+        bt, bcpu = timed(batch_fn, batches)
+        st, scpu = timed(single_fn, singles)
     batch = int(tf.shape(tf.nest.flatten(batch_fn(batches[0]))[0])[0])
     batch_s = statistics.median(bt)
+    # CPU per call (all the process's threads, the loop's mean): unlike wall time, not
+    # stretched by other processes on a shared host; with one intra- and one inter-op
+    # thread (TF_NUM_INTRAOP_THREADS=1 TF_NUM_INTEROP_THREADS=1) it is the call's own work.
     return {**t.to_json(), "records": batch, "batch": batch, "batch_median_ms": batch_s * 1e3,
             "batch_records_per_s": batch / batch_s, "batch_calls": len(bt),
+            "batch_cpu_ms": bcpu * 1e3, "single_cpu_ms": scpu * 1e3,
             "single_median_ms": statistics.median(st) * 1e3,
             "single_p90_ms": sorted(st)[int(0.9 * len(st))] * 1e3, "single_calls": len(st),
             "outputs": len(batch_fn(batches[0]))}
