@@ -4,6 +4,7 @@ reads and writes HDFS through Beam's ``HadoopFileSystem`` (the ``hdfs`` package)
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -16,6 +17,7 @@ from _pipelines_data import make_records, write_dataset
 from _remote import remote_stack  # noqa: F401 - the session fixture
 
 from convert.spec import METADATA_FILENAME
+from convert.stats import STATS_FILENAME
 from pipelines.job import run_convert
 from pipelines.options import ConvertOptions
 from pipelines.remote import hdfs_beam_args
@@ -48,6 +50,17 @@ def hdfs_dataset(remote_stack, tmp_path_factory):  # noqa: F811
     return {"paths": paths, "ns": ns, "local": local_out, "url": f"{NN}/hdfs-e2e"}
 
 
+def _by_file_name(doc):
+    """``doc`` with every input path (hdfs:// or local) cut to its file name."""
+    if isinstance(doc, dict):
+        return {_by_file_name(k): _by_file_name(v) for k, v in doc.items()}
+    if isinstance(doc, list):
+        return [_by_file_name(v) for v in doc]
+    if isinstance(doc, str) and doc.endswith(".avro"):
+        return doc.rsplit("/", 1)[-1]
+    return doc
+
+
 @pytest.mark.slow
 def test_cli_converts_hdfs_to_hdfs_like_a_local_run(hdfs_dataset, remote_stack):  # noqa: F811
     remote_stack.webhdfs_stats(reset=True)
@@ -63,7 +76,9 @@ def test_cli_converts_hdfs_to_hdfs_like_a_local_run(hdfs_dataset, remote_stack):
     names = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
     assert names == sorted(str(p.relative_to(local)) for p in local.rglob("*") if p.is_file())
     for name in names:
-        if name != METADATA_FILENAME:
+        if name == STATS_FILENAME:  # names its input files: the same statistics per file name
+            assert _by_file_name(json.loads((out / name).read_bytes())) == _by_file_name(json.loads((local / name).read_bytes()))
+        elif name != METADATA_FILENAME:
             assert (out / name).read_bytes() == (local / name).read_bytes(), name
     counts = remote_stack.webhdfs_stats()["counts"]
     assert counts.get("CREATE (datanode)", 0) > 0 and counts.get("RENAME", 0) > 0
