@@ -660,23 +660,6 @@ def _check_values(where: str, kw: dict[str, Any], out: _Problems) -> None:
             kw["sources"] = tuple(srcs)
 
 
-_DRIFT_PROBLEM = ("'drift' must map measures ({measures}) to thresholds (numbers >= 0), "
-                  "e.g. {{js: 0.05, missing: 0.02}}, found {found}").replace("{measures}", ", ".join(DRIFT_MEASURES))
-
-
-def _drift_thresholds(v: Any) -> tuple[tuple[str, float], ...] | None:
-    """A ``drift`` option as sorted ``(measure, threshold)`` pairs, or None when invalid."""
-    if not isinstance(v, Mapping) or not v:
-        return None
-    pairs = []
-    for k, t in v.items():
-        x = _float32(t)
-        if k not in DRIFT_MEASURES or x is None or x < 0:
-            return None
-        pairs.append((k, x))
-    return tuple(sorted(pairs))
-
-
 #: Transforms that take a list per record (a path through ``[]``, ``[keys]``) with ``max_len``.
 _LIST_TRANSFORMS = ("vocabulary", "hash", "text", "identity", "log1p", "clip")
 
@@ -713,6 +696,23 @@ def _check_paths(where: str, transform: str, kw: dict[str, Any], out: _Problems)
     elif "max_len" not in kw:
         out.add(where, f"source {kw['source']!r} gives a list per record ([] or [keys]): set max_len "
                        f"(values kept per record; <name>_len holds how many)")
+
+
+_DRIFT_PROBLEM = ("'drift' must map measures ({measures}) to thresholds (numbers >= 0), "
+                  "e.g. {{js: 0.05, missing: 0.02}}, found {found}").replace("{measures}", ", ".join(DRIFT_MEASURES))
+
+
+def _drift_thresholds(v: Any) -> tuple[tuple[str, float], ...] | None:
+    """A ``drift`` option as sorted ``(measure, threshold)`` pairs, or None when invalid."""
+    if not isinstance(v, Mapping) or not v:
+        return None
+    pairs = []
+    for k, t in v.items():
+        x = _float32(t)
+        if k not in DRIFT_MEASURES or x is None or x < 0:
+            return None
+        pairs.append((k, x))
+    return tuple(sorted(pairs))
 
 
 def _complete(where: str, transform: str, kw: dict[str, Any], out: _Problems) -> None:
