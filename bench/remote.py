@@ -195,7 +195,8 @@ def run_table(dirs: dict[str, str], *, log, log_dir: Path, ttfb_ms: float = TTFB
             extra = (TUNE_ROWS if tune and comp == comps[0] else ())
             if stragglers and comp == comps[0]:
                 extra += STRAGGLER_BASE_ROWS + tuple(
-                    (key, label, "gs", case, overrides, {}) for key, label, case, overrides, _ in STRAGGLER_ROWS)
+                    (key, f"{label}, 1 straggler", "gs", case, overrides, {})
+                    for key, label, case, overrides, _ in STRAGGLER_ROWS)
             for row in BASE_ROWS + extra:
                 plan.append((comp, row, max(repeats, target_repeats) if row[0] in TARGET_ROWS else repeats))
         runs: dict[str, list[dict[str, Any]]] = {}

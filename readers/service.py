@@ -10,10 +10,12 @@ dispatcher|worker`` start the servers (:func:`serve_dispatcher`,
 
 Contract:
 
-- Workers run one epoch of :func:`readers.train_dataset`'s pipeline (shard
-  shuffle, interleave with the damage check, record shuffle, batch, parse);
-  the trainer re-cuts batches to ``batch_size``, repeats epochs (never mixed)
-  and prefetches. Workers must reach the shards under the trainer's path.
+- Workers run :func:`readers.train_dataset`'s pipeline for all epochs in
+  one job (shard shuffle, interleave with the damage check, record shuffle,
+  batch, parse); the trainer re-cuts batches to ``batch_size`` and
+  prefetches. Epochs meet at their boundaries (a window may hold the end of
+  one and the start of the next). Workers must reach the shards under the
+  trainer's path.
 - ``service_sharding="dynamic"``: every shard read once per epoch by whichever
   worker asks; a lost worker's unsent records are lost for that epoch, never
   repeated. ``"static"``: worker ``i`` of the dispatcher's fixed list reads
@@ -59,7 +61,7 @@ def train_dataset(sel: ShardSelection, plan: Any, label: str | None, *, batch_si
                          "itself; trainers that should split one epoch between them share a "
                          "ReadOptions.service_job_name")
     worker_side = _worker_pipeline(sel, plan, label, batch_size=batch_size, seed=seed, deterministic=deterministic,
-                                   skip_corrupt=skip_corrupt, opts=opts)
+                                   skip_corrupt=skip_corrupt, num_epochs=num_epochs, opts=opts)
     svc = tf.data.experimental.service
     batches = worker_side.apply(svc.distribute(
         processing_mode=getattr(svc.ShardingPolicy, _POLICIES[opts.service_sharding]),
@@ -67,11 +69,9 @@ def train_dataset(sel: ShardSelection, plan: Any, label: str | None, *, batch_si
         job_name=opts.service_job_name,
         compression="AUTO" if opts.service_compression == "auto" else None,
     ))
+    # The epochs repeat on the workers, in one job: a job per epoch (a repeat here) costs each
+    # worker a pipeline start-up per epoch, which dominated small epochs (bench/, BENCHMARKS.md).
     batches = batches.rebatch(batch_size, drop_remainder=drop_remainder)
-    if num_epochs is None:
-        batches = batches.repeat()
-    elif num_epochs > 1:
-        batches = batches.repeat(num_epochs)
     _ds.logger.info("train_dataset: split %r of %s through tf.data service %s (sharding=%s, job_name=%s, "
                     "compression=%s)", sel.split, sel.root, opts.service, opts.service_sharding,
                     opts.service_job_name, opts.service_compression)
@@ -79,8 +79,9 @@ def train_dataset(sel: ShardSelection, plan: Any, label: str | None, *, batch_si
 
 
 def _worker_pipeline(sel: ShardSelection, plan: Any, label: str | None, *, batch_size: int, seed: int | None,
-                     deterministic: bool, skip_corrupt: bool, opts: ReadOptions) -> tf.data.Dataset:
-    """One epoch of parsed batches (the last one short), as a worker runs it.
+                     deterministic: bool, skip_corrupt: bool, num_epochs: int | None,
+                     opts: ReadOptions) -> tf.data.Dataset:
+    """``num_epochs`` epochs (None: forever) of parsed batches, as a worker runs them.
 
     The same stages as the in-process reader, with two differences the
     service needs: no cardinality is stated (each worker yields only its part
@@ -96,6 +97,10 @@ def _worker_pipeline(sel: ShardSelection, plan: Any, label: str | None, *, batch
     files = _ds._shard_list(paths, counts)
     if opts.shuffle_files and len(paths) > 1:
         files = files.shuffle(len(paths), seed=seed, reshuffle_each_iteration=True)
+    # The shard list repeats (reshuffled each epoch): under dynamic sharding the dispatcher
+    # hands out every shard num_epochs times; the epochs meet at their boundary (a worker's
+    # window may hold the end of one and the start of the next).
+    files = files.repeat(num_epochs)
     records = files.interleave(read, cycle_length=cycle_length, block_length=1, num_parallel_calls=parallel,
                                deterministic=deterministic)
     buffer = min(opts.shuffle_buffer, sum(counts))
