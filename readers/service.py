@@ -55,7 +55,7 @@ def train_dataset(sel: ShardSelection, plan: Any, label: str | None, *, batch_si
     """:func:`readers.train_dataset` through the tf.data service at ``opts.service`` (see the module docstring and docs/data-service.md)."""
     if cache is not None:
         raise ValueError(f"cache={cache!r} cannot be used with ReadOptions.service: the pipeline runs on the "
-                         "service's workers, a new job iteration each epoch; leave cache=None")
+                         "service's workers, which read the shards every epoch; leave cache=None")
     if input_context is not None:
         raise ValueError("input_context cannot be used with ReadOptions.service: the service shards the data "
                          "itself; trainers that should split one epoch between them share a "
