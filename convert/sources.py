@@ -989,6 +989,37 @@ def _records_json(df: Any) -> list[bytes]:
     return df.select(row.struct.json_encode().cast(pl.Binary)).to_series().to_list()
 
 
+def _decode_avro_blocks(pl: Any, data: bytes, n: int, path: str, record_json: bool) -> ColumnRecords:
+    """The ``n`` records of a small Avro file (a header and whole blocks), decoded
+    by polars (the module ``pl``) into columns; raises whatever polars raises on
+    blocks it cannot read."""
+    df = pl.read_avro(io.BytesIO(data))
+    if df.height != n or df.width == 0:
+        raise ValueError(f"decoded {df.height} records x {df.width} fields, the blocks hold {n}")
+    raw = {c: _raw_dtype(t) for c, t in df.schema.items()}
+    if any(raw[c] != t for c, t in df.schema.items()):
+        df = df.cast(raw)
+    leaves = _leaves(df)  # once: each record field is a polars call
+    arrays = _numeric_arrays(leaves)
+    coders = _term_coders(leaves)
+    # Columns go to the vectorizer as arrays and codes where they can:
+    # the lists of these, and of record columns, are made only if asked for.
+    # (each ``df.schema``, ``df.columns`` or ``get_column`` call walks every column: once here)
+    series = df.get_columns()
+    lists = {s.name: s for s in series if _has_list(s.dtype)}  # paths through lists (path_leaf)
+    deferred = {s.name: s.to_list for s in series
+                if s.name in arrays or s.name in coders or s.name in lists or isinstance(s.dtype, pl.Struct)}
+    columns = {s.name: None if s.name in deferred else s.to_list() for s in series}
+    texts = None
+    if record_json:
+        try:
+            texts = _records_json(df)
+        except Exception as e:  # the split makes them from the records instead
+            _log.debug("%s: no record JSON from polars (%s: %s)", path, type(e).__name__, e)
+    del df, series  # their Arrow buffers are not kept while the batch is processed (deferred columns keep theirs)
+    return ColumnRecords(columns, n, arrays, texts, deferred, coders, lists)
+
+
 def _iter_avro_columnar(f: IO[bytes], path: str, header: bytes, sync: bytes, pos: int, end: int | None,
                         batch_size: int, record_json: bool = False, codec: str = "null",
                         max_block_bytes: int = DEFAULT_MAX_BLOCK_BYTES,
@@ -1036,30 +1067,7 @@ def _iter_avro_columnar(f: IO[bytes], path: str, header: bytes, sync: bytes, pos
                 raise too_big
             continue
         try:
-            df = pl.read_avro(io.BytesIO(b"".join(parts)))
-            if df.height != n or df.width == 0:
-                raise ValueError(f"decoded {df.height} records x {df.width} fields, the blocks hold {n}")
-            raw = {c: _raw_dtype(t) for c, t in df.schema.items()}
-            if any(raw[c] != t for c, t in df.schema.items()):
-                df = df.cast(raw)
-            leaves = _leaves(df)  # once: each record field is a polars call
-            arrays = _numeric_arrays(leaves)
-            coders = _term_coders(leaves)
-            # Columns go to the vectorizer as arrays and codes where they can:
-            # the lists of these, and of record columns, are made only if asked for.
-            # (each ``df.schema``, ``df.columns`` or ``get_column`` call walks every column: once here)
-            series = df.get_columns()
-            lists = {s.name: s for s in series if _has_list(s.dtype)}  # paths through lists (path_leaf)
-            deferred = {s.name: s.to_list for s in series
-                        if s.name in arrays or s.name in coders or s.name in lists or isinstance(s.dtype, pl.Struct)}
-            columns = {s.name: None if s.name in deferred else s.to_list() for s in series}
-            texts = None
-            if record_json:
-                try:
-                    texts = _records_json(df)
-                except Exception as e:  # the split makes them from the records instead
-                    _log.debug("%s: no record JSON from polars (%s: %s)", path, type(e).__name__, e)
-            del df, series  # their Arrow buffers are not kept while the batch is processed (deferred columns keep theirs)
+            records = _decode_avro_blocks(pl, b"".join(parts), n, path, record_json)
         except (KeyboardInterrupt, SystemExit, GeneratorExit):
             raise
         except BaseException as e:  # noqa: BLE001 - polars' Rust panics are BaseExceptions
@@ -1073,25 +1081,21 @@ def _iter_avro_columnar(f: IO[bytes], path: str, header: bytes, sync: bytes, pos
             rec_offsets.extend([off] * c)
             indexes.extend(range(c))
         parts.clear()
-        yield RecordBatch(path, "avro", ColumnRecords(columns, n, arrays, texts, deferred, coders, lists), rec_offsets, indexes)
+        yield RecordBatch(path, "avro", records, rec_offsets, indexes)
         if too_big is not None:
             raise too_big
     return None
 
 
-def iter_avro(f: IO[bytes], path: str, start: int = 0, end: int | None = None,
-              batch_size: int = 4096, decoder: str = "auto", record_json: bool = False,
-              max_block_bytes: int = DEFAULT_MAX_BLOCK_BYTES) -> Iterator[RecordBatch]:
-    """Yield batches of records from Avro blocks starting in ``[start, end)``.
+def _open_avro(f: IO[bytes], path: str) -> tuple[IO[bytes], Any, int, bytes, bytes | None]:
+    """Reads an Avro file's header: ``(f, blocks, header_end, sync, raw_header)``.
 
-    On a corrupt block, or one that decompresses to more than
-    ``max_block_bytes`` (checked before it is decompressed whole, on either
-    decoder), the records of the intact blocks before it are yielded first,
-    then ``InputFileError`` (naming the file and the block's offset) is
-    raised. ``decoder``: see ``AVRO_DECODERS``; both give the same records.
+    ``f`` is the file to read on (a patched copy when the header's metadata is
+    not UTF-8), ``blocks`` fastavro's block reader, ``sync`` the file's sync
+    marker and ``raw_header`` the header to decode blocks with when the schema
+    has logical types (else ``None``). A file that is not Avro raises
+    ``InputFileError`` naming it.
     """
-    if decoder not in AVRO_DECODERS:
-        raise ValueError(f"Avro decoder must be one of {', '.join(AVRO_DECODERS)}, found {decoder!r}")
     f.seek(0)
     magic = f.read(len(AVRO_MAGIC))
     if magic != AVRO_MAGIC:
@@ -1121,15 +1125,36 @@ def iter_avro(f: IO[bytes], path: str, start: int = 0, end: int | None = None,
         raise InputFileError(
             path, f"cannot read the Avro header ({_quoted(e)}); is it an Avro object container file?", 0
         ) from e
+    return f, blocks, header_end, sync, raw_header
 
+
+def _seek_first_block(f: IO[bytes], sync: bytes, start: int, header_end: int) -> bool:
+    """Moves ``f`` to the first block starting at or after ``start``; ``False`` when there is none."""
     if start <= header_end:
         f.seek(header_end)
-    else:
-        # The block starting exactly at ``start`` follows a sync marker that
-        # begins at ``start - 16`` (never the header's, which ends before start).
-        f.seek(start - _SYNC_SIZE)
-        if not _advance_past_sync(f, sync):
-            return
+        return True
+    # The block starting exactly at ``start`` follows a sync marker that
+    # begins at ``start - 16`` (never the header's, which ends before start).
+    f.seek(start - _SYNC_SIZE)
+    return bool(_advance_past_sync(f, sync))
+
+
+def iter_avro(f: IO[bytes], path: str, start: int = 0, end: int | None = None,
+              batch_size: int = 4096, decoder: str = "auto", record_json: bool = False,
+              max_block_bytes: int = DEFAULT_MAX_BLOCK_BYTES) -> Iterator[RecordBatch]:
+    """Yield batches of records from Avro blocks starting in ``[start, end)``.
+
+    On a corrupt block, or one that decompresses to more than
+    ``max_block_bytes`` (checked before it is decompressed whole, on either
+    decoder), the records of the intact blocks before it are yielded first,
+    then ``InputFileError`` (naming the file and the block's offset) is
+    raised. ``decoder``: see ``AVRO_DECODERS``; both give the same records.
+    """
+    if decoder not in AVRO_DECODERS:
+        raise ValueError(f"Avro decoder must be one of {', '.join(AVRO_DECODERS)}, found {decoder!r}")
+    f, blocks, header_end, sync, raw_header = _open_avro(f, path)
+    if not _seek_first_block(f, sync, start, header_end):
+        return
     next_block = f.tell()
     wrap = not is_record_schema(blocks.writer_schema)  # (never on the fast path: its whitelist has records only)
     if decoder == "auto" and blocks.codec in _COLUMNAR_CODECS and _columnar_schema(blocks.writer_schema):
@@ -1490,18 +1515,10 @@ def _iter_json_lines(buffered: IO[bytes], path: str, pos: int, line_no: int, end
     batch = RecordBatch(path, "json", [], [], [])
     loads, decode_error = orjson.loads, orjson.JSONDecodeError
     while end is None or pos < end:  # (a line starting before ``end`` may run past it)
-        block = buffered.read(_JSONL_BLOCK_BYTES)
-        if not block:
+        read = _json_block(buffered, max_line)
+        if read is None:
             break
-        long_head, long_len = None, 0  # the start of a last line over the cap, whose rest is unread
-        if not block.endswith(b"\n"):
-            last = block.rfind(b"\n") + 1
-            need = max_line + 1 - (len(block) - last)
-            if need > 0:
-                block += buffered.readline(need)  # complete the last line (unless at EOF or over the cap)
-            if not block.endswith(b"\n") and len(block) - last > max_line:
-                long_head, long_len = block[last:last + MAX_ERROR_TEXT_BYTES], len(block) - last
-                block = block[:last]
+        block, long_head, long_len = read
         long_runs = list(_long_integer_runs(block))
         lines = block.split(b"\n")
         if block.endswith(b"\n") or not block:
@@ -1550,15 +1567,45 @@ def _iter_json_lines(buffered: IO[bytes], path: str, pos: int, line_no: int, end
         if long_head is not None:
             if end is not None and pos >= end:
                 break
-            rest, newline = _skip_line(buffered)
-            long_len += rest
-            text_len = long_len - newline
-            batch.bad.append((pos, line_no, _too_long(text_len, max_line), _excerpt(long_head, text_len)))
+            bad, long_len = _skip_long_line(buffered, pos, line_no, long_head, long_len, max_line)
+            batch.bad.append(bad)
             if line_no:
                 line_no += 1
             pos += long_len
     if batch.records or batch.bad:
         yield batch
+
+
+def _json_block(buffered: IO[bytes], max_line: int) -> tuple[bytes, bytes | None, int] | None:
+    """The next block of whole lines, ``None`` at the end of the file.
+
+    ``(block, long_head, long_len)``: a last line over ``max_line`` bytes is cut
+    off the block; ``long_head`` is its start (``None`` when there is none) and
+    ``long_len`` the bytes of it read so far (its rest is still unread).
+    """
+    block = buffered.read(_JSONL_BLOCK_BYTES)
+    if not block:
+        return None
+    long_head, long_len = None, 0
+    if not block.endswith(b"\n"):
+        last = block.rfind(b"\n") + 1
+        need = max_line + 1 - (len(block) - last)
+        if need > 0:
+            block += buffered.readline(need)  # complete the last line (unless at EOF or over the cap)
+        if not block.endswith(b"\n") and len(block) - last > max_line:
+            long_head, long_len = block[last:last + MAX_ERROR_TEXT_BYTES], len(block) - last
+            block = block[:last]
+    return block, long_head, long_len
+
+
+def _skip_long_line(buffered: IO[bytes], pos: int, line_no: int, long_head: bytes, long_len: int,
+                    max_line: int) -> tuple[tuple[int, int, str, str], int]:
+    """Reads past the rest of a line over the cap that starts at ``pos``: its ``bad``
+    entry, and the line's whole length (with its newline)."""
+    rest, newline = _skip_line(buffered)
+    long_len += rest
+    text_len = long_len - newline
+    return (pos, line_no, _too_long(text_len, max_line), _excerpt(long_head, text_len)), long_len
 
 
 def _too_long(nbytes: int, cap: int) -> str:
