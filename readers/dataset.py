@@ -35,7 +35,7 @@ import os
 import re
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import tensorflow as tf
@@ -285,6 +285,54 @@ def _scheme(paths: Sequence[str]) -> str:
     return _io.path_scheme(paths[0]) if paths else ""
 
 
+@_plain
+def _on_early_end(
+    path: tf.Tensor, listed: tf.Tensor, chunk_sizes: tf.Tensor, present: tf.Tensor, skip_corrupt: bool
+) -> tf.Tensor:
+    """A shard that ended before its ``listed`` records: fail naming it and the likely cause,
+    or with ``skip_corrupt`` report it on stderr. ``chunk_sizes`` are what a second read got;
+    ``present`` is whether the file still exists."""
+    readable = tf.reduce_sum(chunk_sizes)
+    counts = tf.strings.join(
+        [
+            "read ",
+            tf.strings.as_string(tf.minimum(readable, listed)),
+            " of the ",
+            tf.strings.as_string(listed),
+            f" records {METADATA_FILENAME} lists",
+        ]
+    )
+    cause = tf.where(
+        present,
+        tf.where(
+            readable >= listed,
+            "a second read got all of them, so the failure was probably a transient read error",
+            "the rest is corrupt, truncated or unreadable, and TFRecord reading cannot resume "
+            "inside a file",
+        ),
+        "the file does not exist (deleted after the dataset was built?)",
+    )
+    if skip_corrupt:
+        line = ["recordprep: skip_corrupt: skipped the rest of damaged shard ", path]
+        tf.print(tf.strings.join([*line, ": ", counts, "; ", cause]), output_stream=sys.stderr)
+        return path
+    message = tf.strings.join(
+        [
+            "recordprep: shard ",
+            path,
+            " is damaged: ",
+            counts,
+            "; ",
+            cause,
+            ". If TensorFlow reported a read error it is logged above as a warning ('Error "
+            "raised with error message ...'). Re-run the conversion (or restore the file), or "
+            "pass skip_corrupt=True to train without the rest of it.",
+        ]
+    )
+    tf.debugging.Assert(tf.constant(False), [message], summarize=1)
+    return path
+
+
 def _read_shard_fn(compression: str, buffer_bytes: int, skip_corrupt: bool, block: int,
                    scheme: str = ""):
     """``(path, escaped, num_records) -> blocks of up to `block` records``, noticing early ends.
@@ -309,50 +357,6 @@ def _read_shard_fn(compression: str, buffer_bytes: int, skip_corrupt: bool, bloc
     """
     compression_type = "GZIP" if compression == "GZIP" else ""
     check_before_open = scheme not in _OPENS_MISSING_FILES
-
-    @_plain
-    def on_early_end(
-        path: tf.Tensor, listed: tf.Tensor, chunk_sizes: tf.Tensor, present: tf.Tensor
-    ) -> tf.Tensor:
-        readable = tf.reduce_sum(chunk_sizes)
-        counts = tf.strings.join(
-            [
-                "read ",
-                tf.strings.as_string(tf.minimum(readable, listed)),
-                " of the ",
-                tf.strings.as_string(listed),
-                f" records {METADATA_FILENAME} lists",
-            ]
-        )
-        cause = tf.where(
-            present,
-            tf.where(
-                readable >= listed,
-                "a second read got all of them, so the failure was probably a transient read error",
-                "the rest is corrupt, truncated or unreadable, and TFRecord reading cannot resume "
-                "inside a file",
-            ),
-            "the file does not exist (deleted after the dataset was built?)",
-        )
-        if skip_corrupt:
-            line = ["recordprep: skip_corrupt: skipped the rest of damaged shard ", path]
-            tf.print(tf.strings.join([*line, ": ", counts, "; ", cause]), output_stream=sys.stderr)
-            return path
-        message = tf.strings.join(
-            [
-                "recordprep: shard ",
-                path,
-                " is damaged: ",
-                counts,
-                "; ",
-                cause,
-                ". If TensorFlow reported a read error it is logged above as a warning ('Error "
-                "raised with error message ...'). Re-run the conversion (or restore the file), or "
-                "pass skip_corrupt=True to train without the rest of it.",
-            ]
-        )
-        tf.debugging.Assert(tf.constant(False), [message], summarize=1)
-        return path
 
     @_plain
     def read(path: tf.Tensor, escaped: tf.Tensor, num_records: tf.Tensor) -> tf.data.Dataset:
@@ -387,8 +391,8 @@ def _read_shard_fn(compression: str, buffer_bytes: int, skip_corrupt: bool, bloc
         recount = recount.concatenate(tf.data.Dataset.from_tensors(tf.constant(0, tf.int64)))
         # Whether the file exists is asked again here, on the failure path only.
         tail = recount.batch(1 << 40).map(
-            _plain(lambda sizes: on_early_end(
-                path, num_records, sizes, tf.size(tf.io.matching_files(escaped)) > 0))
+            _plain(lambda sizes: _on_early_end(
+                path, num_records, sizes, tf.size(tf.io.matching_files(escaped)) > 0, skip_corrupt))
         )
         tail = tail.skip(1)  # runs the check, yields nothing (a filter would trace one more function)
         return open_records(True).concatenate(tail).take(num_records).batch(block)
@@ -645,6 +649,175 @@ def _in_order_interleave(files, read, *, cycle_length, block_length, num_paralle
     return files.flat_map(read)  # sequential, same order
 
 
+class _Share(NamedTuple):
+    """This input pipeline's part of a split."""
+
+    shards: list[Any]
+    num_pipelines: int
+    pipeline_id: int
+    #: Too few shards to share out: every pipeline reads every shard and keeps
+    #: every ``num_pipelines``-th record.
+    record_level: bool
+
+    def num_records(self, total: int) -> int:
+        """How many of the ``total`` records of this pipeline's shards it keeps."""
+        return len(range(self.pipeline_id, total, self.num_pipelines)) if self.record_level else total
+
+
+def _train_options(
+    batch_size: int,
+    *,
+    num_epochs: int | None,
+    seed: int | None,
+    cache: Any,
+    options: ReadOptions | None,
+    shuffle_buffer: int | None,
+    service: str | None,
+    deterministic: bool | None,
+) -> tuple[ReadOptions, bool]:
+    """Checks :func:`train_dataset`'s arguments: the options in effect and whether the order is kept."""
+    _check_positive("batch_size", batch_size)
+    if num_epochs is not None:
+        _check_positive("num_epochs", num_epochs)
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        raise TypeError(f"seed must be an int or None, found {seed!r}")
+    if cache is not None and not isinstance(cache, str | os.PathLike):
+        raise TypeError(f"cache must be None, 'memory' or a local directory, found {cache!r}")
+    if options is not None and not isinstance(options, ReadOptions):
+        raise TypeError(f"options must be a readers.ReadOptions, found {type(options).__name__}")
+    opts = options or ReadOptions()
+    if shuffle_buffer is not None:
+        opts = opts.replace(shuffle_buffer=shuffle_buffer)
+    if service is not None:
+        opts = opts.replace(service=service)
+    return opts, opts.deterministic if deterministic is None else bool(deterministic)
+
+
+def _pipeline_share(sel: ShardSelection, input_context: tf.distribute.InputContext | None) -> _Share:
+    """The shards this input pipeline reads: every ``num_pipelines``-th one, or all
+    of them (record-level sharding) when there are fewer shards than pipelines."""
+    shards = list(sel.shards)
+    num_pipelines, pipeline_id = 1, 0
+    if input_context is not None:
+        num_pipelines = int(input_context.num_input_pipelines)
+        pipeline_id = int(input_context.input_pipeline_id)
+    record_level_shard = False
+    if num_pipelines > 1:
+        if len(shards) >= num_pipelines:
+            shards = shards[pipeline_id::num_pipelines]
+            if len(sel.shards) % num_pipelines:
+                logger.info(
+                    "%d shards over %d input pipelines: pipelines get %d or %d shards (and record "
+                    "counts differ accordingly)",
+                    len(sel.shards),
+                    num_pipelines,
+                    len(sel.shards) // num_pipelines,
+                    len(sel.shards) // num_pipelines + 1,
+                )
+        else:
+            record_level_shard = True
+            logger.warning(
+                "only %d shard(s) in split %r for %d input pipelines: falling back to record-level "
+                "sharding (each pipeline reads every shard and keeps every %d-th record, so reading "
+                "costs %dx). Convert with at least %d shards (ideally several per pipeline) to shard "
+                "by file.",
+                len(shards),
+                sel.split,
+                num_pipelines,
+                num_pipelines,
+                num_pipelines,
+                num_pipelines,
+            )
+    return _Share(shards, num_pipelines, pipeline_id, record_level_shard)
+
+
+def _shuffles_files(opts: ReadOptions, n_files: int, share: _Share, seed: int | None) -> bool:
+    """Whether the shard order is shuffled: with record-level sharding only with a
+    seed, since every pipeline must read the shards in the same order."""
+    shuffle_files = opts.shuffle_files and n_files > 1
+    if share.record_level and shuffle_files and seed is None:
+        logger.warning(
+            "record-level sharding without a seed: shard order is not shuffled "
+            "(pipelines must agree on it); pass seed= to shuffle it"
+        )
+        shuffle_files = False
+    return shuffle_files
+
+
+def _one_pass_fn(read, share: _Share, *, cycle_length: int, parallel: int, deterministic: bool,
+                 window_mode: bool, block: int):
+    """``files -> records`` of one epoch: the shards' blocks interleaved, then this
+    pipeline's records. They leave as vectors of consecutive records of one shard
+    in window mode and as single records in buffer mode (see
+    ``ReadOptions.shuffle_mode``), never one element per record in window mode."""
+    # Record-level sharding needs the same record order in every pipeline.
+    interleave_det = deterministic or share.record_level
+
+    def one_pass(files: tf.data.Dataset) -> tf.data.Dataset:
+        records = files.interleave(
+            read,
+            cycle_length=cycle_length,
+            block_length=1,
+            num_parallel_calls=parallel,
+            deterministic=interleave_det,
+        )
+        if share.record_level:
+            records = records.unbatch().shard(share.num_pipelines, share.pipeline_id)
+            if window_mode:
+                records = records.batch(block)
+        elif not window_mode:
+            records = records.unbatch()
+        return records
+
+    return one_pass
+
+
+def _repeated_epochs(one_pass, paths: Sequence[str], counts: Sequence[int], *, total: int, buffer: int,
+                     window_mode: bool, shuffle_files: bool, seed: int | None, num_epochs: int | None,
+                     skip_corrupt: bool, cache: Any, cache_sel: ShardSelection, cache_key: str) -> tf.data.Dataset:
+    """Epochs one after the other through ``repeat()``: shard order shuffled, one
+    pass read (and cached), cut into ``buffer``-record windows (window mode) or
+    shuffled in a ``buffer``-record buffer."""
+    files = _shard_list(paths, counts)
+    if shuffle_files:
+        files = files.shuffle(len(paths), seed=seed, reshuffle_each_iteration=True)
+    records = one_pass(files)
+    if not window_mode and not skip_corrupt and num_epochs is not None:
+        # The count is exact (a shard that ends early fails above), so the dataset's
+        # cardinality can be known: model.fit then shows real progress.
+        records = records.apply(tf.data.experimental.assert_cardinality(total))
+    if cache is not None:
+        records = _cache(records, cache, cache_sel, paths, cache_key)
+    if window_mode and buffer > 1:
+        # Windows of `buffer` consecutive records; an epoch's last one is short, so epochs stay apart.
+        records = records.rebatch(buffer)
+    elif buffer > 1:
+        records = records.shuffle(buffer, seed=seed, reshuffle_each_iteration=True)
+    if num_epochs is None:
+        records = records.repeat()
+    elif num_epochs > 1:
+        records = records.repeat(num_epochs)
+    return records
+
+
+def _train_batches(records: tf.data.Dataset, batch_size: int, *, window_mode: bool, drop_remainder: bool,
+                   num_epochs: int | None, total: int, skip_corrupt: bool) -> tf.data.Dataset:
+    """Batches of serialized records, their cardinality stated where it is known."""
+    if not window_mode:
+        return records.batch(batch_size, drop_remainder=drop_remainder)
+    batches = records.rebatch(batch_size, drop_remainder=drop_remainder)
+    # rebatch and the epochs' interleave lose the cardinality; state it as a
+    # plain batch() after repeat() knows it.
+    if num_epochs is None:
+        if total > 0:  # a pipeline left without records (record-level sharding) is empty
+            batches = batches.apply(tf.data.experimental.assert_cardinality(tf.data.INFINITE_CARDINALITY))
+    elif not skip_corrupt:  # the counts are exact (see above)
+        n = total * num_epochs
+        known = n // batch_size if drop_remainder else -(-n // batch_size)
+        batches = batches.apply(tf.data.experimental.assert_cardinality(known))
+    return batches
+
+
 # --------------------------------------------------------------------------- public
 
 
@@ -732,21 +905,9 @@ def train_dataset(
 
         ds = strategy.distribute_datasets_from_function(make)
     """
-    _check_positive("batch_size", batch_size)
-    if num_epochs is not None:
-        _check_positive("num_epochs", num_epochs)
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-        raise TypeError(f"seed must be an int or None, found {seed!r}")
-    if cache is not None and not isinstance(cache, str | os.PathLike):
-        raise TypeError(f"cache must be None, 'memory' or a local directory, found {cache!r}")
-    if options is not None and not isinstance(options, ReadOptions):
-        raise TypeError(f"options must be a readers.ReadOptions, found {type(options).__name__}")
-    opts = options or ReadOptions()
-    if shuffle_buffer is not None:
-        opts = opts.replace(shuffle_buffer=shuffle_buffer)
-    if service is not None:
-        opts = opts.replace(service=service)
-    det = opts.deterministic if deterministic is None else bool(deterministic)
+    opts, det = _train_options(
+        batch_size, num_epochs=num_epochs, seed=seed, cache=cache, options=options,
+        shuffle_buffer=shuffle_buffer, service=service, deterministic=deterministic)
 
     sel = select_shards(str(pattern), split)
     label, specs = _resolve_label(sel.info, label_key, features)
@@ -760,50 +921,9 @@ def train_dataset(
             drop_remainder=drop_remainder, skip_corrupt=skip_corrupt, cache=cache,
             input_context=input_context, opts=opts)
 
-    shards = list(sel.shards)
-    num_pipelines, pipeline_id = 1, 0
-    if input_context is not None:
-        num_pipelines = int(input_context.num_input_pipelines)
-        pipeline_id = int(input_context.input_pipeline_id)
-    record_level_shard = False
-    if num_pipelines > 1:
-        if len(shards) >= num_pipelines:
-            shards = shards[pipeline_id::num_pipelines]
-            if len(sel.shards) % num_pipelines:
-                logger.info(
-                    "%d shards over %d input pipelines: pipelines get %d or %d shards (and record "
-                    "counts differ accordingly)",
-                    len(sel.shards),
-                    num_pipelines,
-                    len(sel.shards) // num_pipelines,
-                    len(sel.shards) // num_pipelines + 1,
-                )
-        else:
-            record_level_shard = True
-            logger.warning(
-                "only %d shard(s) in split %r for %d input pipelines: falling back to record-level "
-                "sharding (each pipeline reads every shard and keeps every %d-th record, so reading "
-                "costs %dx). Convert with at least %d shards (ideally several per pipeline) to shard "
-                "by file.",
-                len(shards),
-                sel.split,
-                num_pipelines,
-                num_pipelines,
-                num_pipelines,
-                num_pipelines,
-            )
-
-    paths, counts, remote, cycle_length, parallel, buffer_bytes = _open_shards(sel, shards, opts, skip_corrupt)
-    # Record-level sharding needs the same record order in every pipeline.
-    interleave_det = det or record_level_shard
-    shuffle_files = opts.shuffle_files and len(paths) > 1
-    if record_level_shard and shuffle_files and seed is None:
-        logger.warning(
-            "record-level sharding without a seed: shard order is not shuffled "
-            "(pipelines must agree on it); pass seed= to shuffle it"
-        )
-        shuffle_files = False
-
+    share = _pipeline_share(sel, input_context)
+    paths, counts, remote, cycle_length, parallel, buffer_bytes = _open_shards(sel, share.shards, opts, skip_corrupt)
+    shuffle_files = _shuffles_files(opts, len(paths), share, seed)
     read = _read_shard_fn(
         sel.info.compression, buffer_bytes, skip_corrupt=skip_corrupt, block=opts.block_length,
         scheme=_scheme(paths),
@@ -813,29 +933,10 @@ def train_dataset(
             "skip_corrupt=True: a damaged shard is read up to its first bad record and the rest of "
             "it is skipped; each skip is reported on stderr as 'recordprep: skip_corrupt: ...'"
         )
-    # Records leave one_pass as vectors of consecutive records of one shard (in
-    # "buffer" mode: single records), never one element per record in window
-    # mode (see ReadOptions.shuffle_mode).
     window_mode = opts.shuffle_mode == "window"
-    total = sum(counts)
-    if record_level_shard:
-        total = len(range(pipeline_id, total, num_pipelines))
-
-    def one_pass(files: tf.data.Dataset) -> tf.data.Dataset:
-        records = files.interleave(
-            read,
-            cycle_length=cycle_length,
-            block_length=1,
-            num_parallel_calls=parallel,
-            deterministic=interleave_det,
-        )
-        if record_level_shard:
-            records = records.unbatch().shard(num_pipelines, pipeline_id)
-            if window_mode:
-                records = records.batch(opts.block_length)
-        elif not window_mode:
-            records = records.unbatch()
-        return records
+    total = share.num_records(sum(counts))
+    one_pass = _one_pass_fn(read, share, cycle_length=cycle_length, parallel=parallel, deterministic=det,
+                            window_mode=window_mode, block=opts.block_length)
 
     buffer = min(opts.shuffle_buffer, total)
     window_shuffle = window_mode and buffer > 1
@@ -852,42 +953,17 @@ def train_dataset(
             shuffle_files=shuffle_files, window=buffer if window_shuffle else 0,
         )
     else:
-        files = _shard_list(paths, counts)
-        if shuffle_files:
-            files = files.shuffle(len(paths), seed=seed, reshuffle_each_iteration=True)
-        records = one_pass(files)
-        if not window_mode and not skip_corrupt and num_epochs is not None:
-            # The count is exact (a shard that ends early fails above), so the dataset's
-            # cardinality can be known: model.fit then shows real progress.
-            records = records.apply(tf.data.experimental.assert_cardinality(total))
-        if cache is not None:
-            records = _cache(records, cache, sel, paths,
-                             f"{pipeline_id}/{num_pipelines}/{record_level_shard}/{skip_corrupt}/{opts.shuffle_mode}")
-        if window_shuffle:
-            # Windows of `buffer` consecutive records; an epoch's last one is short, so epochs stay apart.
-            records = records.rebatch(buffer)
-        elif buffer > 1:
-            records = records.shuffle(buffer, seed=seed, reshuffle_each_iteration=True)
-        if num_epochs is None:
-            records = records.repeat()
-        elif num_epochs > 1:
-            records = records.repeat(num_epochs)
+        cache_key = f"{share.pipeline_id}/{share.num_pipelines}/{share.record_level}/{skip_corrupt}/{opts.shuffle_mode}"
+        records = _repeated_epochs(
+            one_pass, paths, counts, total=total, buffer=buffer, window_mode=window_mode,
+            shuffle_files=shuffle_files, seed=seed, num_epochs=num_epochs, skip_corrupt=skip_corrupt,
+            cache=cache, cache_sel=sel, cache_key=cache_key,
+        )
     if window_shuffle:
         records = _permute_windows(records, seed)
 
-    if window_mode:
-        batches = records.rebatch(batch_size, drop_remainder=drop_remainder)
-        # rebatch and the epochs' interleave lose the cardinality; state it as a
-        # plain batch() after repeat() knows it.
-        if num_epochs is None:
-            if total > 0:  # a pipeline left without records (record-level sharding) is empty
-                batches = batches.apply(tf.data.experimental.assert_cardinality(tf.data.INFINITE_CARDINALITY))
-        elif not skip_corrupt:  # the counts are exact (see above)
-            n = total * num_epochs
-            known = n // batch_size if drop_remainder else -(-n // batch_size)
-            batches = batches.apply(tf.data.experimental.assert_cardinality(known))
-    else:
-        batches = records.batch(batch_size, drop_remainder=drop_remainder)
+    batches = _train_batches(records, batch_size, window_mode=window_mode, drop_remainder=drop_remainder,
+                             num_epochs=num_epochs, total=total, skip_corrupt=skip_corrupt)
     batches = _parse_batches(batches, plan, label, opts.prefetch)
     _describe(
         "train_dataset",
@@ -902,8 +978,8 @@ def train_dataset(
         deterministic=det,
         remote=remote,
         epoch_lookahead=lookahead,
-        pipeline=f"{pipeline_id}/{num_pipelines}"
-        + (" (record-level)" if record_level_shard else ""),
+        pipeline=f"{share.pipeline_id}/{share.num_pipelines}"
+        + (" (record-level)" if share.record_level else ""),
     )
     return batches.with_options(
         _tf_options(sharded_by_reader=input_context is not None, opts=opts)
