@@ -161,9 +161,10 @@ class TransformLayer(tf.Module):
                 terms = applied.analysis.vocabularies[f.name]
                 base = 1 + f.num_oov_buckets
                 keys = tf.constant([t.encode("utf-8", "surrogatepass") for t in terms] or [b""], tf.string)
-                ids = tf.constant(list(range(base, base + len(terms))) or [0], tf.int64)
+                ids = tf.constant(list(range(base, base + len(terms))) or [_oov_default(f)], tf.int64)
                 self._tables[f.name] = tf.lookup.StaticHashTable(
-                    tf.lookup.KeyValueTensorInitializer(keys, ids), default_value=0, name=f"vocab_{len(self._tables)}")
+                    tf.lookup.KeyValueTensorInitializer(keys, ids), default_value=_oov_default(f),
+                    name=f"vocab_{len(self._tables)}")
         # Tracked so a SavedModel keeps the tables.
         self._table_list = list(self._tables.values())
         self._compiled: Any = None
@@ -230,6 +231,9 @@ class TransformLayer(tf.Module):
         together = [(i, f) for i, f in enumerate(self.config.features) if _scalar_numeric(f)]
         if together:
             out.update(self._scalar_numerics(together, packed, tagged))
+        together = [(i, f) for i, f in enumerate(self.config.features) if _scalar_ids(f)]
+        if together:
+            out.update(self._scalar_ids(together, packed, inputs, tagged))
         for i, f in enumerate(self.config.features):
             bad: list[tuple[tf.Tensor, Any]] = []
             self._feature(f, inputs, out, bad)
@@ -238,8 +242,9 @@ class TransformLayer(tf.Module):
         return features, _any(tagged), _Reasons(batch, tagged)
 
     def _feature(self, f: FeatureConfig, inputs: Mapping[str, tf.Tensor], out: dict[str, tf.Tensor], bad: list) -> None:
-        """Feature ``f``'s columns into ``out`` (scalar numerics are computed together, elsewhere)."""
-        if _scalar_numeric(f):
+        """Feature ``f``'s columns into ``out`` (single-valued numerics, vocabularies and hashes
+        are computed together, elsewhere)."""
+        if _scalar_numeric(f) or _scalar_ids(f):
             return
         if f.transform == "cross":
             out.update(self._cross(f, inputs, bad))
@@ -383,6 +388,21 @@ class TransformLayer(tf.Module):
                 result[f"{f.name}_missing"] = m
         return result
 
+    def _scalar_ids(self, together: list[tuple[int, FeatureConfig]], packed: Mapping[str, tf.Tensor],
+                    inputs: Mapping[str, tf.Tensor], tagged: list) -> dict[str, tf.Tensor]:
+        """The single-valued ``vocabulary`` and ``hash`` features: an id per feature, then the
+        null and nested checks as ``[batch, k]`` ops (``_vocabulary``'s, once for all)."""
+        orders = [i for i, _ in together]
+        fs = [f for _, f in together]
+        kcols = {s.path: j for j, s in enumerate(self.wire.columns[PACKED["kind"]])}
+        kind = tf.gather(packed[PACKED["kind"]], [kcols[f.source] for f in fs], axis=1)
+        ids = tf.stack([self._ids(f, inputs[self.wire.by_path(f.source).input_name("term")]) for f in fs], axis=1)
+        nested = tf.equal(kind, KIND_NESTED)
+        tagged.append((orders, nested, [_reason(f.source, "expected a scalar value, found a record or list; set max_len "
+                                                          "for lists or point 'source' at a leaf field") for f in fs]))
+        ids = tf.where(tf.equal(kind, KIND_NULL) | nested, tf.zeros_like(ids), ids)
+        return {f.name: col for f, col in zip(fs, tf.split(ids, len(fs), axis=1), strict=True)}
+
     def _bytes(self, f: FeatureConfig, s: Source, inputs: Mapping[str, tf.Tensor], bad: list) -> dict[str, tf.Tensor]:
         kind = self._kind(s, inputs)
         ok = _isin(kind, (KIND_STRING, KIND_BYTES))
@@ -442,10 +462,9 @@ class TransformLayer(tf.Module):
         if f.transform == "hash":
             return tf.strings.to_hash_bucket_fast(terms, f.buckets) + 1
         ids = self._tables[f.name].lookup(terms)
-        if f.num_oov_buckets > 1:
-            oov = tf.strings.to_hash_bucket_fast(terms, f.num_oov_buckets) + 1
-        else:
-            oov = tf.ones_like(ids)
+        if f.num_oov_buckets <= 1:
+            return ids  # the table's default is the OOV id, 1
+        oov = tf.strings.to_hash_bucket_fast(terms, f.num_oov_buckets) + 1
         return tf.where(tf.equal(ids, 0), oov, ids)
 
     def _cross(self, f: FeatureConfig, inputs: Mapping[str, tf.Tensor], bad: list) -> dict[str, tf.Tensor]:
@@ -556,6 +575,17 @@ def _f64s(values: Sequence[float]) -> tf.Tensor:
 
 def _bools(values: Sequence[bool]) -> tf.Tensor:
     return tf.constant(np.array(values, dtype=bool))
+
+
+def _oov_default(f: FeatureConfig) -> int:
+    """The vocabulary table's value for a term it lacks: the OOV id 1, or 0 where
+    ``num_oov_buckets`` > 1 picks one of the OOV ids by hash (``_ids``)."""
+    return 0 if f.num_oov_buckets > 1 else 1
+
+
+def _scalar_ids(f: FeatureConfig) -> bool:
+    """Computed with the other single-valued vocabulary and hash features (``_scalar_ids``)."""
+    return f.transform in ("vocabulary", "hash") and not f.multi_valued
 
 
 def _scalar_numeric(f: FeatureConfig) -> bool:
