@@ -200,6 +200,18 @@ def test_dynamic_epoch_sees_every_record_exactly_once(dynamic, output):
 
 
 @pytest.mark.slow
+def test_uncompressed_wire_and_buffer_shuffle_give_the_same_records(dynamic, output):
+    opts = readers.ReadOptions(service=dynamic.address, service_compression="none", shuffle_mode="buffer")
+    ds = readers.train_dataset(str(output.root), 8, num_epochs=1, drop_remainder=False, options=opts)
+    batches = list(ds)
+    assert Counter(fx.ids_of(batches)) == Counter(output.all_ids("train"))
+    features, label = batches[0]
+    i = int(features["count"][0, 0])
+    assert float(features["num"][0, 0]) == fx.expected_values(i)["num"][0]
+    assert int(label[0, 0]) == fx.expected_values(i)["label"][0]  # the label is split out on the workers
+
+
+@pytest.mark.slow
 def test_trainers_sharing_a_job_name_split_the_data_without_duplicates(dynamic, output):
     opts = readers.ReadOptions(service=dynamic.address, service_job_name="shared-job", shuffle_buffer=16)
     got: list[list[int]] = [[], []]
