@@ -356,6 +356,9 @@ def _hash_buckets(distinct: int) -> int:
 
 
 def _decide(path: str, st: _FieldStats, total: int, logical: str | None = None, maps: set[str] = frozenset()) -> Draft:
+    """The drafted entry for one field, by the kind of values the sample holds:
+    a map, an Avro logical type, an identifier, numbers, booleans, bytes,
+    strings or lists; otherwise no entry and a note saying why."""
     non_null = st.count - st.nulls
     types = {t for t in st.types if t != "null"}
     distinct = len(st.distinct)
@@ -366,16 +369,45 @@ def _decide(path: str, st: _FieldStats, total: int, logical: str | None = None, 
     if not types:
         return Draft(None, f"{path}: always null in the sample; nothing to learn", path)
     if types == {"dict"}:
-        if not st.distinct:
-            return Draft(None, f"{path}: a map that is always empty in the sample; nothing to learn", path)
-        max_len, p95, capped = _max_len(st.lengths)
-        e = {"transform": "vocabulary", "max_len": max_len}
-        if len(st.distinct) > 100:
-            e["top_k"] = 1000
-        return Draft(e, f"{path}: a map (arbitrary keys): its keys as categories, {len(st.distinct)} distinct, "
-                        f"count p95 {p95}{capped}; a key's value: source: {path}[\"KEY\"]{null_note}",
-                     render_path((*parse_path(path), KEYS)))
+        return _decide_map(path, st, null_note)
     # Avro logical types: the converter reads them raw (integers, strings, bytes).
+    if logical and (draft := _decide_logical(path, st, types, logical, distinct, null_note, missing_in)):
+        return draft
+    if types in ({"int"}, {"str"}) and (ident := _identifier(path, st, types, non_null, null_note)):
+        return ident
+    if types <= {"int", "float"}:
+        return _decide_numeric(path, st, types, distinct, non_null, null_note, missing_in)
+    if types == {"bool"}:
+        return Draft({"transform": "vocabulary"}, f"{path}: boolean{null_note}", path)
+    if types == {"bytes"}:
+        return Draft({"transform": "bytes"}, f"{path}: bytes, passed through unvectorized{null_note}", path)
+    if types == {"str"}:
+        return _decide_string(path, st, distinct, non_null, null_note)
+    if types == {"list"}:
+        return _decide_list(path, st, maps, null_note)
+    scalar = types - {"list", "dict"}
+    if types == scalar:
+        return Draft({"transform": "hash", "buckets": 1024},
+                     f"{path}: mixed types ({', '.join(sorted(types))}) across records; hashed as strings, check this", path)
+    return Draft(None, f"{path}: mixed scalar/list/record values ({', '.join(sorted(types))}); not vectorized", path)
+
+
+def _decide_map(path: str, st: _FieldStats, null_note: str) -> Draft:
+    """A map with arbitrary keys: its keys as categories (a key's value is drafted by path)."""
+    if not st.distinct:
+        return Draft(None, f"{path}: a map that is always empty in the sample; nothing to learn", path)
+    max_len, p95, capped = _max_len(st.lengths)
+    e = {"transform": "vocabulary", "max_len": max_len}
+    if len(st.distinct) > 100:
+        e["top_k"] = 1000
+    return Draft(e, f"{path}: a map (arbitrary keys): its keys as categories, {len(st.distinct)} distinct, "
+                    f"count p95 {p95}{capped}; a key's value: source: {path}[\"KEY\"]{null_note}",
+                 render_path((*parse_path(path), KEYS)))
+
+
+def _decide_logical(path: str, st: _FieldStats, types: set[str], logical: str, distinct: int, null_note: str,
+                    missing_in: int) -> Draft | None:
+    """The entry for an Avro logical type read raw, or ``None`` when the values do not fit it."""
     if logical in _TIMESTAMP_UNITS and types == {"int"}:
         # Instants: exact epoch seconds plus the calendar parts models usually want.
         unit = _TIMESTAMP_UNITS[logical]
@@ -392,70 +424,72 @@ def _decide(path: str, st: _FieldStats, total: int, logical: str | None = None, 
         return Draft(e, f"{path}: {logical} ({unit}), numeric{null_note}", path)
     if logical == "uuid" and types == {"str"}:
         return Draft({"transform": "hash", "buckets": _hash_buckets(distinct)}, f"{path}: uuid (an identifier), hashed{null_note}", path)
-    if logical and logical.startswith("decimal") and types == {"bytes"}:
+    if logical.startswith("decimal") and types == {"bytes"}:
         return Draft({"transform": "bytes"}, f"{path}: {logical}: read as its unscaled two's-complement bytes "
                      f"(decimals are not converted to numbers); passed through unvectorized{null_note}", path)
     if logical == "duration" and types == {"bytes"}:
         return Draft({"transform": "bytes"}, f"{path}: duration (fixed 12 bytes: months, days, millis), "
                      f"passed through unvectorized{null_note}", path)
-    if types in ({"int"}, {"str"}) and (ident := _identifier(path, st, types, non_null, null_note)):
-        return ident
-    if types <= {"int", "float"}:
-        if types == {"int"} and distinct <= 2 and non_null > 0 and not st.nonfinite:
-            return Draft({"transform": "vocabulary"}, f"{path}: integer with {distinct} values{null_note}", path)
-        e: dict[str, Any] = {"transform": "zscore"}
-        if st.nulls or missing_in:
-            e["missing_indicator"] = True
-        nonfinite_note = ""
-        if st.nonfinite:
-            e["on_nan"] = "fill"
-            nonfinite_note = f", {st.nonfinite} NaN/inf/beyond-float32 value(s) filled like nulls (on_nan: fill)"
-        return Draft(e, f"{path}: numeric, {distinct}{'+' if distinct >= _DISTINCT_CAP else ''} distinct{null_note}{nonfinite_note}", path)
-    if types == {"bool"}:
-        return Draft({"transform": "vocabulary"}, f"{path}: boolean{null_note}", path)
-    if types == {"bytes"}:
-        return Draft({"transform": "bytes"}, f"{path}: bytes, passed through unvectorized{null_note}", path)
-    if types == {"str"}:
-        avg_tokens = sum(st.tokens) / max(1, len(st.tokens))
-        ratio = distinct / max(1, non_null)
-        if avg_tokens > 2.5 and ratio > 0.3:
-            max_len, p95, capped = _max_len(st.tokens)
-            return Draft({"transform": "text", "max_len": max_len},
-                         f"{path}: free text, {avg_tokens:.1f} tokens on average (max_len = 95th percentile, {p95}){capped}{null_note}", path)
-        if distinct <= 1000 and (ratio < 0.5 or distinct <= 50):
-            e = {"transform": "vocabulary"}
-            if distinct > 100:
-                e["top_k"] = 1000
-            return Draft(e, f"{path}: categorical, {distinct} distinct in the sample{null_note}", path)
-        return Draft({"transform": "hash", "buckets": _hash_buckets(distinct)},
-                     f"{path}: high-cardinality string ({distinct}{'+' if distinct >= _DISTINCT_CAP else ''} distinct in {non_null}){null_note}", path)
-    if types == {"list"}:
-        elems = {t for t in st.elem_types if t != "null"}
-        max_len, p95, capped = _max_len(st.lengths)
-        if not elems:
-            return Draft(None, f"{path}: always an empty list in the sample", path)
-        if elems <= {"dict", "list"}:
-            record = "maps" if f"{path}[]" in maps else "records"
-            what = " and ".join({"dict": record, "list": "lists"}[k] for k in sorted(elems))
-            return Draft({"transform": "count"}, f"{path}: a list of {what}: its length (p95 {p95}) as a count; what "
-                                                 f"is inside is drafted as {path}[]...{null_note}", path)
-        avg_tokens = sum(st.tokens) / max(1, len(st.tokens))
-        if elems == {"str"} and avg_tokens > 2.5 and len(st.distinct) > 0.3 * max(1, len(st.tokens)):
-            max_len, p95, capped = _max_len(st.list_tokens)
-            return Draft({"transform": "text", "max_len": max_len},
-                         f"{path}: lists of free text, {avg_tokens:.1f} tokens per string on average (max_len = 95th "
-                         f"percentile of a record's tokens, {p95}){capped}{null_note}", path)
-        if elems <= {"int", "float"}:
-            return Draft({"transform": "identity", "max_len": max_len}, f"{path}: numeric list, length p95 {p95}{capped}{null_note}", path)
-        if elems <= {"str", "int", "bool"}:
-            return Draft({"transform": "vocabulary", "max_len": max_len}, f"{path}: list of categories, length p95 {p95}{capped}{null_note}", path)
-        return Draft(None, f"{path}: list of {'/'.join(sorted(elems))} mixed: one feature takes lists of one kind; "
-                           f"point 'source' at the items of one kind", path)
-    scalar = types - {"list", "dict"}
-    if types == scalar:
-        return Draft({"transform": "hash", "buckets": 1024},
-                     f"{path}: mixed types ({', '.join(sorted(types))}) across records; hashed as strings, check this", path)
-    return Draft(None, f"{path}: mixed scalar/list/record values ({', '.join(sorted(types))}); not vectorized", path)
+    return None
+
+
+def _decide_numeric(path: str, st: _FieldStats, types: set[str], distinct: int, non_null: int, null_note: str,
+                    missing_in: int) -> Draft:
+    """Numbers: standardized (NaN and infinities filled like nulls), or categories when
+    integers take at most two values."""
+    if types == {"int"} and distinct <= 2 and non_null > 0 and not st.nonfinite:
+        return Draft({"transform": "vocabulary"}, f"{path}: integer with {distinct} values{null_note}", path)
+    e: dict[str, Any] = {"transform": "zscore"}
+    if st.nulls or missing_in:
+        e["missing_indicator"] = True
+    nonfinite_note = ""
+    if st.nonfinite:
+        e["on_nan"] = "fill"
+        nonfinite_note = f", {st.nonfinite} NaN/inf/beyond-float32 value(s) filled like nulls (on_nan: fill)"
+    return Draft(e, f"{path}: numeric, {distinct}{'+' if distinct >= _DISTINCT_CAP else ''} distinct{null_note}{nonfinite_note}", path)
+
+
+def _decide_string(path: str, st: _FieldStats, distinct: int, non_null: int, null_note: str) -> Draft:
+    """Strings: free text (several tokens, mostly distinct), categories (few distinct) or hashed."""
+    avg_tokens = sum(st.tokens) / max(1, len(st.tokens))
+    ratio = distinct / max(1, non_null)
+    if avg_tokens > 2.5 and ratio > 0.3:
+        max_len, p95, capped = _max_len(st.tokens)
+        return Draft({"transform": "text", "max_len": max_len},
+                     f"{path}: free text, {avg_tokens:.1f} tokens on average (max_len = 95th percentile, {p95}){capped}{null_note}", path)
+    if distinct <= 1000 and (ratio < 0.5 or distinct <= 50):
+        e = {"transform": "vocabulary"}
+        if distinct > 100:
+            e["top_k"] = 1000
+        return Draft(e, f"{path}: categorical, {distinct} distinct in the sample{null_note}", path)
+    return Draft({"transform": "hash", "buckets": _hash_buckets(distinct)},
+                 f"{path}: high-cardinality string ({distinct}{'+' if distinct >= _DISTINCT_CAP else ''} distinct in {non_null}){null_note}", path)
+
+
+def _decide_list(path: str, st: _FieldStats, maps: set[str], null_note: str) -> Draft:
+    """Lists, by their items: records, maps or lists (counted; the items are drafted by
+    path), free text, numbers or categories; mixed kinds get no entry."""
+    elems = {t for t in st.elem_types if t != "null"}
+    max_len, p95, capped = _max_len(st.lengths)
+    if not elems:
+        return Draft(None, f"{path}: always an empty list in the sample", path)
+    if elems <= {"dict", "list"}:
+        record = "maps" if f"{path}[]" in maps else "records"
+        what = " and ".join({"dict": record, "list": "lists"}[k] for k in sorted(elems))
+        return Draft({"transform": "count"}, f"{path}: a list of {what}: its length (p95 {p95}) as a count; what "
+                                             f"is inside is drafted as {path}[]...{null_note}", path)
+    avg_tokens = sum(st.tokens) / max(1, len(st.tokens))
+    if elems == {"str"} and avg_tokens > 2.5 and len(st.distinct) > 0.3 * max(1, len(st.tokens)):
+        max_len, p95, capped = _max_len(st.list_tokens)
+        return Draft({"transform": "text", "max_len": max_len},
+                     f"{path}: lists of free text, {avg_tokens:.1f} tokens per string on average (max_len = 95th "
+                     f"percentile of a record's tokens, {p95}){capped}{null_note}", path)
+    if elems <= {"int", "float"}:
+        return Draft({"transform": "identity", "max_len": max_len}, f"{path}: numeric list, length p95 {p95}{capped}{null_note}", path)
+    if elems <= {"str", "int", "bool"}:
+        return Draft({"transform": "vocabulary", "max_len": max_len}, f"{path}: list of categories, length p95 {p95}{capped}{null_note}", path)
+    return Draft(None, f"{path}: list of {'/'.join(sorted(elems))} mixed: one feature takes lists of one kind; "
+                       f"point 'source' at the items of one kind", path)
 
 
 def infer_config(records: Iterable[dict], avro_schema: Any = None, label: str | None = None) -> tuple[dict[str, Any], list[Draft]]:
