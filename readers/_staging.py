@@ -266,6 +266,47 @@ def _make_client(host: str, port: int | None, mode: str, webhdfs_url: str) -> Hd
         return WebHdfsClient(default_webhdfs)
 
 
+def _plan_shard(client: HdfsClient, root_url: str, name: str, dest: Path) -> tuple[int, float | None, bool]:
+    """``(size, mtime, needs_copy)`` of one shard: a copy at ``dest`` with the same
+    size and modification time is reused."""
+    url = root_url.rstrip("/") + "/" + name
+    remote = client.stat(url)
+    if remote is None:
+        raise ShardNotFoundError(
+            f"{url} is listed in {METADATA_FILENAME} but does not exist on HDFS: the output "
+            f"was modified after the conversion finished. Re-run the conversion."
+        )
+    size, mtime = remote
+    if dest.exists():
+        st = dest.stat()
+        same_mtime = mtime is None or abs(st.st_mtime - mtime) < 1.0
+        if st.st_size == size and same_mtime:
+            return size, mtime, False
+    return size, mtime, True
+
+
+def _copy_shard(client: HdfsClient, root_url: str, name: str, size: int, mtime: float | None,
+                dest: Path) -> None:
+    """Copies one shard to ``dest`` through a temporary file, checking its size and
+    keeping its modification time (so the next run can reuse it)."""
+    url = root_url.rstrip("/") + "/" + name
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_name(f".{dest.name}.{os.getpid()}.{threading.get_ident()}.partial")
+    try:
+        written = client.download(url, tmp)
+        if written != size:
+            raise StagingError(
+                f"copying {url} to {tmp} got {written} bytes, HDFS reports {size}; "
+                f"the file changed during the copy or the connection dropped, retry"
+            )
+        if mtime is not None:
+            os.utime(tmp, (mtime, mtime))
+        os.replace(tmp, dest)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
 def stage(
     root_url: str,
     files: Sequence[str],
@@ -300,42 +341,11 @@ def stage(
     dests = {name: _inside(local_root, name) for name in [*files, METADATA_FILENAME]}
 
     def plan(name: str) -> tuple[str, int, float | None, bool]:
-        """(name, size, mtime, needs_copy) for one shard."""
-        url = root_url.rstrip("/") + "/" + name
-        remote = client.stat(url)
-        if remote is None:
-            raise ShardNotFoundError(
-                f"{url} is listed in {METADATA_FILENAME} but does not exist on HDFS: the output "
-                f"was modified after the conversion finished. Re-run the conversion."
-            )
-        size, mtime = remote
-        dest = dests[name]
-        if dest.exists():
-            st = dest.stat()
-            same_mtime = mtime is None or abs(st.st_mtime - mtime) < 1.0
-            if st.st_size == size and same_mtime:
-                return name, size, mtime, False
-        return name, size, mtime, True
+        return (name, *_plan_shard(client, root_url, name, dests[name]))
 
     def copy(item: tuple[str, int, float | None, bool]) -> None:
         name, size, mtime, _ = item
-        url = root_url.rstrip("/") + "/" + name
-        dest = dests[name]
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        tmp = dest.with_name(f".{dest.name}.{os.getpid()}.{threading.get_ident()}.partial")
-        try:
-            written = client.download(url, tmp)
-            if written != size:
-                raise StagingError(
-                    f"copying {url} to {tmp} got {written} bytes, HDFS reports {size}; "
-                    f"the file changed during the copy or the connection dropped, retry"
-                )
-            if mtime is not None:
-                os.utime(tmp, (mtime, mtime))
-            os.replace(tmp, dest)
-        finally:
-            if tmp.exists():
-                tmp.unlink()
+        _copy_shard(client, root_url, name, size, mtime, dests[name])
 
     started = time.monotonic()
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
