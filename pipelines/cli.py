@@ -10,12 +10,16 @@ from __future__ import annotations
 import logging
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from typer.core import TyperCommand, TyperGroup
 
 from pipelines.options import looks_like_path, regroup_args
+
+if TYPE_CHECKING:
+    from pipelines.options import ConvertOptions
+    from pipelines.plan import InputFile
 
 #: Characters of a command's first help sentence in ``recordprep --help`` (wrapped, not cut).
 _SHORT_HELP_CHARS = 300
@@ -197,14 +201,7 @@ def convert(
     limits = _thresholds(drift_threshold)
     from convert.config import ConfigError
     from convert.splits import SplitError, Splits
-    from pipelines.job import (
-        OutputExistsError,
-        OutputPathError,
-        failure_reason,
-        load_analysis,
-        plan,
-        run_convert,
-    )
+    from pipelines.job import OutputExistsError, OutputPathError, failure_reason, run_convert
     from pipelines.lock import LockHeldError
     from pipelines.options import ConvertOptions, OptionsError
     from pipelines.plan import InputError
@@ -221,25 +218,7 @@ def convert(
             pre_fork=True,  # the CLI's own process: its workers may fork from it (pipelines._warm)
         )
         if dry_run:
-            p = plan(opts)
-            if opts.analysis_from:  # refused here when it does not fit the config
-                load_analysis(opts.analysis_from, p["config"])
-                typer.echo(f"analysis: reused from {opts.analysis_from} (fits the config)")
-            typer.echo(f"inputs: {len(p['inputs'])} files, {p['total_bytes'] / 1e6:.2f} MB")
-            for f in p["inputs"][:20]:
-                typer.echo(f"  {f['path']}  {f['size']:,} bytes")
-            if len(p["inputs"]) > 20:
-                typer.echo(f"  ... and {len(p['inputs']) - 20} more")
-            typer.echo(f"splits: {p['splits']} (key: {p['split_key'] or 'whole record'})")
-            typer.echo(f"shards per split: {p['num_shards']}  compression: {opts.compression}")
-            typer.echo(f"order: {opts.order}" + (f" (seed {opts.shuffle_seed})" if opts.shuffle_seed is not None else ""))
-            typer.echo("features:")
-            for feat in p["features"]["features"]:
-                extra = {k: v for k, v in feat.items() if k in ("max_len", "top_k", "buckets", "fill") and v is not None}
-                typer.echo(f"  {feat['name']:<20} <- {feat['source']:<24} {feat['transform']} {extra or ''}")
-            if p["features"]["label"]:
-                typer.echo(f"label: {p['features']['label']['name']} <- {p['features']['label']['source']}")
-            typer.echo(f"config checked against: {p['data_check']}")
+            _print_plan(opts)
             return
         typer.echo(f"converting {', '.join(opts.inputs)} -> {opts.output}", err=True)
         result = run_convert(opts)
@@ -268,6 +247,32 @@ def convert(
                         fg=typer.colors.YELLOW, err=True)
 
 
+def _print_plan(opts: ConvertOptions) -> None:
+    """``convert --dry-run``: checks the config against the data (and a reused
+    analysis against the config) and prints what a run would do."""
+    from pipelines.job import load_analysis, plan
+
+    p = plan(opts)
+    if opts.analysis_from:  # refused here when it does not fit the config
+        load_analysis(opts.analysis_from, p["config"])
+        typer.echo(f"analysis: reused from {opts.analysis_from} (fits the config)")
+    typer.echo(f"inputs: {len(p['inputs'])} files, {p['total_bytes'] / 1e6:.2f} MB")
+    for f in p["inputs"][:20]:
+        typer.echo(f"  {f['path']}  {f['size']:,} bytes")
+    if len(p["inputs"]) > 20:
+        typer.echo(f"  ... and {len(p['inputs']) - 20} more")
+    typer.echo(f"splits: {p['splits']} (key: {p['split_key'] or 'whole record'})")
+    typer.echo(f"shards per split: {p['num_shards']}  compression: {opts.compression}")
+    typer.echo(f"order: {opts.order}" + (f" (seed {opts.shuffle_seed})" if opts.shuffle_seed is not None else ""))
+    typer.echo("features:")
+    for feat in p["features"]["features"]:
+        extra = {k: v for k, v in feat.items() if k in ("max_len", "top_k", "buckets", "fill") and v is not None}
+        typer.echo(f"  {feat['name']:<20} <- {feat['source']:<24} {feat['transform']} {extra or ''}")
+    if p["features"]["label"]:
+        typer.echo(f"label: {p['features']['label']['name']} <- {p['features']['label']['source']}")
+    typer.echo(f"config checked against: {p['data_check']}")
+
+
 @app.command(cls=_InputsCommand)
 def infer(
     input: Annotated[list[str], typer.Option("--input", "-i", help="Input files, globs or directories: several after one -i, or repeat -i.")],
@@ -289,10 +294,7 @@ def infer(
     _setup_logging(False)
     import difflib
 
-    from apache_beam.io.filesystems import FileSystems
-
     from convert.infer import infer_config, render_yaml
-    from convert.sources import InputFileError, detect_format, iter_records, read_avro_schema
     from pipelines.options import OptionsError, input_cap_bytes
     from pipelines.plan import InputError, discover
 
@@ -308,46 +310,11 @@ def infer(
     except InputError as e:
         _fail(str(e), 2)
 
-    schemas: list = []  # writer schemas of the Avro files read (maps, logical types)
-    records: list = []
-    bad = 0
-    first_bad = ""
-    read_from: list[str] = []
-    try:
-        for f in files:
-            read_from.append(f.path)
-            with FileSystems.open(f.path, compression_type="uncompressed") as fh:
-                is_avro = detect_format(f.path, fh.read(4)) == "avro"
-                # Records first: the reader checks the magic and names what is wrong.
-                for batch in iter_records(fh, f.path, 0, None, 1024, json_records_path,
-                                          max_record_bytes=max_record_bytes, max_block_bytes=max_block_bytes):
-                    if batch.bad and not bad:
-                        _, line_no, reason, _ = batch.bad[0]
-                        first_bad = f"{f.path}{f' line {line_no}' if line_no else ''}: {reason}"
-                    bad += len(batch.bad)
-                    records.extend(batch.records[: sample - len(records)])
-                    if len(records) >= sample:
-                        break
-                if is_avro:
-                    schemas.append(read_avro_schema(fh, f.path))
-            if len(records) >= sample:
-                break
-    except InputFileError as e:
-        _fail(f"cannot read input {e}")
-    except (OSError, ValueError) as e:  # a file vanished, or a reader bug: still one line
-        _fail(f"cannot read input {read_from[-1] if read_from else input}: {type(e).__name__}: {e}")
+    records, schemas, bad, first_bad, read_from = _sample_records(
+        files, input, sample, json_records_path, max_record_bytes, max_block_bytes)
     where = _describe_files(read_from)
     if not records:
-        hint = ""
-        if bad:
-            hint = f"; {bad} line(s) are not JSON objects (first: {first_bad})"
-            key = _records_key_hint(read_from)
-            if key:
-                hint += f"; the file is one JSON document: name the key holding the records with --json-records-path {key}"
-        if not hint:
-            hint = ("; point -i at files that hold records, or write the config by hand (docs/feature-config.md): "
-                    "convert turns files without records into an empty output")
-        _fail(f"no records found in {where}; nothing to infer from{hint}")
+        _fail(f"no records found in {where}; nothing to infer from{_no_records_hint(bad, first_bad, read_from)}")
     config, drafts = infer_config(records, schemas or None, label)
     if not config["features"]:
         _fail(f"unsupported input: no field of the {len(records)} sampled records of {where} can be vectorized "
@@ -521,6 +488,64 @@ def wait(
     except ValueError as e:  # --stale-after within the run's heartbeat period
         _fail(str(e), 2)
     typer.echo(f"{output} is complete")
+
+
+def _sample_records(files: list[InputFile], input: list[str], sample: int, json_records_path: str | None,
+                    max_record_bytes: int, max_block_bytes: int) -> tuple[list, list, int, str, list[str]]:
+    """``infer``'s sample: up to ``sample`` records from the first files, in order.
+
+    Returns ``(records, schemas, bad, first_bad, read_from)``: the writer
+    schemas of the Avro files read (maps, logical types), how many lines were
+    not records and the first of them, and the files read. A file that cannot
+    be read ends the command naming it.
+    """
+    from apache_beam.io.filesystems import FileSystems
+
+    from convert.sources import InputFileError, detect_format, iter_records, read_avro_schema
+
+    schemas: list = []
+    records: list = []
+    bad = 0
+    first_bad = ""
+    read_from: list[str] = []
+    try:
+        for f in files:
+            read_from.append(f.path)
+            with FileSystems.open(f.path, compression_type="uncompressed") as fh:
+                is_avro = detect_format(f.path, fh.read(4)) == "avro"
+                # Records first: the reader checks the magic and names what is wrong.
+                for batch in iter_records(fh, f.path, 0, None, 1024, json_records_path,
+                                          max_record_bytes=max_record_bytes, max_block_bytes=max_block_bytes):
+                    if batch.bad and not bad:
+                        _, line_no, reason, _ = batch.bad[0]
+                        first_bad = f"{f.path}{f' line {line_no}' if line_no else ''}: {reason}"
+                    bad += len(batch.bad)
+                    records.extend(batch.records[: sample - len(records)])
+                    if len(records) >= sample:
+                        break
+                if is_avro:
+                    schemas.append(read_avro_schema(fh, f.path))
+            if len(records) >= sample:
+                break
+    except InputFileError as e:
+        _fail(f"cannot read input {e}")
+    except (OSError, ValueError) as e:  # a file vanished, or a reader bug: still one line
+        _fail(f"cannot read input {read_from[-1] if read_from else input}: {type(e).__name__}: {e}")
+    return records, schemas, bad, first_bad, read_from
+
+
+def _no_records_hint(bad: int, first_bad: str, read_from: list[str]) -> str:
+    """What to do when ``infer`` found no records: the lines that were not records, or where records are."""
+    hint = ""
+    if bad:
+        hint = f"; {bad} line(s) are not JSON objects (first: {first_bad})"
+        key = _records_key_hint(read_from)
+        if key:
+            hint += f"; the file is one JSON document: name the key holding the records with --json-records-path {key}"
+    if not hint:
+        hint = ("; point -i at files that hold records, or write the config by hand (docs/feature-config.md): "
+                "convert turns files without records into an empty output")
+    return hint
 
 
 def _describe_files(paths: list[str]) -> str:
