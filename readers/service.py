@@ -120,10 +120,17 @@ def _worker_pipeline(sel: ShardSelection, plan: Any, label: str | None, *, batch
 # --------------------------------------------------------------------------- servers
 
 
-def _wait_for_stop(stop: threading.Event) -> None:
-    """Block until SIGTERM or SIGINT (the handlers run in the main thread, between waits)."""
+def _stop_on_signals(stop: threading.Event | None) -> threading.Event:
+    """``stop``, set by SIGTERM or SIGINT from now on: installed before the server says it
+    listens, so a signal sent as soon as the line appears still stops it cleanly."""
+    stop = stop or threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
+    return stop
+
+
+def _wait_for_stop(stop: threading.Event) -> None:
+    """Block until ``stop`` is set (signal handlers run in the main thread, between waits)."""
     while not stop.wait(0.5):
         pass
 
@@ -173,6 +180,7 @@ def serve_dispatcher(port: int, *, work_dir: str | None = None, worker_addresses
         config["worker_addresses"] = list(worker_addresses)
     if worker_timeout_s is not None:
         config["worker_timeout_ms"] = int(worker_timeout_s * 1000)
+    stop = _stop_on_signals(stop)
     svc = tf.data.experimental.service
     server = svc.DispatchServer(svc.DispatcherConfig(**config))
     bound = _port_of(server.target)
@@ -182,7 +190,7 @@ def serve_dispatcher(port: int, *, work_dir: str | None = None, worker_addresses
          f"service='grpc://{socket.gethostname()}:{bound}', workers --dispatcher {socket.gethostname()}:{bound} "
          f"({mode}{static})")
     try:
-        _wait_for_stop(stop or threading.Event())
+        _wait_for_stop(stop)
     finally:
         _stop_within(server, echo, "dispatcher")
     echo("recordprep data-service dispatcher: stopped")
@@ -209,13 +217,14 @@ def serve_worker(dispatcher: str, port: int, *, advertise: str | None = None, he
     config: dict[str, Any] = {"dispatcher_address": target, "port": port, "worker_address": f"{advertise}:%port%"}
     if heartbeat_s is not None:
         config["heartbeat_interval_ms"] = int(heartbeat_s * 1000)
+    stop = _stop_on_signals(stop)
     svc = tf.data.experimental.service
     server = svc.WorkerServer(svc.WorkerConfig(**config))
     bound = _port_of(server._address)  # no public accessor for a port picked by the OS
     echo(f"recordprep data-service worker: listening on port {bound} (all interfaces) as {advertise}:{bound}, "
          f"registered with dispatcher {target}")
     try:
-        _wait_for_stop(stop or threading.Event())
+        _wait_for_stop(stop)
     finally:
         _stop_within(server, echo, "worker")
     echo("recordprep data-service worker: stopped")

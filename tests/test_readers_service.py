@@ -326,3 +326,15 @@ def test_servers_stop_cleanly_on_sigterm(tmp_path):
     codes = [server.stop() for server in reversed(service.servers)]
     assert codes == [0, 0]
     assert service.dispatcher.lines[-1].startswith("recordprep data-service dispatcher: stopped")
+
+
+@pytest.mark.slow
+def test_dispatcher_with_a_work_dir_is_fault_tolerant_and_journals_there(tmp_path):
+    journal = tmp_path / "journal"
+    dispatcher = Server(tmp_path, "dispatcher", ["dispatcher", "--port", "0", "--work-dir", str(journal)])
+    try:
+        dispatcher.wait_up()
+        assert f"fault-tolerant, journal in {journal}" in dispatcher.lines[0]
+        assert journal.is_dir() and any(journal.rglob("*"))
+    finally:
+        assert dispatcher.stop() == 0
