@@ -772,6 +772,28 @@ def _one_pass_fn(read, share: _Share, *, cycle_length: int, parallel: int, deter
     return one_pass
 
 
+def _shuffled_epochs(one_pass, paths: Sequence[str], counts: Sequence[int], *, lookahead: bool, total: int,
+                     buffer: int, window_mode: bool, shuffle_files: bool, seed: int | None, num_epochs: int | None,
+                     skip_corrupt: bool, cache: Any, cache_sel: ShardSelection, cache_key: str) -> tf.data.Dataset:
+    """All epochs' records, shuffled: window mode permutes ``buffer``-record
+    windows, buffer mode shuffles in a ``buffer``-record buffer. With
+    ``lookahead`` the next epoch starts while the current one is read
+    (:func:`_epochs_with_lookahead`), else epochs follow through ``repeat()``."""
+    window_shuffle = window_mode and buffer > 1
+    if lookahead:
+        records = _epochs_with_lookahead(
+            paths, counts, one_pass, num_epochs=num_epochs, seed=seed,
+            shuffle_files=shuffle_files, window=buffer if window_shuffle else 0,
+        )
+    else:
+        records = _repeated_epochs(
+            one_pass, paths, counts, total=total, buffer=buffer, window_mode=window_mode,
+            shuffle_files=shuffle_files, seed=seed, num_epochs=num_epochs, skip_corrupt=skip_corrupt,
+            cache=cache, cache_sel=cache_sel, cache_key=cache_key,
+        )
+    return _permute_windows(records, seed) if window_shuffle else records
+
+
 def _repeated_epochs(one_pass, paths: Sequence[str], counts: Sequence[int], *, total: int, buffer: int,
                      window_mode: bool, shuffle_files: bool, seed: int | None, num_epochs: int | None,
                      skip_corrupt: bool, cache: Any, cache_sel: ShardSelection, cache_key: str) -> tf.data.Dataset:
@@ -939,7 +961,6 @@ def train_dataset(
                             window_mode=window_mode, block=opts.block_length)
 
     buffer = min(opts.shuffle_buffer, total)
-    window_shuffle = window_mode and buffer > 1
     # Window mode only (see _epochs_with_lookahead); not with skip_corrupt or without
     # records: an epoch that yields nothing must end the dataset, as repeat() does,
     # instead of starting the next empty epoch forever.
@@ -947,21 +968,12 @@ def train_dataset(
         opts.resolved_epoch_lookahead(remote=remote) and window_mode and cache is None
         and num_epochs != 1 and not skip_corrupt and total > 0
     )
-    if lookahead:
-        records = _epochs_with_lookahead(
-            paths, counts, one_pass, num_epochs=num_epochs, seed=seed,
-            shuffle_files=shuffle_files, window=buffer if window_shuffle else 0,
-        )
-    else:
-        cache_key = f"{share.pipeline_id}/{share.num_pipelines}/{share.record_level}/{skip_corrupt}/{opts.shuffle_mode}"
-        records = _repeated_epochs(
-            one_pass, paths, counts, total=total, buffer=buffer, window_mode=window_mode,
-            shuffle_files=shuffle_files, seed=seed, num_epochs=num_epochs, skip_corrupt=skip_corrupt,
-            cache=cache, cache_sel=sel, cache_key=cache_key,
-        )
-    if window_shuffle:
-        records = _permute_windows(records, seed)
-
+    records = _shuffled_epochs(
+        one_pass, paths, counts, lookahead=lookahead, total=total, buffer=buffer, window_mode=window_mode,
+        shuffle_files=shuffle_files, seed=seed, num_epochs=num_epochs, skip_corrupt=skip_corrupt,
+        cache=cache, cache_sel=sel,
+        cache_key=f"{share.pipeline_id}/{share.num_pipelines}/{share.record_level}/{skip_corrupt}/{opts.shuffle_mode}",
+    )
     batches = _train_batches(records, batch_size, window_mode=window_mode, drop_remainder=drop_remainder,
                              num_epochs=num_epochs, total=total, skip_corrupt=skip_corrupt)
     batches = _parse_batches(batches, plan, label, opts.prefetch)
