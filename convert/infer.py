@@ -28,8 +28,8 @@ from typing import Any
 
 from convert.config import EACH, KEYS, TRANSFORM_TABLE, Step, parse_path, render_path
 from convert.derive import epoch_seconds
+from convert.records import tokenize, walk_path
 from convert.spec import MAX_FEATURE_SIZE
-from convert.vectorize import tokenize, walk_path
 
 MAX_DEPTH = 4
 _LABEL_NAMES = ("label", "target", "y", "clicked", "class", "outcome")

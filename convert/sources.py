@@ -208,7 +208,7 @@ class ColumnRecords(Sequence[dict[str, Any]]):
 
         Made with list and struct column operations (explode, struct fields) and
         the counts in numpy, so the items' records never become Python dicts:
-        the same values, in the same order, as ``convert.vectorize.walk_path``.
+        the same values, in the same order, as ``convert.records.walk_path``.
         """
         if steps not in self._leaves:
             self._leaves[steps] = _path_leaf(self._lists.get(steps[0]), steps[1:], self._n)

@@ -25,7 +25,7 @@ from typing import Any
 #: ``layout`` (``"packed"`` outputs were version 2, so that older readers
 #: refuse them with "upgrade recordprep" instead of failing to parse). 3:
 #: ``hash``/``cross``/OOV ids are FarmHash fingerprints and text tokens are
-#: ASCII-defined (``convert.vectorize.hash_id``, ``tokenize``), both computable
+#: ASCII-defined (``convert.records.hash_id``, ``tokenize``), both computable
 #: in a TensorFlow graph. Readers train on versions 1..3 alike.
 FORMAT_VERSION = 3
 #: Oldest version a serving model may be exported from: older outputs hashed

@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 import orjson
 
+from convert.records import digest8, extract, term
 from convert.sources import ColumnRecords
-from convert.vectorize import digest8, extract, term
 
 
 class SplitError(ValueError):

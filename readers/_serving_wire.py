@@ -48,7 +48,7 @@ from typing import Any
 import numpy as np
 
 from convert.config import Config, FeatureConfig, count_path, is_multi_path
-from convert.vectorize import getter, joined_text, term
+from convert.records import getter, joined_text, term
 
 KIND_NULL, KIND_BOOL, KIND_INT, KIND_FLOAT, KIND_STRING, KIND_BYTES, KIND_NESTED, KIND_OTHER = range(8)
 KIND_NAMES = ("null", "bool", "int", "float", "str", "bytes", "nested", "other")

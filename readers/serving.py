@@ -487,7 +487,7 @@ class TransformLayer(tf.Module):
         bad.append((~is_str & tf.not_equal(kind, KIND_NULL), _wrong_kind_reason(s.path, kind, "expected text (a string), found ")))
         text = tf.where(is_str, inputs[s.input_name("term")], "")
         if f.lowercase:
-            text = tf.strings.lower(text)  # ASCII only, like convert.vectorize.ascii_lower
+            text = tf.strings.lower(text)  # ASCII only, like convert.records.ascii_lower
         n = f.max_len
         tokens = _tokens(text)
         # Every token is looked up and the rows cut to n by one op (cheaper than
@@ -528,7 +528,7 @@ _NON_SPACE_DELIMITERS_RE = "[\\x00-\\x1f\\x21-\\x2f\\x3a-\\x40\\x5b-\\x5e\\x60\\
 
 
 def _tokens(text: tf.Tensor) -> tf.RaggedTensor:
-    """Each string's tokens (``convert.vectorize.tokenize`` on the UTF-8), ``[batch, (tokens)]``.
+    """Each string's tokens (``convert.records.tokenize`` on the UTF-8), ``[batch, (tokens)]``.
 
     The delimiters other than " " become spaces; then every ASCII whitespace
     is a delimiter and only " " is left, so splitting on whitespace runs

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from convert.derive import cross_ids, epoch_seconds, timestamp_parts
-from convert.vectorize import stable_hash
+from convert.records import stable_hash
 
 
 def test_units_floor_to_seconds_including_before_1970():

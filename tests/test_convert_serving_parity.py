@@ -23,17 +23,9 @@ from hypothesis import strategies as st
 
 from convert.config import parse_config
 from convert.derive import CROSS_SEPARATOR
+from convert.records import TEXT_DELIMITERS_RE, hash_ids, stable_hash, term, tokenize
 from convert.sources import iter_avro
-from convert.vectorize import (
-    TEXT_DELIMITERS_RE,
-    Analyzer,
-    Preparer,
-    Vectorizer,
-    hash_ids,
-    stable_hash,
-    term,
-    tokenize,
-)
+from convert.vectorize import Analyzer, Preparer, Vectorizer
 
 REALDATA = Path(__file__).resolve().parents[2] / "shared" / "realdata"
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "data"

@@ -16,8 +16,8 @@ import pytest
 import yaml
 from _e2e import cli
 
+from convert.records import hash_id
 from convert.sources import iter_avro, read_avro_schema
-from convert.vectorize import hash_id
 
 
 def _avro(schema, records, codec: str = "null", metadata: dict | None = None) -> bytes:

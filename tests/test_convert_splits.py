@@ -222,8 +222,8 @@ def test_dict_batches_hashed_in_one_call_are_their_records_bytes_or_go_per_recor
     when every record has the batch's smallest key; the splits never change."""
     import orjson
 
+    from convert.records import digest8
     from convert.splits import _SORTED, _canonical, _canonical_batch, _default
-    from convert.vectorize import digest8
 
     recs: list = _records(300, seed=3)
     if case == "ragged_keys":  # extra and missing fields, all with the smallest key "a"

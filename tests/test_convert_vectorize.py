@@ -19,7 +19,8 @@ import pytest
 from farmhash import Fingerprint64
 
 from convert.config import parse_config
-from convert.vectorize import Analysis, Analyzer, Preparer, Vectorizer, stable_hash, term, tokenize
+from convert.records import stable_hash, term, tokenize
+from convert.vectorize import Analysis, Analyzer, Preparer, Vectorizer
 
 E = math.e
 

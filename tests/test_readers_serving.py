@@ -338,7 +338,7 @@ PLAIN_TEXT = st.text(st.one_of(st.sampled_from("azAZ09_ "), st.characters(min_co
 def test_the_layers_delimiters_are_the_converters_and_the_space():
     import re
 
-    from convert.vectorize import TEXT_DELIMITERS_RE
+    from convert.records import TEXT_DELIMITERS_RE
 
     ascii_ = [chr(c) for c in range(128)]
     assert ({c for c in ascii_ if re.fullmatch(serving._NON_SPACE_DELIMITERS_RE, c)} | {" "}
@@ -348,7 +348,7 @@ def test_the_layers_delimiters_are_the_converters_and_the_space():
 @settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.one_of(st.lists(TOKEN_TEXT, max_size=30), st.lists(PLAIN_TEXT, max_size=30)), st.booleans())
 def test_the_in_graph_tokenizer_gives_the_converters_tokens(texts, lowercase):
-    from convert.vectorize import tokenize
+    from convert.records import tokenize
 
     b = tf.constant([t.encode("utf-8", "surrogatepass") for t in texts], tf.string)
     got = serving._tokens(tf.strings.lower(b) if lowercase else b).to_list()

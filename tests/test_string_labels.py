@@ -23,8 +23,9 @@ from hypothesis import strategies as st
 
 import readers
 from convert.config import ConfigError, parse_config
+from convert.records import term
 from convert.splits import Splits
-from convert.vectorize import Analyzer, Preparer, Vectorizer, term
+from convert.vectorize import Analyzer, Preparer, Vectorizer
 
 SPLITS = "train=0.7,eval=0.3"
 SCHEMA = {"type": "record", "name": "P", "fields": [
