@@ -829,7 +829,7 @@ def _numeric_arrays(leaves: list[tuple[str, Any]]) -> dict[str, tuple]:
     for path, s in leaves:
         dt = s.dtype
         if dt.is_integer() or dt.is_float():
-            # is_null is a polars expression (~30 us a call): skipped when there is none
+            # is_null is a polars expression (a measurable cost per call): skipped when there is none
             null = s.is_null().to_numpy() if s.null_count() else np.zeros(len(s), dtype=bool)
             out[path] = ("scalar", s.cast(pl.Float64).to_numpy(), null)
         elif isinstance(dt, pl.List) and (dt.inner.is_integer() or dt.inner.is_float()):

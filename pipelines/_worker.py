@@ -150,7 +150,7 @@ def _main() -> None:
     runpy.run_module("apache_beam.runners.worker.sdk_worker_main", run_name="__main__", alter_sys=True)
     # The harness returned: the runner closed the control stream, every bundle
     # is done and its files closed. Skip the interpreter's teardown (module
-    # and thread finalization, 0.3-0.4 s per worker), which the runner waits
+    # and thread finalization, a noticeable pause per worker), which the runner waits
     # for one worker after the other before the job returns.
     logging.shutdown()
     sys.stdout.flush()
