@@ -42,6 +42,8 @@ import fastavro
 import numpy as np
 import orjson
 
+from convert.columns import ListArray, NumericArray, ScalarArray, TermCodes
+
 _log = logging.getLogger("recordprep")
 
 AVRO_MAGIC = b"Obj\x01"
@@ -140,25 +142,6 @@ class RecordBatch:
         return len(self.records)
 
 
-@dataclasses.dataclass(frozen=True)
-class TermCodes:
-    """A column of strings or integers (``"scalar"``), or of lists of strings
-    without null items (``"list"``), as its distinct values and a code per value.
-
-    ``values`` are the distinct non-null values in order of first occurrence;
-    ``codes[i]`` indexes them, ``-1`` for null. For ``"list"``, ``codes`` holds
-    every row's items back to back and ``counts`` how many each row has (a
-    null list has none). What the vectorizer would find from the Python
-    values, made by the decoder (``ColumnRecords.term_codes``) so that each
-    distinct value becomes a Python object once, not once per record.
-    """
-
-    kind: str  # "scalar" | "list"
-    values: list[Any]
-    codes: np.ndarray  # int32
-    counts: np.ndarray | None = None  # int64, "list" only
-
-
 class ColumnRecords(Sequence[dict[str, Any]]):
     """A batch of records held as columns (top-level field -> list of values).
 
@@ -180,7 +163,7 @@ class ColumnRecords(Sequence[dict[str, Any]]):
 
     __slots__ = ("_columns", "_deferred", "arrays", "record_json", "_n", "_coders", "_codes", "_lists", "_leaves")
 
-    def __init__(self, columns: dict[str, list[Any]], n: int, arrays: dict[str, tuple] | None = None,
+    def __init__(self, columns: dict[str, list[Any]], n: int, arrays: dict[str, NumericArray] | None = None,
                  record_json: list[bytes] | None = None, deferred: dict[str, Callable[[], list[Any]]] | None = None,
                  coders: dict[str, Callable[[], TermCodes | None]] | None = None, lists: dict[str, Any] | None = None):
         if any(len(c) != n for k, c in columns.items() if not deferred or k not in deferred):
@@ -190,7 +173,7 @@ class ColumnRecords(Sequence[dict[str, Any]]):
         self._columns, self._n = columns, n
         self._deferred = {k: make for k, make in (deferred or {}).items() if k in columns}
         #: Numeric columns also as numpy (``_numeric_arrays``), the same values.
-        self.arrays: dict[str, tuple] = arrays or {}
+        self.arrays: dict[str, NumericArray] = arrays or {}
         #: Each record's canonical JSON when the reader was asked for it
         #: (``_records_json``), the bytes the whole-record split hashes.
         self.record_json = record_json
@@ -240,9 +223,9 @@ class ColumnRecords(Sequence[dict[str, Any]]):
         codes = s.cast(pl.Enum(uniq)).to_physical().cast(pl.Int32).to_numpy()
         return TermCodes("list", uniq.to_list(), codes, leaf[1])
 
-    def path_array(self, steps: tuple) -> tuple | None:
+    def path_array(self, steps: tuple) -> ListArray | None:
         """The numeric items at a path through lists as ``arrays`` gives a list column
-        (``("list", float64 items, counts, null rows)``), when none is null."""
+        (``ListArray``), when none is null."""
         leaf = self.path_leaf(steps)
         if leaf is None:
             return None
@@ -251,7 +234,7 @@ class ColumnRecords(Sequence[dict[str, Any]]):
             return None
         import polars as pl
 
-        return ("list", items.cast(pl.Float64).to_numpy(), counts, null)
+        return ListArray(items.cast(pl.Float64).to_numpy(), counts, null)
 
     def term_codes(self, name: str) -> TermCodes | None:
         """The field's values as distinct values and codes (``TermCodes``), made
@@ -816,27 +799,25 @@ def _leaves(df: Any) -> list[tuple[str, Any]]:
     return out
 
 
-def _numeric_arrays(leaves: list[tuple[str, Any]]) -> dict[str, tuple]:
+def _numeric_arrays(leaves: list[tuple[str, Any]]) -> dict[str, NumericArray]:
     """Integer and float columns among a batch's ``leaves`` (``_leaves``) as
-    ``("scalar", float64 values (NaN where null), null mask)``, lists of them
-    without null items as ``("list", flat float64 values, items per row, null
-    mask)``: what the vectorizer's numeric fast paths build from Python lists,
+    ``ScalarArray``, lists of them without null items as ``ListArray``: what the vectorizer's numeric fast paths build from Python lists,
     made in Rust (the same float64 values: both round integers to the nearest
     double)."""
     import polars as pl
 
-    out: dict[str, tuple] = {}
+    out: dict[str, NumericArray] = {}
     for path, s in leaves:
         dt = s.dtype
         if dt.is_integer() or dt.is_float():
             # is_null is a polars expression (a measurable cost per call): skipped when there is none
             null = s.is_null().to_numpy() if s.null_count() else np.zeros(len(s), dtype=bool)
-            out[path] = ("scalar", s.cast(pl.Float64).to_numpy(), null)
+            out[path] = ScalarArray(s.cast(pl.Float64).to_numpy(), null)
         elif isinstance(dt, pl.List) and (dt.inner.is_integer() or dt.inner.is_float()):
             flat = s.explode(empty_as_null=False, keep_nulls=False)
             if flat.null_count() == 0:
-                out[path] = ("list", flat.cast(pl.Float64).to_numpy(),
-                             s.list.len().fill_null(0).to_numpy().astype(np.int64), s.is_null().to_numpy())
+                out[path] = ListArray(flat.cast(pl.Float64).to_numpy(),
+                                      s.list.len().fill_null(0).to_numpy().astype(np.int64), s.is_null().to_numpy())
     return out
 
 

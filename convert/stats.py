@@ -43,6 +43,7 @@ from typing import Any
 import numpy as np
 import orjson
 
+from convert.columns import LabelTerms, Numbers, TermIndexes
 from convert.config import Config, FeatureConfig
 from convert.spec import short_repr
 from convert.vectorize import PreparedBatch, VectorBatch
@@ -427,17 +428,18 @@ class StatsAccumulator:
             if m is not None:
                 self.rows[s] += int(np.count_nonzero(m))
         cols = vb.columns
-        for name, kind, payload in batch.parts:
+        for part in batch.parts:
+            name = part.name
             f = self._features.get(name)
             acc = self.feature[name]
-            if kind == "vocab":  # term indexes advance even when every row was rejected
-                self._vocab(f, acc, payload, cols, keep, split_k, masks)
+            if isinstance(part, TermIndexes):  # term indexes advance even when every row was rejected
+                self._vocab(f, acc, part, cols, keep, split_k, masks)
             elif not split_k.size:
                 continue
-            elif kind == "num":
-                self._numeric(f, acc, payload, cols, keep, masks)
-            elif kind == "label":
-                terms = payload if keep.all() else [t for t, k in zip(payload, keep.tolist(), strict=True) if k]
+            elif isinstance(part, Numbers):
+                self._numeric(f, acc, part, cols, keep, masks)
+            elif isinstance(part, LabelTerms):
+                terms = part.terms if keep.all() else [t for t, k in zip(part.terms, keep.tolist(), strict=True) if k]
                 for s, m in enumerate(masks):
                     if m is not None:
                         c = acc[s].terms
@@ -452,9 +454,9 @@ class StatsAccumulator:
             else:
                 self._finished(f, acc, cols, masks)
 
-    def _numeric(self, f: Any, acc: list[_FeatureSplit], payload: tuple, cols: dict, keep: np.ndarray,
+    def _numeric(self, f: Any, acc: list[_FeatureSplit], part: Numbers, cols: dict, keep: np.ndarray,
                  masks: list[np.ndarray | None]) -> None:
-        out, present, lens, missing_row = payload
+        out, present, lens, missing_row = part.values, part.present, part.lens, part.missing_row
         if not keep.all():
             out, present, lens, missing_row = out[keep], present[keep], lens[keep], missing_row[keep]
         for s, m in enumerate(masks):
@@ -464,9 +466,9 @@ class StatsAccumulator:
             a.missing += int(np.count_nonzero(missing_row[m]))  # type: ignore[operator]
             a.before.add(out[m][present[m]] if len(masks) > 1 else out[present])  # type: ignore[union-attr]
 
-    def _vocab(self, f: FeatureConfig, acc: list[_FeatureSplit], payload: tuple, cols: dict, keep: np.ndarray,
+    def _vocab(self, f: FeatureConfig, acc: list[_FeatureSplit], part: TermIndexes, cols: dict, keep: np.ndarray,
                split_k: np.ndarray, masks: list[np.ndarray | None]) -> None:
-        first, new_terms, codes, lens = payload
+        first, new_terms, codes, lens = part.first, part.new_terms, part.codes, part.lens
         if not keep.all():
             codes = codes[keep]
             lens = lens[keep] if lens is not None else None

@@ -33,6 +33,23 @@ from typing import Any
 
 import numpy as np
 
+from convert.columns import (
+    AnalysisPart,
+    Columns,
+    Finished,
+    LabelTerms,
+    ListArray,
+    Numbers,
+    NumericArray,
+    PreparedPart,
+    PresentRows,
+    RawValues,
+    ScalarArray,
+    TermCodes,
+    TermIndexes,
+    TermRows,
+    ValidNumbers,
+)
 from convert.config import (
     COMMON_OPTIONS,
     EACH,
@@ -61,7 +78,7 @@ from convert.records import (
     tokenize,
     walk_path,
 )
-from convert.sources import ColumnRecords, TermCodes
+from convert.sources import ColumnRecords
 from convert.spec import MAX_LABEL_CLASSES, FeatureSpec, short_repr
 
 #: ``TOKEN_RE``'s tokens or a NUL (the row separator of a text column tokenized at once).
@@ -338,28 +355,28 @@ class Analyzer:
             extra = batch.analysis.get(f.name)
             if extra is None:
                 continue
-            kind = extra[0]
-            if kind == "present":  # a feature the analysis only counts: which rows have a value
-                self.present[f.name] += int(np.count_nonzero(extra[1] & rows))
-            elif kind == "values":  # a batch the fast paths did not cover
-                self._add_values(f, [v for v, keep in zip(extra[1], rows.tolist(), strict=True) if keep])
-                if len(extra) > 2:  # a term feature: its term indexes still advance
-                    self._sync_terms(f.name, extra[2], extra[3])
-            elif kind == "terms":
-                _, first, new_terms, codes, row_of = extra
-                terms, counts = self._sync_terms(f.name, first, new_terms)
-                sel = codes[rows if row_of is None else rows[row_of]]
-                sel = sel[sel >= 0]
-                self.present[f.name] += int(sel.size)
-                if sel.size:
-                    counts += np.bincount(sel, minlength=len(terms))
-            else:  # "numbers": valid values, the row of each, null rows
-                _, values, row_of, missing = extra
-                self.numeric[f.name].add(values[rows[row_of]], int(np.count_nonzero(missing & rows)))
-                self.present[f.name] += int(np.count_nonzero(rows & ~missing))
+            match extra:
+                case PresentRows():
+                    self.present[f.name] += int(np.count_nonzero(extra.rows & rows))
+                case RawValues():
+                    self._add_values(f, [v for v, keep in zip(extra.values, rows.tolist(), strict=True) if keep])
+                    if extra.new_terms is not None:
+                        self._sync_terms(f.name, extra.first, extra.new_terms)  # type: ignore[arg-type]
+                case TermRows():
+                    terms, counts = self._sync_terms(f.name, extra.first, extra.new_terms)
+                    sel = extra.codes[rows if extra.row_of is None else rows[extra.row_of]]
+                    sel = sel[sel >= 0]
+                    self.present[f.name] += int(sel.size)
+                    if sel.size:
+                        counts += np.bincount(sel, minlength=len(terms))
+                case ValidNumbers():
+                    self.numeric[f.name].add(extra.values[rows[extra.row_of]], int(np.count_nonzero(extra.missing & rows)))
+                    self.present[f.name] += int(np.count_nonzero(rows & ~extra.missing))
         lab = _vocabulary_label(self.config)
         if lab is not None and self.label_counts is not None:
-            terms = batch.analysis[lab.name][1]
+            label = batch.analysis[lab.name]
+            assert isinstance(label, LabelTerms)
+            terms = label.terms
             self.label_counts.update(t for t, keep in zip(terms, rows.tolist(), strict=True) if keep and t is not None)
 
     def _sync_terms(self, name: str, first: int, new_terms: list[str]) -> tuple[list[str], np.ndarray]:
@@ -506,22 +523,20 @@ class PreparedBatch:
     stores the batch (``analysis`` dropped) for the convert pass, so no record
     is decoded or prepared twice.
 
-    ``parts`` holds, per feature in config order (then the label), one of
-    ``("cols", columns)`` (final columns), ``("num", (values, present, lens,
-    missing_row))`` (numerics before fill and scaling) or ``("vocab", (first,
-    new_terms, codes, lens))`` (per row, ``max_len`` indexes into the terms,
-    ``-1`` = padding/missing; the batch added ``new_terms`` at indexes
-    ``first, first + 1, ...``: with ``Preparer(unit_terms=True)`` indexes
+    ``parts`` holds, per feature in config order (then the label), a
+    ``convert.columns.PreparedPart``: ``Finished`` (final columns),
+    ``Numbers`` (numerics before fill and scaling), ``TermIndexes`` (term
+    indexes before vocabulary ids: with ``Preparer(unit_terms=True)`` indexes
     carry over from the previous batches of the unit, so batches must be
-    finished in order), or for a vocabulary label ``("label", terms)`` (each
-    row's class name, None where rejected). ``analysis`` holds what
-    ``Analyzer.add_prepared`` needs per analyzed feature (and the label).
+    finished in order) or, for a vocabulary label, ``LabelTerms``.
+    ``analysis`` holds what ``Analyzer.add_prepared`` needs per analyzed
+    feature (and the label).
     """
 
     rows: int
-    parts: list[tuple[str, str, Any]]
+    parts: list[PreparedPart]
     bad: dict[int, Rejection]
-    analysis: dict[str, tuple] | None = None
+    analysis: dict[str, AnalysisPart] | None = None
 
 
 _NONE = type(None)
@@ -626,16 +641,15 @@ class Preparer:
         if self._label_keys:
             self._uses.setdefault(self._label_keys[0], []).append(None)
         #: Features that can take their column without its Python values, from
-        #: a ``ColumnRecords``: ``("array", kind)`` its numpy form
-        #: (``arrays``), ``("codes", kind)`` its ``term_codes``; kind
-        #: ``"scalar"`` or ``"list"``.
-        self._fast: dict[str, tuple[str, str]] = {}
+        #: a ``ColumnRecords``: its numpy form (``arrays``) of this class, or
+        #: its ``term_codes`` of this kind.
+        self._fast_array: dict[str, type[ScalarArray] | type[ListArray]] = {}
+        self._fast_codes: dict[str, str] = {}
         for f in config.features:
-            kind = "list" if f.multi_valued else "scalar"
             if f.is_numeric and not (f.multi_valued and f.needs_stats):
-                self._fast[f.name] = ("array", kind)
+                self._fast_array[f.name] = ListArray if f.multi_valued else ScalarArray
             elif f.transform == "vocabulary" or (f.transform == "hash" and not f.multi_valued):
-                self._fast[f.name] = ("codes", kind)
+                self._fast_codes[f.name] = "list" if f.multi_valued else "scalar"
 
     def __getstate__(self) -> dict[str, Any]:
         return {"config": self.config, "unit_terms": self.unit_terms}
@@ -670,18 +684,18 @@ class Preparer:
                 # The field's values are made only for a reader the fast forms do not serve.
                 made = False
                 for f in self._uses.get(k, ()):
-                    fast = self._fast.get(f.name) if f is not None else None
-                    if fast is None:
+                    if f is None:
                         made = True
-                    elif fast[0] == "codes":
+                    elif f.name in self._fast_codes:
                         tc = records.term_codes(f.source)
-                        if tc is not None and tc.kind == fast[1]:
+                        if tc is not None and tc.kind == self._fast_codes[f.name]:
                             coded[f.name] = tc
                         else:
                             made = True
+                    elif f.name in self._fast_array:
+                        made = made or not isinstance(records.arrays.get(f.source), self._fast_array[f.name])
                     else:
-                        arr = records.arrays.get(f.source)
-                        made = made or arr is None or arr[0] != fast[1]
+                        made = True
                 top[k] = records.column(k, missing) if made else _RowCount(b)
         else:
             all_dicts = set(map(type, records)) <= {dict}
@@ -690,8 +704,8 @@ class Preparer:
                     if not isinstance(r, dict):
                         bad[i] = Rejection(i, "<record>", f"expected a record (object), found {type(r).__name__}")
             top = self._top_columns(records) if all_dicts else None
-        extras: dict[str, tuple] | None = {} if analyze else None
-        parts: list[tuple[str, str, Any]] = []
+        extras: dict[str, AnalysisPart] | None = {} if analyze else None
+        parts: list[PreparedPart] = []
         for f in self.config.features:
             keys = self._keys[f.name]
             arr = records.arrays.get(f.source) if isinstance(records, ColumnRecords) else None
@@ -704,37 +718,39 @@ class Preparer:
                 values = top[keys[0]]  # served without values (above)
             else:
                 values = extract(records, keys, all_dicts, top)
+            part: PreparedPart
             if f.transform == "count":
-                parts.append((f.name, "cols", _count(f, values, extras, leaf)))
+                part = Finished(f.name, _count(f, values, extras, leaf))
             elif f.is_numeric:
-                parts.append((f.name, *self._numeric(f, values, bad, extras, arr)))
+                part = self._numeric(f, values, bad, extras, arr)
             elif f.transform == "bytes":
-                parts.append((f.name, "cols", _bytes(f, values, bad)))
+                part = Finished(f.name, _bytes(f, values, bad))
             elif f.transform == "hash":
-                parts.append((f.name, "cols", self._hash(f, values, bad, coded.get(f.name))))
+                part = Finished(f.name, self._hash(f, values, bad, coded.get(f.name)))
             elif f.transform == "timestamp":
-                parts.append((f.name, "cols", _timestamp(f, values, bad)))
+                part = Finished(f.name, _timestamp(f, values, bad))
             elif f.transform == "cross":
-                parts.append((f.name, "cols", self._cross(f, records, all_dicts, bad, top)))
+                part = Finished(f.name, self._cross(f, records, all_dicts, bad, top))
             else:
-                parts.append((f.name, "vocab", self._terms(f, values, bad, extras, coded.get(f.name))))
-            if extras is not None and f.name not in extras:
-                extras[f.name] = ("present", _present_rows(f, parts[-1][2], values))
+                part = self._terms(f, values, bad, extras, coded.get(f.name))
+            parts.append(part)
+            if extras is not None and f.name not in extras and isinstance(part, Finished):
+                extras[f.name] = PresentRows(_present_rows(f, part.columns, values))
         if self._label_keys is not None:
             lab = self.config.label
             assert lab is not None
             values = extract(records, self._label_keys, all_dicts, top)
             if lab.transform == "vocabulary":
                 terms = _label_terms(lab, values, bad)
-                parts.append((lab.name, "label", terms))
+                parts.append(LabelTerms(lab.name, terms))
                 if extras is not None:
-                    extras[lab.name] = ("label", terms)
+                    extras[lab.name] = parts[-1]
             else:
-                parts.append((lab.name, "cols", _label(lab, values, bad)))
+                parts.append(Finished(lab.name, _label(lab, values, bad)))
         return PreparedBatch(b, parts, bad, extras)
 
     def _path_values(self, f: FeatureConfig, records: Sequence[Any], all_dicts: bool,
-                     top: dict[str, list[Any]] | None) -> tuple[Any, TermCodes | None, tuple | None, tuple | None]:
+                     top: dict[str, list[Any]] | None) -> tuple[Any, TermCodes | None, ListArray | None, tuple | None]:
         """``(values, term codes, numeric array, leaf)`` of a feature whose source goes
         through lists (``walk_path``). From a ``ColumnRecords``, the column
         operations of ``ColumnRecords.path_leaf`` give the codes, the array or
@@ -746,12 +762,11 @@ class Preparer:
         if isinstance(records, ColumnRecords):
             if f.multi_valued and not any(map(is_list_step, steps)):
                 steps = (*steps, EACH)  # a list at an index (m[0]): the same values, as a path through it
-            fast = self._fast.get(f.name)
-            if fast == ("codes", "list") and f.transform == "vocabulary":
+            if self._fast_codes.get(f.name) == "list" and f.transform == "vocabulary":
                 tc = records.path_term_codes(steps)
                 if tc is not None:
                     return _RowCount(b), tc, None, None
-            elif fast == ("array", "list"):
+            elif self._fast_array.get(f.name) is ListArray:
                 arr = records.path_array(steps)
                 if arr is not None:
                     return _RowCount(b), None, arr, None
@@ -769,7 +784,7 @@ class Preparer:
 
     # -- numerics
     def _numeric(self, f: FeatureConfig, values: list[Any], bad: dict[int, Rejection],
-                 extras: dict[str, tuple] | None, arr: tuple | None = None) -> tuple[str, Any]:
+                 extras: dict[str, AnalysisPart] | None, arr: NumericArray | None = None) -> Numbers | Finished:
         """``arr``: the column as numpy (``ColumnRecords.arrays``), which takes
         the fast paths without looking at ``values``."""
         b = len(values)
@@ -781,10 +796,10 @@ class Preparer:
         fast = False
         if not f.multi_valued:
             # Fast path: numbers and nulls only (None becomes NaN in np.array).
-            if arr is not None and arr[0] == "scalar":
-                col, fast = arr[1], True
-                if arr[2].any():
-                    missing_row = arr[2].copy()
+            if isinstance(arr, ScalarArray):
+                col, fast = arr.values, True
+                if arr.null.any():
+                    missing_row = arr.null.copy()
                 out[:, 0] = col
             elif (types := set(map(type, values))) <= _NUMBER_TYPES:
                 try:
@@ -812,9 +827,9 @@ class Preparer:
             lens[:] = 1
         else:
             # Fast path: lists of numbers (no null items) and nulls.
-            if arr is not None and arr[0] == "list":
-                _, flat_a, counts, missing_row = arr
-                missing_row, fast = missing_row.copy(), True
+            if isinstance(arr, ListArray):
+                flat_a, counts, missing_row = arr.items, arr.counts, arr.null.copy()
+                fast = True
             elif set(map(type, values)) <= {list, _NONE}:
                 flat = [x for v in values if v for x in v]
                 if set(map(type, flat)) <= {int, float}:
@@ -850,11 +865,11 @@ class Preparer:
             if fast and not f.multi_valued:
                 with np.errstate(invalid="ignore"):
                     ok = np.abs(col) <= _F32_MAX  # the Analyzer's rule; NaN (and null) fail it
-                extras[f.name] = ("numbers", col[ok], np.flatnonzero(ok), missing_row)
+                extras[f.name] = ValidNumbers(col[ok], np.flatnonzero(ok), missing_row)
             else:
-                extras[f.name] = ("values", values)
+                extras[f.name] = RawValues(values)
         elif extras is not None:
-            extras[f.name] = ("present", present.any(axis=1))  # a row with a value (not null, not all null items)
+            extras[f.name] = PresentRows(present.any(axis=1))  # a row with a value (not null, not all null items)
         # "Finite" means finite as float32 (the output dtype): NaN, +-inf and
         # |x| > 3.4e38 (which the cast would turn into inf) follow ``on_nan``.
         with np.errstate(invalid="ignore"):
@@ -872,10 +887,10 @@ class Preparer:
                 neg = (out <= -1) & present
             for i in np.nonzero(neg.any(axis=1))[0].tolist():
                 bad.setdefault(i, Rejection(i, f.source, "log1p needs values > -1; use 'clip' first or another transform"))
-        prepared = (out, present, lens, missing_row)
+        prepared = Numbers(f.name, out, present, lens, missing_row)
         if f.needs_stats:
-            return "num", prepared
-        return "cols", _numeric_finish(f, prepared, {})  # nothing left to learn: finish now
+            return prepared
+        return Finished(f.name, _numeric_finish(f, prepared, {}))  # nothing left to learn: finish now
 
     # -- crosses: final ids here (no analysis)
     def _cross(self, f: FeatureConfig, records: Sequence[Any], all_dicts: bool,
@@ -956,8 +971,8 @@ class Preparer:
         return index
 
     def _terms(self, f: FeatureConfig, values: list[Any], bad: dict[int, Rejection],
-               extras: dict[str, tuple] | None, tc: TermCodes | None = None) -> tuple[int, list[str], np.ndarray, np.ndarray | None]:
-        """``(first, new_terms, codes, lens)``: codes index the terms; ``new_terms``
+               extras: dict[str, AnalysisPart] | None, tc: TermCodes | None = None) -> TermIndexes:
+        """The batch's term indexes (``TermIndexes``): codes index the terms; ``new_terms``
         are the terms this batch added, at indexes ``first, first + 1, ...``.
         ``tc``: the column as codes (``ColumnRecords.term_codes``), used instead of ``values``."""
         b = len(values)
@@ -1051,11 +1066,11 @@ class Preparer:
             codes = fcodes.reshape(b, 1)
         new_terms = list(itertools.islice(index, first + 1, None))
         if extras is not None:
-            extras[f.name] = ("values", values, first, new_terms) if fcodes is None else ("terms", first, new_terms, fcodes, row_of)
-        return first, new_terms, codes, lens
+            extras[f.name] = RawValues(values, first, new_terms) if fcodes is None else TermRows(first, new_terms, fcodes, row_of)
+        return TermIndexes(f.name, first, new_terms, codes, lens)
 
 
-def _count(f: FeatureConfig, values: Any, extras: dict[str, tuple] | None,
+def _count(f: FeatureConfig, values: Any, extras: dict[str, AnalysisPart] | None,
            leaf: tuple | None) -> dict[str, tuple[str, Any]]:
     """``count``: each row's number of items, from the values of its path through
     the list it counts (``_count_steps``: a list per row, or None when null or
@@ -1066,7 +1081,7 @@ def _count(f: FeatureConfig, values: Any, extras: dict[str, tuple] | None,
         counts = np.fromiter((0 if v is None else len(v) for v in values), dtype=np.int64, count=len(values))
         present = np.fromiter((v is not None for v in values), dtype=bool, count=len(values))
     if extras is not None:
-        extras[f.name] = ("present", present)
+        extras[f.name] = PresentRows(present)
     return {f.name: ("int64", counts.reshape(-1, 1))}
 
 
@@ -1099,9 +1114,9 @@ def _reject_non_scalar(f: FeatureConfig, i: int, v: Any, bad: dict[int, Rejectio
     bad.setdefault(i, Rejection(i, f.source, f"expected a scalar value, found {type(v).__name__}; set max_len for lists or point 'source' at a leaf field"))
 
 
-def _numeric_finish(f: FeatureConfig, prepared: tuple, stats: dict[str, Any]) -> dict[str, tuple[str, Any]]:
+def _numeric_finish(f: FeatureConfig, prepared: Numbers, stats: dict[str, Any]) -> Columns:
     """Fill, scale and cast a prepared numeric feature (``stats``: its training statistics)."""
-    out, present, lens, missing_row = prepared
+    out, present, lens, missing_row = prepared.values, prepared.present, prepared.lens, prepared.missing_row
     b, n = out.shape
     if f.transform == "bucketize":
         # 0 = missing (or NaN with on_nan: fill), 1..B = buckets at the training quantiles.
@@ -1325,20 +1340,21 @@ class Vectorizer:
         class the training split never had (``unseen_label_rows``)."""
         cols: dict[str, tuple[str, Any]] = {}
         bad = batch.bad
-        for name, kind, payload in batch.parts:
-            if kind == "cols":
-                cols.update(payload)
-            elif kind == "num":
-                cols.update(_numeric_finish(self._by_name[name], payload, self.analysis.stats.get(name) or {}))
-            elif kind == "label":
-                unseen = self.unseen_label_rows(batch)
-                if unseen:
-                    bad = {**unseen, **bad}
-                assert self.label_ids is not None
-                ids = self.label_ids
-                cols[name] = ("int64", np.array([ids.get(t, 0) for t in payload], dtype=np.int64).reshape(-1, 1))
-            else:
-                cols.update(self._vocab_finish(self._by_name[name], *payload))
+        for part in batch.parts:
+            match part:
+                case Finished():
+                    cols.update(part.columns)
+                case Numbers():
+                    cols.update(_numeric_finish(self._by_name[part.name], part, self.analysis.stats.get(part.name) or {}))
+                case LabelTerms():
+                    unseen = self.unseen_label_rows(batch)
+                    if unseen:
+                        bad = {**unseen, **bad}
+                    assert self.label_ids is not None
+                    ids = self.label_ids
+                    cols[part.name] = ("int64", np.array([ids.get(t, 0) for t in part.terms], dtype=np.int64).reshape(-1, 1))
+                case TermIndexes():
+                    cols.update(self._vocab_finish(self._by_name[part.name], part))
         keep = np.ones(batch.rows, dtype=bool)
         if bad:
             keep[list(bad)] = False
@@ -1358,9 +1374,9 @@ class Vectorizer:
         """Columns for ``records``; rejected rows are masked out of every column."""
         return self.finish(self.prepare(records))
 
-    def _vocab_finish(self, f: FeatureConfig, first: int, new_terms: list[str], codes: np.ndarray,
-                      lens: np.ndarray | None) -> dict[str, tuple[str, Any]]:
+    def _vocab_finish(self, f: FeatureConfig, part: TermIndexes) -> Columns:
         """Ids of the terms new in this batch (one lookup each), then one gather."""
+        first, new_terms, codes, lens = part.first, part.new_terms, part.codes, part.lens
         ids = self._vocab_ids[f.name]
         oov = f.num_oov_buckets
         # vocabulary ids start at 2: 0 = not in it
@@ -1390,9 +1406,10 @@ class Vectorizer:
 
 def unseen_label_rows(batch: PreparedBatch, lab: LabelConfig, known: Any) -> dict[int, Rejection]:
     """``Vectorizer.unseen_label_rows`` with the classes ``known`` given."""
-    terms = next((p for name, kind, p in batch.parts if kind == "label"), None)
-    if terms is None:
+    part = next((p for p in batch.parts if isinstance(p, LabelTerms)), None)
+    if part is None:
         return {}
+    terms = part.terms
     return {i: Rejection(i, lab.source, unseen_label_class(lab, t)) for i, t in enumerate(terms)
             if t is not None and t not in known and i not in batch.bad}
 

@@ -762,7 +762,7 @@ def test_unit_term_indexes_carry_over_batches_and_give_the_same_result():
         pb.analysis = None
         prepared.append(pickle.loads(pickle.dumps(pb)))
     assert got.result().to_json() == ref.result().to_json()
-    assert prepared[-1].parts[5][2][0] > 0  # later batches index on from earlier ones
+    assert prepared[-1].parts[5].first > 0  # later batches index on from earlier ones
     vec = Vectorizer(c, ref.result())
     for ch, pb in zip(chunks, prepared, strict=True):
         _assert_same_batch(vec.finish(pb), Vectorizer(c, ref.result()).vectorize(ch))
@@ -790,7 +790,7 @@ def test_unit_term_index_starts_afresh_beyond_its_cap(monkeypatch):
         got.add_prepared(pb, np.ones(len(ch), dtype=bool))
         prepared.append(pb)
     assert got.result().to_json() == ref.result().to_json()
-    firsts = [pb.parts[8][2][0] for pb in prepared]  # feature "t" (text): restarts at 0
+    firsts = [pb.parts[8].first for pb in prepared]  # feature "t" (text): restarts at 0
     assert firsts.count(0) > 1 and max(len(ix) for ix in unit._index.values()) <= 3 + 60
     vec = Vectorizer(c, ref.result())
     for ch, pb in zip(chunks, prepared, strict=True):

@@ -64,7 +64,7 @@ def test_prepared_file_round_trip_and_truncation(tmp_path):
     assert [(i.path, i.read, i.errors) for i in back] == [(i.path, i.read, i.errors) for i in items]
     for x, y in zip(back, items, strict=True):
         np.testing.assert_array_equal(x.split, y.split)
-        assert x.batch.rows == y.batch.rows and [p[:2] for p in x.batch.parts] == [p[:2] for p in y.batch.parts]
+        assert x.batch.rows == y.batch.rows and [(p.name, type(p)) for p in x.batch.parts] == [(p.name, type(p)) for p in y.batch.parts]
     data = (tmp_path / "prepared.bin").read_bytes()
     (tmp_path / "prepared.bin").write_bytes(data[:-3])
     with pytest.raises(ConversionFailed, match="truncated"):
