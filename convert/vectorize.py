@@ -786,107 +786,21 @@ class Preparer:
     def _numeric(self, f: FeatureConfig, values: list[Any], bad: dict[int, Rejection],
                  extras: dict[str, AnalysisPart] | None, arr: NumericArray | None = None) -> Numbers | Finished:
         """``arr``: the column as numpy (``ColumnRecords.arrays``), which takes
-        the fast paths without looking at ``values``."""
-        b = len(values)
-        n = f.max_len or 1
-        out = np.zeros((b, n), dtype=np.float64)
-        present = np.ones((b, n), dtype=bool)
-        missing_row = np.zeros(b, dtype=bool)
-        lens = np.zeros(b, dtype=np.int64)
-        fast = False
-        if not f.multi_valued:
-            # Fast path: numbers and nulls only (None becomes NaN in np.array).
-            if isinstance(arr, ScalarArray):
-                col, fast = arr.values, True
-                if arr.null.any():
-                    missing_row = arr.null.copy()
-                out[:, 0] = col
-            elif (types := set(map(type, values))) <= _NUMBER_TYPES:
-                try:
-                    col = np.array(values, dtype=np.float64)
-                    fast = col.ndim == 1
-                except (TypeError, ValueError, OverflowError):
-                    pass
-                if fast:
-                    if _NONE in types:
-                        missing_row = np.array([v is None for v in values], dtype=bool)
-                    out[:, 0] = col
-            if not fast:
-                for i, v in enumerate(values):
-                    if v is None:
-                        missing_row[i] = True
-                        out[i, 0] = np.nan
-                    elif isinstance(v, bool):
-                        out[i, 0] = float(v)
-                    elif isinstance(v, int | float):
-                        out[i, 0] = _to_float(v)
-                    else:
-                        bad.setdefault(i, Rejection(i, f.source, f"expected a number, found {type(v).__name__} {_short(v)}; use a categorical transform (vocabulary/hash) for this field or fix the data"))
-                        out[i, 0] = 0.0
-            present[:, 0] = ~missing_row
-            lens[:] = 1
+        the fast paths without looking at ``values``.
+
+        Stages: the values as ``(rows, max_len)`` numbers (``_list_numbers`` or
+        ``_scalar_numbers``), what the analysis needs (``_numbers_for_analysis``),
+        ``on_nan`` (``_apply_on_nan``), log1p's domain (``_reject_log1p_domain``)."""
+        col = None
+        if f.multi_valued:
+            out, present, lens, missing_row = _list_numbers(f, values, bad, arr)
         else:
-            # Fast path: lists of numbers (no null items) and nulls.
-            if isinstance(arr, ListArray):
-                flat_a, counts, missing_row = arr.items, arr.counts, arr.null.copy()
-                fast = True
-            elif set(map(type, values)) <= {list, _NONE}:
-                flat = [x for v in values if v for x in v]
-                if set(map(type, flat)) <= {int, float}:
-                    try:
-                        flat_a = np.array(flat, dtype=np.float64)
-                        fast = True
-                    except OverflowError:
-                        pass
-                if fast:
-                    counts = np.array([len(v) if v else 0 for v in values], dtype=np.int64)
-                    missing_row = np.array([v is None for v in values], dtype=bool)
-            if fast:
-                pos, lens = _gather(np.arange(flat_a.size), counts, n)
-                present = pos >= 0
-                if flat_a.size:
-                    out = np.where(present, flat_a[np.maximum(pos, 0)], 0.0)
-            else:
-                for i, v in enumerate(values):
-                    if v is None:
-                        missing_row[i] = True
-                        continue
-                    items = v if isinstance(v, list | tuple) else [v]
-                    lens[i] = min(len(items), n)
-                    for j, x in enumerate(items[:n]):
-                        if x is None:
-                            present[i, j] = False
-                        elif isinstance(x, int | float):
-                            out[i, j] = _to_float(x)
-                        else:
-                            bad.setdefault(i, Rejection(i, f"{f.source}[{j}]", f"expected a number, found {type(x).__name__} {_short(x)}"))
-                present &= np.arange(n)[None, :] < lens[:, None]
-        if extras is not None and f.needs_stats:
-            if fast and not f.multi_valued:
-                with np.errstate(invalid="ignore"):
-                    ok = np.abs(col) <= _F32_MAX  # the Analyzer's rule; NaN (and null) fail it
-                extras[f.name] = ValidNumbers(col[ok], np.flatnonzero(ok), missing_row)
-            else:
-                extras[f.name] = RawValues(values)
-        elif extras is not None:
-            extras[f.name] = PresentRows(present.any(axis=1))  # a row with a value (not null, not all null items)
-        # "Finite" means finite as float32 (the output dtype): NaN, +-inf and
-        # |x| > 3.4e38 (which the cast would turn into inf) follow ``on_nan``.
-        with np.errstate(invalid="ignore"):
-            finite = (np.abs(out) <= _F32_MAX) | ~present
-        if not finite.all():
-            rows = np.nonzero(~finite.all(axis=1))[0]
-            if f.on_nan == "error":
-                for i in rows.tolist():
-                    bad.setdefault(i, Rejection(i, f.source, f"value is NaN or infinite (or beyond float32's range, |x| > 3.4e38); set on_nan: fill or keep for feature {f.name!r} to accept it"))
-            elif f.on_nan == "fill":
-                present &= finite
+            out, present, lens, missing_row, col = _scalar_numbers(f, values, bad, arr)
+        if extras is not None:
+            extras[f.name] = _numbers_for_analysis(f, values, col, present, missing_row)
+        _apply_on_nan(f, out, present, bad)
         if f.transform == "log1p":
-            # Only present values (fill comes later and is the user's choice).
-            with np.errstate(invalid="ignore"):
-                neg = (out <= -1) & present
-            for i in np.nonzero(neg.any(axis=1))[0].tolist():
-                bad.setdefault(i, Rejection(i, f.source, "log1p needs values > -1; use 'clip' first or another transform"))
+            _reject_log1p_domain(f, out, present, bad)
         prepared = Numbers(f.name, out, present, lens, missing_row)
         if f.needs_stats:
             return prepared
@@ -974,100 +888,259 @@ class Preparer:
                extras: dict[str, AnalysisPart] | None, tc: TermCodes | None = None) -> TermIndexes:
         """The batch's term indexes (``TermIndexes``): codes index the terms; ``new_terms``
         are the terms this batch added, at indexes ``first, first + 1, ...``.
-        ``tc``: the column as codes (``ColumnRecords.term_codes``), used instead of ``values``."""
+        ``tc``: the column as codes (``ColumnRecords.term_codes``), used instead of ``values``.
+
+        Stages: every term's index, flat with the count per row (text tokens,
+        list items) or one per row (scalars); then each row's first ``max_len``
+        (``_gather``). Lists the fast forms do not cover go value by value."""
         b = len(values)
         n = f.max_len or 1
         index = self._term_index(f)
         first = len(index) - 1
-        row_of: np.ndarray | None = None
+        counts: np.ndarray | None = None
+        fcodes: np.ndarray | None
         if f.transform == "text":
-            lower = f.lowercase
-            joined = " \x00 ".join([v or "" for v in values]) if set(map(type, values)) <= {str, _NONE} else None
-            if joined is not None and joined.count("\x00") == b - 1:
-                # The whole column at once (no row holds a NUL): one lowercasing,
-                # one tokenizing pass, a NUL token between rows (both delimiters
-                # and uncased, so each row's tokens are those of the row alone).
-                text = ascii_lower(joined) if lower else joined
-                if text.isascii():
-                    # On ASCII, tokens are runs of [A-Za-z0-9_]: a translate and a
-                    # split give the regex's tokens, several times faster (docs/benchmarks.md).
-                    tokens = text.translate(_ASCII_NON_WORD_TO_SPACE).split()
-                else:
-                    tokens = _TOKEN_OR_NUL_RE.findall(text)
-                fcodes = _index_all(index, tokens)
-                word = fcodes >= 0
-                # Tokens per row: the gaps between the NUL tokens' positions.
-                counts_a = np.diff(np.flatnonzero(~word), prepend=-1, append=fcodes.size) - 1
-                fcodes = fcodes[word]
-            else:
-                findall = TOKEN_RE.findall
-                flat: list[str] = []
-                counts = [0] * b
-                for i, v in enumerate(values):
-                    if v is None:
-                        continue
-                    if not isinstance(v, str):
-                        bad.setdefault(i, Rejection(i, f.source, f"expected text (a string), found {type(v).__name__} {_short(v)}"))
-                        continue
-                    toks = findall(ascii_lower(v) if lower else v)
-                    counts[i] = len(toks)
-                    flat += toks
-                fcodes = _index_all(index, flat)
-                counts_a = np.array(counts, dtype=np.int64)
-            codes, lens = _gather(fcodes, counts_a, n)
-            row_of = np.repeat(np.arange(b), counts_a)  # the analysis counts every token, not only max_len
+            fcodes, counts = _token_codes(f, values, bad, index)
         elif tc is not None and tc.kind == "list":
             assert tc.counts is not None
-            counts_a = tc.counts
-            fcodes = _index_codes(index, tc)
-            codes, lens = _gather(fcodes, counts_a, n)
-            row_of = np.repeat(np.arange(b), counts_a)
+            fcodes, counts = _index_codes(index, tc), tc.counts
         elif f.multi_valued:
-            fast = set(map(type, values)) <= {list, _NONE}
-            if fast:
-                flat = [x for v in values if v for x in v]
-                fast = set(map(type, flat)) <= {str}
-            if fast:
-                counts_a = np.array([len(v) if v else 0 for v in values], dtype=np.int64)
-                fcodes = _index_all(index, flat)
-                codes, lens = _gather(fcodes, counts_a, n)
-                row_of = np.repeat(np.arange(b), counts_a)
-            else:
-                # Per value: the vectorizer keeps the first max_len non-null items and
-                # rejects nested ones among them; the analysis counts every item of a
-                # value without nested ones.
-                codes = np.full((b, n), -1, dtype=np.int32)
-                lens = np.zeros(b, dtype=np.int64)
-                for i, v in enumerate(values):
-                    items = [x for x in _as_list(v) if x is not None][:n]
-                    if any(isinstance(x, dict | list) for x in items):
-                        _reject_nested_list(f, i, bad)
-                        continue
-                    lens[i] = len(items)
-                    codes[i, : len(items)] = [index.setdefault(term(x), len(index) - 1) for x in items]
-                fcodes = None
+            fcodes, counts = _flat_list_codes(values, index)
         else:
-            lens = None
-            if tc is not None:
-                fcodes = _index_codes(index, tc)
-            elif (types := set(map(type, values))) <= {str, _NONE}:
-                fcodes = _index_all(index, values)
-            elif types <= {bool, _NONE}:  # term() of each, by a C-level map
-                fcodes = _index_all(index, list(map(_BOOL_TERMS.get, values)))
-            else:
-                fcodes = np.full(b, -1, dtype=np.int32)
-                for i, v in enumerate(values):
-                    if v is None:
-                        continue
-                    if isinstance(v, dict | list):
-                        _reject_non_scalar(f, i, v, bad)
-                        continue
-                    fcodes[i] = index.setdefault(term(v), len(index) - 1)
+            fcodes = _scalar_codes(f, values, bad, index, tc)
+        row_of: np.ndarray | None = None
+        lens: np.ndarray | None = None
+        if counts is not None:
+            assert fcodes is not None
+            codes, lens = _gather(fcodes, counts, n)
+            row_of = np.repeat(np.arange(b), counts)  # the analysis counts every item, not only max_len
+        elif fcodes is not None:
             codes = fcodes.reshape(b, 1)
+        else:
+            codes, lens = _per_value_list_codes(f, values, bad, index, n)
         new_terms = list(itertools.islice(index, first + 1, None))
         if extras is not None:
             extras[f.name] = RawValues(values, first, new_terms) if fcodes is None else TermRows(first, new_terms, fcodes, row_of)
         return TermIndexes(f.name, first, new_terms, codes, lens)
+
+
+def _token_codes(f: FeatureConfig, values: list[Any], bad: dict[int, Rejection],
+                 index: _TermIndex) -> tuple[np.ndarray, np.ndarray]:
+    """A text feature's token indexes, flat, and the tokens per row."""
+    b = len(values)
+    lower = f.lowercase
+    joined = " \x00 ".join([v or "" for v in values]) if set(map(type, values)) <= {str, _NONE} else None
+    if joined is not None and joined.count("\x00") == b - 1:
+        # The whole column at once (no row holds a NUL): one lowercasing,
+        # one tokenizing pass, a NUL token between rows (both delimiters
+        # and uncased, so each row's tokens are those of the row alone).
+        text = ascii_lower(joined) if lower else joined
+        if text.isascii():
+            # On ASCII, tokens are runs of [A-Za-z0-9_]: a translate and a
+            # split give the regex's tokens, several times faster (docs/benchmarks.md).
+            tokens = text.translate(_ASCII_NON_WORD_TO_SPACE).split()
+        else:
+            tokens = _TOKEN_OR_NUL_RE.findall(text)
+        fcodes = _index_all(index, tokens)
+        word = fcodes >= 0
+        # Tokens per row: the gaps between the NUL tokens' positions.
+        counts_a = np.diff(np.flatnonzero(~word), prepend=-1, append=fcodes.size) - 1
+        return fcodes[word], counts_a
+    findall = TOKEN_RE.findall
+    flat: list[str] = []
+    counts = [0] * b
+    for i, v in enumerate(values):
+        if v is None:
+            continue
+        if not isinstance(v, str):
+            bad.setdefault(i, Rejection(i, f.source, f"expected text (a string), found {type(v).__name__} {_short(v)}"))
+            continue
+        toks = findall(ascii_lower(v) if lower else v)
+        counts[i] = len(toks)
+        flat += toks
+    return _index_all(index, flat), np.array(counts, dtype=np.int64)
+
+
+def _flat_list_codes(values: list[Any], index: _TermIndex) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """A list feature's item indexes, flat, and the items per row, when every
+    value is a list of strings or null; else ``(None, None)`` (``_per_value_list_codes``)."""
+    if not set(map(type, values)) <= {list, _NONE}:
+        return None, None
+    flat = [x for v in values if v for x in v]
+    if not set(map(type, flat)) <= {str}:
+        return None, None
+    counts_a = np.array([len(v) if v else 0 for v in values], dtype=np.int64)
+    return _index_all(index, flat), counts_a
+
+
+def _per_value_list_codes(f: FeatureConfig, values: list[Any], bad: dict[int, Rejection],
+                          index: _TermIndex, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """A list feature's ``(codes, lens)`` value by value: the vectorizer keeps the
+    first max_len non-null items and rejects nested ones among them; the
+    analysis counts every item of a value without nested ones."""
+    b = len(values)
+    codes = np.full((b, n), -1, dtype=np.int32)
+    lens = np.zeros(b, dtype=np.int64)
+    for i, v in enumerate(values):
+        items = [x for x in _as_list(v) if x is not None][:n]
+        if any(isinstance(x, dict | list) for x in items):
+            _reject_nested_list(f, i, bad)
+            continue
+        lens[i] = len(items)
+        codes[i, : len(items)] = [index.setdefault(term(x), len(index) - 1) for x in items]
+    return codes, lens
+
+
+def _scalar_codes(f: FeatureConfig, values: list[Any], bad: dict[int, Rejection], index: _TermIndex,
+                  tc: TermCodes | None) -> np.ndarray:
+    """A scalar feature's term index per row (``-1``: null or rejected)."""
+    if tc is not None:
+        return _index_codes(index, tc)
+    if (types := set(map(type, values))) <= {str, _NONE}:
+        return _index_all(index, values)
+    if types <= {bool, _NONE}:  # term() of each, by a C-level map
+        return _index_all(index, list(map(_BOOL_TERMS.get, values)))
+    fcodes = np.full(len(values), -1, dtype=np.int32)
+    for i, v in enumerate(values):
+        if v is None:
+            continue
+        if isinstance(v, dict | list):
+            _reject_non_scalar(f, i, v, bad)
+            continue
+        fcodes[i] = index.setdefault(term(v), len(index) - 1)
+    return fcodes
+
+
+def _scalar_numbers(f: FeatureConfig, values: list[Any], bad: dict[int, Rejection],
+                    arr: NumericArray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
+    """A scalar numeric feature's ``(out, present, lens, missing_row)`` (as ``Numbers``) and
+    its float64 column when a fast path took the values whole (else None)."""
+    b = len(values)
+    n = f.max_len or 1
+    out = np.zeros((b, n), dtype=np.float64)
+    present = np.ones((b, n), dtype=bool)
+    missing_row = np.zeros(b, dtype=bool)
+    lens = np.zeros(b, dtype=np.int64)
+    fast = False
+    # Fast path: numbers and nulls only (None becomes NaN in np.array).
+    if isinstance(arr, ScalarArray):
+        col, fast = arr.values, True
+        if arr.null.any():
+            missing_row = arr.null.copy()
+        out[:, 0] = col
+    elif (types := set(map(type, values))) <= _NUMBER_TYPES:
+        try:
+            col = np.array(values, dtype=np.float64)
+            fast = col.ndim == 1
+        except (TypeError, ValueError, OverflowError):
+            pass
+        if fast:
+            if _NONE in types:
+                missing_row = np.array([v is None for v in values], dtype=bool)
+            out[:, 0] = col
+    if not fast:
+        for i, v in enumerate(values):
+            if v is None:
+                missing_row[i] = True
+                out[i, 0] = np.nan
+            elif isinstance(v, bool):
+                out[i, 0] = float(v)
+            elif isinstance(v, int | float):
+                out[i, 0] = _to_float(v)
+            else:
+                bad.setdefault(i, Rejection(i, f.source, f"expected a number, found {type(v).__name__} {_short(v)}; use a categorical transform (vocabulary/hash) for this field or fix the data"))
+                out[i, 0] = 0.0
+    present[:, 0] = ~missing_row
+    lens[:] = 1
+    return out, present, lens, missing_row, (col if fast else None)
+
+
+def _list_numbers(f: FeatureConfig, values: list[Any], bad: dict[int, Rejection],
+                  arr: NumericArray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """A list numeric feature's ``(out, present, lens, missing_row)`` (as ``Numbers``):
+    each row's first ``max_len`` items."""
+    b = len(values)
+    n = f.max_len or 1
+    out = np.zeros((b, n), dtype=np.float64)
+    present = np.ones((b, n), dtype=bool)
+    missing_row = np.zeros(b, dtype=bool)
+    lens = np.zeros(b, dtype=np.int64)
+    fast = False
+    # Fast path: lists of numbers (no null items) and nulls.
+    if isinstance(arr, ListArray):
+        flat_a, counts, missing_row = arr.items, arr.counts, arr.null.copy()
+        fast = True
+    elif set(map(type, values)) <= {list, _NONE}:
+        flat = [x for v in values if v for x in v]
+        if set(map(type, flat)) <= {int, float}:
+            try:
+                flat_a = np.array(flat, dtype=np.float64)
+                fast = True
+            except OverflowError:
+                pass
+        if fast:
+            counts = np.array([len(v) if v else 0 for v in values], dtype=np.int64)
+            missing_row = np.array([v is None for v in values], dtype=bool)
+    if fast:
+        pos, lens = _gather(np.arange(flat_a.size), counts, n)
+        present = pos >= 0
+        if flat_a.size:
+            out = np.where(present, flat_a[np.maximum(pos, 0)], 0.0)
+    else:
+        for i, v in enumerate(values):
+            if v is None:
+                missing_row[i] = True
+                continue
+            items = v if isinstance(v, list | tuple) else [v]
+            lens[i] = min(len(items), n)
+            for j, x in enumerate(items[:n]):
+                if x is None:
+                    present[i, j] = False
+                elif isinstance(x, int | float):
+                    out[i, j] = _to_float(x)
+                else:
+                    bad.setdefault(i, Rejection(i, f"{f.source}[{j}]", f"expected a number, found {type(x).__name__} {_short(x)}"))
+        present &= np.arange(n)[None, :] < lens[:, None]
+    return out, present, lens, missing_row
+
+
+def _numbers_for_analysis(f: FeatureConfig, values: list[Any], col: np.ndarray | None, present: np.ndarray,
+                          missing_row: np.ndarray) -> AnalysisPart:
+    """What ``Analyzer.add_prepared`` takes of a numeric feature: its valid numbers
+    (from ``col``, a scalar feature's fast column) or its values for statistics,
+    else which rows have a value."""
+    if f.needs_stats:
+        if col is not None:
+            with np.errstate(invalid="ignore"):
+                ok = np.abs(col) <= _F32_MAX  # the Analyzer's rule; NaN (and null) fail it
+            return ValidNumbers(col[ok], np.flatnonzero(ok), missing_row)
+        return RawValues(values)
+    return PresentRows(present.any(axis=1))  # a row with a value (not null, not all null items)
+
+
+def _apply_on_nan(f: FeatureConfig, out: np.ndarray, present: np.ndarray, bad: dict[int, Rejection]) -> None:
+    """``on_nan`` on the values not finite as float32: reject their rows
+    (``error``) or mark them absent in ``present``, in place (``fill``)."""
+    # "Finite" means finite as float32 (the output dtype): NaN, +-inf and
+    # |x| > 3.4e38 (which the cast would turn into inf) follow ``on_nan``.
+    with np.errstate(invalid="ignore"):
+        finite = (np.abs(out) <= _F32_MAX) | ~present
+    if not finite.all():
+        rows = np.nonzero(~finite.all(axis=1))[0]
+        if f.on_nan == "error":
+            for i in rows.tolist():
+                bad.setdefault(i, Rejection(i, f.source, f"value is NaN or infinite (or beyond float32's range, |x| > 3.4e38); set on_nan: fill or keep for feature {f.name!r} to accept it"))
+        elif f.on_nan == "fill":
+            present &= finite
+
+
+def _reject_log1p_domain(f: FeatureConfig, out: np.ndarray, present: np.ndarray, bad: dict[int, Rejection]) -> None:
+    """Reject the rows of a ``log1p`` feature with a present value <= -1."""
+    # Only present values (fill comes later and is the user's choice).
+    with np.errstate(invalid="ignore"):
+        neg = (out <= -1) & present
+    for i in np.nonzero(neg.any(axis=1))[0].tolist():
+        bad.setdefault(i, Rejection(i, f.source, "log1p needs values > -1; use 'clip' first or another transform"))
 
 
 def _count(f: FeatureConfig, values: Any, extras: dict[str, AnalysisPart] | None,
