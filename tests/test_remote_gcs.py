@@ -14,9 +14,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 from _pipelines_data import make_records, write_dataset
-from _remote import remote_stack  # noqa: F401 - the session fixture
+from _remote import remote_stack, stats_by_file_name  # noqa: F401 - the session fixture
 
 from convert.spec import METADATA_FILENAME
+from convert.stats import STATS_FILENAME
 from pipelines.job import run_convert
 from pipelines.options import ConvertOptions
 from pipelines.transforms import FAILURE_FILENAME, ConversionFailed
@@ -76,6 +77,9 @@ def test_cli_converts_gs_to_gs_like_a_local_run(gcs_dataset, remote_stack):  # n
     assert not any(name.startswith(".recordprep-tmp") for name in files)
     for name in expected:
         if name == METADATA_FILENAME:
+            continue
+        if name == STATS_FILENAME:  # names its input files: the same statistics per file name
+            assert stats_by_file_name(files[name]) == stats_by_file_name((gcs_dataset["local"] / name).read_bytes())
             continue
         # same records, same units, same analysis: byte-identical shards and vocabularies
         assert files[name] == (gcs_dataset["local"] / name).read_bytes(), name

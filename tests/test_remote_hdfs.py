@@ -4,7 +4,6 @@ reads and writes HDFS through Beam's ``HadoopFileSystem`` (the ``hdfs`` package)
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -14,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from _pipelines_data import make_records, write_dataset
-from _remote import remote_stack  # noqa: F401 - the session fixture
+from _remote import remote_stack, stats_by_file_name  # noqa: F401 - the session fixture
 
 from convert.spec import METADATA_FILENAME
 from convert.stats import STATS_FILENAME
@@ -50,17 +49,6 @@ def hdfs_dataset(remote_stack, tmp_path_factory):  # noqa: F811
     return {"paths": paths, "ns": ns, "local": local_out, "url": f"{NN}/hdfs-e2e"}
 
 
-def _by_file_name(doc):
-    """``doc`` with every input path (hdfs:// or local) cut to its file name."""
-    if isinstance(doc, dict):
-        return {_by_file_name(k): _by_file_name(v) for k, v in doc.items()}
-    if isinstance(doc, list):
-        return [_by_file_name(v) for v in doc]
-    if isinstance(doc, str) and doc.endswith(".avro"):
-        return doc.rsplit("/", 1)[-1]
-    return doc
-
-
 @pytest.mark.slow
 def test_cli_converts_hdfs_to_hdfs_like_a_local_run(hdfs_dataset, remote_stack):  # noqa: F811
     remote_stack.webhdfs_stats(reset=True)
@@ -77,7 +65,7 @@ def test_cli_converts_hdfs_to_hdfs_like_a_local_run(hdfs_dataset, remote_stack):
     assert names == sorted(str(p.relative_to(local)) for p in local.rglob("*") if p.is_file())
     for name in names:
         if name == STATS_FILENAME:  # names its input files: the same statistics per file name
-            assert _by_file_name(json.loads((out / name).read_bytes())) == _by_file_name(json.loads((local / name).read_bytes()))
+            assert stats_by_file_name((out / name).read_bytes()) == stats_by_file_name((local / name).read_bytes())
         elif name != METADATA_FILENAME:
             assert (out / name).read_bytes() == (local / name).read_bytes(), name
     counts = remote_stack.webhdfs_stats()["counts"]
