@@ -549,9 +549,10 @@ def verify(inputs: Sequence[str], config_path: str, output: str, *, check_record
     import fastavro
     import numpy as np
 
+    from convert.analysis import Analysis, Analyzer
     from convert.example import decode_example, encode_examples, split_buffer
     from convert.tfrecord import iter_records as iter_tfrecords
-    from convert.vectorize import Analysis, Analyzer, Vectorizer
+    from convert.vectorize import Vectorizer
 
     config = load_config(config_path)
     splits = Splits()

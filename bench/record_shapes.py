@@ -50,8 +50,8 @@ def ensure_data(n: int) -> Path:
 
 def main() -> None:
     from convert.config import parse_config
+    from convert.prepare import Preparer
     from convert.sources import iter_avro
-    from convert.vectorize import Preparer
 
     ap = argparse.ArgumentParser()
     ap.add_argument("decoder", choices=("auto", "fastavro"))

@@ -29,9 +29,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from convert.analysis import Analysis
 from convert.config import Config, ConfigError, parse_config
 from convert.spec import METADATA_FILENAME, DatasetInfo, SpecError
-from convert.vectorize import Analysis, VectorBatch, Vectorizer
+from convert.vectorize import VectorBatch, Vectorizer
 
 #: Name of the analysis file when the metadata does not say (``analysis_file``).
 DEFAULT_ANALYSIS_FILENAME = "analysis.json"

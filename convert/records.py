@@ -11,6 +11,7 @@ about a record, before any feature transform applies:
   ``Fingerprint64``, the buckets of ``hash``, ``cross`` and OOV ids) and
   ``digest8`` (the split hash);
 - tokens: ``tokenize`` and ``ascii_lower``.
+- values: ``to_float`` (and ``F32_MAX``, the float32 range) and ``as_list``.
 
 Hashed ids and text tokens are defined so that TensorFlow computes them
 identically in a serving graph (``hash_id``, ``tokenize``).
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import math
 import re
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -225,3 +227,24 @@ def joined_text(values: list[Any]) -> list[Any]:
             v = " ".join(x for x in v if x is not None)
         out.append(v)
     return out
+
+
+#: The largest float32: a number beyond it is not finite as float32 (the converter's output type).
+F32_MAX = float(np.finfo(np.float32).max)
+
+
+def to_float(x: int | float) -> float:
+    """``float(x)``; integers beyond the float range become +-inf (then ``on_nan`` applies)."""
+    try:
+        return float(x)
+    except OverflowError:
+        return math.inf if x > 0 else -math.inf
+
+
+def as_list(v: Any) -> list[Any]:
+    """``v`` as a list: none for None, a list's or tuple's items, else ``[v]``."""
+    if v is None:
+        return []
+    if isinstance(v, list | tuple):
+        return list(v)
+    return [v]

@@ -45,8 +45,9 @@ import orjson
 
 from convert.columns import LabelTerms, Numbers, TermIndexes
 from convert.config import Config, FeatureConfig
+from convert.prepare import PreparedBatch
 from convert.spec import short_repr
-from convert.vectorize import PreparedBatch, VectorBatch
+from convert.vectorize import VectorBatch
 
 #: File beside the shards (listed in the metadata as ``stats_file``).
 STATS_FILENAME = "stats.json"
@@ -207,7 +208,7 @@ class ValueSketch:
             return ValueSketch.of_points(fn(values), counts)
 
     def _merge_moments(self, n: int, mean: float, m2: float, lo: float, hi: float) -> None:
-        """Chan et al.'s parallel variance, as ``convert.vectorize.NumericStats``."""
+        """Chan et al.'s parallel variance, as ``convert.analysis.NumericStats``."""
         if n == 0:
             return
         total = self.count + n

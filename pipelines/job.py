@@ -34,12 +34,12 @@ from apache_beam.io.filesystem import BeamIOError
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
+from convert.analysis import Analysis, AnalysisMismatchError
 from convert.check import check_inputs
 from convert.config import Config, load_config
 from convert.sources import InputFileError
 from convert.spec import FAILURE_FILENAME, FORMAT_VERSION, METADATA_FILENAME
 from convert.stats import STATS_FILENAME
-from convert.vectorize import Analysis, AnalysisMismatchError
 from pipelines import _patches, remote
 from pipelines._fs import delete as fs_delete
 from pipelines._fs import match_in, read_metadata

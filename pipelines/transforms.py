@@ -59,9 +59,11 @@ from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.windowed_value import WindowedValue
 from zlib_ng.gzip_ng import GzipNGFile
 
+from convert.analysis import Analysis, Analyzer
 from convert.check import all_missing_message, common_rejection
 from convert.config import Config
 from convert.example import encode_examples, pack_columns
+from convert.prepare import PreparedBatch, Preparer
 from convert.sources import iter_records
 from convert.spec import (
     FAILURE_FILENAME,
@@ -76,14 +78,7 @@ from convert.spec import (
 )
 from convert.stats import STATS_FILENAME, StatsAccumulator
 from convert.tfrecord import frame_records
-from convert.vectorize import (
-    Analysis,
-    Analyzer,
-    PreparedBatch,
-    Preparer,
-    Vectorizer,
-    unseen_label_rows,
-)
+from convert.vectorize import Vectorizer, unseen_label_rows
 from pipelines._fs import delete as fs_delete
 from pipelines._fs import match_in, size_of
 from pipelines._progress import GATHER, PROGRESS_DIR, UnitProgress

@@ -215,7 +215,8 @@ def test_pipeline_and_record_by_record_counts_agree_on_features_without_values()
     from hypothesis import given, settings
     from hypothesis import strategies as st
 
-    from convert.vectorize import Analyzer, Preparer
+    from convert.analysis import Analyzer
+    from convert.prepare import Preparer
 
     config = parse_config(_COUNT_CFG)
 

@@ -21,11 +21,13 @@ import tensorflow as tf
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from convert.analysis import Analyzer
 from convert.config import parse_config
 from convert.derive import CROSS_SEPARATOR
+from convert.prepare import Preparer
 from convert.records import TEXT_DELIMITERS_RE, hash_ids, stable_hash, term, tokenize
 from convert.sources import iter_avro
-from convert.vectorize import Analyzer, Preparer, Vectorizer
+from convert.vectorize import Vectorizer
 
 REALDATA = Path(__file__).resolve().parents[2] / "shared" / "realdata"
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "data"

@@ -154,8 +154,9 @@ def _columns(config: dict, records) -> dict:
     """The vectorized columns of ``records`` (one batch, all analyzed), through the public API."""
     import numpy as np
 
+    from convert.analysis import Analyzer
     from convert.config import parse_config
-    from convert.vectorize import Analyzer, Vectorizer
+    from convert.vectorize import Vectorizer
 
     cfg = parse_config(config)
     acc = Analyzer(cfg)

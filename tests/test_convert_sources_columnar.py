@@ -310,7 +310,9 @@ def _numeric_records(n: int) -> list[dict]:
 def _vectorize(config, batches):
     """(analysis JSON, vectorized batches, the fields whose lists each batch made)
     of a unit's batches, the whole training split analyzed."""
-    from convert.vectorize import Analyzer, Preparer, Vectorizer
+    from convert.analysis import Analyzer
+    from convert.prepare import Preparer
+    from convert.vectorize import Vectorizer
 
     prep, acc = Preparer(config, unit_terms=True), Analyzer(config)
     prepared, made = [], []

@@ -18,9 +18,11 @@ import numpy as np
 import pytest
 from farmhash import Fingerprint64
 
+from convert.analysis import Analysis, Analyzer
 from convert.config import parse_config
+from convert.prepare import Preparer
 from convert.records import stable_hash, term, tokenize
-from convert.vectorize import Analysis, Analyzer, Preparer, Vectorizer
+from convert.vectorize import Vectorizer
 
 E = math.e
 
@@ -356,7 +358,8 @@ def test_hash_ids_are_farmhash_fingerprints_in_one_to_buckets():
 def test_hash_and_vocabulary_ids_same_in_another_process_with_other_hash_seed():
     code = (
         "from convert.config import parse_config\n"
-        "from convert.vectorize import Analyzer, Vectorizer\n"
+        "from convert.analysis import Analyzer\n"
+        "from convert.vectorize import Vectorizer\n"
         "c = parse_config({'features': [{'name': 'u', 'transform': 'hash', 'buckets': 1000},"
         " {'name': 'v', 'transform': 'vocabulary', 'num_oov_buckets': 7}]})\n"
         "recs = [{'u': f'x{i}', 'v': f'y{i % 13}'} for i in range(50)]\n"

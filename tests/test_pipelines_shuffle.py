@@ -274,8 +274,8 @@ def test_killed_while_shuffling_leaves_nothing_complete_and_the_rerun_completes(
 def test_a_failed_unit_stops_the_scatter_threads_of_the_pending_one(tmp_path):
     import threading
 
+    from convert.analysis import Analyzer
     from convert.config import load_config
-    from convert.vectorize import Analyzer
     from pipelines.plan import ByteRange, WorkUnit
     from pipelines.transforms import AnalysisValue, _ConvertUnit
 
@@ -328,8 +328,8 @@ def test_a_failed_shard_surfaces_after_the_other_shards_threads_stopped(tmp_path
 
 def _one_unit(tmp_path: Path, records: int = 120, **opts_kw):
     """A config, options and analysis for converting ``part-0.avro`` of a small dataset as unit 0."""
+    from convert.analysis import Analyzer
     from convert.config import load_config
-    from convert.vectorize import Analyzer
     from pipelines.transforms import AnalysisValue
 
     paths = write_dataset(tmp_path / "d", make_records(records))

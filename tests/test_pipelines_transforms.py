@@ -153,8 +153,8 @@ def test_a_pending_unit_that_fails_to_close_leaves_no_writer_thread_of_the_next_
 
     from _pipelines_data import make_records, write_dataset
 
+    from convert.analysis import Analyzer
     from convert.config import load_config
-    from convert.vectorize import Analyzer
     from pipelines import transforms
     from pipelines.plan import ByteRange, WorkUnit
 

@@ -12,7 +12,7 @@ import pytest
 from _pipelines_data import make_records, write_dataset
 
 from convert.config import load_config
-from convert.vectorize import Preparer
+from convert.prepare import Preparer
 from pipelines.job import run_convert
 from pipelines.options import ConvertOptions
 from pipelines.plan import ByteRange, WorkUnit
@@ -73,8 +73,8 @@ def test_prepared_file_round_trip_and_truncation(tmp_path):
 
 def test_merge_keeps_every_units_prepared_file_and_the_analysis():
     paths_cfg = {"label": None, "features": [{"name": "x", "transform": "zscore"}]}
+    from convert.analysis import Analyzer
     from convert.config import parse_config
-    from convert.vectorize import Analyzer
 
     c = parse_config(paths_cfg)
     fn = _MergeAnalyzers(c)
@@ -175,7 +175,7 @@ def test_relaxed_gc_raises_thresholds_while_any_unit_runs_then_restores_them():
 def test_convert_unit_emits_each_result_after_the_next_unit_and_at_bundle_end(tmp_path):
     import threading
 
-    from convert.vectorize import Analyzer
+    from convert.analysis import Analyzer
     from pipelines.transforms import AnalysisValue, _ConvertUnit
 
     paths = write_dataset(tmp_path / "d", make_records(120))

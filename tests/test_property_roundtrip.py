@@ -31,10 +31,11 @@ from _record_strategies import JSON_CONFIG, avro_bytes, avro_cases, json_documen
 from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
+from convert.analysis import Analyzer
 from convert.config import parse_config
 from convert.example import encode_examples
 from convert.sources import InputFileError, iter_avro, iter_json
-from convert.vectorize import Analyzer, Vectorizer
+from convert.vectorize import Vectorizer
 
 FAST = settings(max_examples=int(os.environ.get("RECORDPREP_PROPERTY_EXAMPLES", "40")), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 # Whole-job examples cost about a second each: a few, and no shrinking (a failure prints its input).

@@ -22,10 +22,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import readers
+from convert.analysis import Analyzer
 from convert.config import ConfigError, parse_config
+from convert.prepare import Preparer
 from convert.records import term
 from convert.splits import Splits
-from convert.vectorize import Analyzer, Preparer, Vectorizer
+from convert.vectorize import Vectorizer
 
 SPLITS = "train=0.7,eval=0.3"
 SCHEMA = {"type": "record", "name": "P", "fields": [

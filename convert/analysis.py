@@ -1,0 +1,408 @@
+"""The analysis pass: what transforms learn from the training split.
+
+``Analyzer`` accumulates what transforms need (vocabulary counts,
+count/mean/M2/min/max, quantile sketches) over the *training split only*;
+accumulators merge, so the pipeline runs them as a Beam combiner.
+``Analyzer.result()`` gives an ``Analysis`` (JSON-serializable;
+``--analysis-from`` reuses one, checked by ``Analysis.check_config``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections import Counter
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from convert.columns import LabelTerms, PresentRows, RawValues, TermRows, ValidNumbers
+from convert.config import Config, ConfigError, FeatureConfig, LabelConfig, parse_path
+from convert.prepare import PreparedBatch, count_values, label_terms
+from convert.quantiles import QuantileSketch
+from convert.records import (
+    F32_MAX,
+    as_list,
+    getter,
+    is_list_path,
+    joined_text,
+    term,
+    to_float,
+    tokenize,
+)
+from convert.spec import MAX_LABEL_CLASSES
+
+
+def _feature_getter(f: FeatureConfig) -> Callable[[Any], Any]:
+    """``getter(f.source)``; for ``text`` through lists, each record's strings joined (``joined_text``)."""
+    get = getter(f.source)
+    if f.transform != "text" or not is_list_path(parse_path(f.source)):
+        return get
+    return lambda r: joined_text([get(r)])[0]
+
+
+@dataclasses.dataclass
+class NumericStats:
+    count: int = 0
+    mean: float = 0.0
+    m2: float = 0.0
+    min: float = math.inf
+    max: float = -math.inf
+    missing: int = 0
+    #: ``bucketize`` features also sketch quantiles; merged in the same
+    #: (unit) order as the moments, so boundaries are reproducible.
+    sketch: QuantileSketch | None = None
+
+    def add(self, x: np.ndarray, missing: int) -> None:
+        self.missing += missing
+        if x.size == 0:
+            return
+        if self.sketch is not None:
+            self.sketch.add(x)
+        other = NumericStats(int(x.size), float(x.mean()), float(((x - x.mean()) ** 2).sum()),
+                             float(x.min()), float(x.max()))
+        self.merge(other)
+
+    def merge(self, o: NumericStats) -> None:
+        """Chan et al. parallel variance: exact-enough and order-insensitive."""
+        self.missing += o.missing
+        if self.sketch is not None and o.sketch is not None:
+            self.sketch.merge(o.sketch)
+        if o.count == 0:
+            return
+        n = self.count + o.count
+        d = o.mean - self.mean
+        self.mean += d * o.count / n
+        self.m2 += o.m2 + d * d * self.count * o.count / n
+        self.count = n
+        self.min = min(self.min, o.min)
+        self.max = max(self.max, o.max)
+
+    @property
+    def std(self) -> float:
+        return math.sqrt(self.m2 / self.count) if self.count else 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"count": self.count, "missing": self.missing, "mean": self.mean, "std": self.std,
+                "min": self.min if self.count else None, "max": self.max if self.count else None}
+
+
+class AnalysisMismatchError(ConfigError):
+    """A reused analysis (``--analysis-from``) was not computed for this config's features."""
+
+
+#: Options that shape a feature's vocabulary or statistics, by transform,
+#: besides its source and transform: a reused analysis must match them.
+_ANALYSIS_OPTIONS = {
+    "vocabulary": ("top_k", "min_frequency", "num_oov_buckets"),
+    "text": ("top_k", "min_frequency", "num_oov_buckets", "lowercase"),
+    "bucketize": ("num_buckets",),
+}
+
+
+def analysis_options(f: FeatureConfig) -> dict[str, Any]:
+    """What made ``f``'s vocabulary or statistics: its source, transform,
+    whether it is a list, and the options of ``_ANALYSIS_OPTIONS``."""
+    d: dict[str, Any] = {"source": f.source, "transform": f.transform, "multi_valued": f.multi_valued}
+    d.update((k, getattr(f, k)) for k in _ANALYSIS_OPTIONS.get(f.transform, ()))
+    return d
+
+
+def label_analysis_options(lab: LabelConfig) -> dict[str, Any]:
+    """What made a vocabulary label's classes (recorded like ``analysis_options``)."""
+    return {"source": lab.source, "transform": "vocabulary", "role": "label"}
+
+
+def vocabulary_label(config: Config) -> LabelConfig | None:
+    """The label when its classes come from the analysis (``transform: vocabulary``)."""
+    return config.label if config.label is not None and config.label.transform == "vocabulary" else None
+
+
+@dataclasses.dataclass
+class Analysis:
+    """What the vectorize pass needs, computed on the training split.
+
+    ``config_hash`` and ``features`` (``analysis_options`` of each feature
+    analyzed) record what it was computed for, so that a reuse with another
+    config is refused (``check_config``); analyses written before they
+    existed have ``None``.
+    """
+
+    vocabularies: dict[str, list[str]]
+    stats: dict[str, dict[str, Any]]
+    config_hash: str | None = None
+    features: dict[str, dict[str, Any]] | None = None
+
+    @classmethod
+    def for_config(cls, config: Config, vocabularies: dict[str, list[str]], stats: dict[str, dict[str, Any]]) -> Analysis:
+        """The analysis of ``config``'s features, recording what it was computed for."""
+        features = {f.name: analysis_options(f) for f in config.features if f.needs_vocabulary or f.needs_stats}
+        lab = vocabulary_label(config)
+        if lab is not None:
+            features[lab.name] = label_analysis_options(lab)
+        return cls(vocabularies, stats, config.hash, features)
+
+    def to_json(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"vocabularies": self.vocabularies, "stats": self.stats}
+        if self.config_hash is not None:
+            d["config_hash"] = self.config_hash
+        if self.features is not None:
+            d["features"] = self.features
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Analysis:
+        features = d.get("features")
+        return cls(vocabularies=dict(d["vocabularies"]), stats=dict(d["stats"]), config_hash=d.get("config_hash"),
+                   features=None if features is None else dict(features))
+
+    def check_config(self, config: Config, where: str = "the analysis") -> list[str]:
+        """Refuse to vectorize ``config`` with this analysis unless every feature that
+        needs a vocabulary or statistics has them, computed with its transform and
+        options (``analysis_options``), and a vocabulary label has its classes.
+
+        Returns the features whose transform and options cannot be verified
+        (an analysis written before it recorded them).
+
+        Raises:
+          AnalysisMismatchError: naming every feature without a match and what differs.
+        """
+        problems, unverified = [], []
+        for f in config.features:
+            if not (f.needs_vocabulary or f.needs_stats):
+                continue
+            what = "vocabulary" if f.needs_vocabulary else "statistics"
+            stats = self.stats.get(f.name)
+            have = (self.vocabularies.get(f.name) is not None if f.needs_vocabulary
+                    else isinstance(stats, dict) and (f.transform != "bucketize" or "boundaries" in stats))
+            recorded = None if self.features is None else self.features.get(f.name)
+            if not have:
+                was = f" (it analyzed {recorded['transform']!r})" if recorded else ""
+                problems.append(f"feature {f.name!r} ({f.transform}): no {what} for it{was}")
+            elif self.features is None:
+                unverified.append(f.name)
+            elif recorded is None:
+                problems.append(f"feature {f.name!r} ({f.transform}): its {what} came from another feature config")
+            else:
+                now = analysis_options(f)
+                diff = [f"{k} {recorded.get(k)!r} there, {v!r} here" for k, v in now.items() if recorded.get(k) != v]
+                if diff:
+                    problems.append(f"feature {f.name!r}: {', '.join(diff)}")
+        lab = vocabulary_label(config)
+        if lab is not None:
+            recorded = None if self.features is None else self.features.get(lab.name)
+            if recorded != label_analysis_options(lab) or self.vocabularies.get(lab.name) is None:
+                was = "" if recorded is None else f" (it has {recorded!r})"
+                problems.append(f"label {lab.name!r} (vocabulary): no classes computed for it from "
+                                f"source {lab.source!r}{was}")
+        if problems:
+            made = f" (computed for config {self.config_hash})" if self.config_hash else ""
+            raise AnalysisMismatchError(
+                f"{where}{made} does not fit this config: {'; '.join(problems)}. Reuse an analysis computed with "
+                f"these features' transforms and options, or run without --analysis-from to compute a new one")
+        return unverified
+
+
+class Analyzer:
+    """Mergeable accumulator for one config; see module docstring."""
+
+    def __init__(self, config: Config):
+        self.config = config
+        self.counts: dict[str, Counter] = {f.name: Counter() for f in config.features if f.needs_vocabulary}
+        self.numeric: dict[str, NumericStats] = {
+            f.name: NumericStats(sketch=QuantileSketch() if f.transform == "bucketize" else None)
+            for f in config.features if f.needs_stats
+        }
+        #: Values seen per feature (every feature): records for scalars, items
+        #: or tokens for lists and text. 0: the feature was missing (null,
+        #: absent or empty) in every analyzed record, as a misspelled source is.
+        self.present: Counter = Counter()
+        lab = vocabulary_label(config)
+        if lab is not None:  # records per class; merged with the term counts
+            self.counts[lab.name] = Counter()
+        self._get = {f.name: _feature_getter(f) for f in config.features}
+        self._pending: dict[str, tuple[list[str], np.ndarray]] = {}
+
+    # Accumulators travel between Beam workers: pickle the counts, not the getters.
+    def __getstate__(self) -> dict[str, Any]:
+        self.flush()
+        return {"config": self.config, "counts": self.counts, "numeric": self.numeric, "present": self.present}
+
+    @property
+    def label_counts(self) -> Counter | None:
+        """Records per class of a vocabulary label, in ``counts`` under the label's name; else None."""
+        lab = vocabulary_label(self.config)
+        return self.counts[lab.name] if lab is not None else None
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._get = {f.name: _feature_getter(f) for f in self.config.features}
+        self._pending = {}
+
+    def add_records(self, records: Sequence[Any]) -> None:
+        """Accumulate ``records`` (every one counts: pass the training split only).
+
+        The reference path, a value at a time; the pipeline feeds the batches
+        it prepares anyway to ``add_prepared``, which gives the same result.
+        """
+        for f in self.config.features:
+            get = self._get[f.name]
+            if f.name in self.counts or f.name in self.numeric:
+                self._add_values(f, [get(r) for r in records])
+            elif f.transform == "cross":
+                gets = [getter(s) for s in f.sources or ()]
+                self.present[f.name] += sum(all(g(r) is not None for g in gets) for r in records)
+            else:
+                self.present[f.name] += count_values(f, [get(r) for r in records])
+        lab = vocabulary_label(self.config)
+        if lab is not None and self.label_counts is not None:
+            get = getter(lab.source)
+            self.label_counts.update(t for t in label_terms(lab, [get(r) for r in records], {}) if t is not None)
+
+    def add_prepared(self, batch: PreparedBatch, rows: np.ndarray) -> None:
+        """Accumulate the rows of a batch selected by the bool mask ``rows``.
+
+        ``batch`` comes from ``Preparer.prepare(..., analyze=True)``: terms are
+        counted per distinct term (``np.bincount`` of the rows' term indexes),
+        statistics come from the already-converted numbers.
+        """
+        if batch.analysis is None:
+            raise ValueError("the batch was prepared without analyze=True")
+        for f in self.config.features:
+            extra = batch.analysis.get(f.name)
+            if extra is None:
+                continue
+            match extra:
+                case PresentRows():
+                    self.present[f.name] += int(np.count_nonzero(extra.rows & rows))
+                case RawValues():
+                    self._add_values(f, [v for v, keep in zip(extra.values, rows.tolist(), strict=True) if keep])
+                    if extra.new_terms is not None:
+                        self._sync_terms(f.name, extra.first, extra.new_terms)  # type: ignore[arg-type]
+                case TermRows():
+                    terms, counts = self._sync_terms(f.name, extra.first, extra.new_terms)
+                    sel = extra.codes[rows if extra.row_of is None else rows[extra.row_of]]
+                    sel = sel[sel >= 0]
+                    self.present[f.name] += int(sel.size)
+                    if sel.size:
+                        counts += np.bincount(sel, minlength=len(terms))
+                case ValidNumbers():
+                    self.numeric[f.name].add(extra.values[rows[extra.row_of]], int(np.count_nonzero(extra.missing & rows)))
+                    self.present[f.name] += int(np.count_nonzero(rows & ~extra.missing))
+        lab = vocabulary_label(self.config)
+        if lab is not None and self.label_counts is not None:
+            label = batch.analysis[lab.name]
+            assert isinstance(label, LabelTerms)
+            terms = label.terms
+            self.label_counts.update(t for t, keep in zip(terms, rows.tolist(), strict=True) if keep and t is not None)
+
+    def _sync_terms(self, name: str, first: int, new_terms: list[str]) -> tuple[list[str], np.ndarray]:
+        """The feature's terms and counts per term index, after a batch added ``new_terms``.
+
+        Counts accumulate in numpy while the indexes carry over (one unit:
+        ``Preparer(unit_terms=True)``); ``flush()`` turns them into Counter
+        entries. ``first == 0`` starts new indexes (a new unit, or a batch
+        prepared on its own).
+        """
+        if first == 0:
+            self._flush(name)
+        terms, counts = self._pending.get(name) or ([], np.zeros(0, dtype=np.int64))
+        if len(terms) != first:
+            raise ValueError(f"feature {name!r}: prepared batches out of order (term index {first}, expected {len(terms)})")
+        terms.extend(new_terms)
+        if counts.size < len(terms):
+            counts = np.concatenate([counts, np.zeros(len(terms) - counts.size, dtype=np.int64)])
+        self._pending[name] = (terms, counts)
+        return terms, counts
+
+    def flush(self) -> None:
+        """Move term counts kept per term index (``add_prepared``) into ``counts``."""
+        for name in list(self._pending):
+            self._flush(name)
+
+    def _flush(self, name: str) -> None:
+        pending = self._pending.pop(name, None)
+        if pending is None:
+            return
+        terms, counts = pending
+        nz = np.flatnonzero(counts)
+        c = self.counts[name]
+        if not c:  # dict.update at C speed into an empty Counter
+            c.update(dict(zip([terms[i] for i in nz.tolist()], counts[nz].tolist(), strict=True)))
+        else:
+            for i, k in zip(nz.tolist(), counts[nz].tolist(), strict=True):
+                c[terms[i]] += k
+
+    def _add_values(self, f: FeatureConfig, values: list[Any]) -> None:
+        self.present[f.name] += count_values(f, values)
+        if f.name in self.counts:
+            c = self.counts[f.name]
+            if f.transform == "text":
+                for v in values:
+                    if isinstance(v, str):
+                        c.update(tokenize(v, f.lowercase))
+            elif f.multi_valued:
+                # nested values are rejected by the vectorizer: never terms
+                for v in values:
+                    items = as_list(v)
+                    if not any(isinstance(x, dict | list) for x in items):
+                        c.update(term(x) for x in items if x is not None)
+            else:
+                c.update(term(v) for v in values if v is not None and not isinstance(v, dict | list))
+        if f.name in self.numeric:
+            flat: list[float] = []
+            missing = 0
+            for v in values:
+                for x in (as_list(v) if f.multi_valued else [v]):
+                    if x is None:
+                        missing += 1
+                    elif isinstance(x, int | float) and abs(fx := to_float(x)) <= F32_MAX:  # finite as float32
+                        flat.append(fx)
+            self.numeric[f.name].add(np.asarray(flat, dtype=np.float64), missing)
+
+    def merge(self, other: Analyzer) -> Analyzer:
+        self.flush()
+        other.flush()
+        for k, c in other.counts.items():
+            self.counts[k].update(c)
+        for k, s in other.numeric.items():
+            self.numeric[k].merge(s)
+        self.present.update(other.present)
+        return self
+
+    def result(self) -> Analysis:
+        self.flush()
+        vocabs = {}
+        by_name = {f.name: f for f in self.config.features}
+        lab = vocabulary_label(self.config)
+        for name, c in self.counts.items():
+            if lab is not None and name == lab.name:
+                vocabs[name] = _label_classes(lab, c)
+                continue
+            f = by_name[name]
+            # Most frequent first, ties by term: a sort by term, then a stable
+            # sort by count (faster than one sort on (-count, term) tuples, measured).
+            terms = [t for t, n in c.items() if n >= f.min_frequency]
+            terms.sort()
+            terms.sort(key=c.__getitem__, reverse=True)  # reverse keeps equal counts in term order
+            vocabs[name] = terms[: f.top_k] if f.top_k else terms
+        stats = {k: s.to_json() for k, s in self.numeric.items()}
+        for k, s in self.numeric.items():
+            if s.sketch is not None:
+                stats[k]["boundaries"] = s.sketch.boundaries(by_name[k].num_buckets or 10)
+        return Analysis.for_config(self.config, vocabs, stats)
+
+
+def _label_classes(lab: LabelConfig, counts: Counter) -> list[str]:
+    """Every class of the training split, most frequent first, ties by term
+    (the order of feature vocabularies); class id = position."""
+    if not counts:
+        raise ConfigError(f"label {lab.name!r}: no record of the training split has a class in {lab.source!r} "
+                          f"(it is null, absent or rejected in every one); check the label's source and the data")
+    if len(counts) > MAX_LABEL_CLASSES:
+        raise ConfigError(f"label {lab.name!r}: {len(counts)} distinct values of {lab.source!r} in the training "
+                          f"split, more than the {MAX_LABEL_CLASSES} classes a label may have; is it the label?")
+    classes = sorted(counts)
+    classes.sort(key=counts.__getitem__, reverse=True)
+    return classes
