@@ -11,7 +11,7 @@
 Each element is a ``WorkUnit`` (byte ranges of input files), so every step
 works on batches of thousands of records and Beam's per-element cost is paid
 per unit. The input is decoded once: the analysis pass prepares each batch
-(split, field access, checks, tokens, hashes; ``convert.vectorize.Preparer``)
+(split, field access, checks, tokens, hashes; ``convert.prepare.Preparer``)
 and streams it to ``<output>/.recordprep-tmp/prepared-<unit>-*.bin`` (LZ4,
 about as large as deflate Avro input; removed at commit); the convert pass
 streams that file back and only applies the analysis. Nothing is held in
