@@ -1,6 +1,6 @@
 """An independent reference for what a converted record must look like.
 
-Written from the README's documented rules (not from convert/vectorize.py), so
+Written from the documented rules (docs/feature-config.md; not from convert/vectorize.py), so
 tests can compare what the job wrote, read back through ``readers``, with what
 the documentation promises: numeric fill/scaling, vocabulary ids (0 = missing,
 1 = OOV, then terms by descending training-split frequency, ties by term),

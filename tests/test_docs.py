@@ -98,8 +98,15 @@ def test_python_examples_in_the_docs_parse():
     assert blocks >= 5
 
 
+def test_readme_is_short():
+    # the README introduces and links; the details live in docs/ (issue 21: at most 1,500 words)
+    words = len((ROOT / "README.md").read_text(encoding="utf-8").split())
+    assert words <= 1500, f"README.md has {words} words (at most 1,500): move details into a docs/ page"
+
+
 def test_readme_links_resolve():
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     links = [t for t in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", readme) if "://" not in t]
+    assert any(t.startswith("docs/") for t in links), "the README links into the docs"
     missing = [t for t in links if not (ROOT / t).exists()]
     assert not missing, f"README.md links to files that do not exist: {missing}"

@@ -1,6 +1,6 @@
 """Values at the edges, each through the real job (CLI -> Beam -> shards -> readers), each with a clear outcome.
 
-Policies (README "Values at the edges"):
+Policies (docs/feature-config.md "Values at the edges"):
 - NaN, +-inf and numbers beyond float32's range (|x| > 3.4e38, incl. integers
   beyond it): numeric features follow ``on_nan`` - ``error`` (default: the
   record goes to the error output), ``fill`` (like a null) or ``keep`` (written

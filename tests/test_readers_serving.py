@@ -447,9 +447,9 @@ def test_a_source_read_as_a_list_and_as_a_single_value_is_refused(tmp_path):
 
 
 def _readme_request() -> dict[str, Any]:
-    """The TF Serving request example of the README's Serving section."""
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    block = text[text.index("## Serving"):].split("```json\n", 1)[1].split("```", 1)[0]
+    """The TF Serving request example of the docs' Serving page (docs/serving.md)."""
+    text = (ROOT / "docs" / "serving.md").read_text(encoding="utf-8")
+    block = text.split("```json\n", 1)[1].split("```", 1)[0]
     return json.loads(block)
 
 

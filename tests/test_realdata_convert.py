@@ -9,7 +9,7 @@ bad file fails with its name and byte offset, or, where it holds readable
 records next to bad lines and the user tolerates errors, its bad lines land in
 ``errors/*.jsonl`` and the per-file counts add up.
 
-The outcomes are documented in README.md ("Real-world files").
+The outcomes are documented in docs/feature-config.md ("Real-world files").
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from convert.splits import Splits
 
 REALDATA = Path(os.environ.get("RECORDPREP_REALDATA", Path(__file__).resolve().parents[2] / "shared" / "realdata"))
 HAVE_REALDATA = (REALDATA / "README.md").is_file()
-pytestmark = pytest.mark.skipif(not HAVE_REALDATA, reason=f"{REALDATA} is absent (real AVRO/JSON files from other tools; see README 'Development')")
+pytestmark = pytest.mark.skipif(not HAVE_REALDATA, reason=f"{REALDATA} is absent (real AVRO/JSON files from other tools; see docs/development.md)")
 
 def _table() -> list[tuple[str, str, int]]:
     if not HAVE_REALDATA:
@@ -54,7 +54,7 @@ def _table() -> list[tuple[str, str, int]]:
 
 TABLE = _table()
 
-# ---- documented outcomes (README.md "Real-world files") -----------------------------
+# ---- documented outcomes (docs/feature-config.md "Real-world files") -----------------------------
 
 #: `recordprep infer` cannot draft a config: exit 1 with this in the message (plus the path).
 INFER_STOPS = {
