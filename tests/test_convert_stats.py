@@ -61,6 +61,29 @@ def test_packed_term_counts_read_back_exactly():
     assert _Terms(Counter()).as_dict() == {}
 
 
+@settings(max_examples=60, deadline=None)
+@given(st.dictionaries(st.text(max_size=300), st.integers(1, 2**63 - 1), max_size=40))
+def test_packed_term_counts_read_back_exactly_whatever_their_lengths_and_counts(d):
+    import pickle
+
+    from convert.stats import _Terms
+
+    assert pickle.loads(pickle.dumps(_Terms(Counter(d)))).as_dict() == d
+
+
+def test_a_units_term_counts_travel_in_less_room_than_the_terms_themselves():
+    """A text feature's unit holds tens of thousands of distinct terms, mostly seen
+    a few times: what the commit step receives must not cost several times the
+    terms (a length and a count of 8 bytes each per term did)."""
+    import pickle
+
+    from convert.stats import _Terms
+
+    c = Counter({f"word{i}": 1 + 1000 // (i + 1) for i in range(30_000)})
+    term_bytes = sum(len(t) for t in c)
+    assert len(pickle.dumps(_Terms(c))) < term_bytes
+
+
 def test_a_sketch_maps_through_a_transform():
     s = ValueSketch()
     s.add(np.array([1.0, 2.0, 3.0, 4.0]))
