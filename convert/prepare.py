@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from convert.avro_columnar import ColumnRecords
 from convert.columns import (
     AnalysisPart,
     Columns,
@@ -59,7 +60,6 @@ from convert.records import (
     tokenize,
     walk_path,
 )
-from convert.sources import ColumnRecords
 from convert.spec import short_repr
 
 #: ``TOKEN_RE``'s tokens or a NUL (the row separator of a text column tokenized at once).

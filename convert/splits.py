@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 import orjson
 
+from convert.avro_columnar import ColumnRecords
 from convert.records import digest8, extract, term
-from convert.sources import ColumnRecords
 
 
 class SplitError(ValueError):

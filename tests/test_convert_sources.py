@@ -369,7 +369,7 @@ def test_json_lines_bom_crlf_blank_lines_no_final_newline_big_ints(tmp_path):
 def test_long_integer_check_finds_integer_literals_of_19_digits(text, long_int):
     import json
 
-    from convert.sources import _loads, _maybe_long_integer
+    from convert.jsonl import _loads, _maybe_long_integer
 
     assert _maybe_long_integer(text) is long_int
     want = json.loads(text)  # the stdlib keeps big integers exact
@@ -421,9 +421,9 @@ def test_json_lines_read_in_blocks_of_any_size_give_every_line_as_parsed_alone(t
     """Lines are cut from blocks and scanned for long integers per block: any block size
     (lines split across blocks, many lines per block) gives each line what parsing that
     line alone gives, with its own line number and offset."""
-    import convert.sources as sources
+    import convert.jsonl as jsonl
 
-    monkeypatch.setattr(sources, "_JSONL_BLOCK_BYTES", block_bytes)
+    monkeypatch.setattr(jsonl, "_JSONL_BLOCK_BYTES", block_bytes)
     lines = [
         b'{"i": 0, "x": 0.0012345678901234567890123}',  # long fraction: not a long integer
         b'{"i": 1, "big": 123456789012345678901234567890}',  # long integer: kept exact
@@ -472,10 +472,10 @@ def test_json_lines_blocks_scanned_with_numpy_give_every_line_as_parsed_alone(tm
     """Large blocks are scanned for long integers with numpy: with a long integer,
     long fractions, a blank line, a malformed line, a BOM and CRLF, in ranges cut
     anywhere, every line gives what parsing it alone gives."""
-    import convert.sources as sources
+    import convert.jsonl as jsonl
 
-    monkeypatch.setattr(sources, "_JSONL_BLOCK_BYTES", 1 << 14)
-    monkeypatch.setattr(sources, "_NUMPY_SCAN_BYTES", 1 << 12)
+    monkeypatch.setattr(jsonl, "_JSONL_BLOCK_BYTES", 1 << 14)
+    monkeypatch.setattr(jsonl, "_NUMPY_SCAN_BYTES", 1 << 12)
     lines = []
     for i in range(2400):
         rec = {"i": i, "f": i / 7, "s": "w" * (i % 13), "frac": float(f"0.000{i:04d}123456789012345")}
@@ -496,13 +496,13 @@ def test_json_lines_blocks_scanned_with_numpy_give_every_line_as_parsed_alone(tm
 
 
 def test_the_numpy_long_integer_scan_finds_what_translate_and_find_find():
-    import convert.sources as sources
+    import convert.jsonl as jsonl
 
     rng = random.Random(7)
     for trial in range(2000):
         alphabet = b"0123456789.eE+-:, x" if trial % 2 else b"0123456789" * 8 + b".e-,"
         data = bytes(rng.choice(alphabet) for _ in range(rng.randint(0, 120)))
-        assert list(sources._long_integer_runs_numpy(data)) == list(sources._long_integer_runs(data)), data
+        assert list(jsonl._long_integer_runs_numpy(data)) == list(jsonl._long_integer_runs(data)), data
 
 
 def test_json_lines_range_starting_mid_file_has_unknown_line_numbers(tmp_path):

@@ -21,8 +21,9 @@ from _record_strategies import avro_bytes, avro_cases
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from convert import sources
-from convert.sources import ColumnRecords, InputFileError, _columnar_schema, iter_avro
+from convert import avro_columnar
+from convert.avro_columnar import ColumnRecords, _columnar_schema
+from convert.sources import InputFileError, iter_avro
 from convert.splits import _canonical
 
 REALDATA = Path(__file__).resolve().parents[2] / "shared" / "realdata"
@@ -278,7 +279,7 @@ def test_real_files_from_other_writers_decode_alike():
 
 def test_the_whitelist_is_what_the_decoder_sees():
     assert _columnar_schema(WIDE)
-    assert sources._COLUMNAR_CODECS == {"null", "deflate", "snappy"}
+    assert avro_columnar._COLUMNAR_CODECS == {"null", "deflate", "snappy"}
 
 
 NUMERIC = _rec(
@@ -440,7 +441,7 @@ def test_string_columns_as_codes_give_the_dict_paths_ids(rows, batch_size):
 def test_term_codes_keep_first_occurrence_order_and_nulls():
     import polars as pl
 
-    from convert.sources import _leaves, _term_coders
+    from convert.avro_columnar import _leaves, _term_coders
 
     df = pl.DataFrame({"s": ["b", None, "a", "b", ""], "l": [["x", "y"], None, [], ["y"], ["z", "x"]],
                        "holes": [["x", None], [], [], [], []], "i": [7, None, -2, 7, 2**40], "f": [1.0, 2.0, 3.0, 4.0, 5.0]},
@@ -465,7 +466,7 @@ def test_record_json_from_polars_is_what_the_split_makes_from_dicts(rows):
     polars writes the bytes orjson writes for the record's dict."""
     import polars as pl
 
-    from convert.sources import _records_json
+    from convert.avro_columnar import _records_json
 
     df = pl.DataFrame(
         {"d": [r[0] for r in rows], "f": [r[1] for r in rows], "s": [r[2] for r in rows], "b": [r[3] for r in rows],

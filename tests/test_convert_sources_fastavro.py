@@ -18,7 +18,7 @@ import fastavro
 import pytest
 from test_convert_sources import REALDATA, read_all, read_in_ranges
 
-from convert import sources
+from convert import avro_framing, sources
 from convert.sources import InputFileError
 
 SCHEMA = fastavro.parse_schema({"type": "record", "name": "r", "fields": [
@@ -49,7 +49,7 @@ def _write(path: Path, codec: str = "deflate", n: int = 300, **kw) -> Path:
 def _header_sync(path: Path) -> bytes:
     with open(path, "rb") as f:
         fastavro.block_reader(f)
-        return sources._header_sync(f, f.tell())
+        return avro_framing._header_sync(f, f.tell())
 
 
 def test_the_sync_marker_read_from_the_header_is_the_one_fastavro_wrote(tmp_path):

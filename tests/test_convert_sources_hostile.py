@@ -26,7 +26,7 @@ import pytest
 from test_convert_sources import no_hang, read_all, read_in_ranges
 from typer.testing import CliRunner
 
-from convert import sources
+from convert import source_types, sources
 from convert.sources import (
     DEFAULT_MAX_BLOCK_BYTES,
     DEFAULT_MAX_RECORD_BYTES,
@@ -336,7 +336,7 @@ def test_the_polars_decoder_takes_a_batchs_schema_a_constant_number_of_times(mon
 def test_schemas_past_the_field_limit_take_the_fastavro_path_with_the_same_records():
     """polars' Avro reader slows per value and grows in memory with the number of fields
     (4,000 fields: several times fastavro's time and memory), so wide schemas go to fastavro."""
-    from convert.sources import _COLUMNAR_MAX_FIELDS, ColumnRecords
+    from convert.avro_columnar import _COLUMNAR_MAX_FIELDS, ColumnRecords
 
     for width, columnar in ((_COLUMNAR_MAX_FIELDS, True), (_COLUMNAR_MAX_FIELDS + 1, False)):
         data = _wide_avro(width)
@@ -433,5 +433,5 @@ def test_infer_and_convert_fail_on_an_avro_block_over_the_cap(tmp_path):
 
 
 def test_quoted_exception_texts_are_cut():
-    text = sources._quoted(ValueError("v" * 10_000))
+    text = source_types._quoted(ValueError("v" * 10_000))
     assert len(text) < 600 and text.startswith("ValueError: vvv")

@@ -1,0 +1,336 @@
+"""Reading JSON input (JSON Lines, a JSON array, or records inside one document
+at ``--json-records-path``; gzip or not) into ``RecordBatch``es, with integers
+beyond 64 bits kept exact and every line or document capped in size.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import re
+import zlib
+from collections.abc import Iterator
+from typing import IO, Any
+
+import numpy as np
+import orjson
+
+from convert.source_types import (
+    _CHECK_CHUNK_BYTES,
+    _MAX_QUOTED_CHARS,
+    DEFAULT_MAX_RECORD_BYTES,
+    GZIP_MAGIC,
+    MAX_ERROR_TEXT_BYTES,
+    InputFileError,
+    RecordBatch,
+    _excerpt,
+    _mb,
+    _quoted,
+)
+
+#: 19+ digits in a row: maybe an integer outside int64/uint64, which orjson
+#: silently turns into a float; the stdlib parser keeps such integers exact.
+#: Found with ``bytes.translate`` + ``find`` instead of a regex (``\d{19}``
+#: backtracks at every digit run; docs/benchmarks.md#design-converter). Runs after ``.``/``e``/``E``/``+`` are fractions or exponents,
+#: not integers (``0.000123456789012345678`` is common in JSON from Python).
+_DIGITS_TO_ZERO = bytes.maketrans(b"0123456789", b"0" * 10)
+_LONG_RUN = b"0" * 19
+_NOT_AN_INTEGER_BEFORE = frozenset(b".eE+")
+
+
+def _long_integer_runs(data: bytes) -> Iterator[int]:
+    """Start of every run of 19+ digits in ``data`` that may be an integer literal."""
+    if len(data) >= _NUMPY_SCAN_BYTES:
+        yield from _long_integer_runs_numpy(data)
+        return
+    t = data.translate(_DIGITS_TO_ZERO)
+    i = t.find(_LONG_RUN)
+    while i >= 0:
+        if i == 0 or t[i - 1] not in _NOT_AN_INTEGER_BEFORE:
+            yield i
+        i += len(_LONG_RUN)
+        while i < len(t) and t[i] == 0x30:  # the rest of this run
+            i += 1
+        i = t.find(_LONG_RUN, i)
+
+
+#: From this size on, blocks are scanned with numpy (see _long_integer_runs_numpy).
+_NUMPY_SCAN_BYTES = 1 << 16
+
+
+def _long_integer_runs_numpy(data: bytes) -> Iterator[int]:
+    """``_long_integer_runs`` for large blocks: a digit mask, then a few ANDs of
+    shifted copies leave ``e[i]`` true where 19 digits start at ``i``.
+
+    Why: JSON Lines blocks are scanned whole, and this is faster than
+    translate + find on them (docs/benchmarks.md#design-converter). Small inputs keep translate + find
+    (numpy's per-call cost is larger there).
+    """
+    t = np.frombuffer(data, np.uint8) - np.uint8(48)  # digits become 0..9, the rest wraps above
+    digit = np.less(t, 10, out=t.view(bool))
+    e = digit.copy()
+    n = e.size
+    for w in (1, 2, 4, 8, 3):  # runs of 2, 4, 8, 16, then 19 digits
+        if n <= w:
+            return
+        np.logical_and(e[:n - w], e[w:n], out=e[:n - w])
+        n -= w
+    starts = np.flatnonzero(e[:n])
+    if not starts.size:
+        return
+    starts = starts[(starts == 0) | ~digit[starts - 1]]  # where a run begins
+    for i in starts.tolist():
+        if i == 0 or data[i - 1] not in _NOT_AN_INTEGER_BEFORE:
+            yield i
+
+
+def _maybe_long_integer(line: bytes) -> bool:
+    """Whether ``line`` may hold an integer literal of 19 or more digits."""
+    return next(_long_integer_runs(line), None) is not None
+
+
+#: A ``\uD800``-``\uDFFF`` escape: maybe a lone surrogate, which is not Unicode
+#: (it cannot be encoded as UTF-8 for vocabularies, hashing or the error output).
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+
+
+def _loads(line: bytes) -> Any:
+    if not _maybe_long_integer(line):
+        try:
+            return orjson.loads(line)
+        except orjson.JSONDecodeError:
+            pass
+    # The same error, or a value orjson refuses (1e400, lone surrogates).
+    try:
+        value = json.loads(line)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply for Python's parser (about 1000 levels); flatten the record") from None
+    if _SURROGATE_ESCAPE.search(line):
+        try:
+            json.dumps(value, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError("a string holds a lone UTF-16 surrogate escape (\\ud800-\\udfff without its pair), "
+                             "which is not valid Unicode; fix the writer") from None
+    return value
+
+
+def _records_at(doc: Any, records_path: str | None, path: str) -> list[Any]:
+    node = doc
+    if records_path:
+        for key in records_path.split("."):
+            if not isinstance(node, dict) or key not in node:
+                found = [k[:50] for k in sorted(node)[:10]] if isinstance(node, dict) else type(node).__name__
+                raise InputFileError(path, f"--json-records-path {records_path!r}: no key {key!r} (found {found})")
+            node = node[key]
+    if isinstance(node, dict) and not records_path:
+        return [node]
+    if not isinstance(node, list):
+        raise InputFileError(path, f"expected a JSON array of records, found {type(node).__name__}; pass --json-records-path to name the key holding the records")
+    return node
+
+
+def _iter_gzip_json(f: IO[bytes], path: str, batch_size: int, records_path: str | None,
+                    max_record_bytes: int) -> Iterator[RecordBatch]:
+    """JSON inside gzip; damaged gzip data makes the file unreadable (named), not a crash.
+    ``GzipFile`` decompresses only what each bounded read asks for, so the
+    record cap bounds memory here too."""
+    try:
+        yield from iter_json(gzip.GzipFile(fileobj=f, mode="rb"), path, 0, None, batch_size, records_path,  # type: ignore[arg-type]
+                             max_record_bytes)
+    except (OSError, EOFError, zlib.error) as e:
+        raise InputFileError(path, f"not valid gzip data ({_quoted(e)}); the file starts with gzip's magic bytes") from e
+
+
+def iter_json(f: IO[bytes], path: str, start: int = 0, end: int | None = None,
+              batch_size: int = 4096, records_path: str | None = None,
+              max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES) -> Iterator[RecordBatch]:
+    """Yield batches from JSON Lines, a JSON array, or records under a key.
+
+    JSON Lines are streamed line by line (ranges align to line starts). A
+    whole-document JSON (array, or ``records_path``) is parsed in one piece:
+    JSON has no record boundaries to stream on without a second parser, so
+    prefer JSON Lines for large inputs.
+
+    ``max_record_bytes`` caps a line and a whole document: a longer line goes
+    to ``bad`` (read past in bounded chunks, never held whole); a longer
+    document fails the file with ``InputFileError``.
+    """
+    f.seek(0)
+    head = f.read(2)
+    f.seek(0)
+    if head == GZIP_MAGIC:
+        if start > 0:
+            return  # not splittable: the range starting at 0 owns the whole file
+        yield from _iter_gzip_json(f, path, batch_size, records_path, max_record_bytes)
+        return
+    buffered = f if isinstance(f, io.BufferedIOBase) else io.BufferedReader(f)  # type: ignore[arg-type]
+
+    # Sniff by reading (not every stream has ``peek``, e.g. io.BytesIO).
+    probe = buffered.read(64 * 1024)
+    buffered.seek(0)
+    lead = probe.lstrip(b"\xef\xbb\xbf \t\r\n")
+    if records_path or lead.startswith(b"["):
+        if start > 0:
+            return  # one JSON document: owned by the range that starts at 0
+        data = buffered.read(max_record_bytes + 4)  # + a BOM, + 1 to see a longer document
+        if data.startswith(b"\xef\xbb\xbf"):
+            data = data[3:]
+        if len(data) > max_record_bytes:
+            raise InputFileError(path, f"the JSON document is larger than {_mb(max_record_bytes)}, the cap on a JSON "
+                                 "document (--max-record-mb); raise --max-record-mb to read it, or write JSON Lines "
+                                 "(one record per line), which are streamed")
+        if not data.strip():
+            return
+        try:
+            doc = _loads(data)
+        except ValueError as e:
+            raise InputFileError(path, f"not valid JSON ({str(e)[:_MAX_QUOTED_CHARS]}); expected JSON Lines or one JSON document") from e
+        recs = _records_at(doc, records_path, path)
+        for s in range(0, len(recs), batch_size):
+            chunk = recs[s:s + batch_size]
+            yield RecordBatch(path, "json", chunk, [0] * len(chunk), list(range(s, s + len(chunk))))
+        return
+
+    pos = 0
+    if start > 0:
+        # Own the lines that start in [start, end): skip the partial line.
+        buffered.seek(start - 1)
+        pos = start - 1 + _skip_line(buffered)[0]
+    yield from _iter_json_lines(buffered, path, pos, 0 if start > 0 else 1, end, batch_size, max_record_bytes)
+
+
+def _skip_line(f: IO[bytes]) -> tuple[int, bool]:
+    """Read past the next newline (or to the end), ``_CHECK_CHUNK_BYTES`` at a
+    time, so a line of any length is never held whole: the bytes read, and
+    whether they end with the newline."""
+    n = 0
+    while True:
+        chunk = f.readline(_CHECK_CHUNK_BYTES)
+        n += len(chunk)
+        if not chunk or chunk.endswith(b"\n"):
+            return n, bool(chunk)
+
+
+#: JSON Lines are read in blocks of about this many bytes (completed to the
+#: next newline): one C-level split and one long-integer scan per block
+#: instead of a Python iteration and a scan per line. 128 KB rather than 1 MB:
+#: a block's lines stay in the CPU's cache while orjson parses them
+#: (docs/benchmarks.md#design-converter; 64 KB gains nothing more).
+_JSONL_BLOCK_BYTES = 1 << 17
+
+
+def _iter_json_lines(buffered: IO[bytes], path: str, pos: int, line_no: int, end: int | None,
+                     batch_size: int, max_line: int = DEFAULT_MAX_RECORD_BYTES) -> Iterator[RecordBatch]:
+    """JSON Lines from byte ``pos`` (a line start), lines starting before ``end``.
+
+    ``line_no`` is the 1-based number of the line at ``pos``, 0 when unknown.
+    Per-line work is kept to ``orjson.loads``: blocks are split in C and the
+    scan for integers orjson would round (``_long_integer_runs``) runs once per
+    block. A line orjson refuses, or that may hold a long integer, goes
+    through ``_loads`` (stripped), as every line did before.
+
+    A line longer than ``max_line`` bytes goes to ``bad``: a block is completed
+    to the next newline only up to the cap, and the rest of a longer line is
+    read past in bounded chunks (``_skip_line``). Batches are yielded at
+    ``batch_size`` records plus bad lines, so a file of bad lines is not held whole.
+    """
+    batch = RecordBatch(path, "json", [], [], [])
+    loads, decode_error = orjson.loads, orjson.JSONDecodeError
+    while end is None or pos < end:  # (a line starting before ``end`` may run past it)
+        read = _json_block(buffered, max_line)
+        if read is None:
+            break
+        block, long_head, long_len = read
+        long_runs = list(_long_integer_runs(block))
+        lines = block.split(b"\n")
+        if block.endswith(b"\n") or not block:
+            lines.pop()  # the empty piece after the last newline is not a line
+        rel = 0  # offset of the current line in the block
+        run = 0  # next entry of long_runs at or after the current line
+        for line in lines:
+            if len(batch.records) + len(batch.bad) >= batch_size:
+                yield batch
+                batch = RecordBatch(path, "json", [], [], [])
+            off, line_start = pos + rel, rel
+            rel += len(line) + 1
+            this_line = line_no
+            if line_no:
+                line_no += 1
+            if end is not None and off >= end:
+                break
+            if len(line) > max_line:  # (only when the cap is below the block size)
+                batch.bad.append((off, this_line, _too_long(len(line), max_line), _excerpt(line)))
+                continue
+            if off == 0 and line.startswith(b"\xef\xbb\xbf"):
+                line = line[3:]
+            if not line or line.isspace():
+                continue
+            while run < len(long_runs) and long_runs[run] < line_start:
+                run += 1
+            try:
+                if run < len(long_runs) and long_runs[run] < rel:
+                    rec = _loads(line.strip())
+                else:
+                    try:
+                        rec = loads(line)
+                    except decode_error:
+                        rec = _loads(line.strip())
+            except ValueError as e:
+                batch.bad.append((off, this_line, f"malformed JSON: {str(e)[:_MAX_QUOTED_CHARS]}", _excerpt(line.strip())))
+                continue
+            if not isinstance(rec, dict):
+                batch.bad.append((off, this_line, f"expected a JSON object per line, found {type(rec).__name__}",
+                                  _excerpt(line.strip())))
+                continue
+            batch.records.append(rec)
+            batch.offsets.append(off)
+            batch.indexes.append(this_line)
+        pos += len(block)
+        if long_head is not None:
+            if end is not None and pos >= end:
+                break
+            bad, long_len = _skip_long_line(buffered, pos, line_no, long_head, long_len, max_line)
+            batch.bad.append(bad)
+            if line_no:
+                line_no += 1
+            pos += long_len
+    if batch.records or batch.bad:
+        yield batch
+
+
+def _json_block(buffered: IO[bytes], max_line: int) -> tuple[bytes, bytes | None, int] | None:
+    """The next block of whole lines, ``None`` at the end of the file.
+
+    ``(block, long_head, long_len)``: a last line over ``max_line`` bytes is cut
+    off the block; ``long_head`` is its start (``None`` when there is none) and
+    ``long_len`` the bytes of it read so far (its rest is still unread).
+    """
+    block = buffered.read(_JSONL_BLOCK_BYTES)
+    if not block:
+        return None
+    long_head, long_len = None, 0
+    if not block.endswith(b"\n"):
+        last = block.rfind(b"\n") + 1
+        need = max_line + 1 - (len(block) - last)
+        if need > 0:
+            block += buffered.readline(need)  # complete the last line (unless at EOF or over the cap)
+        if not block.endswith(b"\n") and len(block) - last > max_line:
+            long_head, long_len = block[last:last + MAX_ERROR_TEXT_BYTES], len(block) - last
+            block = block[:last]
+    return block, long_head, long_len
+
+
+def _skip_long_line(buffered: IO[bytes], pos: int, line_no: int, long_head: bytes, long_len: int,
+                    max_line: int) -> tuple[tuple[int, int, str, str], int]:
+    """Reads past the rest of a line over the cap that starts at ``pos``: its ``bad``
+    entry, and the line's whole length (with its newline)."""
+    rest, newline = _skip_line(buffered)
+    long_len += rest
+    text_len = long_len - newline
+    return (pos, line_no, _too_long(text_len, max_line), _excerpt(long_head, text_len)), long_len
+
+
+def _too_long(nbytes: int, cap: int) -> str:
+    return (f"line of {nbytes} bytes is longer than {_mb(cap)}, the cap on a JSON record (--max-record-mb); "
+            "raise --max-record-mb to read it")
