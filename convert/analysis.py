@@ -204,6 +204,48 @@ class Analysis:
         return unverified
 
 
+class PendingTermCounts:
+    """Term counts kept per term index while a unit's batches carry the indexes over.
+
+    Counts accumulate in numpy, ``width`` slots per term index (one per split
+    where the owner counts per split), until the owner's ``drain(name, terms,
+    counts)`` turns them into Counter entries: when a batch starts new indexes
+    (``first == 0``: a new unit, or a batch prepared on its own) and on
+    ``drain_all``. ``counts`` may be longer than ``len(terms) * width`` (it grows
+    by doubling); the slots past that are zero.
+    """
+
+    def __init__(self, width: int = 1, what: str = "batches"):
+        self.width = width
+        self.what = what
+        self.by_feature: dict[str, tuple[list[str], np.ndarray]] = {}
+
+    def sync(self, name: str, first: int, new_terms: list[str],
+             drain: Callable[[str, list[str], np.ndarray], None]) -> tuple[list[str], np.ndarray]:
+        """The feature's terms and counts per term index, after a batch added ``new_terms`` from index ``first``."""
+        if first == 0:
+            self.drain(name, drain)
+        terms, counts = self.by_feature.get(name) or ([], np.zeros(0, dtype=np.int64))
+        if len(terms) != first:
+            raise ValueError(f"feature {name!r}: {self.what} out of order (term index {first}, expected {len(terms)})")
+        terms.extend(new_terms)
+        need = len(terms) * self.width
+        if counts.size < need:
+            counts = np.concatenate([counts, np.zeros(max(need, 2 * counts.size) - counts.size, dtype=np.int64)])
+        self.by_feature[name] = (terms, counts)
+        return terms, counts
+
+    def drain(self, name: str, drain: Callable[[str, list[str], np.ndarray], None]) -> None:
+        """Hand one feature's pending counts to ``drain`` and forget them."""
+        pending = self.by_feature.pop(name, None)
+        if pending is not None:
+            drain(name, *pending)
+
+    def drain_all(self, drain: Callable[[str, list[str], np.ndarray], None]) -> None:
+        for name in list(self.by_feature):
+            self.drain(name, drain)
+
+
 class Analyzer:
     """Mergeable accumulator for one config; see module docstring."""
 
@@ -222,7 +264,7 @@ class Analyzer:
         if lab is not None:  # records per class; merged with the term counts
             self.counts[lab.name] = Counter()
         self._get = {f.name: _feature_getter(f) for f in config.features}
-        self._pending: dict[str, tuple[list[str], np.ndarray]] = {}
+        self._pending = PendingTermCounts(what="prepared batches")
 
     # Accumulators travel between Beam workers: pickle the counts, not the getters.
     def __getstate__(self) -> dict[str, Any]:
@@ -238,7 +280,7 @@ class Analyzer:
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._get = {f.name: _feature_getter(f) for f in self.config.features}
-        self._pending = {}
+        self._pending = PendingTermCounts(what="prepared batches")
 
     def add_records(self, records: Sequence[Any]) -> None:
         """Accumulate ``records`` (every one counts: pass the training split only).
@@ -279,14 +321,14 @@ class Analyzer:
                 case RawValues():
                     self._add_values(f, [v for v, keep in zip(extra.values, rows.tolist(), strict=True) if keep])
                     if extra.new_terms is not None:
-                        self._sync_terms(f.name, extra.first, extra.new_terms)  # type: ignore[arg-type]
+                        self._pending.sync(f.name, extra.first, extra.new_terms, self._drain)  # type: ignore[arg-type]
                 case TermRows():
-                    terms, counts = self._sync_terms(f.name, extra.first, extra.new_terms)
+                    terms, counts = self._pending.sync(f.name, extra.first, extra.new_terms, self._drain)
                     sel = extra.codes[rows if extra.row_of is None else rows[extra.row_of]]
                     sel = sel[sel >= 0]
                     self.present[f.name] += int(sel.size)
                     if sel.size:
-                        counts += np.bincount(sel, minlength=len(terms))
+                        counts[: len(terms)] += np.bincount(sel, minlength=len(terms))
                 case ValidNumbers():
                     self.numeric[f.name].add(extra.values[rows[extra.row_of]], int(np.count_nonzero(extra.missing & rows)))
                     self.present[f.name] += int(np.count_nonzero(rows & ~extra.missing))
@@ -297,35 +339,11 @@ class Analyzer:
             terms = label.terms
             self.label_counts.update(t for t, keep in zip(terms, rows.tolist(), strict=True) if keep and t is not None)
 
-    def _sync_terms(self, name: str, first: int, new_terms: list[str]) -> tuple[list[str], np.ndarray]:
-        """The feature's terms and counts per term index, after a batch added ``new_terms``.
-
-        Counts accumulate in numpy while the indexes carry over (one unit:
-        ``Preparer(unit_terms=True)``); ``flush()`` turns them into Counter
-        entries. ``first == 0`` starts new indexes (a new unit, or a batch
-        prepared on its own).
-        """
-        if first == 0:
-            self._flush(name)
-        terms, counts = self._pending.get(name) or ([], np.zeros(0, dtype=np.int64))
-        if len(terms) != first:
-            raise ValueError(f"feature {name!r}: prepared batches out of order (term index {first}, expected {len(terms)})")
-        terms.extend(new_terms)
-        if counts.size < len(terms):
-            counts = np.concatenate([counts, np.zeros(len(terms) - counts.size, dtype=np.int64)])
-        self._pending[name] = (terms, counts)
-        return terms, counts
-
     def flush(self) -> None:
         """Move term counts kept per term index (``add_prepared``) into ``counts``."""
-        for name in list(self._pending):
-            self._flush(name)
+        self._pending.drain_all(self._drain)
 
-    def _flush(self, name: str) -> None:
-        pending = self._pending.pop(name, None)
-        if pending is None:
-            return
-        terms, counts = pending
+    def _drain(self, name: str, terms: list[str], counts: np.ndarray) -> None:
         nz = np.flatnonzero(counts)
         c = self.counts[name]
         if not c:  # dict.update at C speed into an empty Counter

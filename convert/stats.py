@@ -44,6 +44,7 @@ from typing import Any
 import numpy as np
 import orjson
 
+from convert.analysis import PendingTermCounts
 from convert.columns import LabelTerms, Numbers, TermIndexes
 from convert.config import Config, FeatureConfig
 from convert.prepare import PreparedBatch
@@ -419,7 +420,7 @@ class StatsAccumulator:
         self.rejected = 0
         self.groups: dict[tuple[str, str], dict[str, Any]] = {}
         #: Per vocabulary feature: the unit's terms by index, and counts per (index, split).
-        self._pending: dict[str, tuple[list[str], np.ndarray]] = {}
+        self._pending = PendingTermCounts(width=len(self.splits))
 
     def compact(self) -> StatsAccumulator:
         """Pack the term counts (``_Terms``) for the trip to the commit step, which
@@ -496,7 +497,7 @@ class StatsAccumulator:
             codes = codes[keep]
             lens = lens[keep] if lens is not None else None
         n_split = len(self.splits)
-        terms, counts = self._sync_terms(f.name, first, new_terms)
+        terms, counts = self._pending.sync(f.name, first, new_terms, self._drain)
         valid = codes >= 0
         flat = codes[valid].astype(np.int64)
         if n_split > 1:
@@ -557,29 +558,10 @@ class StatsAccumulator:
             if len_col is not None:
                 a.lengths = _add_counts(a.lengths, np.bincount(len_col[1][m, 0]))  # type: ignore[arg-type]
 
-    def _sync_terms(self, name: str, first: int, new_terms: list[str]) -> tuple[list[str], np.ndarray]:
-        """The unit's terms and counts per (term index, split); see ``Analyzer._sync_terms``."""
-        if first == 0:
-            self._flush(name)
-        terms, counts = self._pending.get(name) or ([], np.zeros(0, dtype=np.int64))
-        if len(terms) != first:
-            raise ValueError(f"feature {name!r}: batches out of order (term index {first}, expected {len(terms)})")
-        terms.extend(new_terms)
-        need = len(terms) * len(self.splits)
-        if counts.size < need:
-            counts = np.concatenate([counts, np.zeros(max(need, 2 * counts.size) - counts.size, dtype=np.int64)])
-        self._pending[name] = (terms, counts)
-        return terms, counts
-
     def flush(self) -> None:
-        for name in list(self._pending):
-            self._flush(name)
+        self._pending.drain_all(self._drain)
 
-    def _flush(self, name: str) -> None:
-        pending = self._pending.pop(name, None)
-        if pending is None:
-            return
-        terms, counts = pending
+    def _drain(self, name: str, terms: list[str], counts: np.ndarray) -> None:
         n_split = len(self.splits)
         for s in range(n_split):
             c = counts[s: len(terms) * n_split: n_split]
