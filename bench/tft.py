@@ -181,31 +181,20 @@ def _recordprep_layer(args: argparse.Namespace) -> dict[str, Any]:
     return {**result, **_export_overhead(layer, batches, args)}
 
 
+def _demo_build_model() -> Any:
+    """``examples/train.py``'s ``build_model`` (the demo's model builder)."""
+    examples = str(HERE.parent / "examples")
+    if examples not in sys.path:
+        sys.path.insert(0, examples)
+    from train import build_model
+
+    return build_model
+
+
 def realistic_model(info: Any) -> Any:
-    """A ranking model of a realistic size for the bench schema: 32-wide embeddings
-    of every id feature, an MLP 512-256-128 -> 1 (DLRM's small top MLP)."""
-    import tensorflow as tf
-
-    import readers
-
-    inputs = readers.keras_inputs(info)
-    parts = []
-    for spec in info.features:
-        if spec.role == "label" or spec.name not in inputs:
-            continue
-        x = inputs[spec.name]
-        vocab = spec.params.get("vocab_size")
-        if spec.dtype == "int64" and vocab:
-            emb = tf.keras.layers.Embedding(vocab, 32)(x)
-            parts.append(tf.keras.layers.GlobalAveragePooling1D()(emb) if spec.shape[0] > 1 else tf.keras.layers.Flatten()(emb))
-        elif spec.dtype == "float32":
-            parts.append(x)
-        elif spec.dtype == "int64":
-            parts.append(tf.keras.layers.Lambda(lambda t: tf.cast(t, tf.float32))(x))
-    h = tf.keras.layers.Concatenate()(parts)
-    for width in (512, 256, 128):
-        h = tf.keras.layers.Dense(width, activation="relu")(h)
-    return tf.keras.Model(inputs=inputs, outputs=tf.keras.layers.Dense(1, activation="sigmoid")(h))
+    """A ranking model of a realistic size for the bench schema, built as the demo's: 32-wide
+    embeddings of every id feature, an MLP 512-256-128 -> 1 (DLRM's small top MLP)."""
+    return _demo_build_model()(info, embedding_dim=32, hidden=(512, 256, 128))
 
 
 def _concrete(model: Any, sig: dict[str, Any]) -> Any:
@@ -228,9 +217,7 @@ def _export_overhead(layer: Any, batches: list[Any], args: argparse.Namespace) -
     import readers
     from bench.tft_worker import measure_layer
 
-    sys.path.insert(0, str(HERE.parent / "examples"))
-    from train import build_model
-
+    build_model = _demo_build_model()
     info = readers.load_info(args.output)
     features = [layer.transform(x)[0] for x in batches]
     out: dict[str, Any] = {}

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import os
 import time
+from collections.abc import Sequence
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # keep the demo's output readable
 import tensorflow as tf  # noqa: E402
@@ -21,7 +22,11 @@ import tensorflow as tf  # noqa: E402
 import readers  # noqa: E402
 
 
-def build_model(info: readers.DatasetInfo) -> tf.keras.Model:
+def build_model(info: readers.DatasetInfo, embedding_dim: int = 8, hidden: Sequence[int] = (32,)) -> tf.keras.Model:
+    """Embeddings ``embedding_dim`` wide for id features, then ReLU layers ``hidden`` wide, then one sigmoid.
+
+    The defaults are the demo's model; ``bench/tft.py`` builds a larger one from the same code.
+    """
     inputs = readers.keras_inputs(info)
     parts = []
     for spec in info.features:
@@ -30,14 +35,15 @@ def build_model(info: readers.DatasetInfo) -> tf.keras.Model:
         x = inputs[spec.name]
         vocab = spec.params.get("vocab_size")
         if spec.dtype == "int64" and vocab:
-            emb = tf.keras.layers.Embedding(vocab, 8, name=f"emb_{spec.name}")(x)
+            emb = tf.keras.layers.Embedding(vocab, embedding_dim, name=f"emb_{spec.name}")(x)
             parts.append(tf.keras.layers.GlobalAveragePooling1D()(emb) if spec.shape[0] > 1 else tf.keras.layers.Flatten()(emb))
         elif spec.dtype == "float32":
             parts.append(x)
         elif spec.dtype == "int64":
             parts.append(tf.keras.layers.Lambda(lambda t: tf.cast(t, tf.float32))(x))
     h = tf.keras.layers.Concatenate()(parts)
-    h = tf.keras.layers.Dense(32, activation="relu")(h)
+    for width in hidden:
+        h = tf.keras.layers.Dense(width, activation="relu")(h)
     out = tf.keras.layers.Dense(1, activation="sigmoid")(h)
     return tf.keras.Model(inputs=inputs, outputs=out)
 
