@@ -857,6 +857,89 @@ def _scatter_index(result: dict) -> dict:
     return {"unit": result["unit"], "scatter": result["scatter"]}
 
 
+class _UnitOutput:
+    """Where one attempt of a unit goes: a temp shard per split (``--order
+    input``) or its scatter file (shuffled), its error file (created on the
+    first rejection), its counts per input file and its statistics."""
+
+    def __init__(self, config: Config, opts: ConvertOptions, unit: WorkUnit, num_shards: int):
+        names = self.names = opts.splits.names
+        tmp = FileSystems.join(opts.output, TMP_DIR)
+        attempt = uuid.uuid4().hex[:8]
+        suffix = ".tfrecord.gz" if opts.compression_type == "GZIP" else ".tfrecord"
+        seed = opts.shuffle_seed
+        self.writers = ([_Writer(FileSystems.join(tmp, f"{s}-{unit.index:05d}-{attempt}{suffix}"), opts.compression_type, opts.gzip_level)
+                         for s in names] if seed is None else [])
+        self.scatter = (_Scatter(FileSystems.join(tmp, f"scatter-{unit.index:05d}-{attempt}.bin"), unit.index, num_shards, seed)
+                        if seed is not None and unit.ranges else None)
+        self.ordinal = 0  # records of the unit before this batch: the shuffle's record identity
+        self.err_path = FileSystems.join(tmp, f"errors-{unit.index:05d}-{attempt}.jsonl")
+        self.err_f: Any = None
+        self.n_err = 0
+        self.per_file: dict[str, dict[str, int]] = {}
+        for rng in unit.ranges:
+            self.per_file.setdefault(rng.path, {"read": 0, "errors": 0, **{s: 0 for s in names}})
+        self.stats = StatsAccumulator(config, names)  # stats.json: every split, merged at commit
+
+    def add_errors(self, counts: dict[str, int], errors: list[bytes]) -> None:
+        """One batch's error lines: to the error file, its input file's count and the statistics."""
+        if self.err_f is None:
+            self.err_f = FileSystems.create(self.err_path, mime_type="application/x-ndjson", compression_type="uncompressed")
+        self.err_f.write(b"".join(errors))
+        self.n_err += len(errors)
+        counts["errors"] += len(errors)
+        self.stats.add_errors(errors)
+
+    def write(self, counts: dict[str, int], buf: np.ndarray, starts: np.ndarray, lens: np.ndarray,
+              kept_split: np.ndarray, keep: np.ndarray, first: int) -> None:
+        """One batch's encoded records (``keep`` of the batch whose first record is the unit's
+        ``first``): scattered by bucket, or framed into the temp shard of their split."""
+        names = self.names
+        if self.scatter is not None:
+            self.scatter.add(buf, starts, lens, kept_split, first + np.flatnonzero(keep))
+            for s, c in enumerate(np.bincount(kept_split, minlength=len(names)).tolist()):
+                counts[names[s]] += c
+        for s, w in enumerate(self.writers):
+            sel = np.nonzero(kept_split == s)[0]
+            if sel.size:
+                w.write(frame_records(buf, starts[sel], lens[sel]), int(sel.size))
+                counts[names[s]] += int(sel.size)
+
+    def abort(self) -> None:
+        """Stop the writer threads and the scatter's (a failed attempt)."""
+        for w in self.writers:
+            w.abort()
+        if self.scatter is not None:
+            self.scatter.abort()
+
+
+def _encode_batch(item: _Prepared, vec: Vectorizer, slices: Any, out: _UnitOutput, prog: UnitProgress) -> None:
+    """Count, vectorize and encode one prepared batch into the unit's outputs."""
+    counts = out.per_file[item.path]
+    counts["read"] += item.read
+    prog.add(item.read)
+    if item.errors:
+        out.add_errors(counts, item.errors)
+    if item.batch is None:
+        return
+    vb = vec.finish(item.batch)
+    if item.late_errors:  # label classes the training split lacks
+        late = [item.late_errors[r.index] for r in vb.rejections if r.index in item.late_errors]
+        if late:
+            out.add_errors(counts, late)
+    assert item.split is not None
+    out.stats.add(item.batch, vb, item.split)
+    kept_split = item.split[vb.keep]
+    first, out.ordinal = out.ordinal, out.ordinal + len(item.split)
+    rows = int(vb.keep.sum())
+    if rows == 0:
+        return
+    columns = vb.columns if slices is None else pack_columns(vb.columns, rows, slices)
+    buf, lens = encode_examples(columns, rows)
+    starts = np.cumsum(lens) - lens
+    out.write(counts, buf, starts, lens, kept_split, vb.keep, first)
+
+
 class _ConvertUnit(beam.DoFn):
     """Read, vectorize, encode and write one unit into one temp shard per split
     (``--order input``), or scatter its records to the output shards (``_Scatter``).
@@ -914,87 +997,41 @@ class _ConvertUnit(beam.DoFn):
         opts = self.options
         vec = Vectorizer(self.config, Analysis.from_json(analysis_json))
         slices = packed_slices(vec.feature_specs()) if opts.layout == "packed" else None
-        names = opts.splits.names
-        tmp = FileSystems.join(opts.output, TMP_DIR)
-        attempt = uuid.uuid4().hex[:8]
-        suffix = ".tfrecord.gz" if opts.compression_type == "GZIP" else ".tfrecord"
-        seed = opts.shuffle_seed
-        writers = ([_Writer(FileSystems.join(tmp, f"{s}-{unit.index:05d}-{attempt}{suffix}"), opts.compression_type, opts.gzip_level)
-                    for s in names] if seed is None else [])
-        scatter = (_Scatter(FileSystems.join(tmp, f"scatter-{unit.index:05d}-{attempt}.bin"), unit.index, self.num_shards, seed)
-                   if seed is not None and unit.ranges else None)
-        ordinal = 0  # records of the unit before this batch: the shuffle's record identity
-        err_path = FileSystems.join(tmp, f"errors-{unit.index:05d}-{attempt}.jsonl")
-        err_f = None
-        n_err = 0
-        per_file: dict[str, dict[str, int]] = {}
-        for rng in unit.ranges:
-            per_file.setdefault(rng.path, {"read": 0, "errors": 0, **{s: 0 for s in names}})
-        stats = StatsAccumulator(self.config, names)  # stats.json: every split, merged at commit
-
-        # The analysis pass left the unit prepared; with a reused analysis
-        # (--analysis-from) there is no analysis pass: prepare here, as a
-        # retried unit does (its first attempt removed the file it read).
-        cached = (analysis_json.get(PREPARED_KEY) or {}).get(unit.index)
-        if cached and not FileSystems.exists(cached):
-            cached = None
-        items = (_read_prepared(cached) if cached
-                 else _prepare_unit(unit, opts, Preparer(self.config, unit_terms=True), label_classes=vec.label_ids))
+        out = _UnitOutput(self.config, opts, unit, self.num_shards)
+        cached, items = self._prepared_batches(unit, analysis_json, vec)
         prog = _unit_progress(opts, "convert", unit)
         with _relaxed_gc():
             try:
                 for item in items:
-                    counts = per_file[item.path]
-                    counts["read"] += item.read
-                    prog.add(item.read)
-                    if item.errors:
-                        if err_f is None:
-                            err_f = FileSystems.create(err_path, mime_type="application/x-ndjson", compression_type="uncompressed")
-                        err_f.write(b"".join(item.errors))
-                        n_err += len(item.errors)
-                        counts["errors"] += len(item.errors)
-                        stats.add_errors(item.errors)
-                    if item.batch is None:
-                        continue
-                    vb = vec.finish(item.batch)
-                    if item.late_errors:  # label classes the training split lacks
-                        late = [item.late_errors[r.index] for r in vb.rejections if r.index in item.late_errors]
-                        if late:
-                            if err_f is None:
-                                err_f = FileSystems.create(err_path, mime_type="application/x-ndjson", compression_type="uncompressed")
-                            err_f.write(b"".join(late))
-                            n_err += len(late)
-                            counts["errors"] += len(late)
-                            stats.add_errors(late)
-                    assert item.split is not None
-                    stats.add(item.batch, vb, item.split)
-                    kept_split = item.split[vb.keep]
-                    first, ordinal = ordinal, ordinal + len(item.split)
-                    rows = int(vb.keep.sum())
-                    if rows == 0:
-                        continue
-                    columns = vb.columns if slices is None else pack_columns(vb.columns, rows, slices)
-                    buf, lens = encode_examples(columns, rows)
-                    starts = np.cumsum(lens) - lens
-                    if scatter is not None:
-                        scatter.add(buf, starts, lens, kept_split, first + np.flatnonzero(vb.keep))
-                        for s, c in enumerate(np.bincount(kept_split, minlength=len(names)).tolist()):
-                            counts[names[s]] += c
-                    for s, w in enumerate(writers):
-                        sel = np.nonzero(kept_split == s)[0]
-                        if sel.size:
-                            w.write(frame_records(buf, starts[sel], lens[sel]), int(sel.size))
-                            counts[names[s]] += int(sel.size)
+                    _encode_batch(item, vec, slices, out, prog)
             except BaseException:
-                for w in writers:  # no writer thread outlives a failed attempt
-                    w.abort()
-                if scatter is not None:
-                    scatter.abort()
+                out.abort()  # no writer thread outlives a failed attempt
                 raise
-        if err_f is not None:
-            err_f.close()
+        if out.err_f is not None:
+            out.err_f.close()
         if cached:  # read to the end: its disk space is the scatter's or the shards' now
             fs_delete([cached])
+        return self._finisher(unit, out, prog)
+
+    def _prepared_batches(self, unit: WorkUnit, analysis_json: dict,
+                          vec: Vectorizer) -> tuple[str | None, Iterator[_Prepared]]:
+        """The unit's prepared batches, and the prepared file they are read from (None: prepared here).
+
+        The analysis pass left the unit prepared; with a reused analysis
+        (--analysis-from) there is no analysis pass: prepare here, as a
+        retried unit does (its first attempt removed the file it read).
+        """
+        cached = (analysis_json.get(PREPARED_KEY) or {}).get(unit.index)
+        if cached and not FileSystems.exists(cached):
+            cached = None
+        items = (_read_prepared(cached) if cached
+                 else _prepare_unit(unit, self.options, Preparer(self.config, unit_terms=True), label_classes=vec.label_ids))
+        return cached, items
+
+    def _finisher(self, unit: WorkUnit, out: _UnitOutput, prog: UnitProgress) -> Callable[[], dict]:
+        """What closes the unit's outputs and returns its result; its ``abort`` stops them instead."""
+        names, seed = self.options.splits.names, self.options.shuffle_seed
+        writers, scatter, per_file = out.writers, out.scatter, out.per_file
 
         def finish() -> dict:
             try:
@@ -1005,25 +1042,19 @@ class _ConvertUnit(beam.DoFn):
                 nbytes = _unit_bytes(unit)
                 scattered = scatter.close(nbytes) if scatter is not None else None
             except BaseException:
-                abort()
+                out.abort()
                 raise
             prog.add(0, nbytes)
             prog.close()
             read = sum(c["read"] for c in per_file.values())
             self.records_read.inc(read)
             self.records_written.inc(sum(c[s] for c in per_file.values() for s in names))
-            self.records_rejected.inc(n_err)
+            self.records_rejected.inc(out.n_err)
             return {"unit": unit.index, "shards": shards if seed is None else None, "scatter": scattered,
-                    "errors": {"tmp": err_path if n_err else None, "count": n_err}, "per_file": per_file,
-                    "stats": stats.compact()}
+                    "errors": {"tmp": out.err_path if out.n_err else None, "count": out.n_err}, "per_file": per_file,
+                    "stats": out.stats.compact()}
 
-        def abort() -> None:
-            for w in writers:
-                w.abort()
-            if scatter is not None:
-                scatter.abort()
-
-        finish.abort = abort  # type: ignore[attr-defined]
+        finish.abort = out.abort  # type: ignore[attr-defined]
         return finish
 
 
