@@ -265,16 +265,9 @@ def _overall_rate(result: dict[str, Any]) -> None:
 
 def _servers_cpu(stack) -> float:
     """CPU seconds (user + system) the GCS emulator and the latency proxy have used so far."""
-    import psutil
+    from bench.reader_bench import _cpu_seconds
 
-    total = 0.0
-    for proc in (stack.gcs, stack.proxy):
-        try:
-            t = psutil.Process(proc.pid).cpu_times()
-            total += t.user + t.system
-        except psutil.Error:
-            pass
-    return total
+    return _cpu_seconds((stack.gcs, stack.proxy))
 
 
 def _rate(rows: dict[str, Any], key: str) -> float | None:
