@@ -242,6 +242,18 @@ def test_config_errors_for_paths_through_lists(entry, message, tmp_path):
     assert r.exit_code == 2 and message in r.output, r.output
 
 
+def _attrs_and_grid_features(list_len: int, flat: dict, first: dict) -> list[dict]:
+    """The features over the map ``attrs`` (keys, entries, count) and the list of lists ``grid``
+    (flattened, first row) that the conversion and the columns tests both read."""
+    return [
+        {"name": "keys", "source": "attrs[keys]", "transform": "vocabulary", "max_len": list_len},
+        {"name": "pairs", "source": "attrs[entries]", "transform": "vocabulary", "max_len": list_len},
+        {"name": "n_attrs", "source": "attrs", "transform": "count"},
+        {"name": "flat", "source": "grid[][]", "max_len": 4, **flat},
+        {"name": "first", "source": "grid[0]", "max_len": 2, **first},
+    ]
+
+
 def test_serving_reads_paths_through_lists_maps_and_counts_exactly(tmp_path):
     """The serving layer gives the shards' values for features read through lists
     of records, maps and lists of lists: vocabulary, hash, numeric lists, a
@@ -265,14 +277,10 @@ def test_serving_reads_paths_through_lists_maps_and_counts_exactly(tmp_path):
         {"name": "part", "source": "items[].parts[].code", "transform": "hash", "buckets": 64, "max_len": 4},
         {"name": "email", "source": "commits[].author.email", "transform": "vocabulary", "max_len": 2},
         {"name": "msg", "source": "commits[].message", "transform": "text", "max_len": 5},
-        {"name": "keys", "source": "attrs[keys]", "transform": "vocabulary", "max_len": 2},
         {"name": "a1", "source": 'attrs["a1"]', "transform": "zscore"},
-        {"name": "flat", "source": "grid[][]", "transform": "log1p", "max_len": 4},
-        {"name": "first", "source": "grid[0]", "transform": "clip", "clip_max": 1.0, "max_len": 2},
         {"name": "n_items", "source": "items", "transform": "count"},
         {"name": "n_parts", "source": "items[].parts[]", "transform": "count"},
-        {"name": "n_attrs", "source": "attrs", "transform": "count"},
-        {"name": "pairs", "source": "attrs[entries]", "transform": "vocabulary", "max_len": 2},
+        *_attrs_and_grid_features(2, flat={"transform": "log1p"}, first={"transform": "clip", "clip_max": 1.0}),
     ]}))
     out = tmp_path / "out"
     r = cli("convert", "-i", data, "-c", cfg, "-o", out, "--splits", "train=1", "--max-errors", "5")
@@ -315,16 +323,12 @@ def test_maps_keys_values_by_key_and_lists_of_lists():
     recs = [{"attrs": {"color": 3, "a.b:c": 7}, "tags": [{"x": "1"}, None, {"y": "2", "x": "3"}], "grid": [[1.0], [2.0, 3.0]]},
             {"attrs": None, "tags": [], "grid": []}]
     cols, analysis = _columns({"features": [
-        {"name": "keys", "source": "attrs[keys]", "transform": "vocabulary", "max_len": 3},
+        *_attrs_and_grid_features(3, flat={"transform": "identity"}, first={"transform": "identity"}),
         {"name": "color", "source": 'attrs["color"]', "transform": "identity", "missing_indicator": True},
         {"name": "abc", "source": "attrs['a.b:c']", "transform": "identity"},
-        {"name": "n_attrs", "source": "attrs", "transform": "count"},
         {"name": "tag_keys", "source": "tags[][keys]", "transform": "vocabulary", "max_len": 3},
-        {"name": "flat", "source": "grid[][]", "transform": "identity", "max_len": 4},
-        {"name": "first", "source": "grid[0]", "transform": "identity", "max_len": 2},
         {"name": "last", "source": "grid[-1]", "transform": "identity", "max_len": 2},
         {"name": "rows", "source": "grid", "transform": "count"},
-        {"name": "pairs", "source": "attrs[entries]", "transform": "vocabulary", "max_len": 3},
         {"name": "pairs_h", "source": "attrs[entries]", "transform": "hash", "buckets": 1000, "max_len": 3},
     ]}, recs)
     assert analysis.vocabularies["pairs"] == ["a.b:c\x1f7", "color\x1f3"] and cols["pairs"] == [[3, 2, 0], [0] * 3]
