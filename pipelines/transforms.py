@@ -1141,40 +1141,45 @@ class _Commit(beam.DoFn):
         # Output shard i: unit i's (input order), or what GatherShards wrote (shuffled).
         shard_results = sorted(gathered, key=lambda r: r["shard"]) if gathered is not None else \
             [{"shard": r["unit"], "shards": r["shards"]} for r in results]
-
-        # Accounting: every record read is in exactly one split or the error output.
-        per_file: dict[str, dict[str, int]] = {}
-        for r in results:
-            for path, c in r["per_file"].items():
-                agg = per_file.setdefault(path, {k: 0 for k in c})
-                for k, v in c.items():
-                    agg[k] = agg.get(k, 0) + v
-        for path, c in per_file.items():
-            if c["read"] != sum(c[s] for s in names) + c["errors"]:
-                raise ConversionFailed(f"accounting mismatch for {path}: read {c['read']}, "
-                                       f"written {sum(c[s] for s in names)}, errors {c['errors']}; this is a bug, please report it")
-        read = sum(c["read"] for c in per_file.values())
-        n_err = sum(c["errors"] for c in per_file.values())
-        written = {s: sum(r["shards"][s]["records"] for r in shard_results) for s in names}
-        if len(results) != ctx.num_shards or len(shard_results) != ctx.num_shards:
-            raise ConversionFailed(f"expected {ctx.num_shards} work unit and shard results, got {len(results)} and "
-                                   f"{len(shard_results)}; re-run the conversion")
-        for s in names:  # the shuffle moved every record written exactly once
-            if written[s] != sum(c[s] for c in per_file.values()):
-                raise ConversionFailed(f"accounting mismatch for split {s}: {sum(c[s] for c in per_file.values())} "
-                                       f"records converted, {written[s]} in its shards; this is a bug, please report it")
-
+        counts = _checked_counts(results, shard_results, names, ctx.num_shards)
+        per_file = counts["per_file"]
         # Error output goes to its final place whatever happens next.
-        error_files = []
-        err_results = [r for r in results if r["errors"]["tmp"]]
-        if err_results:
-            _ensure_dir(FileSystems.join(out, ERRORS_DIR))
-        for i, r in enumerate(err_results):
-            dst = FileSystems.join(out, ERRORS_DIR, f"errors-{i:05d}-of-{len(err_results):05d}.jsonl")
-            _rename_replacing([r["errors"]["tmp"]], [dst])
-            error_files.append({"file": f"{ERRORS_DIR}/{posix_basename(dst)}", "count": r["errors"]["count"]})
+        error_files = _move_error_files(out, results)
+        self._refuse_failed_run(counts, error_files, analysis_json)
 
-        counts = {"read": read, "written": written, "errors": n_err, "per_file": per_file}
+        # Everything that can fail on the configuration (the analysis, feature
+        # specs, the metadata) is built before the first shard is renamed into
+        # place, so such a failure leaves no shards without metadata.
+        analysis = Analysis.from_json(analysis_json)
+        info, renames = self._dataset_info(shard_results, analysis, counts, error_files)
+        splits, vocab_files = info.splits, info.extra["vocabularies"]
+        metadata = info.dumps().encode()
+        analysis_data = json.dumps(analysis.to_json()).encode()
+        stats_data = _stats_document(self.config, names, results, splits, per_file, analysis.stats)
+
+        # Shards: temp names -> {split}-{i}-of-{n}; then what an earlier run left.
+        _rename_replacing([src for src, _ in renames], [dst for _, dst in renames])
+        _remove_stale(out, [f"{s}-*-of-*.tfrecord*" for s in names], {sh.file for sp in splits.values() for sh in sp.shards})
+        _remove_stale(out, [f"{ERRORS_DIR}/errors-*.jsonl"], {e["file"] for e in error_files})
+        for name, terms in analysis.vocabularies.items():
+            data = "".join(_escape_term(t) + "\n" for t in terms).encode("utf-8", "surrogatepass")
+            write_atomic(FileSystems.join(out, vocab_files[name]["file"]), data)
+        write_atomic(FileSystems.join(out, ANALYSIS_FILENAME), analysis_data)
+        write_atomic(FileSystems.join(out, STATS_FILENAME), stats_data)
+
+        cleanup_tmp(out)
+        try:
+            fs_delete([FileSystems.join(out, FAILURE_FILENAME)])
+        except Exception:
+            pass
+        write_atomic(FileSystems.join(out, METADATA_FILENAME), metadata)
+        yield info.to_json()
+
+    def _refuse_failed_run(self, counts: dict, error_files: list[dict], analysis_json: dict) -> None:
+        """Raise ``ConversionFailed`` (and, for too many rejections, write the failure file)
+        when the run must not commit: more rejections than tolerated, or a feature absent."""
+        opts, ctx, out = self.options, self.ctx, self.options.output
+        read, n_err, written = counts["read"], counts["errors"], counts["written"]
         if not opts.errors_tolerated(n_err, read):
             cleanup_tmp(out)
             where = FileSystems.join(out, ERRORS_DIR)
@@ -1193,13 +1198,15 @@ class _Commit(beam.DoFn):
             raise ConversionFailed(msg)
         present = analysis_json.get(PRESENT_KEY)
         if present is not None:  # this run's analysis (a reused one did not see this data)
-            missing = all_missing_message(self.config, present, written[names[0]])
+            missing = all_missing_message(self.config, present, written[opts.splits.names[0]])
             if missing:
                 raise ConversionFailed(missing)
 
-        # Everything that can fail on the configuration (the analysis, feature
-        # specs, the metadata) is built before the first shard is renamed into
-        # place, so such a failure leaves no shards without metadata.
+    def _dataset_info(self, shard_results: list[dict], analysis: Analysis, counts: dict,
+                      error_files: list[dict]) -> tuple[DatasetInfo, list[tuple[str, str]]]:
+        """The committed dataset's metadata, and the (temp, final) renames of its shards."""
+        opts, ctx = self.options, self.ctx
+        out, names = opts.output, opts.splits.names
         splits = {}
         renames: list[tuple[str, str]] = []
         for s in names:
@@ -1210,7 +1217,6 @@ class _Commit(beam.DoFn):
                 renames.append((sh["tmp"], FileSystems.join(out, name)))
                 infos.append(ShardInfo(name, sh["records"], sh["bytes"]))
             splits[s] = SplitInfo(s, tuple(infos))
-        analysis = Analysis.from_json(analysis_json)
         features: list[FeatureSpec] = Vectorizer(self.config, analysis).feature_specs()
         vocab_files = {name: {"file": f"{VOCAB_DIR}/{name}.txt", "terms": len(terms)}
                        for name, terms in analysis.vocabularies.items()}
@@ -1233,34 +1239,54 @@ class _Commit(beam.DoFn):
                 "shuffle": {"order": opts.order, "seed": opts.shuffle_seed},
                 "inputs": [{"path": f.path, "size": f.size, "mtime": f.mtime} for f in ctx.inputs],
                 "counts": counts,
-                "errors": {"count": n_err, "files": error_files},
+                "errors": {"count": counts["errors"], "files": error_files},
                 "vocabularies": vocab_files,
                 "statistics": analysis.stats,
                 "analysis_file": ANALYSIS_FILENAME,
                 "stats_file": STATS_FILENAME,
             },
         )
-        metadata = info.dumps().encode()
-        analysis_data = json.dumps(analysis.to_json()).encode()
-        stats_data = _stats_document(self.config, names, results, splits, per_file, analysis.stats)
+        return info, renames
 
-        # Shards: temp names -> {split}-{i}-of-{n}; then what an earlier run left.
-        _rename_replacing([src for src, _ in renames], [dst for _, dst in renames])
-        _remove_stale(out, [f"{s}-*-of-*.tfrecord*" for s in names], {sh.file for sp in splits.values() for sh in sp.shards})
-        _remove_stale(out, [f"{ERRORS_DIR}/errors-*.jsonl"], {e["file"] for e in error_files})
-        for name, terms in analysis.vocabularies.items():
-            data = "".join(_escape_term(t) + "\n" for t in terms).encode("utf-8", "surrogatepass")
-            write_atomic(FileSystems.join(out, vocab_files[name]["file"]), data)
-        write_atomic(FileSystems.join(out, ANALYSIS_FILENAME), analysis_data)
-        write_atomic(FileSystems.join(out, STATS_FILENAME), stats_data)
 
-        cleanup_tmp(out)
-        try:
-            fs_delete([FileSystems.join(out, FAILURE_FILENAME)])
-        except Exception:
-            pass
-        write_atomic(FileSystems.join(out, METADATA_FILENAME), metadata)
-        yield info.to_json()
+def _checked_counts(results: list[dict], shard_results: list[dict], names: list[str], num_shards: int) -> dict:
+    """The run's counts (read, written per split, errors, per input file), checked:
+    every record read is in exactly one split or the error output, and every
+    unit and output shard reported."""
+    per_file: dict[str, dict[str, int]] = {}
+    for r in results:
+        for path, c in r["per_file"].items():
+            agg = per_file.setdefault(path, {k: 0 for k in c})
+            for k, v in c.items():
+                agg[k] = agg.get(k, 0) + v
+    for path, c in per_file.items():
+        if c["read"] != sum(c[s] for s in names) + c["errors"]:
+            raise ConversionFailed(f"accounting mismatch for {path}: read {c['read']}, "
+                                   f"written {sum(c[s] for s in names)}, errors {c['errors']}; this is a bug, please report it")
+    read = sum(c["read"] for c in per_file.values())
+    n_err = sum(c["errors"] for c in per_file.values())
+    written = {s: sum(r["shards"][s]["records"] for r in shard_results) for s in names}
+    if len(results) != num_shards or len(shard_results) != num_shards:
+        raise ConversionFailed(f"expected {num_shards} work unit and shard results, got {len(results)} and "
+                               f"{len(shard_results)}; re-run the conversion")
+    for s in names:  # the shuffle moved every record written exactly once
+        if written[s] != sum(c[s] for c in per_file.values()):
+            raise ConversionFailed(f"accounting mismatch for split {s}: {sum(c[s] for c in per_file.values())} "
+                                   f"records converted, {written[s]} in its shards; this is a bug, please report it")
+    return {"read": read, "written": written, "errors": n_err, "per_file": per_file}
+
+
+def _move_error_files(out: str, results: list[dict]) -> list[dict]:
+    """Rename the units' error files to ``errors/errors-i-of-n.jsonl``; their entries for the metadata."""
+    error_files = []
+    err_results = [r for r in results if r["errors"]["tmp"]]
+    if err_results:
+        _ensure_dir(FileSystems.join(out, ERRORS_DIR))
+    for i, r in enumerate(err_results):
+        dst = FileSystems.join(out, ERRORS_DIR, f"errors-{i:05d}-of-{len(err_results):05d}.jsonl")
+        _rename_replacing([r["errors"]["tmp"]], [dst])
+        error_files.append({"file": f"{ERRORS_DIR}/{posix_basename(dst)}", "count": r["errors"]["count"]})
+    return error_files
 
 
 def _stats_document(config: Config, names: list[str], results: list[dict], splits: dict[str, SplitInfo],
