@@ -20,6 +20,7 @@ from pathlib import Path
 import psutil
 import pytest
 from _pipelines_data import make_records, write_dataset
+from _ports import free_port
 
 from pipelines.job import run_convert
 from pipelines.options import ConvertOptions
@@ -32,12 +33,6 @@ def _is_loopback(ip: str) -> bool:
     a = ipaddress.ip_address(ip)
     mapped = getattr(a, "ipv4_mapped", None)
     return (mapped or a).is_loopback
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _wait_listening(port: int, proc: subprocess.Popen, timeout: float = 60.0) -> None:
@@ -69,7 +64,7 @@ def _listen_addresses(pid: int) -> set[str]:
 @pytest.fixture(scope="module")
 def services(tmp_path_factory):
     logs = tmp_path_factory.mktemp("portable-logs")
-    job_port, pool_port = _free_port(), _free_port()
+    job_port, pool_port = free_port(), free_port()
     # The pool starts SDK workers as plain `python`: make that this venv's.
     env = {**os.environ, "PYTHONUNBUFFERED": "1",
            "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])}

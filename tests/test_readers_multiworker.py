@@ -7,13 +7,13 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import _readers_fixtures as fx
 import pytest
+from _ports import free_port
 
 pytestmark = pytest.mark.slow
 
@@ -22,15 +22,9 @@ TIMEOUT_S = 240.0
 SHARDS = (12, 9, 11, 7, 10, 8)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_two_workers_read_disjoint_shards_whose_union_is_the_split(tmp_path):
     out = fx.write_output(tmp_path / "out", {"train": SHARDS})
-    cluster = {"worker": [f"127.0.0.1:{_free_port()}" for _ in range(2)]}
+    cluster = {"worker": [f"127.0.0.1:{free_port()}" for _ in range(2)]}
     procs = []
     try:
         for i in range(2):

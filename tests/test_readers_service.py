@@ -7,7 +7,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -17,6 +16,7 @@ from pathlib import Path
 
 import _readers_fixtures as fx
 import pytest
+from _ports import free_port
 from typer.testing import CliRunner
 
 import readers
@@ -83,12 +83,6 @@ class Server:
         return self.proc.returncode
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class Service:
     """A dispatcher and workers on loopback; ``static`` gives the dispatcher the fixed worker list."""
 
@@ -96,7 +90,7 @@ class Service:
         self.tmp = tmp
         self.servers: list[Server] = []
         fixed = static or fixed_ports  # a worker restarted at its address needs its port again
-        self.worker_ports = [_free_port() for _ in range(workers)] if fixed else [0] * workers
+        self.worker_ports = [free_port() for _ in range(workers)] if fixed else [0] * workers
         try:
             args = ["dispatcher", "--port", "0", "--worker-timeout-s", "3"]
             for p in self.worker_ports if static else ():

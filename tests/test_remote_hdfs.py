@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from _pipelines_data import make_records, write_dataset
+from _ports import free_port
 from _remote import remote_stack, stats_by_file_name  # noqa: F401 - the session fixture
 
 from convert.spec import METADATA_FILENAME
@@ -171,16 +172,8 @@ def test_webhdfs_stand_in_follows_hdfs_semantics(remote_stack):  # noqa: F811
     assert client.delete("/sem", recursive=True) is False
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_wait_on_an_unreachable_or_unnamed_namenode_says_so_in_one_line(tmp_path):
-    env = {**os.environ, "RECORDPREP_WEBHDFS_URL": f"http://127.0.0.1:{_free_port()}"}  # nothing listens
+    env = {**os.environ, "RECORDPREP_WEBHDFS_URL": f"http://127.0.0.1:{free_port()}"}  # nothing listens
     res = subprocess.run([str(RECORDPREP), "wait", "hdfs://nn/out", "--timeout", "0"], capture_output=True,
                          text=True, timeout=120, env=env, cwd=tmp_path)
     assert res.returncode == 1, res.stdout + res.stderr
