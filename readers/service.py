@@ -18,10 +18,9 @@ Contract:
   trainer's path.
 - ``service_sharding="dynamic"``: every shard read once per epoch by whichever
   worker asks; a lost worker's unsent records are lost for that epoch, never
-  repeated, and the epoch ends only once a worker is back at its address
-  (TensorFlow keeps the lost worker's task). ``"static"``: worker ``i`` of
-  the dispatcher's fixed list reads shards ``i, i+n, ...``; a lost worker's
-  shards are read again from their start when it returns (repeats, no loss).
+  repeated. ``"static"``: worker ``i`` of the dispatcher's fixed list reads
+  shards ``i, i+n, ...``; a lost worker's shards are read again from their
+  start when it returns (repeats, no loss).
 - Kept: the shard checks, the damage message, ``skip_corrupt``, the label
   split, ``features``, packed layouts. Not kept: cardinality, a reproducible
   order, iterator checkpoints; ``cache`` and ``input_context`` are refused.
@@ -164,9 +163,7 @@ def serve_dispatcher(port: int, *, work_dir: str | None = None, worker_addresses
     a restarted dispatcher resumes its jobs). ``worker_addresses``: the fixed
     worker list that ``service_sharding="static"`` needs, exactly as the
     workers advertise themselves (``host:port``). ``worker_timeout_s``: how
-    long a silent worker counts as alive (TensorFlow's default when None);
-    TensorFlow does not hand a lost worker's task to others, so an epoch
-    still waits for a worker back at its address (docs/data-service.md).
+    long a silent worker counts as alive (TensorFlow's default when None).
     """
     if port < 0 or port > 65535:
         raise ValueError(f"--port must be 0..65535, found {port}")
