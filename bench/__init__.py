@@ -13,5 +13,5 @@ One module per concern:
 - ``report``         Markdown tables, ratios and targets
 - ``run``            orchestration: data, measurements, results files
 
-See ``BENCHMARKS.md`` at the repository root for what each row means.
+See ``docs/benchmarks.md`` for what each row means and the current results.
 """

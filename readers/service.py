@@ -70,7 +70,7 @@ def train_dataset(sel: ShardSelection, plan: Any, label: str | None, *, batch_si
         compression="AUTO" if opts.service_compression == "auto" else None,
     ))
     # The epochs repeat on the workers, in one job: a job per epoch (a repeat here) costs each
-    # worker a pipeline start-up per epoch, which dominated small epochs (bench/, BENCHMARKS.md).
+    # worker a pipeline start-up per epoch, which dominated small epochs (docs/benchmarks.md#design-readers).
     batches = batches.rebatch(batch_size, drop_remainder=drop_remainder)
     _ds.logger.info("train_dataset: split %r of %s through tf.data service %s (sharding=%s, job_name=%s, "
                     "compression=%s)", sel.split, sel.root, opts.service, opts.service_sharding,

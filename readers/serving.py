@@ -491,7 +491,7 @@ class TransformLayer(tf.Module):
         n = f.max_len
         tokens = _tokens(text)
         # Every token is looked up and the rows cut to n by one op (cheaper than
-        # gathering the first n of each row first: measured in BENCHMARKS.md).
+        # gathering the first n of each row first: docs/benchmarks.md#design-serving).
         ids = tokens.with_flat_values(self._ids(f, tokens.flat_values))
         dense = ids.to_tensor(default_value=0, shape=[None, n])
         return {f.name: dense, f"{f.name}_len": tf.minimum(tokens.row_lengths(), n)[:, None]}
