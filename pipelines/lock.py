@@ -15,23 +15,16 @@ and that judgement live in :mod:`convert.lockfile` (no Beam), which
 ``recordprep wait`` and ``readers.wait_for_dataset`` share.
 
 A second run finding a live lock gets :class:`LockHeldError` naming the owner
-at once. A lock is *stale* (its run is dead) when its heartbeat is older than
-``stale_after_seconds``, or when its owner ran on this host and that process
-is gone (same boot, pid absent or started at another time); a stale lock is
-taken over with a warning. Heartbeats compare wall clocks, so runs on hosts
-whose clocks differ by more than the staleness bound could take over each
-other's lock; the bound is a minute for that reason among others.
+at once. A *stale* lock (heartbeat older than ``stale_after_seconds``, or an
+owner on this host whose process is gone) is taken over with a warning.
 
-Creation is atomic where the storage allows it:
-
-* local paths: ``os.open(O_CREAT | O_EXCL)``; a stale lock is moved aside
-  (``rename``) before the new one is created, and put back if what was moved
-  turns out to be another run's fresh lock;
-* ``gs://``: ``google-cloud-storage`` with ``if_generation_match=0`` to create,
-  the held generation to refresh and delete, so no two runs can both win;
-* anything else (``hdfs://``): best effort through Beam's ``FileSystems``
-  (create if absent, then read back the token); two runs starting within the
-  same second can both pass. Documented in docs/operations.md.
+Creation is atomic where the storage allows it: local paths by
+``O_CREAT | O_EXCL`` (a stale lock is renamed aside first, and put back if it
+turns out to be another run's fresh lock), ``gs://`` by generation
+preconditions (create, refresh and delete), so no two runs can both win;
+anything else (``hdfs://``) is best effort: two runs starting within the same
+second can both pass. Clock skew between hosts and the take-over steps:
+docs/operations.md#one-conversion-per-output.
 """
 
 from __future__ import annotations

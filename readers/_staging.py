@@ -14,22 +14,15 @@ Files are written under a temporary name and renamed, so a crash never leaves
 a partial shard that looks complete; the local ``dataset_info.json`` is
 written last, as the converter does.
 
-How (``$RECORDPREP_HDFS_CLIENT`` = ``auto`` | ``pyarrow`` | ``webhdfs``):
-
-* ``pyarrow``: ``pyarrow.fs.HadoopFileSystem`` (libhdfs over JNI). Needs a
-  Hadoop client install: ``HADOOP_HOME``/``JAVA_HOME`` set and ``CLASSPATH``
-  from ``hadoop classpath --glob``. Supports Kerberos through the Hadoop
-  configuration.
-* ``webhdfs``: the WebHDFS REST API over ``urllib``
-  (``http://<namenode>:<http port>/webhdfs/v1/<path>?op=OPEN``; the NameNode
-  redirects each read to a DataNode). Needs nothing installed, only the
-  NameNode's HTTP port reachable. The base URL defaults to
-  ``http://<namenode host>:9870`` (Hadoop 3; Hadoop 2 uses 50070); set
-  ``$RECORDPREP_WEBHDFS_URL`` (e.g. ``http://nn.example.com:50070``) to
-  change it. The user is ``$HADOOP_USER_NAME`` or the login name (simple
-  authentication; Kerberos/SPNEGO is not supported, use pyarrow there).
-* ``auto`` (default): WebHDFS if ``$RECORDPREP_WEBHDFS_URL`` is set,
-  otherwise pyarrow if it can connect, otherwise WebHDFS at the default URL.
+How (``$RECORDPREP_HDFS_CLIENT``): ``pyarrow`` (``pyarrow.fs.HadoopFileSystem``,
+libhdfs over JNI: a Hadoop client install; Kerberos through its
+configuration), ``webhdfs`` (the REST API over ``urllib``: nothing installed,
+the NameNode's HTTP address from ``$RECORDPREP_WEBHDFS_URL`` or
+``http://<namenode host>:9870``, simple authentication as
+``$HADOOP_USER_NAME`` or the login name), or ``auto`` (the default: WebHDFS
+if ``$RECORDPREP_WEBHDFS_URL`` is set, otherwise pyarrow if it can connect,
+otherwise WebHDFS at the default address). Each client's setup:
+docs/remote-storage.md#hdfs.
 """
 
 from __future__ import annotations
