@@ -48,6 +48,27 @@ def test_docs_build_strict(tmp_path):
     for page in site.rglob("*.html"):
         html = page.read_text(encoding="utf-8")
         assert "fonts.googleapis.com" not in html and "fonts.gstatic.com" not in html, page
+    # what the code cites (``docs/benchmarks.md#design-converter``) is a page and a heading of the site
+    broken = _broken_code_citations(site)
+    assert not broken, f"code cites docs pages or headings that do not exist: {broken}"
+
+
+_CITATION = re.compile(r"docs/([a-z0-9_/-]+)\.md(?:#([A-Za-z0-9_-]+))?")
+
+
+def _broken_code_citations(site: Path) -> list[str]:
+    """``file:line: docs/page.md#anchor`` for each citation in the code whose page or anchor the built site lacks."""
+    broken = []
+    for package in ("convert", "readers", "pipelines", "bench", "examples"):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            if any(part.startswith(".") for part in path.relative_to(ROOT).parts):
+                continue  # bench/.peers/ (the TF Transform virtualenv) and other hidden trees are not ours
+            for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+                for page, anchor in _CITATION.findall(line):
+                    html = site / f"{page}.html"
+                    if not html.is_file() or (anchor and f'id="{anchor}"' not in html.read_text(encoding="utf-8")):
+                        broken.append(f"{path.relative_to(ROOT)}:{lineno}: docs/{page}.md{'#' + anchor if anchor else ''}")
+    return broken
 
 
 @pytest.mark.slow
