@@ -1,6 +1,6 @@
 """Every change recordprep makes to third-party code, each scoped to the run that needs it.
 
-A conversion changes four things in gRPC and Beam that neither offers as an
+A conversion changes five things in gRPC and Beam that neither offers as an
 option (each patch's docstring says why). ``pipelines.job`` enters each one as
 a context manager only for the runs that need it, and leaves it when the run
 ends, failed or not, so a process that calls ``run_convert`` (a notebook, an
@@ -292,6 +292,81 @@ class QuietBundleTracebacks(Patch):
         _restore_attr(sdk_worker, "print", *saved)
 
 
+def _stamp(func: Any) -> tuple[Any, ...]:
+    """What ``inspect.signature`` reads of a Python function: code, defaults, keyword defaults, attributes."""
+    return (func.__code__, func.__defaults__, func.__kwdefaults__, *vars(func).items())
+
+
+def _same_stamp(old: tuple[Any, ...], func: Any) -> bool:
+    """``func`` still has the very objects ``old`` (its :func:`_stamp`) recorded."""
+    attrs = vars(func)
+    if len(old) != 3 + len(attrs) or old[0] is not func.__code__ or old[1] is not func.__defaults__ \
+            or old[2] is not func.__kwdefaults__:
+        return False
+    return all(attrs.get(k, _MISSING) is v for k, v in old[3:])
+
+
+class ArgspecCache(Patch):
+    """Beam inspects each Python function's signature once, not once per DoFn.
+
+    ``userstate.get_dofn_specs`` builds a ``MethodWrapper`` for every bound
+    method of a DoFn (about 30, most of them ``DoFn``'s own), each calling
+    ``core.get_function_args_defaults``, i.e. ``inspect.signature``. Beam does
+    it for every DoFn at ``ParDo`` construction, again in ``to_runner_api``
+    and in every bundle descriptor a worker builds: thousands of signatures
+    of the same few dozen functions per job, a fifth of the launcher's CPU
+    building and submitting the pipeline.
+
+    The answer for a plain function or a method bound to any instance depends
+    only on the function: its code, defaults, keyword defaults and its
+    attributes (``__signature__`` and the like, which ``inspect.signature``
+    reads). The cache keeps one answer per function and checks all of those
+    by identity on every hit; when any differs, it asks Beam again. Anything
+    else (wrappers with ``__wrapped__``, partials, callable objects, builtins)
+    goes to Beam's function uncached. Callers get fresh lists. Applied where
+    Beam builds DoFns: every run's launcher and our worker processes.
+    """
+
+    dist, lowest, below = "apache-beam", (2, 77), (3,)
+    what = "cached DoFn argument inspection (apache_beam.transforms.core.get_function_args_defaults)"
+
+    def _fits(self) -> None:
+        from apache_beam.transforms import core
+
+        f = vars(core).get("get_function_args_defaults")
+        if not inspect.isfunction(f) or list(inspect.signature(f).parameters) != ["f"]:
+            raise PatchError(f"{self.what}: core.get_function_args_defaults(f) is gone or changed")
+        if "get_function_args_defaults" not in core.get_function_arguments.__code__.co_names:
+            raise PatchError(f"{self.what}: core.get_function_arguments no longer calls it")
+
+    def _apply(self) -> Any:
+        import types
+
+        from apache_beam.transforms import core
+
+        original = core.get_function_args_defaults
+        cache: dict[tuple[Any, bool], tuple[tuple[Any, ...], list[Any], list[Any]]] = {}
+
+        @functools.wraps(original)
+        def get_function_args_defaults(f: Any) -> tuple[list[Any], list[Any]]:
+            bound = type(f) is types.MethodType
+            func = f.__func__ if bound else f
+            if type(func) is not types.FunctionType or hasattr(func, "__wrapped__"):
+                return original(f)
+            hit = cache.get((func, bound))
+            if hit is None or not _same_stamp(hit[0], func):
+                args, defaults = original(f)
+                hit = cache[(func, bound)] = (_stamp(func), list(args), list(defaults))
+            return list(hit[1]), list(hit[2])
+
+        return get_function_args_defaults, _replace_attr(core, "get_function_args_defaults", get_function_args_defaults)
+
+    def _undo(self, saved: Any) -> None:
+        from apache_beam.transforms import core
+
+        _restore_attr(core, "get_function_args_defaults", *saved)
+
+
 #: ``popen(command, env)``: a process-like object serving Beam's worker start, or None to let Beam start it.
 WorkerStart = Callable[[str, dict], Any]
 
@@ -372,8 +447,9 @@ LOOPBACK_BINDS = LoopbackBinds()
 SHORT_SAMPLER_SLEEPS = ShortSamplerSleeps()
 QUIET_BUNDLE_TRACEBACKS = QuietBundleTracebacks()
 WORKER_STARTS = WorkerStarts()
+ARGSPEC_CACHE = ArgspecCache()
 #: Every patch, for the checks in the tests.
-ALL = (LOOPBACK_BINDS, SHORT_SAMPLER_SLEEPS, QUIET_BUNDLE_TRACEBACKS, WORKER_STARTS)
+ALL = (LOOPBACK_BINDS, SHORT_SAMPLER_SLEEPS, QUIET_BUNDLE_TRACEBACKS, WORKER_STARTS, ARGSPEC_CACHE)
 
 _FOREVER = contextlib.ExitStack()
 

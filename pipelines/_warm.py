@@ -36,6 +36,7 @@ import threading
 from collections.abc import Iterator
 
 from pipelines._patches import (
+    ARGSPEC_CACHE,
     LOOPBACK_BINDS,
     QUIET_BUNDLE_TRACEBACKS,
     SHORT_SAMPLER_SLEEPS,
@@ -208,9 +209,9 @@ def _child(job_fd: int) -> None:
         root.setLevel(logging.WARNING)
         from apache_beam.runners.worker import sdk_worker_main
 
-        # The launcher's run applied the first two before forking; this
-        # process keeps them, as a started worker does (pipelines._worker).
-        apply_for_process(LOOPBACK_BINDS, SHORT_SAMPLER_SLEEPS, QUIET_BUNDLE_TRACEBACKS)
+        # The launcher's run applied all but the traceback one before forking;
+        # this process keeps them, as a started worker does (pipelines._worker).
+        apply_for_process(LOOPBACK_BINDS, SHORT_SAMPLER_SLEEPS, ARGSPEC_CACHE, QUIET_BUNDLE_TRACEBACKS)
         sys.argv = ["apache_beam.runners.worker.sdk_worker_main"]
         sdk_worker_main.main(sys.argv)  # what `python -m` of it runs
         code = 0

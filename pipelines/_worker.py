@@ -18,8 +18,9 @@ the process up, then runs that same Beam module unchanged (docs/benchmarks.md#de
   the buffers of a batch (a few MB each) are reused from the heap, since a
   fresh mapping costs a page fault per 4 KB, system CPU on every batch, while
   larger buffers go back to the system when freed.
-- **gRPC binds loopback only**, **bundles end promptly** and **a failed
-  bundle's traceback is not printed** to the stderr it shares with the CLI:
+- **gRPC binds loopback only**, **bundles end promptly**, **each function's
+  signature is inspected once** and **a failed bundle's traceback is not
+  printed** to the stderr it shares with the CLI:
   the patches of :mod:`pipelines._patches`, kept for the worker's lifetime
   (a run in someone else's process applies them only while it runs).
 - **It exits at once** when the harness returns (``os._exit`` after flushing
@@ -46,6 +47,7 @@ import sys
 from collections.abc import Iterable, Sequence
 
 from pipelines._patches import (
+    ARGSPEC_CACHE,
     LOOPBACK_BINDS,
     QUIET_BUNDLE_TRACEBACKS,
     SHORT_SAMPLER_SLEEPS,
@@ -138,7 +140,7 @@ def prepare(schemes: Iterable[str] = tuple(FILESYSTEM_MODULES)) -> None:
     """Set this process up as a worker; call before anything imports Beam."""
     _tune_malloc()
     block_unused_modules(schemes)
-    apply_for_process(LOOPBACK_BINDS, SHORT_SAMPLER_SLEEPS)
+    apply_for_process(LOOPBACK_BINDS, SHORT_SAMPLER_SLEEPS, ARGSPEC_CACHE)
 
 
 def _main() -> None:

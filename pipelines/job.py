@@ -633,9 +633,9 @@ def _run_patches(setup: _RunnerSetup, pre_fork: bool) -> list[contextlib.Abstrac
     Worker processes started by Beam apply their own; pre-forked ones
     inherit the launcher's, so those are on before the pool forks.
     """
+    patches: list[contextlib.AbstractContextManager[Any]] = [_patches.ARGSPEC_CACHE.applied()]  # the launcher builds DoFns
     if not setup.local:
-        return []
-    patches: list[contextlib.AbstractContextManager[Any]] = []
+        return patches
     if not setup.in_process:  # Beam's gRPC servers for its worker processes live in this process
         patches.append(_patches.LOOPBACK_BINDS.applied())
     if setup.in_process or setup.runner_name is not None or pre_fork:  # bundles run here, or in forks of it

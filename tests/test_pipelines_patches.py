@@ -25,9 +25,11 @@ def _state() -> dict:
     """What the patches change, as this process has it now."""
     from apache_beam.runners.portability import local_job_service
     from apache_beam.runners.worker import sdk_worker, statesampler
+    from apache_beam.transforms import core
     from grpc import _server
 
     return {
+        "get_function_args_defaults": core.get_function_args_defaults,
         "add_insecure_port": vars(_server._Server).get("add_insecure_port"),
         "sampler_defaults": statesampler.StateSampler.__init__.__defaults__,
         "sdk_worker.print": vars(sdk_worker).get("print"),
@@ -309,3 +311,63 @@ def test_the_cli_help_says_what_it_sets_up_in_its_process():
     for part in ("logging", "SIGTERM and Ctrl-C handlers", "unused connectors", "RECORDPREP_WARM_WORKERS=0",
                  "sets no environment variable"):
         assert part in text, part
+
+
+class _Fn:
+    def process(self, element, scale=2, *args, key=None):
+        return element
+
+    def other(self, a, b=3):
+        return a
+
+
+def test_the_argspec_cache_answers_as_beam_and_asks_again_when_a_function_changes():
+    """Cached answers equal Beam's for every instance of a class; a changed
+    function (defaults, code, an attribute inspect reads) is inspected again."""
+    import functools
+    import inspect
+
+    from apache_beam.transforms import core
+
+    original = core.get_function_args_defaults
+    calls = []
+
+    def counting(f):
+        calls.append(f)
+        return original(f)
+
+    before = _state()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(core, "get_function_args_defaults", counting)
+        with _patches.ARGSPEC_CACHE.applied() as active:
+            assert active
+            cached = core.get_function_args_defaults
+            assert cached is not counting
+            a, b = _Fn(), _Fn()
+            want = original(a.process)
+            assert want == (["element", "scale"], [2])
+            assert cached(a.process) == want and cached(b.process) == want and len(calls) == 1
+            got = cached(a.process)
+            got[0].append("mutated")  # callers get their own lists
+            assert cached(b.process) == want and len(calls) == 1
+            assert cached(_Fn.process) == original(_Fn.process) == (["self", "element", "scale"], [2])
+            assert len(calls) == 2  # the unbound function is its own entry
+
+            _Fn.other.__defaults__ = (4,)
+            assert cached(a.other) == (["a", "b"], [4])
+            _Fn.other.__defaults__ = (5,)
+            assert cached(a.other) == (["a", "b"], [5])  # changed defaults: asked again
+            n = len(calls)
+            _Fn.other.__signature__ = inspect.signature(lambda self, c, d=7: None)
+            assert cached(a.other) == (["c", "d"], [7])  # an attribute inspect reads
+            del _Fn.other.__signature__
+            _Fn.other.__code__ = (lambda self, x: x).__code__
+            _Fn.other.__defaults__ = None
+            assert cached(a.other) == (["x"], [])  # new code
+            assert len(calls) == n + 2
+
+            part = functools.partial(lambda x, y=1: x, 3)
+            assert cached(part) == original(part) and cached(part) == original(part)
+            assert calls.count(part) == 2  # not a plain function: never cached
+        assert core.get_function_args_defaults is counting  # undone
+    assert _state() == before
