@@ -380,21 +380,34 @@ class _Serial:
             raise self._error
 
 
-class _PreparedWriter:
-    """A unit's prepared batches in a temp file: length-prefixed LZ4 frames of pickles.
+def _lz4_temp(path: str) -> bool:
+    """Whether the temp file ``path`` (prepared batches, scatter, key ranges) holds LZ4 frames.
 
-    LZ4 (level 0) about halves the file for little CPU; it and the
-    writes run on a ``_Serial`` thread (LZ4 releases the GIL), pickling stays
-    here. The convert pass removes the file once it has read it (the commit
-    removes the temp directory in any case).
+    On a remote file system its bytes cross the network, and LZ4 (level 0)
+    cuts them to a half (prepared batches) or a third (framed records) for
+    a little CPU. On a local disk they are written as they are: LZ4's CPU
+    costs more than the page cache's copies, for temp files about the size
+    of the uncompressed output that live for one pass.
+    """
+    return "://" in path
+
+
+class _PreparedWriter:
+    """A unit's prepared batches in a temp file: length-prefixed pickles, LZ4 frames of them where ``_lz4_temp``.
+
+    Compressing and the writes run on a ``_Serial`` thread (LZ4 and writes
+    release the GIL), pickling stays here. The convert pass removes the file
+    once it has read it (the commit removes the temp directory in any case).
     """
 
     def __init__(self, path: str):
         self.f = FileSystems.create(path, mime_type="application/octet-stream", compression_type="uncompressed")
+        self._lz4 = _lz4_temp(path)
         self._bg = _Serial(self._compress_and_write, f"recordprep-prepared-{posix_basename(path)}")
 
     def _compress_and_write(self, data: bytes) -> None:
-        data = lz4.frame.compress(data, compression_level=0)
+        if self._lz4:
+            data = lz4.frame.compress(data, compression_level=0)
         self.f.write(_FRAME.pack(len(data)))
         self.f.write(data)
 
@@ -415,6 +428,7 @@ class _PreparedWriter:
 
 
 def _read_prepared(path: str) -> Iterator[_Prepared]:
+    compressed = _lz4_temp(path)
     with FileSystems.open(path, compression_type="uncompressed") as f:
         while True:
             head = f.read(_FRAME.size)
@@ -424,7 +438,7 @@ def _read_prepared(path: str) -> Iterator[_Prepared]:
             data = f.read(n) if n >= 0 else b""
             if n < 0 or len(data) != n:
                 raise ConversionFailed(f"temp file {path} is truncated; re-run the conversion")
-            yield pickle.loads(lz4.frame.decompress(data))
+            yield pickle.loads(lz4.frame.decompress(data) if compressed else data)
 
 
 _gc_lock = threading.Lock()
@@ -510,7 +524,8 @@ class _Writer:
 # its identity (unit, ordinal in the unit), so they depend on neither the
 # worker count nor the runner. The scattered records go to one temp file per
 # unit (``scatter-<unit>-*.bin``), in spills of at most ``_SPILL_BYTES``, each
-# spill holding one LZ4 frame per (split, bucket) it has records for. Then
+# spill holding one frame per (split, bucket) it has records for (LZ4 where
+# ``_lz4_temp``). Then
 # ``GatherShards`` runs one element per output shard: it reads its bucket's
 # frames from every unit (the index rides along in the unit results, a side
 # input: no GroupByKey of records) and writes them sorted by their order key.
@@ -585,9 +600,10 @@ class _Scatter:
     def __init__(self, path: str, unit: int, num_shards: int, seed: int):
         self.path, self.unit, self.num_shards, self.seed = path, unit, num_shards, seed
         self.f = FileSystems.create(path, mime_type="application/octet-stream", compression_type="uncompressed")
+        self._lz4 = _lz4_temp(path)
         self.index: dict[int, list[tuple[int, int, int, int]]] = {}
         self._pos = 0
-        self._pending: dict[int, list[tuple[bytes, np.ndarray, np.ndarray]]] = {}
+        self._pending: dict[int, list[tuple[memoryview, np.ndarray, np.ndarray]]] = {}
         self._pending_bytes = 0
         self._bg = _Serial(self._write_spill, f"recordprep-scatter-{unit}", queued=2)
 
@@ -595,7 +611,7 @@ class _Scatter:
         bucket, key = shuffle_keys(self.seed, self.unit, ordinals, self.num_shards)
         group = split.astype(np.int64) * self.num_shards + bucket
         order = np.argsort(group, kind="stable")
-        framed = frame_records(buf, starts[order], lens[order])
+        framed = memoryview(frame_records(buf, starts[order], lens[order]))  # slices below: no copies
         flens = lens[order].astype(np.int64) + 16
         ends = np.cumsum(flens)
         group, key = group[order], key[order]
@@ -614,14 +630,12 @@ class _Scatter:
             self._bg.submit(sorted(self._pending.items()))
         self._pending, self._pending_bytes = {}, 0
 
-    def _write_spill(self, groups: list[tuple[int, list[tuple[bytes, np.ndarray, np.ndarray]]]]) -> None:
+    def _write_spill(self, groups: list[tuple[int, list[tuple[memoryview, np.ndarray, np.ndarray]]]]) -> None:
         for g, parts in groups:
-            data = b"".join(p[0] for p in parts)
             keys = np.concatenate([p[2] for p in parts])
-            comp = _frame_payload(keys, np.concatenate([p[1] for p in parts]), data)
-            self.f.write(comp)
-            self.index.setdefault(g, []).append((self._pos, len(comp), len(keys), len(data)))
-            self._pos += len(comp)
+            size, raw = _write_frame(self.f, keys, np.concatenate([p[1] for p in parts]), [p[0] for p in parts], self._lz4)
+            self.index.setdefault(g, []).append((self._pos, size, len(keys), raw))
+            self._pos += size
 
     def close(self, input_bytes: int) -> dict:
         """The file and its index; ``input_bytes``, the unit's, scales the gather's progress."""
@@ -636,23 +650,34 @@ class _Scatter:
         self._bg.abort()
 
 
-def _frame_payload(keys: np.ndarray, flens: np.ndarray, data: bytes) -> bytes:
-    """One LZ4 frame of a scatter (or key-range) file: count, order keys, framed lengths, framed records."""
-    payload = b"".join((_FRAME_HEAD.pack(len(keys)), keys.astype("<u8").tobytes(), flens.astype("<u4").tobytes(), data))
-    return lz4.frame.compress(payload, compression_level=0)
+def _write_frame(f: Any, keys: np.ndarray, flens: np.ndarray, records: list[Any], compress: bool) -> tuple[int, int]:
+    """Write one frame of a scatter (or key-range) file: count, order keys, framed lengths,
+    the framed records (``records``: pieces, in order); an LZ4 frame of all that if
+    ``compress``. Returns ``(bytes written, bytes of the framed records)``."""
+    parts = [_FRAME_HEAD.pack(len(keys)), keys.astype("<u8").tobytes(), flens.astype("<u4").tobytes(), *records]
+    raw = sum(len(p) for p in records)
+    if compress:
+        comp = lz4.frame.compress(b"".join(parts), compression_level=0)
+        f.write(comp)
+        return len(comp), raw
+    for p in parts:
+        f.write(p)
+    return _FRAME_HEAD.size + 12 * len(keys) + raw, raw
 
 
 def _read_frames(path: str, frames: list[tuple[int, int, int, int]]) -> Iterator[tuple[np.ndarray, np.ndarray, memoryview]]:
     """``(order keys, framed lengths, framed records)`` of the frames of one scatter file
     (views of the frame's payload: no copy)."""
+    compressed = _lz4_temp(path)
     with FileSystems.open(path, compression_type="uncompressed") as f:
         for offset, size, n, raw in frames:
             f.seek(offset)
-            comp = f.read(size)
-            try:
-                payload = lz4.frame.decompress(comp) if len(comp) == size else b""
-            except RuntimeError:
-                payload = b""
+            payload = f.read(size)
+            if compressed:
+                try:
+                    payload = lz4.frame.decompress(payload) if len(payload) == size else b""
+                except RuntimeError:
+                    payload = b""
             if len(payload) != _FRAME_HEAD.size + 12 * n + raw or _FRAME_HEAD.unpack_from(payload)[0] != n:
                 raise ConversionFailed(f"temp file {path} is truncated or damaged; re-run the conversion")
             keys = np.frombuffer(payload, dtype="<u8", count=n, offset=_FRAME_HEAD.size)
@@ -814,6 +839,7 @@ def _split_by_key(sources: _Sources, ranges: int, spill: str) -> list[_Sources]:
     cuts = np.array([(2**64 * j) // ranges for j in range(1, ranges)], dtype=_U64)
     index: list[list[tuple[int, int, int, int]]] = [[] for _ in range(ranges)]
     pos = 0
+    compress = _lz4_temp(spill)
     f = FileSystems.create(spill, mime_type="application/octet-stream", compression_type="uncompressed")
     try:
         for path, frames in sources:
@@ -824,11 +850,10 @@ def _split_by_key(sources: _Sources, ranges: int, spill: str) -> list[_Sources]:
                 rng, k, fl = rng[order], k[order], fl[order]
                 cut = (np.flatnonzero(rng[1:] != rng[:-1]) + 1).tolist()
                 for a, b in zip([0, *cut], [*cut, len(rng)], strict=True):
-                    data = b"".join([d[x:x + n] for x, n in zip(starts[a:b], lens[a:b], strict=True)])
-                    comp = _frame_payload(k[a:b], fl[a:b], data)
-                    f.write(comp)
-                    index[int(rng[a])].append((pos, len(comp), b - a, len(data)))
-                    pos += len(comp)
+                    records = [b"".join([d[x:x + n] for x, n in zip(starts[a:b], lens[a:b], strict=True)])]
+                    size, raw = _write_frame(f, k[a:b], fl[a:b], records, compress)
+                    index[int(rng[a])].append((pos, size, b - a, raw))
+                    pos += size
     finally:
         f.close()
     return [[(spill, frames)] for frames in index]

@@ -444,6 +444,36 @@ def test_no_prepared_file_outlives_the_convert_pass_and_no_key_range_file_its_sh
     assert all(before == [] and not left for before, left in seen), seen
 
 
+def test_scatter_frames_are_raw_on_local_disk_lz4_on_remote_file_systems_and_gather_the_same(tmp_path, monkeypatch):
+    """A local disk's scatter and key-range files hold the frames as they are (no LZ4 CPU);
+    a remote output's stay LZ4 (their bytes cross the network). The gathered shard is the same."""
+    from pipelines import transforms
+    from pipelines.plan import ByteRange, WorkUnit
+
+    monkeypatch.setattr(transforms, "_SPILL_BYTES", 8_000)  # several frames per unit
+    gathered = {}
+    for remote in (False, True):
+        root = tmp_path / ("remote" if remote else "local")
+        with monkeypatch.context() as m:
+            if remote:
+                m.setattr(transforms, "_lz4_temp", lambda path: True)
+            config, opts, files, analysis = _one_unit(root, records=600, batch_size=50)
+            results = [_convert_unit(config, opts, WorkUnit(i, (ByteRange(f, 0, None),)), analysis, 1)
+                       for i, f in enumerate(files)]
+            for r in results:
+                frames = [fr for fs in r["scatter"]["index"].values() for fr in fs]
+                assert os.path.getsize(r["scatter"]["path"]) == sum(size for _, size, _, _ in frames)
+                assert all(size == 4 + 12 * n + raw for _, size, n, raw in frames) is not remote
+                with open(r["scatter"]["path"], "rb") as f:
+                    assert (f.read(4) == b"\x04\x22\x4d\x18") is remote  # LZ4 frame magic
+            sources = [(r["scatter"]["path"], r["scatter"]["index"][0]) for r in results]  # the train bucket
+            m.setattr(transforms, "_GATHER_BYTES", 20_000)  # key ranges through a spill file too
+            m.setattr(transforms, "_GATHER_CHUNK", 16)
+            spill = str(root / "o" / ".recordprep-tmp" / "gather.bin")
+            gathered[remote] = [piece for piece, _ in transforms._gathered(sources, spill)]
+    assert len(gathered[False]) > 1 and gathered[False] == gathered[True]
+
+
 @pytest.mark.parametrize("ranges", [1, 8])
 def test_a_gathering_shard_holds_one_key_range_not_its_bucket(tmp_path, monkeypatch, ranges):
     """Python-level peak of gathering one bucket: about its size when it fits in ``_GATHER_BYTES``

@@ -71,6 +71,34 @@ def test_prepared_file_round_trip_and_truncation(tmp_path):
         list(_read_prepared(path))
 
 
+def test_prepared_file_holds_pickles_on_local_disk_and_lz4_frames_on_remote_file_systems(tmp_path, monkeypatch):
+    """LZ4 costs CPU where the page cache's copy is cheaper (a local disk); a remote
+    output's temp files (bytes over the network) stay LZ4. Both read back the same."""
+    from pipelines import transforms
+
+    paths = write_dataset(tmp_path / "d", make_records(200))
+    config = load_config(str(paths["config"]))
+    src = str(tmp_path / "d" / "part-0.avro")
+    opts = ConvertOptions(inputs=(src,), config=str(paths["config"]), output=str(tmp_path / "o"), batch_size=10)
+    items = list(_prepare_unit(WorkUnit(0, (ByteRange(src, 0, None),)), opts, Preparer(config)))
+    back = {}
+    for remote in (False, True):
+        path = str(tmp_path / f"prepared-{remote}.bin")
+        with monkeypatch.context() as m:
+            if remote:
+                m.setattr(transforms, "_lz4_temp", lambda path: True)
+            with _PreparedWriter(path) as w:
+                for it in items:
+                    w.write(it)
+            back[remote] = list(_read_prepared(path))
+        first = (tmp_path / f"prepared-{remote}.bin").read_bytes()[8:12]
+        assert first == b"\x04\x22\x4d\x18" if remote else first[:1] == b"\x80"  # LZ4 frame magic; pickle protocol
+    for a, b, it in zip(back[False], back[True], items, strict=True):
+        assert (a.path, a.read, a.errors) == (b.path, b.read, b.errors) == (it.path, it.read, it.errors)
+        np.testing.assert_array_equal(a.split, b.split)
+        assert [(p.name, type(p)) for p in a.batch.parts] == [(p.name, type(p)) for p in b.batch.parts]
+
+
 def test_merge_keeps_every_units_prepared_file_and_the_analysis():
     paths_cfg = {"label": None, "features": [{"name": "x", "transform": "zscore"}]}
     from convert.analysis import Analyzer
