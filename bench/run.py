@@ -22,6 +22,7 @@ child go to ``bench/data/logs/<timestamp>-<size>/``.
 from __future__ import annotations
 
 import argparse
+import compileall
 import datetime as _dt
 import json
 import os
@@ -83,6 +84,19 @@ def _naive_files(value: str | None, manifest: dict[str, Any]) -> int | None:
     return int(value)
 
 
+def _compile_bytecode() -> None:
+    """Write recordprep's bytecode before any row runs, as ``pip install`` does.
+
+    The peers run from site-packages, compiled at install; recordprep runs from
+    this checkout, where ``PYTHONDONTWRITEBYTECODE`` (or a read-only tree) would
+    make every row's processes compile its modules again, a cost an installed
+    recordprep does not pay.
+    """
+    root = Path(__file__).resolve().parent.parent
+    for package in ("convert", "pipelines", "readers", "bench"):
+        compileall.compile_dir(str(root / package), quiet=1)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="recordprep benchmarks against peers measured in the same run")
     ap.add_argument("--size", choices=sorted(make_data.SIZES), default="default")
@@ -110,6 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--remote-tune", action="store_true",
                     help="add the one-knob tuning rows (cycle length, buffers, GCS block size) to the remote table")
     args = ap.parse_args(argv)
+    _compile_bytecode()
 
     started = _dt.datetime.now(_dt.UTC)
     stamp = started.strftime("%Y%m%dT%H%M%SZ")
