@@ -38,7 +38,7 @@ import math
 import re
 import zlib
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -311,7 +311,7 @@ class _FeatureSplit:
         self.before = ValueSketch() if kind == "numeric" and raw else None
         self.after = ValueSketch() if kind in ("numeric", "timestamp", "other") and not raw else None
         self.lengths: np.ndarray | None = np.zeros(0, dtype=np.int64) if multi else None
-        self.terms: Counter | None = Counter() if kind in ("categorical", "label") else None
+        self.terms: _TermCounts | None = _TermCounts() if kind in ("categorical", "label") else None
         self.items = 0
         self.oov = 0
 
@@ -323,40 +323,128 @@ class _FeatureSplit:
         if self.lengths is not None and o.lengths is not None:
             self.lengths = _add_counts(self.lengths, o.lengths)
         if self.terms is not None and o.terms is not None:
-            self.terms.update(o.terms if isinstance(o.terms, Counter) else o.terms.as_dict())
+            self.terms.merge(o.terms)
         self.items += o.items
         self.oov += o.oov
 
 
+class _TermCounts:
+    """A feature's count of each term in one split, summed when read.
+
+    Batches and merged units add ``(terms, counts)`` chunks, a term possibly
+    in several; ``summed`` adds them up in numpy, each term numbered by one
+    C-level dict pass, instead of a dict update per term and chunk. Chunks
+    are summed as they pile up, so what is held stays within about twice the
+    distinct terms. Pickled packed (``_Terms``): that is how a unit's
+    statistics travel to the commit step, which holds every unit's; an
+    unpickled one stays packed until it is read or added to, and merging it
+    into another reads it without unpacking it for good."""
+
+    __slots__ = ("_terms", "_counts", "_distinct", "_packed")
+
+    def __init__(self) -> None:
+        self._terms: list[str] = []
+        self._counts: list[np.ndarray] = []
+        self._distinct = 0  # terms held after the last summing
+        self._packed: _Terms | None = None  # what pickling gave or unpickling took, until the counts change
+
+    def add(self, terms: list[str], counts: np.ndarray) -> None:
+        """Count ``counts[i]`` (positive) more of ``terms[i]``; the terms of one call are distinct."""
+        if terms:
+            self._unpack()
+            self._packed = None
+            self._terms.extend(terms)
+            self._counts.append(np.asarray(counts, dtype=np.int64))
+            if len(self._terms) > 2 * self._distinct + 65536:
+                self.summed()
+
+    def update(self, items: Iterable[str]) -> None:
+        """Count each of ``items`` once (as ``Counter.update``)."""
+        c = Counter(items)
+        self.add(list(c), np.fromiter(c.values(), dtype=np.int64, count=len(c)))
+
+    def merge(self, o: _TermCounts) -> None:
+        self.add(*(o._packed.arrays() if o._packed is not None and not o._counts else o.summed()))
+
+    def _unpack(self) -> None:
+        if self._packed is not None and not self._counts:
+            terms, counts = self._packed.arrays()
+            if terms:
+                self._terms, self._counts, self._distinct = terms, [counts], len(terms)
+
+    def summed(self) -> tuple[list[str], np.ndarray]:
+        """The distinct terms (in the order first added) and the total count of each."""
+        self._unpack()
+        if len(self._counts) > 1:
+            first = dict.fromkeys(self._terms)
+            ids = dict(zip(first, range(len(first)), strict=True))
+            at = np.fromiter(map(ids.__getitem__, self._terms), dtype=np.intp, count=len(self._terms))
+            total = np.zeros(len(ids), dtype=np.int64)
+            np.add.at(total, at, np.concatenate(self._counts))
+            self._terms, self._counts = list(ids), [total]
+        self._distinct = len(self._terms)
+        return self._terms, self._counts[0] if self._counts else np.zeros(0, dtype=np.int64)
+
+    def as_dict(self) -> dict[str, int]:
+        terms, counts = self.summed()
+        return dict(zip(terms, counts.tolist(), strict=True))
+
+    def __getstate__(self) -> _Terms:
+        if self._packed is None:  # a unit's result may be pickled more than once
+            self._packed = _Terms(*self.summed())
+        return self._packed
+
+    def __setstate__(self, packed: _Terms) -> None:
+        self._terms, self._counts, self._distinct, self._packed = [], [], 0, packed
+
+
 class _Terms:
-    """Term counts packed for the trip to the commit step: the terms' UTF-8
-    lengths and counts in the narrowest unsigned type that holds them, then the
-    terms, as one zlib-compressed buffer. The commit step holds every unit's
-    accumulator, and Beam keeps the units' results encoded on the way there
-    (see docs/benchmarks.md for what the packing saves); ``as_dict`` gives the
-    exact counts back."""
+    """Term counts packed for the trip to the commit step: the counts in the
+    narrowest unsigned type that holds them, then the terms' UTF-8 joined by
+    NUL (or, where a term holds a NUL, preceded by their lengths), as one
+    zlib-compressed buffer. The commit step holds every unit's accumulator,
+    and Beam keeps the units' results encoded on the way there (see
+    docs/benchmarks.md for what the packing saves); ``arrays`` gives the
+    exact terms and counts back."""
 
     __slots__ = ("packed", "n", "lens_dtype", "counts_dtype")
 
-    def __init__(self, c: Counter):
-        encoded = [t.encode("utf-8", "surrogatepass") for t in c]
-        n = len(encoded)
-        lens = np.fromiter(map(len, encoded), dtype=np.int64, count=n)
-        counts = np.fromiter(c.values(), dtype=np.int64, count=n)
-        lens_dt, counts_dt = _narrowest(lens), _narrowest(counts)
-        self.n = n
-        self.lens_dtype, self.counts_dtype = lens_dt.str, counts_dt.str
-        raw = lens.astype(lens_dt).tobytes() + counts.astype(counts_dt).tobytes() + b"".join(encoded)
-        self.packed = zlib.compress(raw, 1)  # level 1: most of the saving for little CPU
+    def __init__(self, terms: list[str], counts: np.ndarray):
+        n = self.n = len(terms)
+        counts = np.asarray(counts, dtype=np.int64)
+        counts_dt = _narrowest(counts)
+        joined = "\x00".join(terms)
+        if n and joined.count("\x00") == n - 1:  # no term holds a NUL: split on it
+            lens = b""
+            self.lens_dtype = ""
+            blob = joined.encode("utf-8", "surrogatepass")
+        else:
+            encoded = [t.encode("utf-8", "surrogatepass") for t in terms]
+            lens_a = np.fromiter(map(len, encoded), dtype=np.int64, count=n)
+            lens_dt = _narrowest(lens_a)
+            self.lens_dtype = lens_dt.str
+            lens = lens_a.astype(lens_dt).tobytes()
+            blob = b"".join(encoded)
+        self.counts_dtype = counts_dt.str
+        self.packed = zlib.compress(counts.astype(counts_dt).tobytes() + lens + blob, 1)  # level 1: most of the saving for little CPU
 
-    def as_dict(self) -> dict[str, int]:
+    def arrays(self) -> tuple[list[str], np.ndarray]:
+        """The terms and their counts (int64), in packing order."""
         raw = zlib.decompress(self.packed)
-        lens_dt, counts_dt, n = np.dtype(self.lens_dtype), np.dtype(self.counts_dtype), self.n
-        lens = np.frombuffer(raw, dtype=lens_dt, count=n).astype(np.int64)
-        counts = np.frombuffer(raw, dtype=counts_dt, count=n, offset=n * lens_dt.itemsize)
-        blob = raw[n * (lens_dt.itemsize + counts_dt.itemsize):]
+        counts_dt, n = np.dtype(self.counts_dtype), self.n
+        counts = np.frombuffer(raw, dtype=counts_dt, count=n).astype(np.int64)
+        at = n * counts_dt.itemsize
+        if not self.lens_dtype:
+            return (raw[at:].decode("utf-8", "surrogatepass").split("\x00") if n else []), counts
+        lens_dt = np.dtype(self.lens_dtype)
+        lens = np.frombuffer(raw, dtype=lens_dt, count=n, offset=at).astype(np.int64)
+        blob = raw[at + n * lens_dt.itemsize:]
         ends = np.cumsum(lens)
         terms = [blob[a:b].decode("utf-8", "surrogatepass") for a, b in zip((ends - lens).tolist(), ends.tolist(), strict=True)]
+        return terms, counts
+
+    def as_dict(self) -> dict[str, int]:
+        terms, counts = self.arrays()
         return dict(zip(terms, counts.tolist(), strict=True))
 
 
@@ -428,8 +516,8 @@ class StatsAccumulator:
         self.flush()
         for accs in self.feature.values():
             for a in accs:
-                if isinstance(a.terms, Counter):
-                    a.terms = _Terms(a.terms)  # type: ignore[assignment]
+                if a.terms is not None:
+                    a.terms.summed()
         return self
 
     # Unit accumulators travel to the commit step: packed, without the per-unit term tables.
@@ -569,7 +657,7 @@ class StatsAccumulator:
             if nz.size:
                 acc = self.feature[name][s].terms
                 assert acc is not None
-                acc.update(dict(zip([terms[i] for i in nz.tolist()], c[nz].tolist(), strict=True)))
+                acc.add(list(map(terms.__getitem__, nz.tolist())), c[nz])
 
     # -- rejections
     def add_errors(self, lines: Sequence[bytes]) -> None:
@@ -639,9 +727,9 @@ class StatsAccumulator:
                 if a.lengths is not None:
                     d["lengths"] = a.lengths.tolist()
                 if a.terms is not None:
-                    top = sorted(a.terms.items(), key=lambda kv: (-kv[1], kv[0]))[:TOP_TERMS]
-                    d.update(terms=[[t, c] for t, c in top], distinct=len(a.terms),
-                             items=a.items if f is not None else sum(a.terms.values()))
+                    terms, counts = a.terms.summed()
+                    d.update(terms=_top_terms(terms, counts), distinct=len(terms),
+                             items=a.items if f is not None else int(counts.sum()))
                     if f is not None:
                         d["oov"] = a.oov
                 elif f is not None and f.transform in ("hash", "cross"):
@@ -654,6 +742,17 @@ class StatsAccumulator:
                         key=lambda g: (-g["count"], g["field"], g["reason"]))
         return {"version": STATS_VERSION, "features": features,
                 "rejections": {"count": self.rejected, "groups": groups}}
+
+
+def _top_terms(terms: list[str], counts: np.ndarray, k: int = TOP_TERMS) -> list[list[Any]]:
+    """``[term, count]`` of the ``k`` most frequent terms, ties in term order:
+    only the terms counted at least as often as the ``k``-th are sorted."""
+    cand: Any = range(len(terms))
+    if len(terms) > k:
+        kth = np.partition(counts, counts.size - k)[counts.size - k]
+        cand = np.flatnonzero(counts >= kth).tolist()
+    top = sorted(zip([terms[i] for i in cand], counts[cand].tolist(), strict=True), key=lambda kv: (-kv[1], kv[0]))
+    return [[t, c] for t, c in top[:k]]
 
 
 def _sides(f: FeatureConfig | None, a: _FeatureSplit, st: Mapping[str, Any] | None) -> tuple[ValueSketch | None, ValueSketch | None]:

@@ -56,9 +56,9 @@ def test_sketch_histogram_counts_every_value_and_skips_nonfinite():
 def test_packed_term_counts_read_back_exactly():
     from convert.stats import _Terms
 
-    c = Counter({"a": 3, "é": 2, "\ud800": 1, "": 4, "x\x00y": 5})
-    assert _Terms(c).as_dict() == dict(c)
-    assert _Terms(Counter()).as_dict() == {}
+    for c in (Counter({"a": 3, "é": 2, "\ud800": 1, "": 4, "x\x00y": 5}), Counter({"a": 3, "é": 2, "\ud800": 1, "": 4}),
+              Counter({"": 1}), Counter()):
+        assert _Terms(list(c), np.array(list(c.values()), dtype=np.int64)).as_dict() == dict(c)
 
 
 @settings(max_examples=60, deadline=None)
@@ -68,7 +68,35 @@ def test_packed_term_counts_read_back_exactly_whatever_their_lengths_and_counts(
 
     from convert.stats import _Terms
 
-    assert pickle.loads(pickle.dumps(_Terms(Counter(d)))).as_dict() == d
+    assert pickle.loads(pickle.dumps(_Terms(list(d), np.array(list(d.values()), dtype=np.int64)))).as_dict() == d
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.dictionaries(st.sampled_from(["a", "b", "é", "", "x\x00y", *map(str, range(40))]),
+                                st.integers(1, 2**40), max_size=30), max_size=8),
+       st.integers(1, 45))
+def test_term_counts_summed_in_numpy_equal_a_counter_and_the_top_terms_a_full_sort(chunks, top):
+    """Chunks added, merged and pickled (a unit's trip to the commit) sum as a Counter does;
+    the top terms are those of sorting every term by count, then term."""
+    import pickle
+
+    from convert import stats
+
+    want: Counter = Counter()
+    merged = stats._TermCounts()
+    for i, d in enumerate(chunks):
+        want.update(d)
+        one = stats._TermCounts()
+        one.add(list(d), np.array(list(d.values()), dtype=np.int64))
+        if i % 2:  # as the commit step gets a unit's: merged without unpacking it for good (it holds every unit)
+            one = pickle.loads(pickle.dumps(one))
+            merged.merge(one)
+            assert one._terms == []
+        else:
+            merged.merge(one)
+    assert merged.as_dict() == dict(want)
+    terms, counts = merged.summed()
+    assert stats._top_terms(terms, counts, top) == [[t, c] for t, c in sorted(want.items(), key=lambda kv: (-kv[1], kv[0]))[:top]]
 
 
 def test_a_units_term_counts_travel_in_less_room_than_the_terms_themselves():
@@ -81,7 +109,7 @@ def test_a_units_term_counts_travel_in_less_room_than_the_terms_themselves():
 
     c = Counter({f"word{i}": 1 + 1000 // (i + 1) for i in range(30_000)})
     term_bytes = sum(len(t) for t in c)
-    assert len(pickle.dumps(_Terms(c))) < term_bytes
+    assert len(pickle.dumps(_Terms(list(c), np.array(list(c.values()))))) < term_bytes
 
 
 def test_a_sketch_maps_through_a_transform():
