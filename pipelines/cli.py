@@ -598,7 +598,7 @@ def data_service_dispatcher(
     port: Annotated[int, typer.Option(help="Port to listen on (all interfaces); 0 picks a free one.")] = 5050,
     work_dir: Annotated[str | None, typer.Option(help="Directory (local or gs://) for the dispatcher's journal: fault-tolerant mode, a restarted dispatcher resumes its jobs.")] = None,
     worker_address: Annotated[list[str] | None, typer.Option("--worker-address", help="host:port of each worker, as it advertises itself (repeat): the fixed worker list that ReadOptions(service_sharding='static') needs.")] = None,
-    worker_timeout_s: Annotated[float | None, typer.Option(help="Seconds without a heartbeat after which a worker counts as lost (TensorFlow's default if not given).", show_default=False)] = None,
+    worker_timeout_s: Annotated[float | None, typer.Option(help="Seconds without a heartbeat after which a worker counts as lost (TensorFlow's default if not given); a lost worker keeps its tasks: epochs wait for a worker back at its address (docs/data-service.md).", show_default=False)] = None,
 ) -> None:
     """Run a tf.data service dispatcher: it hands shards to the workers and tells trainers where to fetch batches."""
     from readers import service  # TensorFlow, only for this command

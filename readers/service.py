@@ -17,10 +17,13 @@ Contract:
   one and the start of the next). Workers must reach the shards under the
   trainer's path.
 - ``service_sharding="dynamic"``: every shard read once per epoch by whichever
-  worker asks; a lost worker's unsent records are lost for that epoch, never
-  repeated. ``"static"``: worker ``i`` of the dispatcher's fixed list reads
-  shards ``i, i+n, ...``; a lost worker's shards are read again from their
-  start when it returns (repeats, no loss).
+  worker asks; a lost worker's claimed, unsent records are lost for that
+  epoch, never repeated. ``"static"``: worker ``i`` of the dispatcher's fixed
+  list reads shards ``i, i+n, ...``; a lost worker's shards are read again
+  from their start when it returns (repeats, no loss). Either way a finite
+  epoch (and every later one) waits for a worker back at the lost one's
+  address: TensorFlow keeps the lost worker's tasks and offers no timeout.
+  ``num_epochs=None`` trains on with the remaining workers (dynamic).
 - Kept: the shard checks, the damage message, ``skip_corrupt``, the label
   split, ``features``, packed layouts. Not kept: cardinality, a reproducible
   order, iterator checkpoints; ``cache`` and ``input_context`` are refused.
@@ -163,7 +166,9 @@ def serve_dispatcher(port: int, *, work_dir: str | None = None, worker_addresses
     a restarted dispatcher resumes its jobs). ``worker_addresses``: the fixed
     worker list that ``service_sharding="static"`` needs, exactly as the
     workers advertise themselves (``host:port``). ``worker_timeout_s``: how
-    long a silent worker counts as alive (TensorFlow's default when None).
+    long a silent worker counts as alive (TensorFlow's default when None); a
+    worker found lost keeps its tasks, so epochs still wait for a worker back
+    at its address (docs/data-service.md, "Worker loss").
     """
     if port < 0 or port > 65535:
         raise ValueError(f"--port must be 0..65535, found {port}")

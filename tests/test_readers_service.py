@@ -10,7 +10,9 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import _readers_fixtures as fx
@@ -242,23 +244,48 @@ def test_a_damaged_shard_fails_the_trainer_naming_the_shard(dynamic, output, tmp
         _ids(readers.train_dataset(str(damaged), 8, num_epochs=1, options=opts))
 
 
-def _rest_of_epoch(it, what: str) -> list[int]:
-    """Every record ``it`` still yields, read in a thread: a failure, not a hang, if the epoch never ends."""
-    got: list[int] = []
-    errors: list[BaseException] = []
+class _EpochReader:
+    """Reads ``it`` in a thread, keeping each record as it arrives (up to ``limit`` records): the test
+    looks at what came while the epoch is still open, and a stall is a failure, not a hang."""
 
-    def run() -> None:
+    def __init__(self, it, limit: int | None = None) -> None:
+        self.got: list[int] = []
+        self.errors: list[BaseException] = []
+        self._thread = threading.Thread(target=self._run, args=(it, limit), daemon=True)
+        self._thread.start()
+
+    def _run(self, it, limit: int | None) -> None:
         try:
-            got.extend(fx.ids_of(it))
-        except BaseException as e:  # noqa: BLE001 - reported below
-            errors.append(e)
+            for batch in it:
+                self.got.extend(fx.ids_of([batch]))
+                if limit is not None and len(self.got) >= limit:
+                    return
+        except BaseException as e:  # noqa: BLE001 - reported by wait_until() and end()
+            self.errors.append(e)
 
-    reader = threading.Thread(target=run, daemon=True)
-    reader.start()
-    reader.join(EPOCH_TIMEOUT_S)
-    assert not reader.is_alive(), f"{what}: the epoch did not end within {EPOCH_TIMEOUT_S:g} s"
-    assert not errors, errors
-    return got
+    @property
+    def running(self) -> bool:
+        return self._thread.is_alive()
+
+    def wait_until(self, what: str, done: Callable[[list[int]], bool]) -> None:
+        """Until ``done(records so far)``: a failure naming ``what`` if not within the epoch timeout."""
+        deadline = time.monotonic() + EPOCH_TIMEOUT_S
+        while not done(list(self.got)) and not self.errors and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not self.errors, self.errors
+        assert done(list(self.got)), (f"{what}: not within {EPOCH_TIMEOUT_S:g} s ({len(self.got)} records came, "
+                                      f"reader {'still waiting' if self.running else 'ended'})")
+
+    def end(self, what: str) -> list[int]:
+        """The records, once the epoch ends: a failure, not a hang, if it does not end in time."""
+        self._thread.join(EPOCH_TIMEOUT_S)
+        assert not self._thread.is_alive(), f"{what}: the epoch did not end within {EPOCH_TIMEOUT_S:g} s"
+        assert not self.errors, self.errors
+        return self.got
+
+
+def _rest_of_epoch(it, what: str) -> list[int]:
+    return _EpochReader(it).end(what)
 
 
 @pytest.mark.slow
@@ -310,6 +337,131 @@ def test_static_sharding_exactly_once_and_a_restarted_worker_rereads_its_own_sha
         owner = {i: k % 2 for k, shard in enumerate(output.ids["train"]) for i in shard}
         assert len({owner[i] for i in repeated}) <= 1, "repeats from both workers' shards"
         print(f"records repeated after the restart: {len(repeated)}")
+    finally:
+        service.stop()
+
+
+LOST_SHARDS = (10,) * 40  # many small shards: a worker holds only the few it is reading
+QUIET_S = 3.0  # after the rest has arrived, the time an epoch that waits for a lost worker gets to end anyway
+
+
+@pytest.fixture(scope="module")
+def many(tmp_path_factory):
+    return fx.write_output(tmp_path_factory.mktemp("many") / "out", {"train": LOST_SHARDS})
+
+
+def _one_by_one(service: Service, **fields) -> readers.ReadOptions:
+    """Options under which a worker claims only the shard it reads and sends it in file order: no file
+    shuffle (its buffer claims up to every shard at an epoch's start), no record shuffle, one shard at
+    a time, small buffers. What a lost worker takes with it is then the tail of the shards it held."""
+    return readers.ReadOptions(service=service.address, shuffle_files=False, shuffle_buffer=1, cycle_length=1,
+                               num_parallel_calls=1, prefetch=1, **fields)
+
+
+def _epoch(output, opts: readers.ReadOptions):
+    return iter(readers.train_dataset(str(output.root), 4, num_epochs=1, drop_remainder=False, options=opts))
+
+
+def _cut_shards(output, got: Counter) -> list[int]:
+    """The shards of which only a part arrived, asserting that the part is a prefix in file order."""
+    cut = []
+    for k, shard in enumerate(output.ids["train"]):
+        n = sum(1 for i in shard if i in got)
+        assert all(i in got for i in shard[:n]), f"shard {k} arrived with a gap: {[i in got for i in shard]}"
+        if n < len(shard):
+            cut.append(k)
+    return cut
+
+
+@pytest.mark.slow
+def test_dynamic_worker_lost_for_good_training_goes_on_and_epochs_wait_for_its_address(many, tmp_path):
+    """DYNAMIC, worker 0 killed mid-epoch and not restarted (docs/data-service.md, "Worker loss").
+    A new epoch started meanwhile is read wholly by the remaining worker, each record once, but does
+    not end: TensorFlow gives every new job a task on each worker it ever registered and waits for it.
+    The open epoch repeats nothing; it ends without worker 0 only if worker 0 had already sent the end
+    of its part (then nothing is lost), else it waits too. With a worker back at the address both end:
+    nothing is added to the new epoch, and the open one lacks at most the unsent tails of the shards
+    worker 0 held."""
+    service = Service(tmp_path, fixed_ports=True)
+    try:
+        opts = _one_by_one(service)
+        every = Counter(many.all_ids("train"))
+        it = _epoch(many, opts)
+        before = fx.ids_of([next(it) for _ in range(3)])
+        service.workers[0].kill()
+        open_epoch = _EpochReader(it)
+        new_epoch = _EpochReader(_epoch(many, opts))
+        new_epoch.wait_until("a new epoch, read by the remaining worker", lambda got: len(got) >= len(every))
+        open_epoch.wait_until("records of the open epoch after the kill", lambda got: len(got) > 0)
+        time.sleep(QUIET_S)
+        assert Counter(new_epoch.got) == every
+        assert new_epoch.running, "a new epoch ended without the lost worker: update docs/data-service.md"
+        got = Counter(before + open_epoch.got)
+        assert max(got.values()) == 1 and set(got) <= set(every)
+        assert open_epoch.running or got == every, "the open epoch ended without the lost worker's records"
+
+        service.workers[0] = service.start_worker(0)
+        service.workers[0].wait_up()
+        assert Counter(new_epoch.end("the new epoch, a worker back at the lost address")) == every
+        got = Counter(before + open_epoch.end("the open epoch, a worker back at the lost address"))
+        assert max(got.values()) == 1 and set(got) <= set(every)
+        print(f"the open epoch lost {len(every) - len(got)} records: the tails of shards {_cut_shards(many, got)}")
+    finally:
+        service.stop()
+
+
+@pytest.mark.slow
+def test_dynamic_endless_reading_trains_on_the_remaining_worker(many, tmp_path):
+    """``num_epochs=None`` (``model.fit`` with ``steps_per_epoch``) has no epoch end to wait for: after
+    a worker is lost for good the remaining one serves every record of the split, again and again."""
+    service = Service(tmp_path)
+    try:
+        it = iter(readers.train_dataset(str(many.root), 4, num_epochs=None, options=_one_by_one(service)))
+        fx.ids_of([next(it) for _ in range(3)])
+        service.workers[0].kill()
+        epochs = 3 * sum(LOST_SHARDS)
+        after = _EpochReader(it, limit=epochs)
+        del it
+        after.wait_until("three epochs' worth of records after the kill", lambda got: len(got) >= epochs)
+        assert set(after.got) == set(many.all_ids("train"))
+    finally:
+        service.stop()
+
+
+@pytest.mark.slow
+def test_static_worker_lost_for_good_its_shards_are_never_read_and_epochs_wait_for_it(many, tmp_path):
+    """FILE (static), worker 0 of 2 killed mid-epoch and not restarted: the other worker's shards
+    (1, 3, ...) arrive whole, each record once, in the open epoch and in a new one started meanwhile;
+    no one reads worker 0's shards of the new epoch, and neither epoch ends. Back at its address the
+    worker reads its shards from their start: the new epoch is then exactly once, the open one whole
+    with repeats only in worker 0's shards."""
+    service = Service(tmp_path, static=True)
+    try:
+        opts = _one_by_one(service, service_sharding="static")
+        every = Counter(many.all_ids("train"))
+        lost_shards = {i for k, shard in enumerate(many.ids["train"]) if k % 2 == 0 for i in shard}
+        remaining = set(every) - lost_shards
+        it = _epoch(many, opts)
+        before = fx.ids_of([next(it) for _ in range(3)])
+        service.workers[0].kill()
+        open_epoch = _EpochReader(it)
+        new_epoch = _EpochReader(_epoch(many, opts))
+        new_epoch.wait_until("a new epoch, the remaining worker's shards", lambda got: remaining <= set(got))
+        open_epoch.wait_until("the open epoch, the remaining worker's shards",
+                              lambda got: remaining <= set(before + got))
+        time.sleep(QUIET_S)
+        assert Counter(new_epoch.got) == Counter(remaining)  # worker 0's shards: never read
+        assert new_epoch.running, "a new epoch ended without the lost worker's shards: update docs/data-service.md"
+        got = Counter(before + open_epoch.got)
+        assert all(got[i] == 1 for i in remaining) and set(got) <= set(every)
+        assert open_epoch.running or got == every, "the open epoch ended without the lost worker's records"
+
+        service.workers[0] = service.start_worker(0)
+        service.workers[0].wait_up()
+        assert Counter(new_epoch.end("the new epoch, worker 0 back")) == every
+        got = Counter(before + open_epoch.end("the open epoch, worker 0 back"))
+        assert set(got) == set(every) and all(got[i] == 1 for i in remaining)
+        print(f"the open epoch repeated {sum(n > 1 for n in got.values())} records of worker 0's shards")
     finally:
         service.stop()
 
