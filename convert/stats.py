@@ -328,35 +328,54 @@ class _FeatureSplit:
         self.oov += o.oov
 
 
+class _Ids(dict):
+    """term -> dense id; a term missing is given the next id (as the preparer's term indexes)."""
+
+    def __missing__(self, term: str) -> int:
+        i = self[term] = len(self)
+        return i
+
+
 class _TermCounts:
-    """A feature's count of each term in one split, summed when read.
+    """A feature's count of each term in one split.
 
-    Batches and merged units add ``(terms, counts)`` chunks, a term possibly
-    in several; ``summed`` adds them up in numpy, each term numbered by one
-    C-level dict pass, instead of a dict update per term and chunk. Chunks
-    are summed as they pile up, so what is held stays within about twice the
-    distinct terms. Pickled packed (``_Terms``): that is how a unit's
-    statistics travel to the commit step, which holds every unit's; an
-    unpickled one stays packed until it is read or added to, and merging it
-    into another reads it without unpacking it for good."""
+    Counts are added a chunk at a time (``add``: distinct terms and their
+    counts, a unit's or a batch's): the first chunk is kept as it is, later
+    ones are numbered through a term -> id dict (one C-level lookup per
+    term; a new term costs a ``__missing__`` call) and added into an array,
+    instead of a dict update per term and chunk. Pickled packed (``_Terms``):
+    that is how a unit's statistics travel to the commit step, which holds
+    every unit's; an unpickled one stays packed until it is read or added
+    to, and merging it into another reads it without unpacking it for good."""
 
-    __slots__ = ("_terms", "_counts", "_distinct", "_packed")
+    __slots__ = ("_terms", "_ids", "_counts", "_packed")
 
     def __init__(self) -> None:
-        self._terms: list[str] = []
-        self._counts: list[np.ndarray] = []
-        self._distinct = 0  # terms held after the last summing
+        self._terms: list[str] = []  # the first chunk's terms (no ``_ids`` yet)
+        self._ids: _Ids | None = None
+        self._counts = np.zeros(0, dtype=np.int64)  # by id; may run past the terms (grows by doubling)
         self._packed: _Terms | None = None  # what pickling gave or unpickling took, until the counts change
 
     def add(self, terms: list[str], counts: np.ndarray) -> None:
         """Count ``counts[i]`` (positive) more of ``terms[i]``; the terms of one call are distinct."""
-        if terms:
-            self._unpack()
-            self._packed = None
-            self._terms.extend(terms)
-            self._counts.append(np.asarray(counts, dtype=np.int64))
-            if len(self._terms) > 2 * self._distinct + 65536:
-                self.summed()
+        if not terms:
+            return
+        self._unpack()
+        self._packed = None
+        counts = np.asarray(counts, dtype=np.int64)
+        if self._ids is None and not self._terms:
+            self._terms, self._counts = list(terms), counts.copy()
+            return
+        if self._ids is None:
+            self._ids = _Ids(zip(self._terms, range(len(self._terms)), strict=True))
+            self._terms = []
+        ids = self._ids
+        at = np.fromiter(map(ids.__getitem__, terms), dtype=np.intp, count=len(terms))
+        if self._counts.size < len(ids):
+            grown = np.zeros(max(len(ids), 2 * self._counts.size), dtype=np.int64)
+            grown[: self._counts.size] = self._counts
+            self._counts = grown
+        np.add.at(self._counts, at, counts)
 
     def update(self, items: Iterable[str]) -> None:
         """Count each of ``items`` once (as ``Counter.update``)."""
@@ -364,26 +383,21 @@ class _TermCounts:
         self.add(list(c), np.fromiter(c.values(), dtype=np.int64, count=len(c)))
 
     def merge(self, o: _TermCounts) -> None:
-        self.add(*(o._packed.arrays() if o._packed is not None and not o._counts else o.summed()))
+        self.add(*(o._packed.arrays() if o._packed is not None and o._empty() else o.summed()))
+
+    def _empty(self) -> bool:
+        return self._ids is None and not self._terms
 
     def _unpack(self) -> None:
-        if self._packed is not None and not self._counts:
-            terms, counts = self._packed.arrays()
-            if terms:
-                self._terms, self._counts, self._distinct = terms, [counts], len(terms)
+        if self._packed is not None and self._empty():
+            self._terms, self._counts = self._packed.arrays()
 
     def summed(self) -> tuple[list[str], np.ndarray]:
         """The distinct terms (in the order first added) and the total count of each."""
         self._unpack()
-        if len(self._counts) > 1:
-            first = dict.fromkeys(self._terms)
-            ids = dict(zip(first, range(len(first)), strict=True))
-            at = np.fromiter(map(ids.__getitem__, self._terms), dtype=np.intp, count=len(self._terms))
-            total = np.zeros(len(ids), dtype=np.int64)
-            np.add.at(total, at, np.concatenate(self._counts))
-            self._terms, self._counts = list(ids), [total]
-        self._distinct = len(self._terms)
-        return self._terms, self._counts[0] if self._counts else np.zeros(0, dtype=np.int64)
+        if self._ids is None:
+            return self._terms, self._counts
+        return list(self._ids), self._counts[: len(self._ids)]
 
     def as_dict(self) -> dict[str, int]:
         terms, counts = self.summed()
@@ -395,7 +409,7 @@ class _TermCounts:
         return self._packed
 
     def __setstate__(self, packed: _Terms) -> None:
-        self._terms, self._counts, self._distinct, self._packed = [], [], 0, packed
+        self._terms, self._ids, self._counts, self._packed = [], None, np.zeros(0, dtype=np.int64), packed
 
 
 class _Terms:
@@ -511,13 +525,9 @@ class StatsAccumulator:
         self._pending = PendingTermCounts(width=len(self.splits))
 
     def compact(self) -> StatsAccumulator:
-        """Pack the term counts (``_Terms``) for the trip to the commit step, which
-        holds every unit's accumulator; ``merge`` reads them back."""
+        """Drain the pending term counts; pickling then packs them (``_Terms``) for the
+        trip to the commit step, which holds every unit's accumulator."""
         self.flush()
-        for accs in self.feature.values():
-            for a in accs:
-                if a.terms is not None:
-                    a.terms.summed()
         return self
 
     # Unit accumulators travel to the commit step: packed, without the per-unit term tables.

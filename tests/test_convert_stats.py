@@ -91,7 +91,7 @@ def test_term_counts_summed_in_numpy_equal_a_counter_and_the_top_terms_a_full_so
         if i % 2:  # as the commit step gets a unit's: merged without unpacking it for good (it holds every unit)
             one = pickle.loads(pickle.dumps(one))
             merged.merge(one)
-            assert one._terms == []
+            assert one._empty()
         else:
             merged.merge(one)
     assert merged.as_dict() == dict(want)
