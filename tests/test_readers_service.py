@@ -292,9 +292,9 @@ def _rest_of_epoch(it, what: str) -> list[int]:
 def test_dynamic_worker_killed_mid_epoch_and_restarted_loses_at_most_its_shards_and_repeats_nothing(
         output, tmp_path):
     """DYNAMIC: a worker killed mid-epoch takes the shards it held (and the records it had read
-    but not sent) with it: they are lost for this epoch, nothing repeats (at most once). The
-    trainer's epoch ends only once a worker is back at the lost one's address (TensorFlow's client
-    waits for the lost task); the next epoch is complete again."""
+    but not sent) with it: they are lost for this epoch, nothing repeats (at most once). Unless the
+    lost worker had sent the end of its part, the epoch ends only once a worker is back at its
+    address (see the lost-for-good test below); the next epoch is complete again."""
     service = Service(tmp_path, fixed_ports=True)
     try:
         opts = readers.ReadOptions(service=service.address, shuffle_buffer=8, cycle_length=1)
