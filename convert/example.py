@@ -96,19 +96,41 @@ class _Rows:
     def __init__(self, rows: int):
         self.rows = rows
         self.segments: list[tuple[bytes | np.ndarray, np.ndarray | None]] = []
-        self.lens = np.zeros(rows, dtype=np.int64)  # bytes in use per row
+        # bytes in use per row: ``fixed`` on every row plus ``varying`` (None: nothing varies)
+        self.fixed = 0
+        self.varying: np.ndarray | None = None
+
+    @property
+    def lens(self) -> np.ndarray:
+        if self.varying is None:
+            return np.full(self.rows, self.fixed, dtype=np.int64)
+        return self.varying + self.fixed
+
+    def _add_lens(self, lens: np.ndarray) -> None:
+        self.varying = lens.astype(np.int64) if self.varying is None else self.varying + lens
 
     def const(self, data: bytes) -> None:
         if data:
-            self.lens += len(data)
+            self.fixed += len(data)
             if self.segments and isinstance(self.segments[-1][0], bytes):
                 data = self.segments.pop()[0] + data  # type: ignore[operator]
             self.segments.append((data, None))
 
     def block(self, mat: np.ndarray, mask: np.ndarray | None, lens: np.ndarray) -> None:
+        """A ``(rows, width)`` block; ``mask``: the bytes in use (None: all), ``lens``: how many per row."""
         if mat.shape[1]:
             self.segments.append((mat, mask))
-            self.lens += lens
+            if mask is None:  # every row uses the whole block
+                self.fixed += mat.shape[1]
+            else:
+                self._add_lens(lens)
+
+    def varint_lens(self, other: _Rows) -> None:
+        """The varint of each row's length in ``other`` (a length prefix)."""
+        if other.varying is None:
+            self.const(_varint_scalar(other.fixed))
+        else:
+            self.varint(other.varying + other.fixed)
 
     def varint(self, values: np.ndarray) -> None:
         """The varint of one non-negative value per row."""
@@ -123,7 +145,9 @@ class _Rows:
             if isinstance(data, bytes) and self.segments and isinstance(self.segments[-1][0], bytes):
                 data = self.segments.pop()[0] + data  # type: ignore[operator]
             self.segments.append((data, mask))
-        self.lens += other.lens
+        self.fixed += other.fixed
+        if other.varying is not None:
+            self._add_lens(other.varying)
 
     def bytes(self) -> np.ndarray:
         widths = [len(d) if isinstance(d, bytes) else d.shape[1] for d, _ in self.segments]
@@ -185,15 +209,15 @@ def _feature_entry(name: str, kind: str, value: np.ndarray | list[bytes], rows: 
     # values, so either all rows have one or none): `tag 0x00`.
     feat = _Rows(rows)
     feat.const(feat_tag)
-    feat.varint(body.lens)
+    feat.varint_lens(body)
     feat.extend(body)
     entry_body = _Rows(rows)
     entry_body.const(_key_bytes(name) + b"\x12")
-    entry_body.varint(feat.lens)
+    entry_body.varint_lens(feat)
     entry_body.extend(feat)
     entry = _Rows(rows)
     entry.const(b"\x0a")
-    entry.varint(entry_body.lens)
+    entry.varint_lens(entry_body)
     entry.extend(entry_body)
     return entry
 
@@ -229,7 +253,7 @@ def encode_examples(columns: dict[str, tuple[str, np.ndarray | list[bytes]]], ro
         features.extend(_feature_entry(name, kind, value, rows))
     example = _Rows(rows)
     example.const(b"\x0a")
-    example.varint(features.lens)
+    example.varint_lens(features)
     example.extend(features)
     return example.bytes(), example.lens
 
