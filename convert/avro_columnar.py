@@ -15,7 +15,14 @@ from typing import IO, Any
 
 import numpy as np
 
-from convert.avro_framing import _SYNC_SIZE, _block_expands_past, _block_too_big, _read_raw_block
+from convert.avro_framing import (
+    _SYNC_SIZE,
+    _block_expands_past,
+    _block_too_big,
+    _inflate_blocks,
+    _null_codec_header,
+    _read_raw_block,
+)
 from convert.columns import ListArray, NumericArray, ScalarArray, TermCodes
 from convert.source_types import (
     DEFAULT_MAX_BLOCK_BYTES,
@@ -506,7 +513,7 @@ def _iter_avro_columnar(f: IO[bytes], path: str, header: bytes, sync: bytes, pos
                         first_block: int = 0) -> Generator[RecordBatch, None, int | None]:
     """The Avro fast path: whole blocks of ``[pos, end)`` decoded by polars, a
     batch at a time (the file's header plus the batch's raw blocks make a small
-    Avro file). Returns ``None`` when the range is done, or the offset of the
+    Avro file; deflate blocks inflated by zlib-ng behind a null-codec header). Returns ``None`` when the range is done, or the offset of the
     first block it could not decode: the fastavro path goes on from there and
     reports what is wrong, so nothing is read twice or lost. A block that
     decompresses past ``max_block_bytes`` (``codec`` is the file's) is checked
@@ -520,9 +527,12 @@ def _iter_avro_columnar(f: IO[bytes], path: str, header: bytes, sync: bytes, pos
     import polars as pl  # only in processes that decode Avro
 
     too_big: InputFileError | None = None
+    # deflate blocks are inflated here and read by polars as the null codec (``_inflate_blocks``)
+    inflated_header = _null_codec_header(header) if codec == "deflate" else None
     while end is None or pos < end:
         chunk_start = pos
-        parts, offsets, counts = [header], [], []
+        blocks: list[tuple[int, bytes, int]] = []
+        offsets, counts = [], []
         n = 0
         while n < batch_size and (end is None or pos < end):
             block = _read_raw_block(f, sync, max_block_bytes if codec == "null" else MAX_AVRO_BLOCK_BYTES)
@@ -534,7 +544,7 @@ def _iter_avro_columnar(f: IO[bytes], path: str, header: bytes, sync: bytes, pos
                 break
             offsets.append(pos)
             counts.append(block[0])
-            parts.append(block[1])
+            blocks.append(block)
             n += block[0]
             pos += len(block[1])
         if too_big is not None and not counts:
@@ -547,7 +557,11 @@ def _iter_avro_columnar(f: IO[bytes], path: str, header: bytes, sync: bytes, pos
                 raise too_big
             continue
         try:
-            records = _decode_avro_blocks(pl, b"".join(parts), n, path, record_json)
+            if inflated_header is not None:
+                data = b"".join([inflated_header, *_inflate_blocks(blocks)])
+            else:
+                data = b"".join([header, *(b[1] for b in blocks)])
+            records = _decode_avro_blocks(pl, data, n, path, record_json)
         except (KeyboardInterrupt, SystemExit, GeneratorExit):
             raise
         except BaseException as e:  # noqa: BLE001 - polars' Rust panics are BaseExceptions
@@ -560,7 +574,8 @@ def _iter_avro_columnar(f: IO[bytes], path: str, header: bytes, sync: bytes, pos
         for off, c in zip(offsets, counts, strict=True):
             rec_offsets.extend([off] * c)
             indexes.extend(range(c))
-        parts.clear()
+        del data
+        blocks.clear()
         yield RecordBatch(path, "avro", records, rec_offsets, indexes)
         if too_big is not None:
             raise too_big

@@ -13,6 +13,8 @@ import zlib
 from collections.abc import Callable
 from typing import IO, Any
 
+from zlib_ng import zlib_ng as _zng
+
 from convert.source_types import (
     _CHECK_CHUNK_BYTES,
     _DEFLATE_MAX_RATIO,
@@ -113,6 +115,73 @@ def _zigzag_at(data: bytes, i: int) -> tuple[int, int] | None:
             return (n >> 1) ^ -(n & 1), i
         shift += 7
     return None
+
+
+def _zigzag(n: int) -> bytes:
+    """``n`` as an Avro long (zigzag varint): the inverse of ``_zigzag_at``."""
+    u = (n << 1) ^ (n >> 63)
+    out = bytearray()
+    while u > 0x7F:
+        out.append((u & 0x7F) | 0x80)
+        u >>= 7
+    out.append(u)
+    return bytes(out)
+
+
+def _null_codec_header(header: bytes) -> bytes | None:
+    """The Avro header ``header`` (magic to sync marker) declaring the ``null``
+    codec, every other metadata entry and the sync marker kept; ``None`` when
+    ``header`` is not exactly one whole header.
+
+    For blocks inflated before another decoder reads them (``_inflate_blocks``)."""
+    if not header.startswith(AVRO_MAGIC):
+        return None
+    meta: list[tuple[bytes, bytes]] = []
+    i = len(AVRO_MAGIC)
+    while True:
+        got = _zigzag_at(header, i)
+        if got is None:
+            return None
+        count, i = got
+        if count == 0:
+            break
+        if count < 0:  # a block with its byte size
+            count = -count
+            if (got := _zigzag_at(header, i)) is None:
+                return None
+            i = got[1]
+        for _ in range(count):
+            pair = []
+            for _ in range(2):
+                got = _zigzag_at(header, i)
+                if got is None or got[0] < 0 or got[1] + got[0] > len(header):
+                    return None
+                pair.append(header[got[1]:got[1] + got[0]])
+                i = got[1] + got[0]
+            meta.append((pair[0], pair[1]))
+    if len(header) != i + _SYNC_SIZE:
+        return None
+    meta = [(k, v) for k, v in meta if k != b"avro.codec"] + [(b"avro.codec", b"null")]
+    out = [AVRO_MAGIC, _zigzag(len(meta))]
+    for k, v in meta:
+        out += [_zigzag(len(k)), k, _zigzag(len(v)), v]
+    out += [_zigzag(0), header[i:]]
+    return b"".join(out)
+
+
+def _inflate_blocks(blocks: list[tuple[int, bytes, int]]) -> list[bytes]:
+    """Raw Avro blocks (``_read_raw_block``'s tuples) of the ``deflate`` codec as
+    ``null``-codec blocks (count, size, the inflated records, the sync marker),
+    to be read behind ``_null_codec_header``; raises ``zlib.error`` on a corrupt block.
+
+    Why: zlib-ng inflates these blocks in well under the time polars' Avro reader
+    takes for them (docs/benchmarks.md#design-converter)."""
+    out = []
+    for count, data, head in blocks:
+        body = memoryview(data)[head:-_SYNC_SIZE]
+        raw = _zng.decompress(body, -15, 4 * len(body))
+        out += [_zigzag(count), _zigzag(len(raw)), raw, data[-_SYNC_SIZE:]]
+    return out
 
 
 class _PatchedHeader:

@@ -200,6 +200,30 @@ def test_a_corrupt_block_gives_the_fastavro_paths_records_then_error():
     assert _read(data2, "auto")[4] is not None
 
 
+def test_deflate_blocks_reach_polars_inflated_behind_the_files_metadata(monkeypatch):
+    """The fast path inflates deflate blocks itself (zlib-ng) and hands polars a
+    null-codec file with the original metadata and sync marker: same records."""
+    import polars as pl
+
+    from convert.avro_framing import _null_codec_header
+
+    real, seen = pl.read_avro, []
+    monkeypatch.setattr(pl, "read_avro", lambda src, *a, **kw: (seen.append(src.getvalue()), real(src, *a, **kw))[1])
+    buf = io.BytesIO()
+    fastavro.writer(buf, fastavro.parse_schema(copy.deepcopy(WIDE)), _wide_records(40), codec="deflate",
+                    sync_interval=100, metadata={"app.note": "kept"})
+    data = buf.getvalue()
+    kinds = _assert_same_reads(data, batch_size=7)
+    assert kinds and all(k is ColumnRecords for k in kinds) and seen
+    header = fastavro.reader(io.BytesIO(data))._header
+    for sent in seen:
+        got = fastavro.reader(io.BytesIO(sent))
+        assert got.codec == "null" and got.metadata["app.note"] == "kept"
+        assert got._header["sync"] == header["sync"]
+    end = data.index(header["sync"]) + 16
+    assert _null_codec_header(data[:end - 1]) is None and _null_codec_header(b"Obj\x02" + data[4:end]) is None
+
+
 def test_when_polars_fails_on_a_batch_fastavro_reads_from_that_block_on(monkeypatch):
     import polars as pl
 
