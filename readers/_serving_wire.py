@@ -106,7 +106,7 @@ def _forms(f: FeatureConfig) -> tuple[str, ...]:
 @dataclasses.dataclass(frozen=True)
 class Source:
     """One source field. ``input_name``/``kind_name``/``len_name`` name its
-    values, kinds and length as the layer reads them (``Wire.unpack``); only a
+    values, kinds and length as the layer reads them (``Wire.positions``); only a
     list source's values and kinds travel under those names."""
 
     path: str
@@ -202,15 +202,10 @@ class Wire:
             return s.kind_name
         return s.input_name(next(f for f, n in PACKED.items() if n == name))
 
-    def unpack(self, inputs: dict[str, Any], split: Any) -> dict[str, Any]:
-        """The per-source view of wire ``inputs`` (names of ``Source.input_name``,
-        ``kind_name``, ``len_name``): a list source's own inputs as they are, the
-        columns of packed ones as ``split(tensor, columns)`` cuts them."""
-        out = {n: inputs[n] for s in self.sources for n in s.input_names()}
-        for name, cols in self.columns.items():
-            for s, col in zip(cols, split(inputs[name], len(cols)), strict=True):
-                out[self._column_of(name, s)] = col
-        return out
+    def positions(self) -> dict[str, tuple[str, int]]:
+        """Where each single-valued source's values, kinds and list lengths travel:
+        ``{name the layer reads (Source.input_name, kind_name, len_name): (packed input, column)}``."""
+        return {self._column_of(name, s): (name, j) for name, cols in self.columns.items() for j, s in enumerate(cols)}
 
     def by_path(self, path: str) -> Source:
         for s in self.sources:

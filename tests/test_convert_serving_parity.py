@@ -156,11 +156,15 @@ def test_hash_ids_of_both_avro_decoders_equal_tensorflows(values, buckets):
 
 
 def tf_tokens(texts: list[str], lowercase: bool) -> list[list[str]]:
-    """The serving graph's tokenizer, on the texts' UTF-8 bytes."""
+    """The serving graph's tokenizer (``readers.serving._tokens``) on the texts' UTF-8 bytes;
+    ``convert.records.tokenize``'s formula in TensorFlow ops gives the same tokens."""
+    from readers.serving import _tokens
+
     t = tf.constant([_utf8(x) for x in texts], dtype=tf.string, shape=[len(texts)])
     if lowercase:
         t = tf.strings.lower(t)
-    toks = tf.strings.split(tf.strings.regex_replace(t, TEXT_DELIMITERS_RE, " ")).to_list()
+    toks = tf.RaggedTensor.from_sparse(_tokens(t)).to_list()
+    assert toks == tf.strings.split(tf.strings.regex_replace(t, TEXT_DELIMITERS_RE, " ")).to_list()
     return [[w.decode("utf-8", "surrogatepass") for w in row] for row in toks]
 
 

@@ -238,6 +238,20 @@ def test_parity_on_training_records(output, layer):
     check_parity(output, layer, [_train_record(i) for i in range(240)])
 
 
+def test_one_table_for_the_scalar_vocabularies_gives_each_ones_ids(output, layer, monkeypatch):
+    """The single-valued vocabularies are looked up in one table when it stays small,
+    each in its own otherwise: the same ids, terms shared by several included."""
+    assert len(layer._shared) > 1
+    monkeypatch.setattr(serving, "_SHARED_MAX_IDS", 0)
+    apart = readers.transform_layer(str(output))
+    assert apart._shared == ()
+    recs = [_train_record(i) for i in range(240)] + [{"cat": "never seen", "user": {"segment": "x"}}, {}]
+    (a, errs_a), (b, errs_b) = layer.transform_records(recs), apart.transform_records(recs)
+    assert errs_a == errs_b and a.keys() == b.keys()
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+
+
 def _rest_tensors(body: str, signature: dict[str, tf.TensorSpec]) -> dict[str, np.ndarray]:
     """What TF Serving's REST API makes of ``{"instances": [...]}``: per input, the rows' values
     as an array of the signature's dtype; ``{"b64": ...}`` strings decoded, others as UTF-8."""
@@ -335,14 +349,13 @@ TOKEN_TEXT = st.text(st.one_of(st.characters(max_codepoint=127), st.characters(c
 PLAIN_TEXT = st.text(st.one_of(st.sampled_from("azAZ09_ "), st.characters(min_codepoint=128, codec=None)), max_size=40)
 
 
-def test_the_layers_delimiters_are_the_converters_and_the_space():
+def test_the_layers_delimiters_are_the_converters():
     import re
 
     from convert.records import TEXT_DELIMITERS_RE
 
-    ascii_ = [chr(c) for c in range(128)]
-    assert ({c for c in ascii_ if re.fullmatch(serving._NON_SPACE_DELIMITERS_RE, c)} | {" "}
-            == {c for c in ascii_ if re.fullmatch(TEXT_DELIMITERS_RE, c)})
+    assert (set(serving._DELIMITER_BYTES)
+            == {c for c in range(256) if re.fullmatch(TEXT_DELIMITERS_RE.encode(), bytes([c]))})
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
@@ -351,7 +364,7 @@ def test_the_in_graph_tokenizer_gives_the_converters_tokens(texts, lowercase):
     from convert.records import tokenize
 
     b = tf.constant([t.encode("utf-8", "surrogatepass") for t in texts], tf.string)
-    got = serving._tokens(tf.strings.lower(b) if lowercase else b).to_list()
+    got = tf.RaggedTensor.from_sparse(serving._tokens(tf.strings.lower(b) if lowercase else b)).to_list()
     for i, t in enumerate(texts):
         assert got[i] == [w.encode("utf-8", "surrogatepass") for w in tokenize(t, lowercase)], t
 
