@@ -665,24 +665,40 @@ def _write_frame(f: Any, keys: np.ndarray, flens: np.ndarray, records: list[Any]
     return _FRAME_HEAD.size + 12 * len(keys) + raw, raw
 
 
-def _read_frames(path: str, frames: list[tuple[int, int, int, int]]) -> Iterator[tuple[np.ndarray, np.ndarray, memoryview]]:
+def _read_frames(path: str, frames: list[tuple[int, int, int, int]],
+                 into: memoryview | None = None) -> Iterator[tuple[np.ndarray, np.ndarray, memoryview]]:
     """``(order keys, framed lengths, framed records)`` of the frames of one scatter file
-    (views of the frame's payload: no copy)."""
+    (views of the frame's payload: no copy). With ``into``, the frames' records go
+    to it back to back, a raw frame's read straight into it, and the views are of it."""
     compressed = _lz4_temp(path)
+    direct = into is not None and not compressed
+    at = 0
     with FileSystems.open(path, compression_type="uncompressed") as f:
         for offset, size, n, raw in frames:
             f.seek(offset)
-            payload = f.read(size)
-            if compressed:
-                try:
-                    payload = lz4.frame.decompress(payload) if len(payload) == size else b""
-                except RuntimeError:
-                    payload = b""
-            if len(payload) != _FRAME_HEAD.size + 12 * n + raw or _FRAME_HEAD.unpack_from(payload)[0] != n:
+            head = _FRAME_HEAD.size + 12 * n
+            if direct:
+                payload = f.read(head) if size == head + raw else b""
+                ok = len(payload) == head and f.readinto(into[at:at + raw]) == raw
+            else:
+                payload = f.read(size)
+                if compressed:
+                    try:
+                        payload = lz4.frame.decompress(payload) if len(payload) == size else b""
+                    except RuntimeError:
+                        payload = b""
+                ok = len(payload) == head + raw
+            if not ok or _FRAME_HEAD.unpack_from(payload)[0] != n:
                 raise ConversionFailed(f"temp file {path} is truncated or damaged; re-run the conversion")
             keys = np.frombuffer(payload, dtype="<u8", count=n, offset=_FRAME_HEAD.size)
             flens = np.frombuffer(payload, dtype="<u4", count=n, offset=_FRAME_HEAD.size + 8 * n)
-            yield keys, flens.astype(np.int64), memoryview(payload)[_FRAME_HEAD.size + 12 * n:]
+            records = memoryview(payload)[head:]
+            if into is not None:
+                if not direct:
+                    into[at:at + raw] = records
+                records = into[at:at + raw]
+                at += raw
+            yield keys, flens.astype(np.int64), records
 
 
 class _GatherShard(beam.DoFn):
@@ -822,12 +838,12 @@ def _load(sources: _Sources) -> tuple[np.ndarray, np.ndarray, bytearray]:
     _release_freed_memory()  # the previous range's (or shard's) buffers
     data = bytearray(sum(fr[3] for _, frames in sources for fr in frames))
     keys, lens, pos = [], [], 0
+    mv = memoryview(data)
     for path, frames in sources:
-        for k, fl, d in _read_frames(path, frames):
-            data[pos:pos + len(d)] = d
-            pos += len(d)
+        for k, fl, _ in _read_frames(path, frames, into=mv[pos:]):
             keys.append(k.copy())  # not a view that would hold the payload
             lens.append(fl)
+        pos += sum(fr[3] for fr in frames)
     if not keys:
         return np.zeros(0, _U64), np.zeros(0, np.int64), data
     return np.concatenate(keys), np.concatenate(lens), data
