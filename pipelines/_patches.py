@@ -1,6 +1,6 @@
 """Every change recordprep makes to third-party code, each scoped to the run that needs it.
 
-A conversion changes five things in gRPC and Beam that neither offers as an
+A conversion changes six things in gRPC and Beam that neither offers as an
 option (each patch's docstring says why). ``pipelines.job`` enters each one as
 a context manager only for the runs that need it, and leaves it when the run
 ends, failed or not, so a process that calls ``run_convert`` (a notebook, an
@@ -367,6 +367,71 @@ class ArgspecCache(Patch):
         _restore_attr(core, "get_function_args_defaults", *saved)
 
 
+def _empty_part(inputs: Any, fired_timers: Any) -> bool:
+    """A worker's share of a parallel bundle with nothing in it: no timers, every input a list of empty chunks.
+
+    ``ParallelBundleManager`` hands each worker its partition as lists of
+    encoded chunks; a whole (unpartitioned) bundle comes as Beam's buffer
+    objects and is never taken for empty here.
+    """
+    if fired_timers:
+        return False
+    return all(type(v) is list and not any(len(chunk) for chunk in v) for v in inputs.values())
+
+
+class EmptyBundlesSkipped(Patch):
+    """A worker with no share of a stage's input is not sent an empty bundle.
+
+    With several workers the ``FnApiRunner`` splits every stage's input over
+    all of them (``ParallelBundleManager``), one bundle each, even when there
+    is less input than workers: a one-element stage (the impulses, the merged
+    analysis, the commit) gives every other worker an empty bundle, which it
+    still has to set up (fetch the stage's descriptor, unpickle and set up
+    its DoFns) and answer. An empty bundle produces nothing (no DoFn here
+    emits without input, and Beam's model lets a runner skip it), so that
+    worker's part gets Beam's empty answer at once. Needed where Beam runs
+    worker processes (local multi-process runs).
+    """
+
+    dist, lowest, below = "apache-beam", (2, 77), (3,)
+    what = "no empty bundles to idle workers (fn_api_runner.fn_runner.BundleManager.process_bundle)"
+    _PARAMS = ["self", "inputs", "expected_outputs", "fired_timers", "expected_output_timers", "dry_run"]
+
+    def _fits(self) -> None:
+        from apache_beam.runners.portability.fn_api_runner import fn_runner
+
+        manager = getattr(fn_runner, "BundleManager", None)
+        parallel = getattr(fn_runner, "ParallelBundleManager", None)
+        if not isinstance(manager, type) or not isinstance(parallel, type) or not issubclass(parallel, manager):
+            raise PatchError(f"{self.what}: fn_runner.BundleManager/ParallelBundleManager are gone")
+        params = list(inspect.signature(manager.process_bundle).parameters)
+        if params != self._PARAMS:
+            raise PatchError(f"{self.what}: BundleManager.process_bundle is now ({', '.join(params)}), "
+                             f"written for ({', '.join(self._PARAMS)})")
+        if "partition" not in parallel.process_bundle.__code__.co_names:
+            raise PatchError(f"{self.what}: ParallelBundleManager.process_bundle no longer partitions its inputs")
+
+    def _apply(self) -> Any:
+        from apache_beam.portability.api import beam_fn_api_pb2
+        from apache_beam.runners.portability.fn_api_runner import fn_runner
+
+        original = fn_runner.BundleManager.process_bundle
+
+        @functools.wraps(original)
+        def process_bundle(self: Any, inputs: Any, expected_outputs: Any, fired_timers: Any,
+                           expected_output_timers: Any, dry_run: bool = False) -> Any:
+            if _empty_part(inputs, fired_timers):
+                return beam_fn_api_pb2.InstructionResponse(process_bundle=beam_fn_api_pb2.ProcessBundleResponse()), []
+            return original(self, inputs, expected_outputs, fired_timers, expected_output_timers, dry_run)
+
+        return process_bundle, _replace_attr(fn_runner.BundleManager, "process_bundle", process_bundle)
+
+    def _undo(self, saved: Any) -> None:
+        from apache_beam.runners.portability.fn_api_runner import fn_runner
+
+        _restore_attr(fn_runner.BundleManager, "process_bundle", *saved)
+
+
 #: ``popen(command, env)``: a process-like object serving Beam's worker start, or None to let Beam start it.
 WorkerStart = Callable[[str, dict], Any]
 
@@ -448,8 +513,10 @@ SHORT_SAMPLER_SLEEPS = ShortSamplerSleeps()
 QUIET_BUNDLE_TRACEBACKS = QuietBundleTracebacks()
 WORKER_STARTS = WorkerStarts()
 ARGSPEC_CACHE = ArgspecCache()
+EMPTY_BUNDLES_SKIPPED = EmptyBundlesSkipped()
 #: Every patch, for the checks in the tests.
-ALL = (LOOPBACK_BINDS, SHORT_SAMPLER_SLEEPS, QUIET_BUNDLE_TRACEBACKS, WORKER_STARTS, ARGSPEC_CACHE)
+ALL = (LOOPBACK_BINDS, SHORT_SAMPLER_SLEEPS, QUIET_BUNDLE_TRACEBACKS, WORKER_STARTS, ARGSPEC_CACHE,
+       EMPTY_BUNDLES_SKIPPED)
 
 _FOREVER = contextlib.ExitStack()
 

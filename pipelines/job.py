@@ -638,6 +638,7 @@ def _run_patches(setup: _RunnerSetup, pre_fork: bool) -> list[contextlib.Abstrac
         return patches
     if not setup.in_process:  # Beam's gRPC servers for its worker processes live in this process
         patches.append(_patches.LOOPBACK_BINDS.applied())
+        patches.append(_patches.EMPTY_BUNDLES_SKIPPED.applied())
     if setup.in_process or setup.runner_name is not None or pre_fork:  # bundles run here, or in forks of it
         patches.append(_patches.SHORT_SAMPLER_SLEEPS.applied())
     if setup.command is not None:

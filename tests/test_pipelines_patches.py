@@ -24,12 +24,14 @@ from pipelines.transforms import ConversionFailed
 def _state() -> dict:
     """What the patches change, as this process has it now."""
     from apache_beam.runners.portability import local_job_service
+    from apache_beam.runners.portability.fn_api_runner import fn_runner
     from apache_beam.runners.worker import sdk_worker, statesampler
     from apache_beam.transforms import core
     from grpc import _server
 
     return {
         "get_function_args_defaults": core.get_function_args_defaults,
+        "BundleManager.process_bundle": vars(fn_runner.BundleManager).get("process_bundle"),
         "add_insecure_port": vars(_server._Server).get("add_insecure_port"),
         "sampler_defaults": statesampler.StateSampler.__init__.__defaults__,
         "sdk_worker.print": vars(sdk_worker).get("print"),
@@ -371,3 +373,56 @@ def test_the_argspec_cache_answers_as_beam_and_asks_again_when_a_function_change
             assert calls.count(part) == 2  # not a plain function: never cached
         assert core.get_function_args_defaults is counting  # undone
     assert _state() == before
+
+
+def test_an_idle_workers_empty_share_of_a_bundle_is_answered_without_it(monkeypatch):
+    """Only a worker's partition with no element and no timer is skipped; whole bundles never are."""
+    from apache_beam.portability.api import beam_fn_api_pb2
+    from apache_beam.runners.portability.fn_api_runner import execution, fn_runner
+
+    sent = []
+
+    def to_the_worker(self, inputs, expected_outputs, fired_timers, expected_output_timers, dry_run=False):
+        sent.append(inputs)
+        return "the worker's answer", ["split"]
+
+    monkeypatch.setattr(fn_runner.BundleManager, "process_bundle", to_the_worker)
+    before = _state()
+    manager = object.__new__(fn_runner.BundleManager)
+    empty = beam_fn_api_pb2.InstructionResponse(process_bundle=beam_fn_api_pb2.ProcessBundleResponse())
+    with _patches.EMPTY_BUNDLES_SKIPPED.applied() as active:
+        assert active
+        for nothing in ({"in": []}, {"in": [b""]}, {"a": [b"", b""], "b": []}):
+            assert manager.process_bundle(nothing, {}, {}, {}) == (empty, [])
+        assert sent == []
+        for something in ({"in": [b"\x01x"]}, {"a": [b""], "b": [b"", b"\x01y"]},
+                          {"whole": execution.ListBuffer(None)}):  # Beam's buffer: an unpartitioned bundle
+            assert manager.process_bundle(something, {}, {}, {}) == ("the worker's answer", ["split"])
+        assert manager.process_bundle({"in": []}, {}, {"timer": [b"t"]}, {}) == ("the worker's answer", ["split"])
+        assert len(sent) == 4
+    assert _state() == before
+
+
+@pytest.mark.slow
+def test_a_multi_process_run_skips_empty_shares_and_writes_the_same_bytes(tmp_path, monkeypatch):
+    """One work unit for two workers: every stage leaves one worker without input."""
+    skipped = []
+    real = _patches._empty_part
+
+    def spy(inputs, fired_timers):
+        empty = real(inputs, fired_timers)
+        skipped.append(empty)
+        return empty
+
+    monkeypatch.setattr(_patches, "_empty_part", spy)
+    paths = write_dataset(tmp_path / "d", make_records(300))
+    opts = {w: ConvertOptions(inputs=(str(paths["avro"]),), config=str(paths["config"]), output=str(tmp_path / f"w{w}"),
+                              num_shards=1, workers=w) for w in (1, 2)}
+    one = run_convert(opts[1])
+    assert skipped == []  # in-process: nothing to skip
+    two = run_convert(opts[2])
+    assert two.workers == 2 and skipped.count(True) >= 4 and skipped.count(False) >= 4, skipped
+    assert one.info["counts"] == two.info["counts"]
+    for split in one.info["splits"].values():
+        for shard in split["shards"]:
+            assert (tmp_path / "w1" / shard["file"]).read_bytes() == (tmp_path / "w2" / shard["file"]).read_bytes()
