@@ -599,11 +599,15 @@ class TransformLayer(tf.Module):
         kept = non_null & (rank < n)
         bad.append((tf.reduce_any(kept & tf.equal(kind, KIND_NESTED), axis=1), _reason(
             s.path, "expected a list of scalar values, found nested records/lists; point 'source' at a leaf field")))
-        # The non-null items, looked up and cut to n per row by one op (measured cheaper
-        # than gathering the kept ones and scattering them to their rank).
-        items = tf.ragged.boolean_mask(terms, non_null)
-        dense = items.with_flat_values(self._ids(f, items.flat_values)).to_tensor(default_value=0, shape=[None, n])
-        return {f.name: dense, f"{f.name}_len": tf.minimum(items.row_lengths(), n)[:, None]}
+        # The non-null items, looked up and summed into their row's slot (their rank, or n for
+        # all past the first n, dropped), as _text does: no ragged tensor to build and pad.
+        at = tf.where(non_null)
+        slot = at[:, 0] * (n + 1) + tf.minimum(tf.gather_nd(rank, at), n)
+        batch = tf.shape(kind, out_type=tf.int64)[0]
+        dense = tf.reshape(tf.math.unsorted_segment_sum(self._ids(f, tf.gather_nd(terms, at)), slot, batch * (n + 1)),
+                           [-1, n + 1])[:, :n]
+        # An item's id is never 0 (num_oov_buckets >= 1), so the non-zero slots are the kept items.
+        return {f.name: dense, f"{f.name}_len": tf.math.count_nonzero(dense, axis=1)[:, None]}
 
 
 #: The delimiters of ``TEXT_DELIMITERS_RE``: every ASCII byte but ``[0-9A-Za-z_]``.
