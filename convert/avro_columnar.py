@@ -10,7 +10,7 @@ import functools
 import io
 import itertools
 import logging
-from collections.abc import Callable, Generator, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from typing import IO, Any
 
 import numpy as np
@@ -127,6 +127,14 @@ class ColumnRecords(Sequence[dict[str, Any]]):
         import polars as pl
 
         return ListArray(items.cast(pl.Float64).to_numpy(), counts, null)
+
+    def make_term_codes(self, names: Iterable[str]) -> None:
+        """Make the ``term_codes`` of these fields now (others later, on first use): the string
+        columns among them in two polars queries for all of them (distinct values, then codes)
+        instead of several per column (each polars call has a fixed cost: docs/benchmarks.md#design-converter)."""
+        batch = [k for k in dict.fromkeys(names) if k not in self._codes and _is_scalar_text_coder(self._coders.get(k))]
+        if len(batch) > 1:
+            self._codes.update(zip(batch, _scalar_text_codes([self._coders[k].args[0] for k in batch]), strict=True))
 
     def term_codes(self, name: str) -> TermCodes | None:
         """The field's values as distinct values and codes (``TermCodes``), made
@@ -411,6 +419,25 @@ def _text_codes(s: Any, kind: str) -> TermCodes | None:
     uniq = s.unique(maintain_order=True).drop_nulls()
     codes = s.cast(pl.Enum(uniq)).to_physical().cast(pl.Int32).fill_null(-1).to_numpy()
     return TermCodes(kind, uniq.to_list(), codes, counts)
+
+
+def _is_scalar_text_coder(make: Any) -> bool:
+    """Whether a ``_term_coders`` maker is ``_text_codes`` of a scalar string column."""
+    return isinstance(make, functools.partial) and make.func is _text_codes and make.args[1] == "scalar"
+
+
+def _scalar_text_codes(columns: list[Any]) -> list[TermCodes]:
+    """``_text_codes(s, "scalar")`` of each series (the same values and codes), from one
+    polars query for every column's distinct values and one for their codes."""
+    import polars as pl
+
+    frame = pl.DataFrame([s.cast(pl.String).alias(str(i)) for i, s in enumerate(columns)])
+    names = frame.columns
+    uniq = frame.select([pl.col(c).unique(maintain_order=True).drop_nulls().implode() for c in names])
+    uniqs = [uniq.get_column(c)[0] for c in names]
+    codes = frame.select([pl.col(c).cast(pl.Enum(u)).to_physical().cast(pl.Int32).fill_null(-1)
+                          for c, u in zip(names, uniqs, strict=True)])
+    return [TermCodes("scalar", u.to_list(), c.to_numpy()) for u, c in zip(uniqs, codes.get_columns(), strict=True)]
 
 
 def _int_codes(s: Any) -> TermCodes:

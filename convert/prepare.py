@@ -222,6 +222,9 @@ class Preparer:
                 self._fast_array[f.name] = ListArray if f.multi_valued else ScalarArray
             elif f.transform == "vocabulary" or (f.transform == "hash" and not f.multi_valued):
                 self._fast_codes[f.name] = "list" if f.multi_valued else "scalar"
+        #: Sources whose scalar term codes ``prepare`` asks a ``ColumnRecords`` for (made together).
+        self._scalar_code_sources = [f.source for f in config.features
+                                     if self._fast_codes.get(f.name) == "scalar" and f.name not in self._paths]
 
     def __getstate__(self) -> dict[str, Any]:
         return {"config": self.config, "unit_terms": self.unit_terms}
@@ -252,6 +255,7 @@ class Preparer:
             all_dicts = True
             missing = [None] * b
             top = {}
+            records.make_term_codes(self._scalar_code_sources)
             for k in self._top_keys:
                 # The field's values are made only for a reader the fast forms do not serve.
                 made = False

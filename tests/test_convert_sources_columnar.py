@@ -481,6 +481,28 @@ def test_term_codes_keep_first_occurrence_order_and_nulls():
     assert (i.values, i.codes.tolist()) == ([7, -2, 2**40], [0, -1, 1, 0, 2])
 
 
+def test_term_codes_made_together_equal_those_made_one_by_one():
+    """``ColumnRecords.make_term_codes`` makes the scalar string columns' codes in
+    two polars queries for all of them: the same values, codes and dtype as each
+    column's own ``term_codes`` (nulls, an all-null column, "", an enum, a record's field)."""
+    schema = _rec({"name": "a", "type": ["null", "string"]}, {"name": "b", "type": "string"},
+                  {"name": "none", "type": ["null", "string"]},
+                  {"name": "e", "type": {"type": "enum", "name": "E", "symbols": ["X", "Y"]}},
+                  {"name": "i", "type": "long"}, {"name": "l", "type": {"type": "array", "items": "string"}},
+                  {"name": "u", "type": ["null", {"type": "record", "name": "U", "fields": [{"name": "s", "type": "string"}]}]})
+    rows = [{"a": [None, "x", "", "日本"][k % 4], "b": str(k % 3), "none": None, "e": "XY"[k % 2], "i": k % 5,
+             "l": ["p", "q"][: k % 3], "u": None if k % 4 == 0 else {"s": "s" + str(k % 2)}} for k in range(30)]
+    data = _avro(schema, rows, "deflate", sync_interval=200)
+    names = ["a", "b", "none", "e", "i", "l", "u.s", "missing"]
+    one, together = (next(iter_avro(io.BytesIO(data), "t.avro", batch_size=100)).records for _ in range(2))
+    together.make_term_codes(names)
+    assert set(together._codes) == {"a", "b", "none", "e", "u.s"}  # made now: the scalar string columns
+    for name in names:
+        x, y = one.term_codes(name), together.term_codes(name)
+        assert (x is None) == (y is None) and (x is None or (
+            (x.kind, x.values, x.codes.tolist(), x.codes.dtype) == (y.kind, y.values, y.codes.tolist(), y.codes.dtype))), name
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.tuples(st.floats(), st.floats(width=32), st.text(), st.binary(max_size=6), st.integers(-(2**63), 2**63 - 1),
                           st.lists(st.floats(width=32, allow_nan=False), max_size=3)), min_size=1, max_size=40))
