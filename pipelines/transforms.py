@@ -392,34 +392,71 @@ def _lz4_temp(path: str) -> bool:
     return "://" in path
 
 
-class _PreparedWriter:
-    """A unit's prepared batches in a temp file: length-prefixed pickles, LZ4 frames of them where ``_lz4_temp``.
+def _prepared_parts(item: _Prepared) -> list[Any]:
+    """``item`` pickled with its numpy arrays out of band (protocol 5): a head (buffer
+    count, then the pickle's and each buffer's length), the pickle, the arrays' memory.
+    Arrays are not copied into the pickle, nor out of it when read (``_unpickle_prepared``)."""
+    bufs: list[pickle.PickleBuffer] = []
+    main = pickle.dumps(item, protocol=5, buffer_callback=bufs.append)
+    views = [b.raw() for b in bufs]
+    return [struct.pack(f"<I{len(views) + 1}Q", len(views), len(main), *(v.nbytes for v in views)), main, *views]
 
-    Compressing and the writes run on a ``_Serial`` thread (LZ4 and writes
-    release the GIL), pickling stays here. The convert pass removes the file
-    once it has read it (the commit removes the temp directory in any case).
+
+def _unpickle_prepared(data: bytearray, path: str) -> _Prepared:
+    """The item ``_prepared_parts`` wrote; its arrays are views of ``data`` (writable, as unpickled copies are)."""
+    try:
+        (k,) = struct.unpack_from("<I", data)
+        lens = struct.unpack_from(f"<{k + 1}Q", data, 4)
+        mv = memoryview(data)
+        at, views = 4 + 8 * (k + 1), []
+        for n in lens:
+            views.append(mv[at:at + n])
+            at += n
+        if at != len(data):
+            raise ValueError("frame size")
+        return pickle.loads(views[0], buffers=views[1:])
+    except (struct.error, ValueError, pickle.UnpicklingError, EOFError) as e:
+        raise ConversionFailed(f"temp file {path} is damaged ({e}); re-run the conversion") from e
+
+
+class _PreparedWriter:
+    """A unit's prepared batches in a temp file: length-prefixed frames of ``_prepared_parts``,
+    LZ4-compressed where ``_lz4_temp``.
+
+    Pickling and a raw frame's writes happen in ``write`` (the arrays are
+    written from the batch's own memory, before the caller goes on); LZ4 and
+    its writes run on a ``_Serial`` thread (they release the GIL). The convert
+    pass removes the file once it has read it (the commit removes the temp
+    directory in any case).
     """
 
     def __init__(self, path: str):
         self.f = FileSystems.create(path, mime_type="application/octet-stream", compression_type="uncompressed")
         self._lz4 = _lz4_temp(path)
-        self._bg = _Serial(self._compress_and_write, f"recordprep-prepared-{posix_basename(path)}")
+        self._bg = _Serial(self._compress_and_write, f"recordprep-prepared-{posix_basename(path)}") if self._lz4 else None
 
     def _compress_and_write(self, data: bytes) -> None:
-        if self._lz4:
-            data = lz4.frame.compress(data, compression_level=0)
+        data = lz4.frame.compress(data, compression_level=0)
         self.f.write(_FRAME.pack(len(data)))
         self.f.write(data)
 
     def write(self, item: _Prepared) -> None:
-        self._bg.submit(pickle.dumps(item, protocol=pickle.HIGHEST_PROTOCOL))
+        parts = _prepared_parts(item)
+        if self._bg is not None:
+            self._bg.submit(b"".join(parts))  # a copy: the batch's arrays are the caller's again once this returns
+            return
+        self.f.write(_FRAME.pack(sum(memoryview(p).nbytes for p in parts)))
+        for p in parts:
+            self.f.write(p)
 
     def __enter__(self) -> _PreparedWriter:
         return self
 
     def __exit__(self, exc_type: Any, *exc: Any) -> None:
         try:
-            if exc_type is None:
+            if self._bg is None:
+                pass
+            elif exc_type is None:
                 self._bg.close()
             else:
                 self._bg.abort()
@@ -435,10 +472,15 @@ def _read_prepared(path: str) -> Iterator[_Prepared]:
             if not head:
                 return
             n = _FRAME.unpack(head)[0] if len(head) == _FRAME.size else -1
-            data = f.read(n) if n >= 0 else b""
-            if n < 0 or len(data) != n:
+            data = bytearray(max(n, 0))
+            if n < 0 or f.readinto(data) != n:
                 raise ConversionFailed(f"temp file {path} is truncated; re-run the conversion")
-            yield pickle.loads(lz4.frame.decompress(data) if compressed else data)
+            if compressed:
+                try:
+                    data = lz4.frame.decompress(data, return_bytearray=True)
+                except RuntimeError as e:
+                    raise ConversionFailed(f"temp file {path} is damaged ({e}); re-run the conversion") from e
+            yield _unpickle_prepared(data, path)
 
 
 _gc_lock = threading.Lock()

@@ -91,11 +91,16 @@ def test_prepared_file_holds_pickles_on_local_disk_and_lz4_frames_on_remote_file
                 for it in items:
                     w.write(it)
             back[remote] = list(_read_prepared(path))
-        first = (tmp_path / f"prepared-{remote}.bin").read_bytes()[8:12]
-        assert first == b"\x04\x22\x4d\x18" if remote else first[:1] == b"\x80"  # LZ4 frame magic; pickle protocol
+        frame = (tmp_path / f"prepared-{remote}.bin").read_bytes()[8:]
+        if remote:
+            assert frame[:4] == b"\x04\x22\x4d\x18"  # LZ4 frame magic
+        else:  # buffer count, lengths, then the pickle: its arrays out of band, after it
+            k = int.from_bytes(frame[:4], "little")
+            assert k > 0 and frame[4 + 8 * (k + 1)] == 0x80
     for a, b, it in zip(back[False], back[True], items, strict=True):
         assert (a.path, a.read, a.errors) == (b.path, b.read, b.errors) == (it.path, it.read, it.errors)
         np.testing.assert_array_equal(a.split, b.split)
+        assert a.split.flags.writeable and b.split.flags.writeable  # as arrays unpickled in band are
         assert [(p.name, type(p)) for p in a.batch.parts] == [(p.name, type(p)) for p in b.batch.parts]
 
 
