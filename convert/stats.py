@@ -17,17 +17,12 @@ count of every item, distinct terms and out-of-vocabulary items (vocabulary
 and text features; text counts the tokens it writes, the first ``max_len``).
 Hash and cross features have counts only: their ids are not terms.
 
-Numbers are kept as a log-bucketed histogram (``ValueSketch``): a value's
-bucket is fixed by the value alone (its float32 exponent and the top 6 bits of
-its mantissa: 64 buckets per power of two, each at most 1/64 of its values
-wide), which makes sketches of any two splits, units or outputs mergeable and
-comparable on any bins chosen later. Quantiles read from it are within 1/64
-of the value, relative. One sketch is gathered per numeric feature and split:
-of the raw values where the prepared batch has them (the transforms that use
-the analysis), else of the written values; the other side is derived when
-the document is written (``to_json``): the analysis' affine map, bucket ids
-from the boundaries, ``expm1`` of ``log1p``, the same values for ``identity``
-(``clip`` keeps no raw values: no ``before``).
+Numbers are kept as a log-bucketed histogram (``ValueSketch``: 64 buckets
+per power of two, from the float32 exponent and the top 6 mantissa bits):
+a bucket is fixed by the value alone, so sketches of any splits, units or
+outputs merge and compare on bins chosen later, and quantiles read from one
+are within 1/64 of the value, relative. One side, ``before`` or ``after``, is
+gathered; ``to_json`` derives the other (see docs/data-report.md#number-sketches).
 
 Pure Python and numpy: no Beam, no TensorFlow.
 """
