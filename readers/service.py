@@ -3,12 +3,11 @@
 When the trainer's own CPUs cannot read, shuffle and parse fast enough, the
 input pipeline runs on a pool of CPU hosts: a **dispatcher** hands work to
 **workers**, which run it and stream parsed batches to the trainers over gRPC.
-``readers.train_dataset(..., service="grpc://host:port")`` (or
-``ReadOptions(service=...)``) builds that pipeline; ``recordprep data-service
-dispatcher|worker`` start the servers (:func:`serve_dispatcher`,
-:func:`serve_worker`).
+``readers.train_dataset(..., service="grpc://host:port")`` builds that
+pipeline; ``recordprep data-service dispatcher|worker`` start the servers
+(:func:`serve_dispatcher`, :func:`serve_worker`).
 
-Contract:
+Contract (details: docs/data-service.md):
 
 - Workers run :func:`readers.train_dataset`'s pipeline for all epochs in
   one job (shard shuffle, interleave with the damage check, record shuffle,
@@ -16,21 +15,18 @@ Contract:
   prefetches. Epochs meet at their boundaries (a window may hold the end of
   one and the start of the next). Workers must reach the shards under the
   trainer's path.
-- ``service_sharding="dynamic"``: every shard read once per epoch by whichever
+- ``service_sharding="dynamic"``: each shard read once per epoch by whichever
   worker asks; a lost worker's claimed, unsent records are lost for that
-  epoch, never repeated. ``"static"``: worker ``i`` of the dispatcher's fixed
-  list reads shards ``i, i+n, ...``; a lost worker's shards are read again
-  from their start when it returns (repeats, no loss). Either way a finite
-  epoch (and every later one) waits for a worker back at the lost one's
-  address: TensorFlow keeps the lost worker's tasks and offers no timeout.
-  ``num_epochs=None`` trains on with the remaining workers (dynamic).
+  epoch, never repeated. ``"static"``: worker ``i`` of the dispatcher's list
+  reads shards ``i, i+n, ...``; a lost one's are read again from their start
+  when it returns (repeats, no loss). Every finite epoch after a loss, and the
+  open one unless the lost worker had sent the end of its part, waits for a
+  worker back at its address (TensorFlow keeps its tasks, with no timeout);
+  ``num_epochs=None`` trains on (dynamic): docs/data-service.md#worker-loss.
 - Kept: the shard checks, the damage message, ``skip_corrupt``, the label
   split, ``features``, packed layouts. Not kept: cardinality, a reproducible
   order, iterator checkpoints; ``cache`` and ``input_context`` are refused.
 - The servers listen on every interface and stop cleanly on SIGTERM/SIGINT.
-
-Details (job sharing, compression, worker loss, fault tolerance):
-docs/data-service.md.
 """
 
 from __future__ import annotations
