@@ -3,38 +3,28 @@
 Beam's multi-process ``FnApiRunner`` starts each worker as
 ``python -m apache_beam.runners.worker.sdk_worker_main``. A local run of
 ``recordprep convert`` starts ``python -m pipelines._worker`` instead: it sets
-the process up, then runs that same Beam module unchanged (docs/benchmarks.md#design-converter):
+the process up, then runs that same Beam module unchanged. The set-up changes
+what a worker costs (docs/benchmarks.md#design-converter), not what it writes;
+each point's reasons: docs/converting.md#worker-processes.
 
-- **Beam's unused connectors are not loaded.** ``import apache_beam`` eagerly
-  imports BigQuery (and with it the Google Cloud client stack), MongoDB
-  (pymongo, bson) and Parquet (pyarrow): a good part of what a worker
-  holds before it reads a record. A conversion worker uses none of them
-  (Cloud Storage comes through ``gcsfilesystem``, which still loads on
-  demand), and Beam already treats each as optional, importing it inside
-  ``try ... except ImportError``: marking them absent here is what Beam does on
+- **Beam's unused connectors are not loaded** (BigQuery, MongoDB, pyarrow,
+  Dataflow's client, file systems no path uses): Beam imports each inside
+  ``try ... except ImportError``, so marking them absent is what Beam does on
   a machine where they are not installed.
-- **glibc malloc keeps less.** At most two arenas (the gRPC, gzip and LZ4
-  threads would otherwise each get one) and a fixed mmap threshold of 4 MB:
-  the buffers of a batch (a few MB each) are reused from the heap, since a
-  fresh mapping costs a page fault per 4 KB, system CPU on every batch, while
-  larger buffers go back to the system when freed. For the same reason the
-  heap's free top is given back only beyond 8 MB (glibc: 128 KB), so a
-  batch's buffers freed at the top are not faulted in again by the next.
+- **glibc malloc keeps less**: two arenas, a 4 MB mmap threshold and an 8 MB
+  trim threshold, so a batch's buffers are reused from the heap instead of
+  mapped afresh, or trimmed, and faulted in again by the next batch.
 - **gRPC binds loopback only**, **bundles end promptly**, **each function's
   signature is inspected once** and **a failed bundle's traceback is not
-  printed** to the stderr it shares with the CLI:
-  the patches of :mod:`pipelines._patches`, kept for the worker's lifetime
-  (a run in someone else's process applies them only while it runs).
+  printed** to the stderr it shares with the CLI: the patches of
+  :mod:`pipelines._patches`, kept for the worker's lifetime.
 - **It exits at once** when the harness returns (``os._exit`` after flushing
-  logs): the runner stops its workers one after the other, each waiting for
-  the interpreter's teardown, which delayed the end of every job.
+  logs): the runner waits for each worker's interpreter teardown in turn.
 
-Where it is safe, a local run does not start these processes at all: it forks
-its workers from the launcher instead (:mod:`pipelines._warm`), which has
-already done this set-up and most of the imports.
-
-Remote runners (Dataflow, Flink, Spark) start their own workers; nothing here
-applies to them.
+Where it is safe, a local run forks its workers from the launcher instead
+(:mod:`pipelines._warm`), which has already done this set-up and most of the
+imports. Remote runners (Dataflow, Flink, Spark) start their own workers;
+nothing here applies to them.
 """
 
 from __future__ import annotations
