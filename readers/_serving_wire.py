@@ -4,38 +4,27 @@ TensorFlow Serving's REST ``instances`` have no null and need one shape per
 input, so every source field (a dotted ``source`` path of the config) travels
 as a few dense values. Few inputs keep a call cheap (a client binds each one),
 so single-valued sources share packed ``[batch, columns]`` inputs, one column
-per source in ``Wire.columns`` order (config order of first use):
+per source in ``Wire.columns`` order (config order of first use). Every rule,
+with an example request: docs/serving.md#request-format.
 
-- ``kinds`` (int32): what the record held at each single-valued source: ``0``
-  null or absent (also when a parent record is null/absent or not a record),
-  ``1`` bool, ``2`` integer, ``3`` float, ``4`` string, ``5`` bytes, ``6`` a
-  record or a list (where a single value belongs, or as a list item), ``7``
-  any other scalar.
-- value inputs, one per form the sources' features read, with a column for
-  each source that reads the form; where the kind does not use it, any value
-  of its dtype (``0``, ``""``):
-  ``numbers`` (float64: bools as 0/1, integers rounded to float64, beyond
-  its range +-inf), ``terms`` (string: the converter's canonical term,
-  ``str`` for strings, ``"true"``/``"false"``, ``"3"`` for ``3`` and ``3.0``,
-  Python's ``repr`` of other floats, bytes decoded as UTF-8 with backslash
-  escapes), ``bytes`` (string: the bytes, or a string's UTF-8) and ``ints``
-  (int64: an integer's value, for timestamps).
-- list sources (features with ``max_len``) have inputs of their own, named
-  from the path (``Source.key``: every character other than ASCII letters,
-  digits and ``_`` replaced by ``_``, ``user.id`` -> ``user_id``, made unique
-  with a ``_2`` suffix if taken): ``<key>`` (the items' values in the first
-  form, ``<key>__term`` etc. for others) and ``<key>__kind``, ``[batch,
-  width]`` (any width; shorter lists padded, items past the length ignored),
-  and a column of ``lens`` (int32, ``[batch, list sources]``): the list's
-  length, ``-1`` when it is null or absent; a single value where a list
-  belongs counts as a one-item list (as in the converter). A ``count``
-  feature's source travels as the list of the items it counts
-  (``convert.config.count_path``: ``items`` as ``items[]``), of which only the
-  length is read; a ``text`` read through lists as its strings joined.
+- ``kinds`` (int32): what the record held at each single-valued source
+  (``KIND_NULL`` .. ``KIND_OTHER``: null or absent, bool, integer, float,
+  string, bytes, a record or a list, any other scalar).
+- one value input per form the features read (``FORMS``): ``numbers``
+  (float64), ``terms`` (the converter's canonical term, ``convert.records.term``),
+  ``bytes`` and ``ints`` (int64, for timestamps); where the kind does not use
+  a column, any value of its dtype.
+- list sources (read by a ``max_len`` feature other than ``text``, or a
+  ``count``) have inputs of their own, named from the path (``Source.key``):
+  ``<key>`` (the first form; ``<key>__<form>`` the others) and ``<key>__kind``,
+  ``[batch, any width]``, and a column of ``lens`` (int32; ``-1``: null or
+  absent; a single value counts as a one-item list). A ``count`` sends the
+  list it counts (only its length is read), a ``text`` through lists its
+  strings joined.
 
-An input with no column (no source reads that form) is left out. ``encode``
-builds these arrays from records (the dicts the converter reads);
-``instances`` writes them as a REST request body.
+An input with no column is left out. ``Wire.encode`` builds these arrays from
+records (the dicts the converter reads) and reports the few values that cannot
+travel; ``instances`` writes them as a REST request body.
 """
 from __future__ import annotations
 
