@@ -1,43 +1,31 @@
 """Serving: the converter's transforms as TensorFlow ops, bit for bit.
 
 A model trained on recordprep shards sees features the converter computed
-(vocabulary ids, z-scores with the training mean, fills, bucket ids, ...). At
-serving time the same mapping must be applied to raw records, exactly: this
-module builds it from a finished output, so the model can be exported with its
-preprocessing and fed raw fields.
-
-Contract:
+(vocabulary ids, z-scores with the training mean, fills, bucket ids, ...). This
+module builds the same mapping from a finished output, so the model can be
+exported with its preprocessing and fed raw fields (docs/serving.md).
 
 - **In**: raw source values in the wire format of ``readers._serving_wire``
-  (per source field a value tensor per form, a kind tensor saying what the
-  record held, null included, and for list sources a length). Build them from
-  records with :meth:`TransformLayer.encode` (or write them by hand:
-  docs/serving.md has a TF Serving REST example).
-- **Out**: ``{feature name: tensor}`` for every non-label feature the output
-  holds, with the dtypes and shapes of its metadata (``[batch] + shape``).
-  For every record the converter accepts, each tensor equals what the
-  converter wrote for it: int64 and string features identical, float32
-  features identical as bits (NaN and +-inf where ``on_nan: keep`` writes
-  them). The statistics, boundaries and vocabularies are constants of the
-  layer: the output directory is not needed at serving time.
-- **Rejected records**: a record the converter would reject (a NaN under
-  ``on_nan: error``, a number beyond float32's range, ``log1p`` of a value
-  <= -1, a string in a numeric field, a record where a single value belongs,
-  an unparsable timestamp, ...) is never mapped silently:
-  :meth:`TransformLayer.transform` returns, per row, ``""`` or the reason
-  (``"<source>: <why>"``, the first in config order); calling the layer
-  raises ``InvalidArgumentError`` naming the first one. The features of such
-  rows are unspecified.
-- The label is not an input: serving records have none.
-
-Exactness is tested against the converter's shards (``tests/test_readers_serving.py``):
-every transform and option, hypothesis-generated records with nulls at every
-depth and numbers at the float edges, and ``examples/data``.
+  (docs/serving.md#request-format); :meth:`TransformLayer.encode` builds
+  them from records. The label is not an input: serving records have none.
+- **Out**: ``{feature name: tensor}`` for every non-label feature, with the
+  dtypes and shapes of the output's metadata (``[batch] + shape``). For every
+  record the converter accepts, each tensor equals what the converter wrote:
+  int64 and string features identical, float32 identical as bits (NaN and
+  +-inf where ``on_nan: keep`` writes them). Statistics, boundaries and
+  vocabularies are constants of the layer: no output directory at serving.
+- **Rejected records** (a NaN under ``on_nan: error``, a string in a numeric
+  field, ...: docs/serving.md#rejected-records) are never mapped silently:
+  :meth:`TransformLayer.transform` returns per row ``""`` or the first reason
+  in config order (``"<source>: <why>"``); calling the layer raises
+  ``InvalidArgumentError`` naming it. Such rows' features are unspecified.
 
 What is not reproduced in-graph is refused or reported instead of
 approximated: outputs older than ``SERVING_MIN_FORMAT_VERSION``, a source read
 both as a list and as a single value, ISO 8601 strings outside ``_ISO_RE``'s
-forms and integers beyond int64 in timestamp fields (docs/serving.md).
+forms and integers beyond int64 in timestamp fields
+(docs/serving.md#refused-or-reported-instead-of-approximated). Exactness is
+tested against the converter's shards (docs/serving.md#exactness).
 """
 
 from __future__ import annotations
