@@ -20,6 +20,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 REQUIREMENTS = ROOT / "examples" / "schedule" / "airflow-requirements.txt"
@@ -27,6 +28,9 @@ VENV = ROOT / ".cache" / "airflow-venv"
 STAMP = VENV / ".stamp.json"
 #: pip's whole install, generously: well under a minute with a warm registry, a few on a slow one.
 INSTALL_TIMEOUT_S = 900
+#: Pauses before pip runs again after a failure: a registry proxy that refuses some requests for a
+#: while (HTTP 403 on the tunnel) makes pip give up on one package; a later attempt usually goes through.
+INSTALL_RETRY_PAUSES_S = (15, 45)
 #: Variables an Airflow process must not inherit from the test's (the project's virtualenv).
 _DROP = ("PYTHONPATH", "VIRTUAL_ENV", "PIP_REQUIRE_VIRTUALENV", "PYTHONHOME")
 
@@ -70,18 +74,18 @@ def _build() -> dict:
     python = VENV / "bin" / "python"
     requirements = REQUIREMENTS.relative_to(ROOT)
     steps = {f"python -m venv {VENV}": [sys.executable, "-m", "venv", str(VENV)],
-             "pip install --upgrade pip": [str(python), "-m", "pip", "install", "--quiet", "--upgrade", "pip"],
-             f"pip install -r {requirements}": [str(python), "-m", "pip", "install", "--quiet", "--retries", "2",
+             f"pip install -r {requirements}": [str(python), "-m", "pip", "install", "--quiet", "--retries", "5",
                                                  "--timeout", "30", "-r", str(REQUIREMENTS)]}
     t0 = time.perf_counter()
     with open(log_path, "w") as out:
         for step, cmd in steps.items():
-            try:
-                rc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, env=_clean_env(),
-                                    timeout=INSTALL_TIMEOUT_S).returncode
-            except (OSError, subprocess.TimeoutExpired) as e:
-                rc = -1
-                out.write(f"{type(e).__name__}: {e}\n")
+            for pause in (*INSTALL_RETRY_PAUSES_S, None):
+                rc = _run_step(cmd, out)
+                if rc == 0 or pause is None or time.perf_counter() - t0 > INSTALL_TIMEOUT_S:
+                    break
+                out.write(f"-- `{step}` exited {rc}; again in {pause} s\n")
+                out.flush()
+                time.sleep(pause)
             if rc != 0:
                 out.flush()
                 shutil.rmtree(VENV, ignore_errors=True)
@@ -98,6 +102,15 @@ def _build() -> dict:
     stamp = {"key": _key(), "install_seconds": round(seconds, 1), "airflow": version.strip().splitlines()[-1]}
     STAMP.write_text(json.dumps(stamp) + "\n")
     return stamp
+
+
+def _run_step(cmd: list[str], out: Any) -> int:
+    try:
+        return subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, env=_clean_env(),
+                              timeout=INSTALL_TIMEOUT_S).returncode
+    except (OSError, subprocess.TimeoutExpired) as e:
+        out.write(f"{type(e).__name__}: {e}\n")
+        return -1
 
 
 def migrated_db(directory: Path) -> Path:

@@ -109,8 +109,12 @@ def _chromium() -> str:
     lock = Path(tempfile.gettempdir()) / "recordprep-chromium-install.failed"
     if lock.exists():
         pytest.skip(f"`apt-get install -y chromium` failed before (see {lock}); install chromium to run this test")
+    # A new machine's package lists may be missing or name versions the mirror no longer has
+    # (404): the lists are refreshed first, as Debian's own instructions do.
+    u = subprocess.run(["apt-get", "update"], capture_output=True, text=True, timeout=600)
     r = subprocess.run(["apt-get", "install", "-y", "chromium"], capture_output=True, text=True, timeout=900)
     if r.returncode != 0 or not shutil.which("chromium"):
+        r.stdout = u.stdout[-2000:] + u.stderr[-2000:] + r.stdout
         lock.write_text(r.stdout[-4000:] + r.stderr[-4000:])
         pytest.skip(f"`apt-get install -y chromium` failed (exit {r.returncode}); output kept in {lock}")
     return shutil.which("chromium")  # type: ignore[return-value]
