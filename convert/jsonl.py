@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import itertools
 import json
 import re
 import zlib
@@ -227,8 +228,9 @@ def _iter_json_lines(buffered: IO[bytes], path: str, pos: int, line_no: int, end
     ``line_no`` is the 1-based number of the line at ``pos``, 0 when unknown.
     Per-line work is kept to ``orjson.loads``: blocks are split in C and the
     scan for integers orjson would round (``_long_integer_runs``) runs once per
-    block. A line orjson refuses, or that may hold a long integer, goes
-    through ``_loads`` (stripped), as every line did before.
+    block; a block of plain objects is parsed by one ``map`` (``_plain_block``),
+    any other line by line. A line orjson refuses, or that may hold a long
+    integer, goes through ``_loads`` (stripped).
 
     A line longer than ``max_line`` bytes goes to ``bad``: a block is completed
     to the next newline only up to the cap, and the rest of a longer line is
@@ -246,6 +248,24 @@ def _iter_json_lines(buffered: IO[bytes], path: str, pos: int, line_no: int, end
         lines = block.split(b"\n")
         if block.endswith(b"\n") or not block:
             lines.pop()  # the empty piece after the last newline is not a line
+        plain = None if long_runs else _plain_block(lines, pos, end, max_line)
+        if plain is not None:
+            recs, offsets = plain
+            done = 0
+            while done < len(recs):
+                room = batch_size - len(batch.records) - len(batch.bad)
+                if room <= 0:
+                    yield batch
+                    batch = RecordBatch(path, "json", [], [], [])
+                    continue
+                upto = min(len(recs), done + room)
+                batch.records += recs[done:upto]
+                batch.offsets += offsets[done:upto]
+                batch.indexes += range(line_no + done, line_no + upto) if line_no else [0] * (upto - done)
+                done = upto
+            if line_no:
+                line_no += len(recs)
+            lines = []  # read: the per-line loop below has nothing left to do
         rel = 0  # offset of the current line in the block
         run = 0  # next entry of long_runs at or after the current line
         for line in lines:
@@ -297,6 +317,27 @@ def _iter_json_lines(buffered: IO[bytes], path: str, pos: int, line_no: int, end
             pos += long_len
     if batch.records or batch.bad:
         yield batch
+
+
+def _plain_block(lines: list[bytes], pos: int, end: int | None, max_line: int) -> tuple[list[dict], list[int]] | None:
+    """``(records, offsets)`` of a block's ``lines`` (the block at byte ``pos``, without long-integer
+    runs) when every line is one JSON object ``orjson.loads`` reads as it is, starts before ``end``
+    and is within ``max_line``: what the per-line loop of ``_iter_json_lines`` would make of them,
+    from one C-level ``map`` instead of a Python step per line. ``None`` when any line needs that
+    loop (blank, malformed, not an object, a BOM at the file's start, past ``end``, too long)."""
+    if not lines or (pos == 0 and lines[0].startswith(b"\xef\xbb\xbf")):
+        return None
+    lens = list(map(len, lines))
+    if max(lens) > max_line:
+        return None
+    offsets = list(itertools.accumulate(lens[:-1], lambda at, n: at + n + 1, initial=pos))
+    if end is not None and offsets[-1] >= end:
+        return None
+    try:
+        recs = list(map(orjson.loads, lines))
+    except orjson.JSONDecodeError:
+        return None
+    return (recs, offsets) if set(map(type, recs)) == {dict} else None
 
 
 def _json_block(buffered: IO[bytes], max_line: int) -> tuple[bytes, bytes | None, int] | None:

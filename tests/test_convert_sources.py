@@ -21,6 +21,8 @@ from pathlib import Path
 
 import fastavro
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from convert.sources import (
     MAX_AVRO_BLOCK_BYTES,
@@ -28,6 +30,7 @@ from convert.sources import (
     RecordBatch,
     detect_format,
     is_splittable,
+    iter_json,
     iter_records,
 )
 
@@ -787,3 +790,42 @@ def test_realdata_json_bad_lines_go_to_bad_with_line_numbers(name, ids, bad_line
     else:
         assert [r["id"] for r in recs] == ids
     assert [x[1] for b in batches for x in b.bad] == bad_lines
+
+
+_LINE_KINDS = st.one_of(
+    st.dictionaries(st.text(max_size=4), st.one_of(st.integers(-(2**70), 2**70), st.floats(allow_nan=False),
+                                                  st.text(max_size=6), st.none(), st.booleans()), max_size=4)
+    .map(lambda d: json.dumps(d, ensure_ascii=False).encode()),  # an object (long integers too)
+    st.sampled_from([b"", b"  ", b"\r", b"[1, 2]", b"7", b'{"a": }', b'{"a": "\\ud800"}', b"\xef\xbb\xbf{}",
+                     b'{"a": 1}\r', b' {"b": [1, {"c": null}]} ', b'"text"', b"{" + b" " * 40 + b"}"]),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(_LINE_KINDS, min_size=1, max_size=40), st.booleans(), st.integers(1, 9),
+       st.sampled_from([16, 64, 1 << 17]), st.sampled_from([20, 1 << 20]), st.data())
+def test_json_lines_whole_block_path_gives_what_the_per_line_loop_gives(lines, bom, batch_size, block_bytes,
+                                                                      max_line, data):
+    """A block whose lines are all plain objects is read by one ``map`` of ``orjson.loads``
+    (``_plain_block``); any other block line by line. Both give the same batches (records,
+    offsets, line numbers, bad lines), for random lines (blank, malformed, not objects, long
+    integers, lone surrogates, a BOM, too long), block sizes, batch sizes and byte ranges."""
+    import convert.jsonl as jsonl
+
+    raw = (b"\xef\xbb\xbf" if bom else b"") + b"\n".join(lines) + data.draw(st.sampled_from([b"", b"\n"]))
+    cut = sorted(data.draw(st.lists(st.integers(0, len(raw)), max_size=3)))
+    ranges = list(zip([0, *cut], [*cut, None], strict=True))
+
+    def read(plain: bool) -> list[tuple]:
+        out = []
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(jsonl, "_JSONL_BLOCK_BYTES", block_bytes)
+            if not plain:
+                mp.setattr(jsonl, "_plain_block", lambda *a: None)
+            for start, end in ranges:
+                for b in iter_json(io.BytesIO(raw), "p.jsonl", start, end, batch_size=batch_size,
+                                   max_record_bytes=max_line):
+                    out.append((repr(b.records), b.offsets, b.indexes, [x[:3] for x in b.bad]))
+        return out
+
+    assert read(True) == read(False)
