@@ -1,9 +1,11 @@
 """Apache Airflow in a virtualenv of its own, for the scheduling-example tests.
 
-:func:`ensure_venv` builds ``.cache/airflow-venv`` (git-ignored) with pip
-from the package registry, every package pinned by
+:func:`ensure_venv` builds ``~/.cache/recordprep/airflow-venv`` (``$XDG_CACHE_HOME``
+honoured) with pip from the package registry, every package pinned by
 ``examples/schedule/airflow-requirements.txt``; it is rebuilt only when that
-file (or the Python version) changes, so later runs reuse it. Airflow never
+file (or the Python version) changes, so later runs reuse it, fresh clones of
+the repository included (a registry that refuses some requests for a while
+then costs one build, not every clone's). Airflow never
 enters the project's ``.venv``: the DAGs' tasks run ``.venv/bin/recordprep``
 as a command. :func:`deployment` makes an ``AIRFLOW_HOME`` (SQLite database,
 DAGs folder) in a temp dir and returns the environment Airflow's CLI needs.
@@ -24,7 +26,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 REQUIREMENTS = ROOT / "examples" / "schedule" / "airflow-requirements.txt"
-VENV = ROOT / ".cache" / "airflow-venv"
+VENV = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "recordprep" / "airflow-venv"
 STAMP = VENV / ".stamp.json"
 #: pip's whole install, generously: well under a minute with a warm registry, a few on a slow one.
 INSTALL_TIMEOUT_S = 900
