@@ -454,11 +454,9 @@ class _PreparedWriter:
 
     def __exit__(self, exc_type: Any, *exc: Any) -> None:
         try:
-            if self._bg is None:
-                pass
-            elif exc_type is None:
-                self._bg.close()
-            else:
+            if self._bg is not None and exc_type is None:
+                self._bg.close()  # LZ4 frames: the thread writes what is queued
+            elif self._bg is not None:
                 self._bg.abort()
         finally:
             self.f.close()

@@ -114,8 +114,7 @@ def _chromium() -> str:
     u = subprocess.run(["apt-get", "update"], capture_output=True, text=True, timeout=600)
     r = subprocess.run(["apt-get", "install", "-y", "chromium"], capture_output=True, text=True, timeout=900)
     if r.returncode != 0 or not shutil.which("chromium"):
-        r.stdout = u.stdout[-2000:] + u.stderr[-2000:] + r.stdout
-        lock.write_text(r.stdout[-4000:] + r.stderr[-4000:])
+        lock.write_text(u.stdout[-2000:] + u.stderr[-2000:] + r.stdout[-4000:] + r.stderr[-4000:])
         pytest.skip(f"`apt-get install -y chromium` failed (exit {r.returncode}); output kept in {lock}")
     return shutil.which("chromium")  # type: ignore[return-value]
 
