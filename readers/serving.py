@@ -135,6 +135,13 @@ class _Columns(Mapping):
             self._cut[name] = self._packed[packed][:, j]
         return self._cut[name]
 
+    def rows(self, name: str, lo: tf.Tensor, hi: tf.Tensor) -> tf.Tensor:
+        """Rows ``lo:hi`` of input ``name``, cut from the packed input (one copy, not two)."""
+        if name in self._own or name in self._cut:
+            return self[name][lo:hi]
+        packed, j = self._at[name]
+        return self._packed[packed][lo:hi, j]
+
     def __iter__(self) -> Any:
         return iter([*self._own, *self._at])
 
@@ -552,21 +559,24 @@ class TransformLayer(tf.Module):
         is_str = tf.equal(kind, KIND_STRING)
         bad.append((~is_str & tf.not_equal(kind, KIND_NULL), _wrong_kind_reason(s.path, kind, "expected text (a string), found ")))
         # Other kinds' rows are zeroed at the end (int ops), not emptied first (a string copy).
-        text = inputs[s.input_name("term")]
-        if f.lowercase:
-            text = tf.strings.lower(text)  # ASCII only, like convert.records.ascii_lower
-        n = f.max_len
-        tokens = _tokens(text)
-        # Every token is looked up, then summed into its row's slot (its position, or n for
-        # all past the first n, dropped): cheaper than a ragged tensor's row splits and to_tensor.
-        rows, cols = tf.unstack(tokens.indices, num=2, axis=1)
-        slot = rows * (n + 1) + tf.minimum(cols, n)
-        batch = tokens.dense_shape[0]
-        dense = tf.reshape(tf.math.unsorted_segment_sum(self._ids(f, tokens.values), slot, batch * (n + 1)),
-                           [-1, n + 1])[:, :n]
+        name = s.input_name("term")
+        batch = tf.shape(kind, out_type=tf.int64)[0]
+        cuts = [batch * i // _TEXT_PARTS for i in range(_TEXT_PARTS + 1)]
+        dense = tf.concat([self._text_ids(f, inputs.rows(name, cuts[i], cuts[i + 1])) for i in range(_TEXT_PARTS)], axis=0)
         lens = tf.math.count_nonzero(dense, axis=1)  # a token's id is never 0 (padding)
         return {f.name: tf.where(is_str[:, None], dense, tf.zeros_like(dense)),
                 f"{f.name}_len": tf.where(is_str, lens, tf.zeros_like(lens))[:, None]}
+
+    def _text_ids(self, f: FeatureConfig, text: tf.Tensor) -> tf.Tensor:
+        """``[len(text), max_len]``: each string's token ids, zero-padded."""
+        if f.lowercase:
+            text = tf.strings.lower(text)  # ASCII only, like convert.records.ascii_lower
+        tokens = _tokens(text)
+        # Every token is looked up, then summed into its row's slot (its position; past the
+        # first n, segment -1, which the sum drops): cheaper than a ragged tensor's row
+        # splits and to_tensor.
+        rows, cols = tf.unstack(tokens.indices, num=2, axis=1)
+        return _slots(self._ids(f, tokens.values), rows, cols, f.max_len, tokens.dense_shape[0])
 
     def _vocabulary(self, f: FeatureConfig, s: Source, inputs: Mapping[str, tf.Tensor], bad: list) -> dict[str, tf.Tensor]:
         kind = self._kind(s, inputs)
@@ -581,22 +591,36 @@ class TransformLayer(tf.Module):
         n = f.max_len
         lens_in = tf.cast(inputs[s.len_name], tf.int64)
         width = tf.shape(kind, out_type=tf.int64)[1]
+        batch = tf.shape(kind, out_type=tf.int64)[0]
         sent = tf.range(width)[None, :] < lens_in[:, None]
         non_null = sent & tf.not_equal(kind, KIND_NULL)
-        rank = tf.cumsum(tf.cast(non_null, tf.int64), axis=1) - 1
-        kept = non_null & (rank < n)
-        bad.append((tf.reduce_any(kept & tf.equal(kind, KIND_NESTED), axis=1), _reason(
-            s.path, "expected a list of scalar values, found nested records/lists; point 'source' at a leaf field")))
-        # The non-null items, looked up and summed into their row's slot (their rank, or n for
-        # all past the first n, dropped), as _text does: no ragged tensor to build and pad.
+        # The non-null items in row-major order and each one's rank in its row: its place in
+        # that order less its row's start (a scan over the rows' counts, cheaper than one
+        # along every list).
         at = tf.where(non_null)
-        slot = at[:, 0] * (n + 1) + tf.minimum(tf.gather_nd(rank, at), n)
-        batch = tf.shape(kind, out_type=tf.int64)[0]
-        dense = tf.reshape(tf.math.unsorted_segment_sum(self._ids(f, tf.gather_nd(terms, at)), slot, batch * (n + 1)),
-                           [-1, n + 1])[:, :n]
+        rows = at[:, 0]
+        starts = tf.cumsum(tf.reduce_sum(tf.cast(non_null, tf.int64), axis=1), exclusive=True)
+        rank = tf.range(tf.shape(at, out_type=tf.int64)[0]) - tf.gather(starts, rows)
+        nested = tf.equal(tf.gather_nd(kind, at), KIND_NESTED) & (rank < n)
+        bad.append((tf.math.unsorted_segment_max(tf.cast(nested, tf.int32), rows, batch) > 0, _reason(
+            s.path, "expected a list of scalar values, found nested records/lists; point 'source' at a leaf field")))
+        # Looked up and summed into their row's slot, as _text does: no ragged tensor to build and pad.
+        dense = _slots(self._ids(f, tf.gather_nd(terms, at)), rows, rank, n, batch)
         # An item's id is never 0 (num_oov_buckets >= 1), so the non-zero slots are the kept items.
         return {f.name: dense, f"{f.name}_len": tf.math.count_nonzero(dense, axis=1)[:, None]}
 
+
+def _slots(ids: tf.Tensor, rows: tf.Tensor, cols: tf.Tensor, n: int, batch: tf.Tensor) -> tf.Tensor:
+    """``[batch, n]``: each id at ``(row, col)``, zeros elsewhere; ids past column ``n`` are
+    dropped (segment -1, which ``unsorted_segment_sum`` skips). At most one id per slot."""
+    slot = tf.where(cols < n, rows * n + cols, tf.constant(-1, tf.int64))
+    return tf.reshape(tf.math.unsorted_segment_sum(ids, slot, batch * n), [-1, n])
+
+
+#: A ``text`` feature's rows are tokenized and looked up in this many row ranges: separate
+#: op chains, which the inter-op threads run at once. As one chain, a batch's text is the
+#: graph's longest path and runs alone on one thread while the rest of the layer waits.
+_TEXT_PARTS = 4
 
 #: The delimiters of ``TEXT_DELIMITERS_RE``: every ASCII byte but ``[0-9A-Za-z_]``.
 _DELIMITER_BYTES = bytes(c for c in range(128) if not (chr(c).isalnum() or c == ord("_")))

@@ -32,6 +32,7 @@ import readers
 from convert.apply import OutputAnalysis, apply_analysis
 from convert.example import encode_examples, split_buffer
 from readers import serving
+from readers._serving_wire import KIND_NESTED
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples" / "data"
@@ -236,6 +237,51 @@ def test_parity_on_random_records(output, layer, recs):
 
 def test_parity_on_training_records(output, layer):
     check_parity(output, layer, [_train_record(i) for i in range(240)])
+
+
+@pytest.mark.parametrize("tags", [
+    ["x", None, None, "y", ["nested"]],       # nulls take no slot: the nested item is 3rd of max_len 3 -> rejected
+    ["x", None, "y", "z", ["nested"]],        # the nested item is past max_len -> dropped, not rejected
+    [None, None, None, None, "x"],            # an item after a run of nulls is the row's first
+    [["nested"], None],
+])
+def test_list_items_take_their_rank_among_the_non_null_ones(output, layer, tags):
+    """A list item's slot, and whether a nested item is kept (rejected) or dropped, count only the
+    non-null items before it, in rows of a batch whose other rows are of other lengths."""
+    check_parity(output, layer, [{"tags": ["a"] * k} for k in range(5)] + [{"tags": tags}, {}, {"tags": tags[::-1]}])
+
+
+def test_a_nested_item_past_the_kept_ones_of_a_wider_request_is_dropped(layer):
+    """A client may send a list whole (``encode`` stops at the last item a feature keeps): a
+    nested item past every feature's first max_len non-null items is dropped, as the
+    converter drops it, and one within them is rejected."""
+    s = layer.wire.by_path("tags")
+    packed, j = layer.wire.positions()[s.len_name]
+
+    def wider(items: list[Any], extra_kind: int) -> dict[str, np.ndarray]:
+        x = layer.encode([{"tags": items}])
+        x[s.input_name("term")] = np.concatenate([x[s.input_name("term")], [[b""]]], axis=1)
+        x[s.kind_name] = np.concatenate([x[s.kind_name], [[extra_kind]]], axis=1).astype(np.int32)
+        x[packed][0, j] += 1
+        return x
+
+    items = ["x", None, "y", "z"]  # tags keeps x, y, z (max_len 3)
+    sent = wider(items, KIND_NESTED)
+    features, errors = layer.transform(sent)
+    expected, _ = layer.transform(layer.encode([{"tags": items}]))
+    assert errors.numpy().tolist() == [b""]
+    for name in ("tags", "tags_len", "tags_oov", "tags_oov_len"):
+        assert np.array_equal(features[name].numpy(), expected[name].numpy()), name
+    _, errors = layer.transform(wider(["x", None, "y"], KIND_NESTED))  # the nested item is the third kept
+    assert errors.numpy()[0].decode().startswith("tags: expected a list of scalar values"), errors.numpy()
+
+
+def test_text_rows_in_every_part_of_a_batch_keep_their_tokens(output, layer):
+    """The text of a batch is tokenized in row ranges: every row, in batches of every size
+    around the number of ranges, gets its own tokens and truncation."""
+    texts = [" ".join(WORDS[(i + j) % len(WORDS)] for j in range(i % 7)) for i in range(11)]
+    for size in range(1, 11):
+        check_parity(output, layer, [{"query": t} for t in texts[:size]])
 
 
 def test_one_table_for_the_scalar_vocabularies_gives_each_ones_ids(output, layer, monkeypatch):
