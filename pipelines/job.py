@@ -236,12 +236,9 @@ def _list_output(output: str) -> list[str]:
     return sorted(r for r in rel if r not in (ERRORS_DIR, VOCAB_DIR))
 
 
-def _clear_output(output: str, existing: dict[str, Any]) -> None:
-    """Remove the previous dataset (``existing``, its metadata): what a recordprep run wrote, nothing else.
-
-    Raises OutputExistsError, deleting nothing, when the output holds any
-    other file. The metadata goes first so no reader sees a mix.
-    """
+def _refuse_unknown_files(output: str, existing: dict[str, Any]) -> list[str]:
+    """The output's files (but the lock) when all are the previous dataset's (``existing``, its
+    metadata) or a run's temp files; else raises OutputExistsError."""
     listed = _listed_files(existing)
     files = [r for r in _list_output(output) if r != LOCK_FILENAME]
     unknown = sorted(r for r in files if not _written_by_us(r, listed))
@@ -251,6 +248,16 @@ def _clear_output(output: str, existing: dict[str, Any]) -> None:
             f"--overwrite: {output} holds {len(unknown)} file(s) no recordprep run wrote ({shown}); "
             f"nothing was deleted. Move them elsewhere, or write to another directory"
         )
+    return files
+
+
+def _clear_output(output: str, existing: dict[str, Any]) -> None:
+    """Remove the previous dataset (``existing``, its metadata): what a recordprep run wrote, nothing else.
+
+    Raises OutputExistsError, deleting nothing, when the output holds any
+    other file. The metadata goes first so no reader sees a mix.
+    """
+    files = _refuse_unknown_files(output, existing)
     root = output.rstrip("/")
     meta = FileSystems.join(output, METADATA_FILENAME)
     if FileSystems.exists(meta):
@@ -449,8 +456,10 @@ def run_convert(opts: ConvertOptions) -> ConvertResult:
     runs (unless ``force``). A different dataset there is refused unless
     ``overwrite`` (or ``force``), which removes only what a recordprep run
     wrote. The output is locked (:mod:`pipelines.lock`) from before anything
-    is cleared or written until the run ends; any failure after that leaves
-    ``_FAILURE.json`` (the reason) and no temp files.
+    is checked, cleared or written until the run ends (the lock is released
+    whatever ends the run); any failure once the output is found to be this
+    run's to write, a signal included, leaves ``_FAILURE.json`` (the reason)
+    and no temp files.
 
     Raises:
       OutputPathError: the output is, contains or lies inside an input.
@@ -469,12 +478,14 @@ def run_convert(opts: ConvertOptions) -> ConvertResult:
     analysis = load_analysis(opts.analysis_from, p["config"]) if opts.analysis_from else None  # before any clearing
 
     lock = _lock(opts, p["fingerprint"])
-    lock.acquire()
-    try:
-        existing = _prepare_output(opts, p["fingerprint"], lock)
+    try:  # released even when a signal ends acquire() after the lock file was made
+        lock.acquire()
+        existing = _check_output(opts, p["fingerprint"], lock)
         if existing is not None:  # the run that held the lock made this very dataset
             return ConvertResult(opts.output, True, existing, time.perf_counter() - t0)
+        # From here on the output is this run's: any failure, a signal included, leaves the marker.
         try:
+            _clear_previous(opts)
             workers, pre_forked = _run(opts, p, analysis, lock)
         except BaseException as e:
             _record_failure(opts.output, p["fingerprint"], e)
@@ -522,26 +533,36 @@ def _check_existing(opts: ConvertOptions, fingerprint: str) -> dict[str, Any] | 
     return None
 
 
-def _prepare_output(opts: ConvertOptions, fingerprint: str, lock: OutputLock) -> dict[str, Any] | None:
-    """Under the lock: clear the previous dataset (``overwrite``) and an old failure marker.
+def _check_output(opts: ConvertOptions, fingerprint: str, lock: OutputLock) -> dict[str, Any] | None:
+    """Under the lock, before anything is written: whether the output may be written.
 
     Returns the metadata when the output already is this dataset (a run
-    that held the lock before made it).
+    that held the lock before made it). Raises OutputExistsError for another
+    dataset without ``overwrite``, or for files no recordprep run left: no
+    failure marker may be written there, since a marker makes the next run
+    take such files for a failed run's leftovers.
     """
     done = _check_existing(opts, fingerprint)
     if done is not None:
         return done
     existing = read_existing(opts.output)
+    if existing is None:
+        _refuse_clashing_files(opts.output, took_over=lock.took_over is not None)
+    else:  # overwrite (or force): _clear_previous removes it
+        _refuse_unknown_files(opts.output, existing)
+    return None
+
+
+def _clear_previous(opts: ConvertOptions) -> None:
+    """Under the lock: remove the previous dataset (``overwrite``) and an old failure marker."""
+    existing = read_existing(opts.output)
     if existing is not None:
         _clear_output(opts.output, existing)
-    else:
-        _refuse_clashing_files(opts.output, took_over=lock.took_over is not None)
     # A failure marker from an earlier run would make `recordprep wait` and
     # readers.wait_for_dataset give up on this run before it finishes.
     stale = FileSystems.join(opts.output, FAILURE_FILENAME)
     if FileSystems.exists(stale):
         fs_delete([stale])
-    return None
 
 
 def failure_reason(e: BaseException) -> str:

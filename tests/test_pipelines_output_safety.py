@@ -23,6 +23,7 @@ from typer.testing import CliRunner
 
 from convert.spec import FAILURE_FILENAME, METADATA_FILENAME
 from pipelines.cli import app
+from pipelines.interrupt import Interrupted
 from pipelines.lock import LOCK_FILENAME
 
 runner = CliRunner()
@@ -198,11 +199,12 @@ def _cli(data, out, *extra: str) -> list[str]:
             "--num-shards", "4", "--batch-size", "200", "--workers", "1", *extra]
 
 
-def _start_holding_lock(data, out: Path) -> subprocess.Popen:
-    """A conversion in a child process, returned once it holds the output's lock (or has ended)."""
+def _start_holding_lock(data, out: Path, until: str = LOCK_FILENAME) -> subprocess.Popen:
+    """A conversion in a child process, returned once ``out / until`` exists (by default
+    once it holds the output's lock; ``TMP``: once it writes), or it has ended."""
     p = subprocess.Popen(_cli(data, out), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
-    while not (out / LOCK_FILENAME).exists() and p.poll() is None and time.monotonic() < deadline:
+    while not (out / until).exists() and p.poll() is None and time.monotonic() < deadline:
         time.sleep(0.005)
     return p
 
@@ -377,11 +379,68 @@ def test_after_a_full_disk_temp_files_go_before_the_marker_is_written(data, tmp_
 def test_an_interrupted_run_leaves_a_failure_marker(tmp_path):
     data = write_dataset(tmp_path / "d", make_records(6000))
     out = tmp_path / "out"
-    p = _start_holding_lock(data, out)
-    p.send_signal(signal.SIGINT)  # Ctrl-C, once the run holds the output
+    p = _start_holding_lock(data, out, until=TMP)
+    p.send_signal(signal.SIGINT)  # Ctrl-C, once the run writes the output
     _, err = p.communicate(timeout=120)
     assert p.returncode == 130, err
     _assert_failed_cleanly(out, "interrupted")
+
+
+def _interrupt_in(monkeypatch, name: str, *, done: bool) -> None:
+    """Ctrl-C arriving while ``pipelines.job.<name>`` runs: before it did anything, or
+    once it ``done`` its work."""
+    from pipelines import job
+
+    real = getattr(job, name)
+
+    def interrupted(*args, **kwargs):
+        if done:
+            real(*args, **kwargs)
+        raise Interrupted(signal.SIGINT)
+
+    monkeypatch.setattr(job, name, interrupted)
+
+
+def test_a_run_interrupted_while_taking_the_lock_releases_it(data, tmp_path, monkeypatch):
+    """Ctrl-C just after the lock file is made: the lock is removed, and no marker is left
+    (nothing was written; the output's files were not checked yet)."""
+    from pipelines import job, lock
+
+    real = lock.OutputLock.acquire
+
+    def acquire(self):
+        real(self)
+        assert (tmp_path / "out" / LOCK_FILENAME).exists()
+        raise job.Interrupted(signal.SIGINT)
+
+    monkeypatch.setattr(lock.OutputLock, "acquire", acquire)
+    with pytest.raises(job.Interrupted):  # main() turns it into exit code 130
+        _convert("-i", str(data["json"]), "-c", str(data["config"]), "-o", str(tmp_path / "out"))
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == []
+
+
+def test_a_run_interrupted_while_checking_the_output_leaves_it_as_it_was(data, tmp_path, monkeypatch):
+    """Ctrl-C while the output's files are checked: no marker, since a marker makes the next
+    run take files there for a failed run's leftovers; the lock is released."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "train-00000-of-00001.tfrecord.gz").write_bytes(b"someone else's")
+    _interrupt_in(monkeypatch, "_check_output", done=False)
+    with pytest.raises(Interrupted):
+        _convert("-i", str(data["json"]), "-c", str(data["config"]), "-o", str(out))
+    assert sorted(p.name for p in out.iterdir()) == ["train-00000-of-00001.tfrecord.gz"]
+    monkeypatch.undo()
+    r = _convert("-i", str(data["json"]), "-c", str(data["config"]), "-o", str(out))
+    assert r.exit_code == 1 and "nothing was deleted" in r.output, r.output
+
+
+def test_a_run_interrupted_while_clearing_the_previous_dataset_leaves_a_failure_marker(data, tmp_path, monkeypatch):
+    out = tmp_path / "out"
+    assert _convert("-i", str(data["json"]), "-c", str(data["config"]), "-o", str(out)).exit_code == 0
+    _interrupt_in(monkeypatch, "_clear_previous", done=True)
+    with pytest.raises(Interrupted):
+        _convert("-i", str(data["json"]), "-c", str(data["config"]), "-o", str(out), "--force")
+    _assert_failed_cleanly(out, "interrupted by SIGINT")
 
 
 @contextlib.contextmanager
