@@ -99,6 +99,11 @@ def test_a_damaged_stats_file_is_named(data, tmp_path):
 # ------------------------------------------------------------ real Chromium
 
 
+#: Why this session's install of Chromium failed: later tests skip at once instead of
+#: retrying it. Kept per session, not on disk: a registry that was down may be back next run.
+_install_failed: list[str] = []
+
+
 def _chromium() -> str:
     """The Chromium binary; installs Debian's package when allowed, else skips saying why."""
     found = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -106,16 +111,17 @@ def _chromium() -> str:
         return found
     if os.geteuid() != 0 or not shutil.which("apt-get"):
         pytest.skip("no chromium on PATH and no rights to `apt-get install -y chromium`: install it to run this test")
+    if _install_failed:
+        pytest.skip(_install_failed[0])
     lock = Path(tempfile.gettempdir()) / "recordprep-chromium-install.failed"
-    if lock.exists():
-        pytest.skip(f"`apt-get install -y chromium` failed before (see {lock}); install chromium to run this test")
     # A new machine's package lists may be missing or name versions the mirror no longer has
     # (404): the lists are refreshed first, as Debian's own instructions do.
     u = subprocess.run(["apt-get", "update"], capture_output=True, text=True, timeout=600)
     r = subprocess.run(["apt-get", "install", "-y", "chromium"], capture_output=True, text=True, timeout=900)
     if r.returncode != 0 or not shutil.which("chromium"):
         lock.write_text(u.stdout[-2000:] + u.stderr[-2000:] + r.stdout[-4000:] + r.stderr[-4000:])
-        pytest.skip(f"`apt-get install -y chromium` failed (exit {r.returncode}); output kept in {lock}")
+        _install_failed.append(f"`apt-get install -y chromium` failed (exit {r.returncode}); output kept in {lock}")
+        pytest.skip(_install_failed[0])
     return shutil.which("chromium")  # type: ignore[return-value]
 
 
