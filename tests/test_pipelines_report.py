@@ -113,14 +113,14 @@ def _chromium() -> str:
         pytest.skip("no chromium on PATH and no rights to `apt-get install -y chromium`: install it to run this test")
     if _install_failed:
         pytest.skip(_install_failed[0])
-    lock = Path(tempfile.gettempdir()) / "recordprep-chromium-install.failed"
+    log = Path(tempfile.gettempdir()) / "recordprep-chromium-install.failed"
     # A new machine's package lists may be missing or name versions the mirror no longer has
     # (404): the lists are refreshed first, as Debian's own instructions do.
     u = subprocess.run(["apt-get", "update"], capture_output=True, text=True, timeout=600)
     r = subprocess.run(["apt-get", "install", "-y", "chromium"], capture_output=True, text=True, timeout=900)
     if r.returncode != 0 or not shutil.which("chromium"):
-        lock.write_text(u.stdout[-2000:] + u.stderr[-2000:] + r.stdout[-4000:] + r.stderr[-4000:])
-        _install_failed.append(f"`apt-get install -y chromium` failed (exit {r.returncode}); output kept in {lock}")
+        log.write_text(u.stdout[-2000:] + u.stderr[-2000:] + r.stdout[-4000:] + r.stderr[-4000:])
+        _install_failed.append(f"`apt-get install -y chromium` failed (exit {r.returncode}); output kept in {log}")
         pytest.skip(_install_failed[0])
     return shutil.which("chromium")  # type: ignore[return-value]
 
