@@ -10,9 +10,10 @@ comes from the Beam flags passed through (``-- --runner DataflowRunner ...``).
 
 The output is guarded in stages, each before the next may write: an output
 overlapping an input is refused (``_guard_output``); the output's lock is
-taken (:mod:`pipelines.lock`); a previous dataset is cleared only of what a
-recordprep run wrote (``_clear_output``); and a failed run leaves
-``_FAILURE.json`` and no temp files (``_record_failure``).
+taken (:mod:`pipelines.lock`); the output's files are checked
+(``_check_output``) and a previous dataset is cleared only of what a
+recordprep run wrote (``_clear_output``); and a run that fails after that
+check leaves ``_FAILURE.json`` and no temp files (``_record_failure``).
 """
 
 from __future__ import annotations
@@ -251,13 +252,9 @@ def _refuse_unknown_files(output: str, existing: dict[str, Any]) -> list[str]:
     return files
 
 
-def _clear_output(output: str, existing: dict[str, Any]) -> None:
-    """Remove the previous dataset (``existing``, its metadata): what a recordprep run wrote, nothing else.
-
-    Raises OutputExistsError, deleting nothing, when the output holds any
-    other file. The metadata goes first so no reader sees a mix.
-    """
-    files = _refuse_unknown_files(output, existing)
+def _clear_output(output: str, files: list[str]) -> None:
+    """Remove the previous dataset: ``files``, the output's files as ``_refuse_unknown_files``
+    found them all a recordprep run's. The metadata goes first so no reader sees a mix."""
     root = output.rstrip("/")
     meta = FileSystems.join(output, METADATA_FILENAME)
     if FileSystems.exists(meta):
@@ -480,12 +477,12 @@ def run_convert(opts: ConvertOptions) -> ConvertResult:
     lock = _lock(opts, p["fingerprint"])
     try:  # released even when a signal ends acquire() after the lock file was made
         lock.acquire()
-        existing = _check_output(opts, p["fingerprint"], lock)
+        existing, previous = _check_output(opts, p["fingerprint"], lock)
         if existing is not None:  # the run that held the lock made this very dataset
             return ConvertResult(opts.output, True, existing, time.perf_counter() - t0)
         # From here on the output is this run's: any failure, a signal included, leaves the marker.
         try:
-            _clear_previous(opts)
+            _clear_previous(opts, previous)
             workers, pre_forked = _run(opts, p, analysis, lock)
         except BaseException as e:
             _record_failure(opts.output, p["fingerprint"], e)
@@ -533,31 +530,32 @@ def _check_existing(opts: ConvertOptions, fingerprint: str) -> dict[str, Any] | 
     return None
 
 
-def _check_output(opts: ConvertOptions, fingerprint: str, lock: OutputLock) -> dict[str, Any] | None:
+def _check_output(opts: ConvertOptions, fingerprint: str,
+                  lock: OutputLock) -> tuple[dict[str, Any] | None, list[str] | None]:
     """Under the lock, before anything is written: whether the output may be written.
 
-    Returns the metadata when the output already is this dataset (a run
-    that held the lock before made it). Raises OutputExistsError for another
-    dataset without ``overwrite``, or for files no recordprep run left: no
-    failure marker may be written there, since a marker makes the next run
-    take such files for a failed run's leftovers.
+    Returns ``(done, previous)``: the metadata when the output already is
+    this dataset (a run that held the lock before made it), else None; and
+    the files of a previous dataset to remove (``overwrite``), else None.
+    Raises OutputExistsError for another dataset without ``overwrite``, or
+    for files no recordprep run left: no failure marker may be written
+    there, since a marker makes the next run take such files for a failed
+    run's leftovers.
     """
     done = _check_existing(opts, fingerprint)
     if done is not None:
-        return done
+        return done, None
     existing = read_existing(opts.output)
     if existing is None:
         _refuse_clashing_files(opts.output, took_over=lock.took_over is not None)
-    else:  # overwrite (or force): _clear_previous removes it
-        _refuse_unknown_files(opts.output, existing)
-    return None
+        return None, None
+    return None, _refuse_unknown_files(opts.output, existing)
 
 
-def _clear_previous(opts: ConvertOptions) -> None:
-    """Under the lock: remove the previous dataset (``overwrite``) and an old failure marker."""
-    existing = read_existing(opts.output)
-    if existing is not None:
-        _clear_output(opts.output, existing)
+def _clear_previous(opts: ConvertOptions, previous: list[str] | None) -> None:
+    """Under the lock: remove the previous dataset's ``previous`` files (``overwrite``) and an old failure marker."""
+    if previous is not None:
+        _clear_output(opts.output, previous)
     # A failure marker from an earlier run would make `recordprep wait` and
     # readers.wait_for_dataset give up on this run before it finishes.
     stale = FileSystems.join(opts.output, FAILURE_FILENAME)

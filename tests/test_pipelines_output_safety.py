@@ -404,17 +404,17 @@ def _interrupt_in(monkeypatch, name: str, *, done: bool) -> None:
 def test_a_run_interrupted_while_taking_the_lock_releases_it(data, tmp_path, monkeypatch):
     """Ctrl-C just after the lock file is made: the lock is removed, and no marker is left
     (nothing was written; the output's files were not checked yet)."""
-    from pipelines import job, lock
+    from pipelines import lock
 
     real = lock.OutputLock.acquire
 
     def acquire(self):
         real(self)
         assert (tmp_path / "out" / LOCK_FILENAME).exists()
-        raise job.Interrupted(signal.SIGINT)
+        raise Interrupted(signal.SIGINT)
 
     monkeypatch.setattr(lock.OutputLock, "acquire", acquire)
-    with pytest.raises(job.Interrupted):  # main() turns it into exit code 130
+    with pytest.raises(Interrupted):  # main() turns it into exit code 130
         _convert("-i", str(data["json"]), "-c", str(data["config"]), "-o", str(tmp_path / "out"))
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == []
 
