@@ -31,7 +31,7 @@ from hypothesis import strategies as st
 import readers
 from convert.apply import OutputAnalysis, apply_analysis
 from convert.example import encode_examples, split_buffer
-from readers import serving
+from readers import _serving_wire, serving
 from readers._serving_wire import KIND_NESTED
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -274,6 +274,37 @@ def test_a_nested_item_past_the_kept_ones_of_a_wider_request_is_dropped(layer):
         assert np.array_equal(features[name].numpy(), expected[name].numpy()), name
     _, errors = layer.transform(wider(["x", None, "y"], KIND_NESTED))  # the nested item is the third kept
     assert errors.numpy()[0].decode().startswith("tags: expected a list of scalar values"), errors.numpy()
+
+
+def _long_list(items: st.SearchStrategy) -> st.SearchStrategy:
+    """A list running past every feature's max_len: scalars and nulls, then anything (nested values included)."""
+    return st.tuples(st.lists(st.one_of(st.none(), items), min_size=2, max_size=7),
+                     st.lists(ANY, min_size=1, max_size=3)).map(lambda t: t[0] + t[1])
+
+
+LONG_LISTS = {"nums": _long_list(NUMBERS), "tags": _long_list(STRINGS), "tags2": _long_list(st.one_of(STRINGS, NUMBERS))}
+
+
+@st.composite
+def records_with_long_lists(draw) -> Any:
+    # Half of them hold lists only: a random record is often rejected for another field first.
+    r = draw(records()) if draw(st.booleans()) else {}
+    if isinstance(r, dict):
+        for name, strategy in LONG_LISTS.items():
+            if draw(st.booleans()):
+                r[name] = draw(strategy)
+    return r
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.lists(records_with_long_lists(), min_size=1, max_size=12))
+def test_parity_on_random_records_sent_with_their_lists_whole(output, layer, recs):
+    """As ``test_parity_on_random_records``, with every list sent whole, as a REST client
+    may write it: ``encode`` stops at the last item a feature keeps, so items past
+    ``max_len`` (nulls, nested values, anything) reach the layer only this way."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(_serving_wire, "_needed", lambda items, uses: len(items))
+        check_parity(output, layer, recs)
 
 
 def test_text_rows_in_every_part_of_a_batch_keep_their_tokens(output, layer):
