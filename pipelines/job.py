@@ -511,7 +511,11 @@ def _check_existing(opts: ConvertOptions, fingerprint: str) -> dict[str, Any] | 
     ``force`` re-runs even then. Raises OutputExistsError when it holds
     another dataset and neither ``overwrite`` nor ``force`` is on.
     """
-    existing = read_existing(opts.output)
+    return _done_or_refused(opts, fingerprint, read_existing(opts.output))
+
+
+def _done_or_refused(opts: ConvertOptions, fingerprint: str, existing: dict[str, Any] | None) -> dict[str, Any] | None:
+    """``_check_existing`` of the metadata ``existing`` the caller read."""
     if existing is None:
         return None
     if existing.get("fingerprint") == fingerprint and not opts.force:
@@ -542,10 +546,10 @@ def _check_output(opts: ConvertOptions, fingerprint: str,
     there, since a marker makes the next run take such files for a failed
     run's leftovers.
     """
-    done = _check_existing(opts, fingerprint)
+    existing = read_existing(opts.output)  # once: on gs:// every read is a round trip under the lock
+    done = _done_or_refused(opts, fingerprint, existing)
     if done is not None:
         return done, None
-    existing = read_existing(opts.output)
     if existing is None:
         _refuse_clashing_files(opts.output, took_over=lock.took_over is not None)
         return None, None

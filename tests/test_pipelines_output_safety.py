@@ -443,6 +443,21 @@ def test_a_run_interrupted_while_clearing_the_previous_dataset_leaves_a_failure_
     _assert_failed_cleanly(out, "interrupted by SIGINT")
 
 
+def test_an_overwrite_reads_the_previous_metadata_once_under_the_lock(data, tmp_path, monkeypatch):
+    """The check under the lock reads the output's metadata once (each read is a round trip on
+    gs://): one read before the lock (nothing to do?), one under it, and the new dataset's after the run."""
+    from pipelines import job
+
+    out = tmp_path / "out"
+    assert _convert("-i", str(data["json"]), "-c", str(data["config"]), "-o", str(out)).exit_code == 0
+    reads: list[str] = []
+    real = job.read_existing
+    monkeypatch.setattr(job, "read_existing", lambda output: reads.append(output) or real(output))
+    r = _convert("-i", str(data["json"]), "-c", str(_other_config(data, tmp_path)), "-o", str(out), "--overwrite")
+    assert r.exit_code == 0, r.output
+    assert len(reads) == 3, reads
+
+
 @contextlib.contextmanager
 def _tmpfs(path: Path, size: str):
     path.mkdir()
