@@ -823,9 +823,12 @@ def test_json_lines_whole_block_path_gives_what_the_per_line_loop_gives(lines, b
             if not plain:
                 mp.setattr(jsonl, "_plain_block", lambda *a: None)
             for start, end in ranges:
-                for b in iter_json(io.BytesIO(raw), "p.jsonl", start, end, batch_size=batch_size,
-                                   max_record_bytes=max_line):
-                    out.append((repr(b.records), b.offsets, b.indexes, [x[:3] for x in b.bad]))
+                try:
+                    for b in iter_json(io.BytesIO(raw), "p.jsonl", start, end, batch_size=batch_size,
+                                       max_record_bytes=max_line):
+                        out.append((repr(b.records), b.offsets, b.indexes, [x[:3] for x in b.bad]))
+                except InputFileError as e:  # a first line "[1, 2]": the file is read as one JSON document
+                    out.append(("error", str(e)))
         return out
 
     assert read(True) == read(False)
