@@ -62,6 +62,11 @@ from convert.records import (
 )
 from convert.spec import short_repr
 
+try:
+    from convert._tokens import TokenTable as _TokenTable
+except ImportError:  # built without a C compiler, or a staged pure-Python wheel: the Python path
+    _TokenTable = None
+
 #: ``TOKEN_RE``'s tokens or a NUL (the row separator of a text column tokenized at once).
 _TOKEN_OR_NUL_RE = re.compile(TOKEN_RE.pattern + "|\x00")
 #: The delimiters but NUL (the row separator, kept) -> space.
@@ -131,11 +136,20 @@ class _TermIndex(dict):
     """Term -> index, a new term getting ``len(index) - 1`` when first looked up
     (``__missing__``), so that known terms cost one C-level lookup and no Python step."""
 
-    __slots__ = ()
+    __slots__ = ("_tokens",)
 
     def __missing__(self, term: Any) -> int:
         i = self[term] = len(self) - 1
         return i
+
+    def tokens(self) -> Any:
+        """This index's ``convert._tokens.TokenTable`` (made on first use), which
+        must only ever be used with this index."""
+        try:
+            return self._tokens
+        except AttributeError:
+            self._tokens = _TokenTable()
+            return self._tokens
 
 
 def _index_all(index: _TermIndex, items: list[Any]) -> np.ndarray:
@@ -495,9 +509,16 @@ class Preparer:
 
 def _token_codes(f: FeatureConfig, values: list[Any], bad: dict[int, Rejection],
                  index: _TermIndex) -> tuple[np.ndarray, np.ndarray]:
-    """A text feature's token indexes, flat, and the tokens per row."""
+    """A text feature's token indexes, flat, and the tokens per row.
+
+    Columns of strings and nulls go to ``convert._tokens`` when it is built; the
+    Python paths below define the same output (tests/test_convert_tokens.py)."""
     b = len(values)
     lower = f.lowercase
+    if _TokenTable is not None and type(values) is list:
+        found = index.tokens().codes(index, values, lower)
+        if found is not None:
+            return np.frombuffer(found[0], dtype=np.int32), np.frombuffer(found[1], dtype=np.int64)
     joined = " \x00 ".join([v or "" for v in values]) if set(map(type, values)) <= {str, _NONE} else None
     if joined is not None and joined.count("\x00") == b - 1:
         # The whole column at once (no row holds a NUL): one lowercasing,
