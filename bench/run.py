@@ -108,6 +108,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--naive-files", default=None, metavar="N|all",
                     help="input files the naive pipeline reads (default: all of them at small and default size, the "
                          "issue's workload, ~2-4 minutes per run at default size; the first 2 at large size)")
+    ap.add_argument("--tft-convert-repeats", type=int, default=1, metavar="N",
+                    help="runs of TF Transform's conversion, interleaved with recordprep's (each a minute or more at "
+                         "`default`; default 1); its ratios then compare medians over N runs")
     ap.add_argument("--skip-tft", action="store_true",
                     help="leave the TF Transform rows out (they build bench/.peers/tft-venv on first use)")
     ap.add_argument("--skip-readers", action="store_true", help="leave the reader table out")
@@ -155,6 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     results["conversion"] = conv
     if not args.skip_tft:
         results["tft"] = tft.run_table(args.size, manifest, log=log, log_dir=log_dir, out_root=out_root,
+                                       tft_convert_repeats=args.tft_convert_repeats,
                                        target_repeats=target_repeats)
 
     if not args.skip_readers:

@@ -266,8 +266,12 @@ def _workers_for(avro: list[str]) -> int:
 
 
 def run_table(size: str, manifest: dict[str, Any], *, log, log_dir: Path, out_root: Path,
-              target_repeats: int = 1) -> dict[str, Any]:
-    """The TF Transform rows and recordprep beside them; ``{"skipped": reason}`` without the peer."""
+              target_repeats: int = 1, tft_convert_repeats: int = 1) -> dict[str, Any]:
+    """The TF Transform rows and recordprep beside them; ``{"skipped": reason}`` without the peer.
+
+    TF Transform's conversion runs ``tft_convert_repeats`` times (each a minute
+    or more at ``default``), interleaved with recordprep's; every other row
+    ``target_repeats`` times. Each row's figure is the median of its runs."""
     from bench import convert_bench, make_data
     from bench.measure import run_child
 
@@ -298,22 +302,26 @@ def run_table(size: str, manifest: dict[str, Any], *, log, log_dir: Path, out_ro
         log(f"  -> {_one_line(m)}")
         return m
 
-    # Interleaved (R T Tl Rl R Tl Rl ...): TF Transform's conversion once (a
-    # minute or more at default size), every other row target_repeats times.
+    # Interleaved (R T Tl Rl R T Tl Rl ...): TF Transform's conversion in the
+    # first tft_convert_repeats rounds, every other row in each of target_repeats.
     shards: dict[str, int] | None = None
     tft_ok = False
     unavailable = None
-    for rep in range(max(1, target_repeats)):
-        m = measure("recordprep_convert", "bench.convert_bench",
-                    ["--case", "recordprep", "--inputs", *avro, "--output", str(outs["recordprep"])], timeout=4 * 3600)
-        if m.ok and shards is None:
-            shards = m.result.get("shards") or {}
-        if rep == 0:
+    for rep in range(max(1, target_repeats, tft_convert_repeats)):
+        if rep < max(1, target_repeats):
+            m = measure("recordprep_convert", "bench.convert_bench",
+                        ["--case", "recordprep", "--inputs", *avro, "--output", str(outs["recordprep"])],
+                        timeout=4 * 3600)
+            if m.ok and shards is None:
+                shards = m.result.get("shards") or {}
+        if rep == 0 or (tft_ok and rep < tft_convert_repeats):
             counts = [str((shards or {}).get(s, 1)) for s in ("train", "eval")]
             tft_ok = measure("tft_convert", "bench.tft_worker",
                              ["--case", "convert", "--inputs", *avro, "--config", CONFIG, "--output", str(outs["tft"]),
                               "--shards", *counts, "--workers", str(workers)], python=str(venv_python()),
                              timeout=3600).ok
+        if rep >= max(1, target_repeats):
+            continue
         if tft_ok:
             measure("tft_layer", "bench.tft_worker",
                     ["--case", "layer", "--inputs", avro[0], "--config", CONFIG,

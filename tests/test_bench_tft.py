@@ -168,6 +168,17 @@ def test_run_table_interleaves_and_repeats_every_row_but_tf_transforms_conversio
     assert all(r["ok"] for r in out["rows"].values())
 
 
+def test_tf_transforms_conversion_repeats_interleaved_with_recordpreps_when_asked(monkeypatch, tmp_path):
+    calls = _fake_measurements(monkeypatch)
+    out = tft.run_table("small", _MANIFEST, log=lambda _: None, log_dir=tmp_path, out_root=tmp_path, target_repeats=2,
+                        tft_convert_repeats=3)
+    rp, tc, tl, rl = ("bench.convert_bench:recordprep", "bench.tft_worker:convert", "bench.tft_worker:layer",
+                      "bench.tft:recordprep-layer")
+    assert calls == [rp, tc, tl, rl, rp, tc, tl, rl, tc]
+    assert {k: r["runs"] for k, r in out["rows"].items()} == {
+        "recordprep_convert": 2, "tft_convert": 3, "tft_layer": 2, "recordprep_layer": 2}
+
+
 def test_run_table_when_recordprep_has_no_layer_or_tf_transform_fails(monkeypatch, tmp_path):
     calls = _fake_measurements(monkeypatch, tft_convert_ok=False, layer_unavailable=True)
     out = tft.run_table("small", _MANIFEST, log=lambda _: None, log_dir=tmp_path, out_root=tmp_path, target_repeats=2)
