@@ -22,6 +22,13 @@
 #include <stdint.h>
 #include <string.h>
 
+/* CPython's randomized bytes hash (the str hash of ASCII text): public from 3.14 on. */
+#if PY_VERSION_HEX >= 0x030E0000
+#define HASH_BYTES Py_HashBuffer
+#else
+#define HASH_BYTES _Py_HashBytes
+#endif
+
 typedef struct {
     Py_hash_t hash;
     Py_ssize_t off;  /* into the arena */
@@ -119,7 +126,7 @@ static long dict_index(PyObject *index, const char *p, Py_ssize_t len) {
 
 /* The token's index; -1 with an error set on failure (no token maps to -1: the dict's -1 is its sentinel, "\x00"). */
 static long lookup(TokenTable *t, PyObject *index, const char *p, Py_ssize_t len) {
-    Py_hash_t h = _Py_HashBytes(p, len);
+    Py_hash_t h = HASH_BYTES(p, len);
     size_t j = (size_t)h & t->mask;
     for (;;) {
         Slot *s = &t->slots[j];
