@@ -5,6 +5,8 @@ character, and over a unit's batches where the two paths take turns."""
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 from _text_strategies import SPECIAL, texts
@@ -134,3 +136,67 @@ def test_long_and_empty_values():
     values = ["", "   ", "x" * 100_000, "\U0001f600" * 1000 + " A", None]
     for lowercase in (True, False):
         assert _codes(values, lowercase, _fresh(), True) == _codes(values, lowercase, _fresh(), False)
+
+
+#: Random columns through the C path built with AddressSanitizer and UBSan, against the Python path.
+_SANITIZED_RUN = r"""
+import importlib.util, random, sys
+import numpy as np
+from convert import prepare
+from convert.config import parse_config
+spec = importlib.util.spec_from_file_location("convert._tokens", sys.argv[1])
+mod = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(mod)
+feature = {lower: parse_config({"features": [{"name": "t", "transform": "text", "max_len": 4, "lowercase": lower}]})
+           .features[0] for lower in (False, True)}
+rnd = random.Random(7)
+alphabet = "aZ_9 -.\x00\u00e9\u0130\U0001f600\ud800"
+c_index, py_index = prepare._TermIndex({"\x00": -1}), prepare._TermIndex({"\x00": -1})
+table = mod.TokenTable()
+for n in range(1500):
+    values = [None if rnd.random() < 0.1 else 7 if rnd.random() < 0.01 else
+              "".join(rnd.choice(alphabet) for _ in range(rnd.randint(0, rnd.choice([3, 40, 3000]))))
+              for _ in range(rnd.randint(0, 30))]
+    lower = bool(n % 2)
+    prepare._TokenTable = None
+    want = prepare._token_codes(feature[lower], values, {}, py_index)
+    got = table.codes(c_index, values, lower)
+    if got is not None:
+        assert np.frombuffer(got[0], np.int32).tolist() == want[0].tolist(), values
+        assert np.frombuffer(got[1], np.int64).tolist() == want[1].tolist(), values
+    else:  # declined: a surrogate or a non-string; the Python path indexes it for both
+        prepare._token_codes(feature[lower], values, {}, c_index)
+assert list(c_index.items()) == list(py_index.items())
+print("ok", table.size())
+"""
+
+
+@pytest.mark.slow
+def test_c_path_is_memory_safe_under_address_sanitizer(tmp_path):
+    """The C code reads hostile text: built with AddressSanitizer and UBSan (any finding
+    aborts), it runs thousands of random columns (long values, NULs, surrogates,
+    astral characters, non-strings) and agrees with the Python path."""
+    import shutil
+    import subprocess
+    import sys
+    import sysconfig
+    from pathlib import Path
+
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler")
+    runtimes = [subprocess.run([cc, f"-print-file-name={lib}"], capture_output=True, text=True).stdout.strip()
+                for lib in ("libasan.so", "libubsan.so")]
+    if not all(Path(r).is_absolute() and Path(r).exists() for r in runtimes):
+        pytest.skip(f"{cc} has no AddressSanitizer/UBSan runtime ({runtimes})")
+    src = Path(prepare.__file__).with_name("_tokens.c")
+    so = tmp_path / ("_tokens" + sysconfig.get_config_var("EXT_SUFFIX"))
+    subprocess.run([cc, "-O1", "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=undefined",
+                    "-fno-omit-frame-pointer", "-fPIC", "-shared", f"-I{sysconfig.get_paths()['include']}",
+                    str(src), "-o", str(so)], check=True, timeout=120)
+    # PYTHONMALLOC=malloc: Python's own objects (the bytearrays written into) in memory ASan watches
+    env = {**os.environ, "LD_PRELOAD": " ".join(runtimes), "ASAN_OPTIONS": "detect_leaks=0:abort_on_error=1",
+           "UBSAN_OPTIONS": "print_stacktrace=1", "PYTHONMALLOC": "malloc"}
+    out = subprocess.run([sys.executable, "-c", _SANITIZED_RUN, str(so)], capture_output=True, text=True,
+                         env=env, timeout=300)
+    assert out.returncode == 0 and out.stdout.startswith("ok"), out.stderr[-3000:]
