@@ -1,7 +1,8 @@
 """convert._tokens (the C token indexer of text columns) against the Python paths
 of ``convert.prepare._token_codes``: the same codes, counts and term index, on
 random Unicode of every plane (lone surrogates too), NULs, every ASCII
-character, and over a unit's batches where the two paths take turns."""
+character, and over a unit's batches where the two paths take turns; and the
+C code built with AddressSanitizer and UBSan on random columns."""
 
 from __future__ import annotations
 
