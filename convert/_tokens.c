@@ -14,7 +14,8 @@
  * a growing vocabulary without a Python object per token. The table's hash is
  * CPython's own randomized str hash (SipHash), so crafted text cannot flood
  * it. convert/prepare.py falls back to its Python path when this module is
- * missing (no C compiler at install, or a staged pure-Python wheel);
+ * missing (no C compiler at install, or a staged wheel on a worker of another
+ * platform, pipelines/staging.py);
  * tests/test_convert_tokens.py checks both paths give the same output.
  */
 #define PY_SSIZE_T_CLEAN

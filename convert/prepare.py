@@ -64,7 +64,7 @@ from convert.spec import short_repr
 
 try:
     from convert._tokens import TokenTable as _TokenTable
-except ImportError:  # built without a C compiler, or a staged pure-Python wheel: the Python path
+except ImportError:  # no C compiler at install, or a worker of another platform (pipelines/staging.py)
     _TokenTable = None
 
 #: ``TOKEN_RE``'s tokens or a NUL (the row separator of a text column tokenized at once).

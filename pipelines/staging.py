@@ -13,6 +13,14 @@ which a launcher (an Airflow task, a container) reliably has; a pure-Python
 wheel is a zip with three metadata files. Its ``Requires-Dist`` lists only the
 base dependencies, never the ``tf`` extra, so workers do not install
 TensorFlow.
+
+The wheel is tagged ``py3-none-any`` and also carries the compiled modules
+this interpreter loads (``convert._tokens``), under their full extension
+file name (``_tokens.cpython-311-x86_64-linux-gnu.so``). Python imports an
+extension only by its own platform's and version's name, so a worker like
+the launcher (Dataflow's default workers for a Linux x86_64 launcher) loads
+it, and any other worker cannot see it and runs the Python path, which gives
+the same output.
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ import hashlib
 import io
 import os
 import shutil
+import sysconfig
 import tempfile
 import zipfile
 from importlib import metadata
@@ -63,11 +72,14 @@ def _record_line(name: str, data: bytes) -> str:
 
 
 def _package_files() -> list[tuple[str, Path]]:
+    """The packages' sources and compiled modules, as (name in the wheel, path)."""
+    # Only the full platform suffix: a bare ``.so`` or ``.abi3.so`` would be importable elsewhere.
+    ext = sysconfig.get_config_var("EXT_SUFFIX") or ".invalid"
     files: list[tuple[str, Path]] = []
     for pkg in PACKAGES:
         mod = __import__(pkg)
         root = Path(mod.__file__).resolve().parent
-        for path in sorted(root.rglob("*.py")):
+        for path in sorted([*root.rglob("*.py"), *root.rglob(f"*{ext}")]):
             if "__pycache__" in path.parts:
                 continue
             files.append((f"{pkg}/{path.relative_to(root).as_posix()}", path))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import sysconfig
 import zipfile
 from pathlib import Path
 
@@ -16,6 +17,7 @@ import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.portability.stager import Stager
 
+from convert import prepare
 from pipelines.staging import build_wheel, needs_staging, staging_args
 
 
@@ -28,8 +30,10 @@ def test_wheel_holds_the_packages_and_base_requirements_only(tmp_path):
         record = next(zf.read(n).decode() for n in names if n.endswith(".dist-info/RECORD"))
     for mod in ("convert/sources.py", "convert/vectorize.py", "pipelines/transforms.py", "pipelines/job.py"):
         assert mod in names
-    # py3-none-any: no compiled module (convert._tokens), which may not load on the workers' platform
-    assert all(n.endswith((".py", ".html")) or ".dist-info/" in n for n in names), sorted(names)
+    # Compiled modules only under this platform's full suffix, which no other platform or Python imports
+    ext = sysconfig.get_config_var("EXT_SUFFIX")
+    assert ("convert/_tokens" + ext in names) == (prepare._TokenTable is not None)
+    assert all(n.endswith((".py", ext)) or ".dist-info/" in n for n in names), sorted(names)
     requires = [line for line in meta.splitlines() if line.startswith("Requires-Dist:")]
     assert any("fastavro" in r for r in requires)
     assert any("apache-beam" in r for r in requires)
@@ -55,7 +59,9 @@ def test_pip_installs_the_wheel_and_workers_can_use_it(tmp_path):
         "import convert.vectorize, pipelines.transforms, convert.example;"
         "assert convert.vectorize.__file__.startswith(sys.argv[1]), convert.vectorize.__file__;"
         "assert 'tensorflow' not in sys.modules;"
-        "print('ok')"
+        + ("import convert._tokens; assert convert._tokens.__file__.startswith(sys.argv[1]);"  # the staged C path
+           if prepare._TokenTable is not None else "")
+        + "print('ok')"
     )
     out = subprocess.run([sys.executable, "-c", probe, str(target)], capture_output=True, text=True,
                          cwd=str(tmp_path), timeout=120)
