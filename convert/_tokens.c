@@ -198,8 +198,9 @@ static PyObject *TokenTable_codes(TokenTable *self, PyObject *args) {
     PyObject *codes = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)(bound * sizeof(int32_t)));
     PyObject *counts = PyByteArray_FromStringAndSize(NULL, b * (Py_ssize_t)sizeof(int64_t));
     char *lowered = lower ? PyMem_Malloc(longest + 1) : NULL;
-    if (codes == NULL || counts == NULL || (lower && lowered == NULL)) {
-        if (lower && lowered == NULL && codes != NULL && counts != NULL) PyErr_NoMemory();
+    if (codes == NULL || counts == NULL) goto fail;
+    if (lower && lowered == NULL) {
+        PyErr_NoMemory();
         goto fail;
     }
     int32_t *out = (int32_t *)PyByteArray_AS_STRING(codes);
@@ -248,13 +249,13 @@ fail:
     return NULL;
 }
 
-static PyObject *TokenTable_len(TokenTable *self, PyObject *Py_UNUSED(ignored)) {
+static PyObject *TokenTable_size(TokenTable *self, PyObject *Py_UNUSED(ignored)) {
     return PyLong_FromSize_t(self->used);
 }
 
 static PyMethodDef TokenTable_methods[] = {
     {"codes", (PyCFunction)TokenTable_codes, METH_VARARGS, codes_doc},
-    {"size", (PyCFunction)TokenTable_len, METH_NOARGS, "The number of distinct tokens the table holds."},
+    {"size", (PyCFunction)TokenTable_size, METH_NOARGS, "The number of distinct tokens the table holds."},
     {NULL, NULL, 0, NULL},
 };
 
