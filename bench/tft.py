@@ -307,8 +307,9 @@ def run_table(size: str, manifest: dict[str, Any], *, log, log_dir: Path, out_ro
     shards: dict[str, int] | None = None
     tft_ok = False
     unavailable = None
-    for rep in range(max(1, target_repeats, tft_convert_repeats)):
-        if rep < max(1, target_repeats):
+    rounds = max(1, target_repeats)  # of every row but TF Transform's conversion
+    for rep in range(max(rounds, tft_convert_repeats)):
+        if rep < rounds:
             m = measure("recordprep_convert", "bench.convert_bench",
                         ["--case", "recordprep", "--inputs", *avro, "--output", str(outs["recordprep"])],
                         timeout=4 * 3600)
@@ -320,7 +321,7 @@ def run_table(size: str, manifest: dict[str, Any], *, log, log_dir: Path, out_ro
                              ["--case", "convert", "--inputs", *avro, "--config", CONFIG, "--output", str(outs["tft"]),
                               "--shards", *counts, "--workers", str(workers)], python=str(venv_python()),
                              timeout=3600).ok
-        if rep >= max(1, target_repeats):
+        if rep >= rounds:
             continue
         if tft_ok:
             measure("tft_layer", "bench.tft_worker",
