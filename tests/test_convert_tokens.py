@@ -7,6 +7,11 @@ C code built with AddressSanitizer and UBSan on random columns."""
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -154,12 +159,12 @@ rnd = random.Random(7)
 alphabet = "aZ_9 -.\x00\u00e9\u0130\U0001f600\ud800"
 c_index, py_index = prepare._TermIndex({"\x00": -1}), prepare._TermIndex({"\x00": -1})
 table = mod.TokenTable()
+prepare._TokenTable = None  # _token_codes: the Python path; the sanitized table is called directly
 for n in range(1500):
     values = [None if rnd.random() < 0.1 else 7 if rnd.random() < 0.01 else
               "".join(rnd.choice(alphabet) for _ in range(rnd.randint(0, rnd.choice([3, 40, 3000]))))
               for _ in range(rnd.randint(0, 30))]
     lower = bool(n % 2)
-    prepare._TokenTable = None
     want = prepare._token_codes(feature[lower], values, {}, py_index)
     got = table.codes(c_index, values, lower)
     if got is not None:
@@ -177,12 +182,6 @@ def test_c_path_is_memory_safe_under_address_sanitizer(tmp_path):
     """The C code reads hostile text: built with AddressSanitizer and UBSan (any finding
     aborts), it runs thousands of random columns (long values, NULs, surrogates,
     astral characters, non-strings) and agrees with the Python path."""
-    import shutil
-    import subprocess
-    import sys
-    import sysconfig
-    from pathlib import Path
-
     cc = shutil.which("cc") or shutil.which("gcc")
     if cc is None:
         pytest.skip("no C compiler")
