@@ -1,7 +1,7 @@
 # Two commands set everything up on a fresh machine: `make demo` and `make test`.
 # The virtualenv is keyed on the dependency files: it is rebuilt only when
-# pyproject.toml or constraints.txt change, or the C token indexer (setup.py,
-# convert/_tokens.c), which the editable install compiles in place.
+# pyproject.toml or constraints.txt change, or the C modules (setup.py, convert/*.c),
+# which the editable install compiles in place.
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   ?= .venv
 BIN    := $(VENV)/bin
@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 
 .PHONY: install demo test test-fast test-latest lint bench fuzz clean
 
-$(STAMP): pyproject.toml constraints.txt setup.py convert/_tokens.c
+$(STAMP): pyproject.toml constraints.txt setup.py $(wildcard convert/*.c)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	@# setuptools' "Editable installation" notice is a warning block on every install: filtered by its message.
@@ -75,4 +75,4 @@ fuzz: $(STAMP)
 	$(BIN)/python tests/fuzz_records.py --seconds $(FUZZ_SECONDS) --examples-per-round $(FUZZ_EXAMPLES) $(FUZZ_ARGS)
 
 clean:
-	rm -rf $(VENV) demo-out .pytest_cache build convert/_tokens.*.so
+	rm -rf $(VENV) demo-out .pytest_cache build convert/_*.*.so

@@ -12,6 +12,10 @@ own protobuf and parser. upb's deterministic map order compares keys' UTF-8
 bytes, but a key sorts *after* every longer key it is a prefix of (``a_len``
 before ``a``); see ``_map_key_order``.
 
+``encode_examples`` runs the same layout in C (``convert/_example.c``, two
+passes over the rows: sizes, then bytes) when it is built; the numpy path
+here defines the bytes, and the tests hold the C one to it.
+
 Wire format (protobuf)::
 
     Example  { Features features = 1; }
@@ -26,6 +30,11 @@ from __future__ import annotations
 import numpy as np
 
 from convert.spec import PACKED_KEYS
+
+try:  # the same bytes in C (convert/_example.c); absent when built without a C compiler
+    from convert._example import encode as _encode_c
+except ImportError:
+    _encode_c = None
 
 _THRESHOLDS = np.array([1 << (7 * k) for k in range(1, 10)], dtype=np.uint64)
 _GROUP = np.arange(10, dtype=np.uint8)
@@ -247,6 +256,9 @@ def encode_examples(columns: dict[str, tuple[str, np.ndarray | list[bytes]]], ro
     """
     if rows == 0:
         return np.empty(0, np.uint8), np.empty(0, np.int64)
+    if _encode_c is not None:
+        data, lens = _encode_c(_c_columns(columns, rows), rows)
+        return np.frombuffer(data, np.uint8), np.frombuffer(lens, np.int64)
     features = _Rows(rows)
     for name in sorted(columns, key=_map_key_order):
         kind, value = columns[name]
@@ -256,6 +268,29 @@ def encode_examples(columns: dict[str, tuple[str, np.ndarray | list[bytes]]], ro
     example.varint_lens(features)
     example.extend(features)
     return example.bytes(), example.lens
+
+
+_C_KINDS = {"float32": 0, "int64": 1, "string": 2}
+
+
+def _c_columns(columns: dict[str, tuple[str, np.ndarray | list[bytes]]], rows: int) -> list[tuple]:
+    """``columns`` as ``convert._example.encode`` takes them: ``(key, kind, n, values)``
+    in map order, values as the numpy path reads them (little-endian float32,
+    int64, a list of bytes)."""
+    out = []
+    for name in sorted(columns, key=_map_key_order):
+        kind, value = columns[name]
+        if kind == "float32":
+            a = np.ascontiguousarray(np.asarray(value, dtype="<f4").reshape(rows, -1))
+        elif kind == "int64":
+            a = np.ascontiguousarray(np.asarray(value, dtype=np.int64).reshape(rows, -1))
+        elif kind == "string":
+            out.append((name.encode("utf-8"), 2, 1, [v if type(v) is bytes else bytes(v) for v in value]))
+            continue
+        else:
+            raise ValueError(f"feature {name!r}: unknown dtype {kind!r}")
+        out.append((name.encode("utf-8"), _C_KINDS[kind], a.shape[1], a))
+    return out
 
 
 def pack_columns(columns: dict[str, tuple[str, np.ndarray | list[bytes]]], rows: int,

@@ -2,7 +2,9 @@
 
 TensorFlow is the oracle: ``encode_examples`` must produce exactly the bytes of
 ``tf.train.Example(...).SerializeToString(deterministic=True)`` and parse with
-``tf.io.parse_example`` to the values it was given.
+``tf.io.parse_example`` to the values it was given. Every test runs on both
+encoders, the numpy path and the C one (``convert/_example.c``, compared with
+the numpy path in tests/test_convert_example_c.py).
 """
 
 from __future__ import annotations
@@ -11,10 +13,10 @@ import struct
 
 import numpy as np
 import pytest
+from _example_strategies import INT64_MAX, INT64_MIN, column_sets
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-from hypothesis.extra import numpy as hnp
 
+from convert import example
 from convert.example import decode_example, encode_examples, split_buffer
 
 tf = pytest.importorskip("tensorflow")
@@ -26,8 +28,26 @@ from google.protobuf.internal import api_implementation  # noqa: E402  (installe
 needs_upb = pytest.mark.skipif(api_implementation.Type() != "upb",
                                reason="byte identity is checked against protobuf's upb runtime (map key order)")
 
-INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+try:
+    from convert import _example as native
+except ImportError:
+    native = None
+needs_native = pytest.mark.skipif(native is None, reason="convert._example is not built (no C compiler at install)")
+
+
+@pytest.fixture(autouse=True, scope="module", params=["c", "numpy"])
+def encoder(request):
+    """Each test of this module once per encoder ``encode_examples`` can take."""
+    if request.param == "c" and native is None:
+        pytest.skip("convert._example is not built (no C compiler at install)")
+    saved = example._encode_c
+    example._encode_c = saved if request.param == "c" else None
+    yield request.param
+    example._encode_c = saved
+
+
 
 
 # ----------------------------------------------------------------- oracle
@@ -91,46 +111,6 @@ def decoded_columns(serialized: list[bytes], columns: dict, rows: int) -> dict:
 
 
 # ------------------------------------------------------------- strategies
-
-# Feature names: any text without surrogates, unicode included; sorting by code
-# point must agree with protobuf's sort of the UTF-8 keys.
-names = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=8)
-special_floats = st.sampled_from([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-45, 3.4028235e38, -1.5])
-special_ints = st.sampled_from([INT64_MIN, INT64_MIN + 1, -1, 0, 1, 127, 128, 16383, 16384, 2**32, INT64_MAX])
-
-
-def _canonical_nan(a: np.ndarray) -> np.ndarray:
-    # Python's float (which TensorFlow's protobuf goes through) quiets signaling
-    # NaNs, so NaN payloads are not comparable; keep a quiet NaN with either sign.
-    a = a.copy()
-    nan = np.isnan(a)
-    a[nan] = np.copysign(np.float32(np.nan), a[nan])
-    return a
-
-
-@st.composite
-def column_sets(draw, min_rows=1, max_rows=50):
-    rows = draw(st.integers(min_rows, max_rows))
-    keys = draw(st.lists(names, min_size=1, max_size=6, unique=True))
-    cols = {}
-    for k in keys:
-        kind = draw(st.sampled_from(["float32", "int64", "string"]))
-        if kind == "string":
-            cols[k] = (kind, draw(st.lists(st.binary(max_size=12) | st.sampled_from([b"", b"\xff\xfe\x80", b"x" * 200]),
-                                           min_size=rows, max_size=rows)))
-            continue
-        n = draw(st.sampled_from([0, 1, 2, 3, 5, 40]))
-        if kind == "float32":
-            arr = draw(hnp.arrays(np.float32, (rows, n), elements=st.floats(width=32) | special_floats))
-            arr = _canonical_nan(arr)
-        else:
-            arr = draw(hnp.arrays(np.int64, (rows, n), elements=st.integers(INT64_MIN, INT64_MAX) | special_ints))
-        # also accept 1-D columns for single values
-        if n == 1 and draw(st.booleans()):
-            arr = arr.reshape(rows)
-        cols[k] = (kind, arr)
-    return cols, rows
-
 
 # ------------------------------------------------------------------ tests
 
@@ -254,3 +234,4 @@ def test_decode_example_rejects_malformed_bytes():
     bad = b"\x0a\x0e\x0a\x0c\x0a\x01x\x12\x07\x12\x05\x0a\x03\x00\x00\x00"
     with pytest.raises((ValueError, struct.error)):
         decode_example(bad)
+

@@ -6,15 +6,9 @@ C code built with AddressSanitizer and UBSan on random columns."""
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-import sys
-import sysconfig
-from pathlib import Path
-
 import numpy as np
 import pytest
+from _sanitized import run_sanitized
 from _text_strategies import SPECIAL, texts
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -182,21 +176,5 @@ def test_c_path_is_memory_safe_under_address_sanitizer(tmp_path):
     """The C code reads hostile text: built with AddressSanitizer and UBSan (any finding
     aborts), it runs thousands of random columns (long values, NULs, surrogates,
     astral characters, non-strings) and agrees with the Python path."""
-    cc = shutil.which("cc") or shutil.which("gcc")
-    if cc is None:
-        pytest.skip("no C compiler")
-    runtimes = [subprocess.run([cc, f"-print-file-name={lib}"], capture_output=True, text=True).stdout.strip()
-                for lib in ("libasan.so", "libubsan.so")]
-    if not all(Path(r).is_absolute() and Path(r).exists() for r in runtimes):
-        pytest.skip(f"{cc} has no AddressSanitizer/UBSan runtime ({runtimes})")
-    src = Path(prepare.__file__).with_name("_tokens.c")
-    so = tmp_path / ("_tokens" + sysconfig.get_config_var("EXT_SUFFIX"))
-    subprocess.run([cc, "-O1", "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=undefined",
-                    "-fno-omit-frame-pointer", "-fPIC", "-shared", f"-I{sysconfig.get_paths()['include']}",
-                    str(src), "-o", str(so)], check=True, timeout=120)
-    # PYTHONMALLOC=malloc: Python's own objects (the bytearrays written into) in memory ASan watches
-    env = {**os.environ, "LD_PRELOAD": " ".join(runtimes), "ASAN_OPTIONS": "detect_leaks=0:abort_on_error=1",
-           "UBSAN_OPTIONS": "print_stacktrace=1", "PYTHONMALLOC": "malloc"}
-    out = subprocess.run([sys.executable, "-c", _SANITIZED_RUN, str(so)], capture_output=True, text=True,
-                         env=env, timeout=300)
+    out = run_sanitized("_tokens", _SANITIZED_RUN, tmp_path)
     assert out.returncode == 0 and out.stdout.startswith("ok"), out.stderr[-3000:]
