@@ -4,7 +4,8 @@ A TFRecord file is a sequence of ``uint64 length | uint32 masked_crc32c(length)
 | data | uint32 masked_crc32c(data)``. Beam's ``WriteToTFRecord`` frames one
 element at a time; the converter frames a whole encoded batch at once from the
 buffer ``convert.example.encode_examples`` returns, so a shard write is one
-``write()`` per batch. CRCs come from ``google-crc32c`` (C implementation).
+``write()`` per batch. CRCs come from ``google-crc32c`` (C implementation);
+``frame_records`` runs in C (``convert/_tfrecord.c``, the same bytes) when it is built.
 """
 
 from __future__ import annotations
@@ -15,6 +16,11 @@ from typing import IO
 
 import google_crc32c
 import numpy as np
+
+try:  # the same bytes in C; absent when built without a C compiler
+    from convert._tfrecord import frame as _frame_c
+except ImportError:
+    _frame_c = None
 
 _MASK_DELTA = 0xA282EAD8
 
@@ -46,6 +52,9 @@ def frame_records(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> b
     expression, headers come from a cache, and one ``join`` assembles the
     frames (faster than a per-record loop, docs/benchmarks.md#design-converter).
     """
+    if _frame_c is not None:
+        return _frame_c(np.ascontiguousarray(buf, dtype=np.uint8), np.ascontiguousarray(starts, dtype=np.int64),
+                        np.ascontiguousarray(lengths, dtype=np.int64))
     data = np.ascontiguousarray(buf, dtype=np.uint8).tobytes()  # google-crc32c takes bytes only
     ln = lengths.tolist()
     recs = [data[s:s + n] for s, n in zip(starts.tolist(), ln, strict=True)]

@@ -1,4 +1,7 @@
-"""convert.tfrecord: bulk TFRecord framing, read back by tf.data, and the CRC-checking reader."""
+"""convert.tfrecord: bulk TFRecord framing, read back by tf.data, and the CRC-checking reader.
+
+Every test runs with ``frame_records`` on both paths, Python and C
+(``convert/_tfrecord.c``, compared with the Python path in tests/test_convert_tfrecord_c.py)."""
 
 from __future__ import annotations
 
@@ -11,10 +14,22 @@ import numpy as np
 import pytest
 from _reference import write_records
 
+from convert import tfrecord
 from convert.example import encode_examples, split_buffer
 from convert.tfrecord import frame_records, iter_records, masked_crc
 
 tf = pytest.importorskip("tensorflow")
+
+
+@pytest.fixture(autouse=True, scope="module", params=["c", "python"])
+def framer(request):
+    """Each test of this module once per path ``frame_records`` can take."""
+    if request.param == "c" and tfrecord._frame_c is None:
+        pytest.skip("convert._tfrecord is not built (no C compiler at install)")
+    saved = tfrecord._frame_c
+    tfrecord._frame_c = saved if request.param == "c" else None
+    yield request.param
+    tfrecord._frame_c = saved
 
 
 def _records() -> list[bytes]:
@@ -169,8 +184,10 @@ def test_iter_records_without_verify_skips_crc_checks():
 
 
 def test_frame_records_header_cache_fills_and_clears_without_changing_bytes(monkeypatch):
+    """The Python path's cache of headers by length."""
     import convert.tfrecord as tfr
 
+    monkeypatch.setattr(tfr, "_frame_c", None)
     records = _records() * 3  # repeated lengths: headers come from the cache
     want = io.BytesIO()
     write_records(want, records)
