@@ -6,6 +6,8 @@
  *   Returns every record framed, in order:
  *     uint64 length | uint32 masked_crc32c(length) | data | uint32 masked_crc32c(data)
  *   (little-endian). Raises ValueError for a record outside data.
+ * take(data, starts, lengths) -> bytes
+ *   The same records back to back, unframed (a gather by index).
  * crc32c(data, portable=False) -> int
  *   CRC-32C (Castagnoli) of a byte buffer; portable: the table path even where
  *   the CPU has a CRC instruction (for the tests).
@@ -99,11 +101,13 @@ static int int64_view(PyObject *obj, Py_buffer *view, const char *what)
     return 0;
 }
 
-static PyObject *frame(PyObject *self, PyObject *args)
+/* frame() and take(): records of data by (starts, lengths), each written with `extra`
+ * bytes around it (16 framed, 0 taken). */
+static PyObject *records(PyObject *args, const char *format, int framed)
 {
     PyObject *data_obj, *starts_obj, *lengths_obj, *out = NULL;
     Py_buffer data, starts, lengths;
-    if (!PyArg_ParseTuple(args, "OOO:frame", &data_obj, &starts_obj, &lengths_obj))
+    if (!PyArg_ParseTuple(args, format, &data_obj, &starts_obj, &lengths_obj))
         return NULL;
     if (PyObject_GetBuffer(data_obj, &data, PyBUF_C_CONTIGUOUS) < 0)
         return NULL;
@@ -129,7 +133,7 @@ static PyObject *frame(PyObject *self, PyObject *args)
                          (long long)l[i], (long long)s[i], data.len);
             goto done;
         }
-        total += (uint64_t)l[i] + 16; /* each below 2**63, and n below 2**60: no overflow */
+        total += (uint64_t)l[i] + (framed ? 16 : 0); /* each below 2**63, and n below 2**60: no overflow */
     }
     if (total > (uint64_t)PY_SSIZE_T_MAX) {
         PyErr_SetString(PyExc_OverflowError, "the framed records are too large");
@@ -141,7 +145,11 @@ static PyObject *frame(PyObject *self, PyObject *args)
     uint8_t *p = (uint8_t *)PyBytes_AS_STRING(out);
     const uint8_t *d = data.buf;
     Py_BEGIN_ALLOW_THREADS /* the buffers are held, the output not yet shared */
-    for (Py_ssize_t i = 0; i < n; i++) {
+    for (Py_ssize_t i = 0; i < n && !framed; i++) {
+        memcpy(p, d + s[i], (size_t)l[i]);
+        p += l[i];
+    }
+    for (Py_ssize_t i = 0; i < n && framed; i++) {
         uint8_t *head = p;
         p = put_le(p, (uint64_t)l[i], 8);
         p = put_le(p, masked(crc32c(head, 8)), 4);
@@ -157,6 +165,10 @@ done:
     return out;
 }
 
+static PyObject *frame(PyObject *self, PyObject *args) { return records(args, "OOO:frame", 1); }
+
+static PyObject *take(PyObject *self, PyObject *args) { return records(args, "OOO:take", 0); }
+
 static PyObject *crc32c_py(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     static char *kw[] = {"data", "portable", NULL};
@@ -171,6 +183,7 @@ static PyObject *crc32c_py(PyObject *self, PyObject *args, PyObject *kwargs)
 
 static PyMethodDef methods[] = {
     {"frame", frame, METH_VARARGS, "frame(data, starts, lengths) -> bytes: TFRecord frames (see convert/_tfrecord.c)."},
+    {"take", take, METH_VARARGS, "take(data, starts, lengths) -> bytes: the records back to back (see convert/_tfrecord.c)."},
     {"crc32c", (PyCFunction)(void (*)(void))crc32c_py, METH_VARARGS | METH_KEYWORDS,
      "crc32c(data, portable=False) -> int: CRC-32C of data."},
     {NULL, NULL, 0, NULL},

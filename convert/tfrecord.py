@@ -5,7 +5,8 @@ A TFRecord file is a sequence of ``uint64 length | uint32 masked_crc32c(length)
 element at a time; the converter frames a whole encoded batch at once from the
 buffer ``convert.example.encode_examples`` returns, so a shard write is one
 ``write()`` per batch. CRCs come from ``google-crc32c`` (C implementation);
-``frame_records`` runs in C (``convert/_tfrecord.c``, the same bytes) when it is built.
+``frame_records`` and ``take_records`` run in C (``convert/_tfrecord.c``, the
+same bytes) when it is built.
 """
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ import numpy as np
 
 try:  # the same bytes in C; absent when built without a C compiler
     from convert._tfrecord import frame as _frame_c
+    from convert._tfrecord import take as _take_c
 except ImportError:
-    _frame_c = None
+    _frame_c = _take_c = None
 
 _MASK_DELTA = 0xA282EAD8
 
@@ -63,6 +65,15 @@ def frame_records(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> b
     tail = masked.astype("<u4").view("V4").tolist()  # each CRC's 4 bytes, little-endian
     heads = list(map(_header, ln))
     return b"".join(itertools.chain.from_iterable(zip(heads, recs, tail, strict=True)))
+
+
+def take_records(data: bytes | bytearray | memoryview, starts: np.ndarray, lengths: np.ndarray) -> bytes:
+    """The records ``data[starts[i]:starts[i]+lengths[i]]`` back to back, in that order
+    (a gather by index: the shuffle writes its shards' records so)."""
+    if _take_c is not None:
+        return _take_c(data, np.ascontiguousarray(starts, dtype=np.int64), np.ascontiguousarray(lengths, dtype=np.int64))
+    mv = memoryview(data)
+    return b"".join([mv[a:a + n] for a, n in zip(starts.tolist(), lengths.tolist(), strict=True)])
 
 
 #: Record data is read this many bytes at a time past this size, so a length

@@ -77,7 +77,7 @@ from convert.spec import (
     shard_name,
 )
 from convert.stats import STATS_FILENAME, StatsAccumulator
-from convert.tfrecord import frame_records
+from convert.tfrecord import frame_records, take_records
 from convert.vectorize import Vectorizer, unseen_label_rows
 from pipelines._fs import delete as fs_delete
 from pipelines._fs import match_in, size_of
@@ -850,21 +850,18 @@ def _gathered(sources: _Sources, spill: str) -> Iterator[tuple[bytes, int]]:
         for part in parts:
             keys, lens, data = _load(part)
             order = np.argsort(keys, kind="stable")
-            starts, lens_l = (np.cumsum(lens) - lens)[order].tolist(), lens[order].tolist()
-            del keys, lens, order
-            mv = memoryview(data)
+            starts, lens = (np.cumsum(lens) - lens)[order], lens[order]
+            del keys, order
             at = 0
             while at < len(starts):
                 end = min(len(starts), at + _GATHER_CHUNK - count)
-                pending += [mv[a:a + n] for a, n in zip(starts[at:end], lens_l[at:end], strict=True)]
+                pending.append(take_records(data, starts[at:end], lens[at:end]))  # copies: nothing holds ``data``
                 count += end - at
                 at = end
                 if count == _GATHER_CHUNK:
                     yield b"".join(pending), count
                     pending, count = [], 0
-            if pending:  # carried into the next range's first write: let go of this range's buffer
-                pending = [b"".join(pending)]
-            del mv, data
+            del data
         if count:
             yield b"".join(pending), count
     finally:

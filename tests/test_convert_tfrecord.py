@@ -1,6 +1,6 @@
 """convert.tfrecord: bulk TFRecord framing, read back by tf.data, and the CRC-checking reader.
 
-Every test runs with ``frame_records`` on both paths, Python and C
+Every test runs with ``frame_records`` and ``take_records`` on both paths, Python and C
 (``convert/_tfrecord.c``, compared with the Python path in tests/test_convert_tfrecord_c.py)."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from _reference import write_records
 
 from convert import tfrecord
 from convert.example import encode_examples, split_buffer
-from convert.tfrecord import frame_records, iter_records, masked_crc
+from convert.tfrecord import frame_records, iter_records, masked_crc, take_records
 
 tf = pytest.importorskip("tensorflow")
 
@@ -26,10 +26,11 @@ def framer(request):
     """Each test of this module once per path ``frame_records`` can take."""
     if request.param == "c" and tfrecord._frame_c is None:
         pytest.skip("convert._tfrecord is not built (no C compiler at install)")
-    saved = tfrecord._frame_c
-    tfrecord._frame_c = saved if request.param == "c" else None
+    saved = tfrecord._frame_c, tfrecord._take_c
+    if request.param != "c":
+        tfrecord._frame_c = tfrecord._take_c = None
     yield request.param
-    tfrecord._frame_c = saved
+    tfrecord._frame_c, tfrecord._take_c = saved
 
 
 def _records() -> list[bytes]:
@@ -206,3 +207,17 @@ def test_a_length_claiming_a_petabyte_is_a_truncated_record_not_an_allocation(tm
     with (gzip.open(path, "rb") if gz else open(path, "rb")) as f, pytest.raises(ValueError) as ei:
         list(iter_records(f, str(path)))
     assert str(path) in str(ei.value) and "truncated record at byte 0" in str(ei.value)
+
+
+def test_take_records_puts_the_records_back_to_back_in_the_order_given():
+    records = _records()
+    buf, starts, lengths = _as_buffer(records)
+    sel = np.array([5, 0, 5, 10, 1, 7], dtype=np.int64)
+    assert take_records(bytearray(buf.tobytes()), starts[sel], lengths[sel]) == b"".join(records[i] for i in sel)
+    assert take_records(buf.tobytes(), starts[:0], lengths[:0]) == b""
+    # the framed records of a batch, taken in a new order, are a TFRecord file of that order
+    framed = frame_records(buf, starts, lengths)
+    flens = lengths + 16
+    order = np.array([3, 1, 2, 0], dtype=np.int64)
+    got = list(iter_records(io.BytesIO(take_records(framed, (np.cumsum(flens) - flens)[order], flens[order]))))
+    assert got == [records[i] for i in order]

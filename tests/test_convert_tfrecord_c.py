@@ -2,8 +2,9 @@
 ``convert.tfrecord.frame_records``, which tests/test_convert_tfrecord.py reads
 back with TensorFlow: the same bytes for random records in any order; its
 CRC-32C, on the CPU's instruction and on the portable tables, against
-google-crc32c at every length and alignment; the records it refuses; and the
-C code built with AddressSanitizer and UBSan."""
+google-crc32c at every length and alignment; ``take_records`` (records back to
+back) against its Python path; the records both refuse; and the C code built
+with AddressSanitizer and UBSan."""
 
 from __future__ import annotations
 
@@ -23,20 +24,20 @@ except ImportError:
 needs_native = pytest.mark.skipif(native is None, reason="convert._tfrecord is not built (no C compiler at install)")
 
 
-def _python_path(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> bytes:
-    saved = tfrecord._frame_c
-    tfrecord._frame_c = None
+def _python_path(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray, take: bool = False) -> bytes:
+    saved = tfrecord._frame_c, tfrecord._take_c
+    tfrecord._frame_c = tfrecord._take_c = None
     try:
-        return tfrecord.frame_records(buf, starts, lengths)
+        return (tfrecord.take_records if take else tfrecord.frame_records)(buf, starts, lengths)
     finally:
-        tfrecord._frame_c = saved
+        tfrecord._frame_c, tfrecord._take_c = saved
 
 
 def test_the_module_is_built():
     """`make install` builds it wherever a C compiler is (CI has one): a silent
     fallback to the Python path would hide what the bench measures."""
     assert native is not None, "convert._tfrecord is not built: install a C compiler, then `make install`"
-    assert tfrecord._frame_c is native.frame
+    assert tfrecord._frame_c is native.frame and tfrecord._take_c is native.take
 
 
 @needs_native
@@ -49,6 +50,8 @@ def test_the_c_framer_writes_the_python_paths_bytes(records, rnd):
     pick = [rnd.randrange(len(records)) for _ in range(rnd.randint(0, 2 * len(records)))] if records else []
     sel = np.array(pick, dtype=np.int64)
     assert native.frame(buf, starts[sel], lengths[sel]) == _python_path(buf, starts[sel], lengths[sel])
+    assert native.take(buf, starts[sel], lengths[sel]) == _python_path(buf, starts[sel], lengths[sel], take=True) \
+        == b"".join(records[i] for i in pick)
 
 
 @needs_native
@@ -73,9 +76,10 @@ def test_crc32c_at_every_length_and_alignment():
     ([2**62], [2**62], "record 0"),
     ([0, 1], [1], "differ in length"),
 ])
-def test_the_c_framer_refuses_records_outside_the_data(starts, lengths, error):
+@pytest.mark.parametrize("call", ["frame", "take"])
+def test_the_c_framer_refuses_records_outside_the_data(starts, lengths, error, call):
     with pytest.raises(ValueError, match=error):
-        native.frame(np.zeros(10, np.uint8), np.array(starts, np.int64), np.array(lengths, np.int64))
+        getattr(native, call)(np.zeros(10, np.uint8), np.array(starts, np.int64), np.array(lengths, np.int64))
 
 
 @needs_native
@@ -95,7 +99,7 @@ from convert import tfrecord
 spec = importlib.util.spec_from_file_location("convert._tfrecord", sys.argv[1])
 mod = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(mod)
-tfrecord._frame_c = None  # frame_records: the Python path
+tfrecord._frame_c = tfrecord._take_c = None  # the Python paths
 rnd = random.Random(5)
 rng = np.random.default_rng(5)
 for t in range(300):
@@ -105,15 +109,17 @@ for t in range(300):
     starts = np.cumsum(lengths) - lengths
     sel = np.array([rnd.randrange(len(sizes)) for _ in range(len(sizes))], dtype=np.int64)
     assert mod.frame(buf, starts[sel], lengths[sel]) == tfrecord.frame_records(buf, starts[sel], lengths[sel]), t
+    assert mod.take(bytearray(buf), starts[sel], lengths[sel]) == tfrecord.take_records(buf, starts[sel], lengths[sel]), t
     data = buf.tobytes()[rnd.randint(0, 7):]
     assert mod.crc32c(data) == mod.crc32c(data, portable=True) == google_crc32c.value(data), t
 for starts, lengths in (([0], [11]), ([-1], [1]), ([11], [0]), ([2**62], [2**62]), ([0, 1], [1])):
-    try:
-        mod.frame(np.zeros(10, np.uint8), np.array(starts, np.int64), np.array(lengths, np.int64))
-    except ValueError:
-        pass
-    else:
-        raise AssertionError(starts)
+    for call in (mod.frame, mod.take):
+        try:
+            call(np.zeros(10, np.uint8), np.array(starts, np.int64), np.array(lengths, np.int64))
+        except ValueError:
+            pass
+        else:
+            raise AssertionError(starts)
 print("ok")
 """
 
