@@ -15,12 +15,20 @@ import pytest
 
 import convert
 
+#: Loads the sanitized build (``sys.argv[1]``) as ``mod`` before the script runs.
+_PROLOGUE = """
+import importlib.util, sys
+_spec = importlib.util.spec_from_file_location("convert.{module}", sys.argv[1])
+mod = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(mod)
+"""
 
-def run_sanitized(module: str, script: str, tmp_path: Path, timeout: float = 300) -> subprocess.CompletedProcess:
+
+def run_sanitized(module: str, script: str, tmp_path: Path, timeout: float = 300) -> None:
     """Build ``convert/<module>.c`` with ASan and UBSan into ``tmp_path``, then run
-    ``script`` (Python source; ``sys.argv[1]`` is the built file's path, which it
-    loads with ``importlib.util.spec_from_file_location``) with the sanitizer
-    runtimes preloaded. Skips where there is no compiler or runtime."""
+    ``script`` (Python source, with the built module as ``mod``; it prints ``ok``
+    when done) with the sanitizer runtimes preloaded, and assert it finished
+    cleanly. Skips where there is no compiler or runtime."""
     cc = shutil.which("cc") or shutil.which("gcc")
     if cc is None:
         pytest.skip("no C compiler")
@@ -36,6 +44,7 @@ def run_sanitized(module: str, script: str, tmp_path: Path, timeout: float = 300
     # PYTHONMALLOC=malloc: Python's own objects (the bytearrays written into) in memory ASan watches
     env = {**os.environ, "LD_PRELOAD": " ".join(runtimes), "ASAN_OPTIONS": "detect_leaks=0:abort_on_error=1",
            "UBSAN_OPTIONS": "print_stacktrace=1", "PYTHONMALLOC": "malloc"}
-    return subprocess.run([sys.executable, "-c", script, str(so)], capture_output=True, text=True,
-                          env=env, timeout=timeout)
+    out = subprocess.run([sys.executable, "-c", _PROLOGUE.format(module=module) + script, str(so)],
+                         capture_output=True, text=True, env=env, timeout=timeout)
+    assert out.returncode == 0 and out.stdout.startswith("ok"), out.stderr[-3000:]
 
