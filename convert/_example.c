@@ -22,7 +22,7 @@
  * size of what follows it), then the bytes. A float32 entry, and an int64 entry
  * without values, is the same in every row but its floats: its other bytes are
  * made once. Raises ValueError or TypeError on arguments that do not match this
- * contract; the numpy path is the definition (tests/test_convert_example.py
+ * contract; the numpy path is the definition (tests/test_convert_example_c.py
  * compares them).
  */
 #define PY_SSIZE_T_CLEAN
@@ -123,7 +123,7 @@ static inline uint8_t *put_entry(uint8_t *p, const Column *c, Py_ssize_t r, uint
         }
         return p;
     }
-    /* The entry's own prefix went before the fixed part: see put_varying. */
+    /* The entry's own prefix went before the fixed part (put_column). */
     uint64_t body = framed(payload);
     p = put_varint(p, framed(body));
     *p++ = FEATURE_TAG[c->kind];
