@@ -164,25 +164,20 @@ static int make_fixed(Column *c, const uint8_t *key, Py_ssize_t klen)
         PyErr_NoMemory();
         return -1;
     }
-    uint8_t keyhead[32], *k = keyhead;
-    *k++ = 0x0a;
-    k = put_varint(k, (uint64_t)klen);
-    Py_ssize_t head = k - keyhead; /* then the key, then 0x12 */
+    /* A fixed-size entry's body: `0x0a varint(4n) <floats>`, nothing without values. */
+    uint64_t body = c->n ? framed(4 * (uint64_t)c->n) : 0, feature = framed(body);
     uint8_t *p = c->fixed;
-    if (c->fixed_size) {
-        uint64_t body = c->n ? framed(4 * (uint64_t)c->n) : 0;
-        uint64_t feature = framed(body);
+    if (c->fixed_size) { /* entry_body: `0x0a varint(klen) key 0x12`, then the Feature framed */
         *p++ = 0x0a;
-        p = put_varint(p, (uint64_t)head + (uint64_t)klen + 1 + (uint64_t)varint_len(feature) + feature);
+        p = put_varint(p, framed((uint64_t)klen) + 1 + (uint64_t)varint_len(feature) + feature);
     }
-    memcpy(p, keyhead, (size_t)head);
-    p += head;
+    *p++ = 0x0a;
+    p = put_varint(p, (uint64_t)klen);
     memcpy(p, key, (size_t)klen);
     p += klen;
     *p++ = 0x12;
     if (c->fixed_size) {
-        uint64_t body = c->n ? framed(4 * (uint64_t)c->n) : 0;
-        p = put_varint(p, framed(body));
+        p = put_varint(p, feature);
         *p++ = FEATURE_TAG[c->kind];
         p = put_varint(p, body);
         if (c->n) {

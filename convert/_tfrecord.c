@@ -101,8 +101,8 @@ static int int64_view(PyObject *obj, Py_buffer *view, const char *what)
     return 0;
 }
 
-/* frame() and take(): records of data by (starts, lengths), each written with `extra`
- * bytes around it (16 framed, 0 taken). */
+/* frame() (framed set) and take(): the records of data at (starts, lengths), in order,
+ * each with its TFRecord frame around it or as it is. */
 static PyObject *records(PyObject *args, const char *format, int framed)
 {
     PyObject *data_obj, *starts_obj, *lengths_obj, *out = NULL;
@@ -136,7 +136,7 @@ static PyObject *records(PyObject *args, const char *format, int framed)
         total += (uint64_t)l[i] + (framed ? 16 : 0); /* each below 2**63, and n below 2**60: no overflow */
     }
     if (total > (uint64_t)PY_SSIZE_T_MAX) {
-        PyErr_SetString(PyExc_OverflowError, "the framed records are too large");
+        PyErr_SetString(PyExc_OverflowError, "the records are too large together");
         goto done;
     }
     out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)total);
@@ -145,17 +145,16 @@ static PyObject *records(PyObject *args, const char *format, int framed)
     uint8_t *p = (uint8_t *)PyBytes_AS_STRING(out);
     const uint8_t *d = data.buf;
     Py_BEGIN_ALLOW_THREADS /* the buffers are held, the output not yet shared */
-    for (Py_ssize_t i = 0; i < n && !framed; i++) {
-        memcpy(p, d + s[i], (size_t)l[i]);
-        p += l[i];
-    }
-    for (Py_ssize_t i = 0; i < n && framed; i++) {
+    for (Py_ssize_t i = 0; i < n; i++) {
         uint8_t *head = p;
-        p = put_le(p, (uint64_t)l[i], 8);
-        p = put_le(p, masked(crc32c(head, 8)), 4);
+        if (framed) {
+            p = put_le(p, (uint64_t)l[i], 8);
+            p = put_le(p, masked(crc32c(head, 8)), 4);
+        }
         memcpy(p, d + s[i], (size_t)l[i]);
         p += l[i];
-        p = put_le(p, masked(crc32c(d + s[i], (size_t)l[i])), 4);
+        if (framed)
+            p = put_le(p, masked(crc32c(d + s[i], (size_t)l[i])), 4);
     }
     Py_END_ALLOW_THREADS
 done:
