@@ -15,12 +15,12 @@ base dependencies, never the ``tf`` extra, so workers do not install
 TensorFlow.
 
 The wheel is tagged ``py3-none-any`` and also carries the compiled modules
-this interpreter loads (``convert._tokens``, ``_example``, ``_tfrecord``), under their full extension
-file name (``_tokens.cpython-311-x86_64-linux-gnu.so``). Python imports an
-extension only by its own platform's and version's name, so a worker like
-the launcher (Dataflow's default workers for a Linux x86_64 launcher) loads
-it, and any other worker cannot see it and runs the Python path, which gives
-the same output.
+this interpreter loads (``convert._tokens``, ``_example``, ``_tfrecord``), under
+their full extension file names (``_tokens.cpython-311-x86_64-linux-gnu.so``).
+Python imports an extension only by its own platform's and version's name, so
+a worker like the launcher (Dataflow's default workers for a Linux x86_64
+launcher) loads them, and any other worker cannot see them and runs the Python
+paths, which give the same output.
 """
 
 from __future__ import annotations

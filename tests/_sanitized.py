@@ -15,18 +15,26 @@ import pytest
 
 import convert
 
-#: Loads the sanitized build (``sys.argv[1]``) as ``mod`` before the script runs.
+#: Loads the sanitized build (``sys.argv[1]``) as ``mod`` before the script runs, and
+#: gives it ``refused(errors, call, *args)``: whether the call raised one of ``errors``.
 _PROLOGUE = """
 import importlib.util, sys
 _spec = importlib.util.spec_from_file_location("convert.{module}", sys.argv[1])
 mod = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(mod)
+
+def refused(errors, call, *args):
+    try:
+        call(*args)
+    except errors:
+        return True
+    return False
 """
 
 
 def run_sanitized(module: str, script: str, tmp_path: Path, timeout: float = 300) -> None:
     """Build ``convert/<module>.c`` with ASan and UBSan into ``tmp_path``, then run
-    ``script`` (Python source, with the built module as ``mod``; it prints ``ok``
+    ``script`` (Python source, with the built module as ``mod`` and ``refused``; it prints ``ok``
     when done) with the sanitizer runtimes preloaded, and assert it finished
     cleanly. Skips where there is no compiler or runtime."""
     cc = shutil.which("cc") or shutil.which("gcc")
