@@ -45,6 +45,7 @@ from convert.config import EACH, Config, FeatureConfig, LabelConfig, Step, is_li
 from convert.derive import cross_ids, epoch_seconds, timestamp_parts
 from convert.records import (
     F32_MAX,
+    F32_TINY,
     TOKEN_RE,
     as_list,
     ascii_lower,
@@ -826,6 +827,11 @@ def finish_numbers(f: FeatureConfig, prepared: Numbers, stats: dict[str, Any]) -
     # Beyond float32's range becomes +-inf, as documented: on_nan: keep writes it; rejected rows are dropped.
     with np.errstate(over="ignore"):
         x32 = x.astype(np.float32)
+    # Subnormals become zero of their sign, as TensorFlow's CPU kernels compute them (its
+    # threads run with flush-to-zero): the serving layer gets zero there, and so does a model.
+    tiny = np.abs(x32) < F32_TINY
+    if tiny.any():
+        x32[tiny] *= 0
     cols: dict[str, tuple[str, Any]] = {f.name: ("float32", x32)}
     if f.multi_valued:
         cols[f"{f.name}_len"] = ("int64", lens.reshape(b, 1))

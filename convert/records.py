@@ -231,6 +231,8 @@ def joined_text(values: list[Any]) -> list[Any]:
 
 #: The largest float32: a number beyond it is not finite as float32 (the converter's output type).
 F32_MAX = float(np.finfo(np.float32).max)
+#: The smallest normal float32: written float features below it in magnitude are zero (subnormals flushed).
+F32_TINY = np.float32(np.finfo(np.float32).tiny)
 
 
 def to_float(x: int | float) -> float:

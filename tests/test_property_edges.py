@@ -17,6 +17,7 @@ Policies (docs/feature-config.md "Values at the edges"):
   file, the block's byte offset and the record.
 - A split that ends up empty: the run succeeds, warns, and readers refuse the
   empty split with a message saying so.
+- A written float32 below the smallest normal (a subnormal) is zero of its sign.
 """
 
 from __future__ import annotations
@@ -88,6 +89,22 @@ def test_on_nan_fill_and_keep(tmp_path):
     k = cols["k"][:, 0]
     assert math.isnan(k[0]) and k[1] == np.inf and k[2] == -np.inf and k[3] == np.inf and k[4] == np.inf
     assert k[5] == np.inf and k[6] == 2 and k[7] == 4 and k[8] == 0  # keep: the float32 value, null -> fill 0
+
+
+def test_subnormal_results_are_written_as_zero_of_their_sign(tmp_path):
+    """A written float32 below the smallest normal is zero of its sign (TensorFlow's kernels
+    flush subnormals, so the serving layer computes zero there); the smallest normal stays."""
+    tiny = float(np.finfo(np.float32).tiny)
+    values = [1e-45, -1e-45, 1e-40, -3e-39, tiny, -tiny, 5e-324, 1.0]
+    inp = _jsonl(tmp_path / "n.jsonl", [{"x": v, "xs": [v, v]} for v in values])
+    cfg = _cfg(tmp_path / "c.yaml", ["{name: x, transform: identity}", "{name: c, source: x, transform: clip, clip_min: -1}",
+                                     "{name: xs, transform: identity, max_len: 2}"])
+    r, out = _convert(tmp_path, inp, cfg)
+    assert r.exit_code == 0, r.output
+    cols = read_split(out, "all")
+    want = np.array([0.0, -0.0, 0.0, -0.0, tiny, -tiny, 0.0, 1.0], dtype=np.float32)
+    for got in (cols["x"][:, 0], cols["c"][:, 0], cols["xs"][:, 0], cols["xs"][:, 1]):
+        np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))  # the bits: -0.0 too
 
 
 def test_avro_nan_and_inf_doubles_and_float_label(tmp_path):

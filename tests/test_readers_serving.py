@@ -178,7 +178,7 @@ def check_parity(output: Path, layer: serving.TransformLayer, records: list[Any]
 # ------------------------------------------------------------------ random records
 
 BIG = [2**53 + 1, 2**63 - 1, 2**63, -(2**63), -(2**63) - 1, 2**64, 10**30, 10**400, -(10**400)]
-EDGE_FLOATS = [0.0, -0.0, 5e-324, -5e-324, 1.1754943508222875e-38, 3.4028234663852886e38, 3.4028235677973366e38,
+EDGE_FLOATS = [0.0, -0.0, 5e-324, -5e-324, 1.1754943508222875e-38, 1.401298464324817e-45, -1e-40, 1.1754942106924411e-38, 3.4028234663852886e38, 3.4028235677973366e38,
                3.4028235677973362e38, -3.5e38, 1e308, math.inf, -math.inf, math.nan, -math.nan, -1.0, -0.9999999999999999, 0.5]
 NUMBERS = st.one_of(st.floats(), st.sampled_from(EDGE_FLOATS), st.integers(-(2**64), 2**64), st.sampled_from(BIG),
                     st.integers(-3, 20).map(float))
