@@ -29,6 +29,7 @@ Pure Python and numpy: no Beam, no TensorFlow.
 
 from __future__ import annotations
 
+import copy
 import math
 import re
 import zlib
@@ -339,8 +340,8 @@ class _TermCounts:
     ones are numbered through a term -> id dict (one C-level lookup per
     term; a new term costs a ``__missing__`` call) and added into an array,
     instead of a dict update per term and chunk. Pickled packed (``_Terms``):
-    that is how a unit's statistics travel to the commit step, which holds
-    every unit's; an unpickled one stays packed until it is read or added
+    that is how a worker's merged statistics (``StatsMerger``) travel to the
+    commit step; an unpickled one stays packed until it is read or added
     to, and merging it into another reads it without unpacking it for good."""
 
     __slots__ = ("_terms", "_ids", "_counts", "_packed")
@@ -747,6 +748,69 @@ class StatsAccumulator:
                         key=lambda g: (-g["count"], g["field"], g["reason"]))
         return {"version": STATS_VERSION, "features": features,
                 "rejections": {"count": self.rejected, "groups": groups}}
+
+
+class StatsMerger:
+    """Work units' statistics (``StatsAccumulator``) merged in whatever order they arrive,
+    with the same result as merging them in unit order.
+
+    Term counts are integers: they merge exactly in any order, so ``add``
+    merges them at once. That is most of a merge's work (every term of every
+    unit looked up), and it can then happen where the units were converted
+    (a lifted combine: each worker merges its own units) instead of in the
+    commit step, after every shard is written. Everything else holds
+    floating-point moments, whose sums depend on the order: those parts are
+    kept per unit, without their terms, and ``result`` merges them in unit
+    order, so the same input always gives the same ``stats.json``.
+    """
+
+    def __init__(self, config: Config, splits: Sequence[str]):
+        self.config = config
+        self.splits = list(splits)
+        self.terms: dict[tuple[str, int], _TermCounts] = {}  # (feature, split index) -> merged counts
+        self.units: dict[int, StatsAccumulator] = {}  # unit index -> its accumulator without term counts
+
+    def add(self, unit: int, acc: StatsAccumulator) -> None:
+        """Merge unit ``unit``'s accumulator (left unchanged; each unit once)."""
+        if unit in self.units:
+            raise ValueError(f"work unit {unit}'s statistics were added twice")
+        acc.flush()
+        rest = copy.copy(acc)
+        rest.feature = {}
+        for name, accs in acc.feature.items():
+            kept = []
+            for s, fs in enumerate(accs):
+                if fs.terms is not None:
+                    self._add_terms((name, s), fs.terms)
+                    fs = copy.copy(fs)
+                    fs.terms = None
+                kept.append(fs)
+            rest.feature[name] = kept
+        self.units[unit] = rest
+
+    def merge(self, other: StatsMerger) -> None:
+        """Take ``other``'s units (none of them already here)."""
+        for key, terms in other.terms.items():
+            self._add_terms(key, terms)
+        for unit, acc in other.units.items():
+            if unit in self.units:
+                raise ValueError(f"work unit {unit}'s statistics were added twice")
+            self.units[unit] = acc
+
+    def _add_terms(self, key: tuple[str, int], terms: _TermCounts) -> None:
+        mine = self.terms.get(key)
+        if mine is None:
+            self.terms[key] = mine = _TermCounts()
+        mine.merge(terms)
+
+    def result(self) -> StatsAccumulator:
+        """Every unit's statistics in one accumulator."""
+        merged = StatsAccumulator(self.config, self.splits)
+        for unit in sorted(self.units):
+            merged.merge(self.units[unit])
+        for (name, s), terms in self.terms.items():
+            merged.feature[name][s].terms = terms
+        return merged
 
 
 def _top_terms(terms: list[str], counts: np.ndarray, k: int = TOP_TERMS) -> list[list[Any]]:

@@ -685,12 +685,12 @@ def _build_pipeline(opts: ConvertOptions, p: dict[str, Any], analysis: dict[str,
         analysis_pc = pipeline | "ReusedAnalysis" >> beam.Create([AnalysisValue(analysis)])
     else:
         analysis_pc = unit_pc | "Analyze" >> AnalyzeUnits(config, opts)
-    results = unit_pc | "Convert" >> ConvertUnits(config, opts, analysis_pc, len(units))
+    results, stats = unit_pc | "Convert" >> ConvertUnits(config, opts, analysis_pc, len(units))
     gathered = None
     if opts.shuffle_seed is not None:  # one element per output shard, after every unit scattered
         gathered = (pipeline | "ShardIndexes" >> beam.Create(range(len(units)), reshuffle=not in_process)
                     | "Gather" >> GatherShards(opts, len(units), results, parallel=2 if in_process else 1))
-    _ = results | "Commit" >> CommitOutput(config, opts, ctx, analysis_pc, gathered)
+    _ = stats | "Commit" >> CommitOutput(config, opts, ctx, analysis_pc, results, gathered)
     return pipeline
 
 

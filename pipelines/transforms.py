@@ -44,7 +44,7 @@ import queue
 import struct
 import threading
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import apache_beam as beam
@@ -76,7 +76,7 @@ from convert.spec import (
     packed_slices,
     shard_name,
 )
-from convert.stats import STATS_FILENAME, StatsAccumulator
+from convert.stats import STATS_FILENAME, StatsAccumulator, StatsMerger
 from convert.tfrecord import frame_records, take_records
 from convert.vectorize import Vectorizer, unseen_label_rows
 from pipelines._fs import delete as fs_delete
@@ -957,7 +957,7 @@ class _UnitOutput:
         self.per_file: dict[str, dict[str, int]] = {}
         for rng in unit.ranges:
             self.per_file.setdefault(rng.path, {"read": 0, "errors": 0, **{s: 0 for s in names}})
-        self.stats = StatsAccumulator(config, names)  # stats.json: every split, merged at commit
+        self.stats = StatsAccumulator(config, names)  # stats.json: every split (MergeStats)
 
     def add_errors(self, counts: dict[str, int], errors: list[bytes]) -> None:
         """One batch's error lines: to the error file, its input file's count and the statistics."""
@@ -1057,12 +1057,12 @@ class _ConvertUnit(beam.DoFn):
             self.teardown()
             raise
         if done is not None:
-            yield done
+            yield from _unit_outputs(done, lambda v: v)
 
     def finish_bundle(self):
         done = self._finish_pending()
         if done is not None:
-            yield WindowedValue(done, MIN_TIMESTAMP, [GlobalWindow()])
+            yield from _unit_outputs(done, lambda v: WindowedValue(v, MIN_TIMESTAMP, [GlobalWindow()]))
 
     def teardown(self) -> None:
         """A failed bundle: stop the writer threads of the unit left pending."""
@@ -1130,14 +1130,59 @@ class _ConvertUnit(beam.DoFn):
             self.records_rejected.inc(out.n_err)
             return {"unit": unit.index, "shards": shards if seed is None else None, "scatter": scattered,
                     "errors": {"tmp": out.err_path if out.n_err else None, "count": out.n_err}, "per_file": per_file,
-                    "stats": out.stats.compact()}
+                    "stats": out.stats}
 
         finish.abort = out.abort  # type: ignore[attr-defined]
         return finish
 
 
+#: ``_ConvertUnit``'s output of ``(None, (unit index, StatsAccumulator))``, for ``MergeStats``.
+STATS_TAG = "stats"
+
+
+def _unit_outputs(done: dict, wrap: Callable[[Any], Any]) -> Iterator[Any]:
+    """A unit's result without its statistics (main output), and its statistics, keyed for ``MergeStats``."""
+    stats = done.pop("stats")
+    yield wrap(done)
+    yield beam.pvalue.TaggedOutput(STATS_TAG, wrap((None, (done["unit"], stats))))
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+class _MergeStats(beam.CombineFn):
+    """The units' statistics merged into one ``StatsAccumulator`` (``convert.stats.StatsMerger``:
+    the same result in any order of arrival). The runner lifts the combine
+    into the convert step, so each worker merges its own units' term counts
+    there, in parallel, and the commit step merges one accumulator per
+    worker instead of every unit's."""
+
+    def __init__(self, config: Config, names: Sequence[str]):
+        self.config, self.names = config, list(names)
+
+    def create_accumulator(self) -> StatsMerger:
+        return StatsMerger(self.config, self.names)
+
+    def add_input(self, acc: StatsMerger, element: tuple[int, StatsAccumulator]) -> StatsMerger:
+        acc.add(*element)
+        return acc
+
+    def merge_accumulators(self, accs: Iterable[StatsMerger]) -> StatsMerger:
+        accs = iter(accs)
+        first = next(accs)
+        for other in accs:
+            first.merge(other)
+        return first
+
+    def extract_output(self, acc: StatsMerger) -> StatsMerger:
+        return acc  # merged by the commit step (``StatsMerger.result``), after its checks
+
+
 class ConvertUnits(beam.PTransform):
-    """``PCollection[WorkUnit]`` + Analysis side input -> ``PCollection[dict]`` unit results.
+    """``PCollection[WorkUnit]`` + Analysis side input -> ``(results, stats)``: the
+    ``PCollection[dict]`` of unit results, and a singleton keyed ``(None,
+    StatsMerger)`` of their statistics.
 
     Writes temp shards under ``<output>/.recordprep-tmp/`` (attempt-unique
     names, so retried work never clobbers a committed attempt); nothing is
@@ -1149,8 +1194,15 @@ class ConvertUnits(beam.PTransform):
         self.config, self.options, self.analysis, self.num_shards = config, options, analysis, num_shards
 
     def expand(self, units):
-        return units | "ConvertUnit" >> beam.ParDo(
-            _ConvertUnit(self.config, self.options, self.num_shards), beam.pvalue.AsSingleton(self.analysis))
+        outputs = units | "ConvertUnit" >> beam.ParDo(
+            _ConvertUnit(self.config, self.options, self.num_shards),
+            beam.pvalue.AsSingleton(self.analysis)).with_outputs(STATS_TAG, main="results")
+        stats = outputs[STATS_TAG] | "MergeStats" >> beam.CombinePerKey(_MergeStats(self.config, self.options.splits.names))
+        # One step of its own between the results and their readers (side inputs): Beam's
+        # BundleBasedDirectRunner reads a side input made from one output of a multi-output
+        # ParDo as none, or all, of that ParDo's outputs. Fused away on the other runners.
+        results = outputs.results | "Results" >> beam.Map(_same)
+        return results, stats
 
 
 # ----------------------------------------------------------------- commit
@@ -1210,7 +1262,8 @@ class _Commit(beam.DoFn):
     def __init__(self, config: Config, options: ConvertOptions, ctx: CommitContext):
         self.config, self.options, self.ctx = config, options, ctx
 
-    def process(self, _, results: list[dict], analysis_value: AnalysisValue, gathered: list[dict] | None = None):
+    def process(self, keyed_stats: tuple[None, StatsMerger], results: list[dict], analysis_value: AnalysisValue,
+                gathered: list[dict] | None = None):
         analysis_json = analysis_value.json
         opts, ctx = self.options, self.ctx
         out = opts.output
@@ -1233,7 +1286,7 @@ class _Commit(beam.DoFn):
         splits, vocab_files = info.splits, info.extra["vocabularies"]
         metadata = info.dumps().encode()
         analysis_data = json.dumps(analysis.to_json()).encode()
-        stats_data = _stats_document(self.config, names, results, splits, per_file, analysis.stats)
+        stats_data = _stats_document(keyed_stats[1].result(), splits, per_file, analysis.stats)
 
         # Shards: temp names -> {split}-{i}-of-{n}; then what an earlier run left.
         _rename_replacing([src for src, _ in renames], [dst for _, dst in renames])
@@ -1367,14 +1420,11 @@ def _move_error_files(out: str, results: list[dict]) -> list[dict]:
     return error_files
 
 
-def _stats_document(config: Config, names: list[str], results: list[dict], splits: dict[str, SplitInfo],
+def _stats_document(merged: StatsAccumulator, splits: dict[str, SplitInfo],
                     per_file: dict[str, dict[str, int]], analysis_stats: dict[str, Any]) -> bytes:
-    """``stats.json``: the units' statistics merged in unit order, with records
-    and bytes per split and the counts per input file (what ``report`` shows)."""
-    merged = StatsAccumulator(config, names)
-    for r in results:
-        if r.get("stats") is not None:
-            merged.merge(r["stats"])
+    """``stats.json``: the units' merged statistics, with records and bytes per
+    split and the counts per input file (what ``report`` shows)."""
+    names = merged.splits
     doc = merged.to_json(analysis_stats)
     doc["splits"] = {s: {"records": sp.num_records, "bytes": sp.num_bytes, "shards": len(sp.shards)}
                      for s, sp in splits.items()}
@@ -1453,24 +1503,24 @@ def cleanup_tmp(out: str) -> None:
 
 
 class CommitOutput(beam.PTransform):
-    """Unit results -> the committed dataset (a singleton of its metadata dict).
+    """The units' merged statistics (``ConvertUnits``' second output) + their results -> the
+    committed dataset (a singleton of its metadata dict).
 
     Runs once, after every unit (and, shuffled, every gathered shard): checks the accounting, moves the error
     output into ``errors/``, fails the run (writing ``_FAILURE.json``) when
     more records were rejected than tolerated, otherwise renames the temp
     shards, writes vocabularies and analysis, and writes ``dataset_info.json``
-    last and atomically.
+    last and atomically. Its one input element is the merged statistics
+    (every run has at least one unit), so the statistics' final merge and the
+    commit run as one step.
     """
 
-    def __init__(self, config: Config, options: ConvertOptions, ctx: CommitContext, analysis, gathered=None):
+    def __init__(self, config: Config, options: ConvertOptions, ctx: CommitContext, analysis, results, gathered=None):
         super().__init__()
-        self.config, self.options, self.ctx, self.analysis, self.gathered = config, options, ctx, analysis, gathered
+        self.config, self.options, self.ctx, self.analysis = config, options, ctx, analysis
+        self.results, self.gathered = results, gathered
 
-    def expand(self, results):
+    def expand(self, stats):
         shards = () if self.gathered is None else (beam.pvalue.AsList(self.gathered),)
-        return (
-            results.pipeline
-            | "CommitTrigger" >> beam.Create([None])
-            | "Commit" >> beam.ParDo(_Commit(self.config, self.options, self.ctx),
-                                     beam.pvalue.AsList(results), beam.pvalue.AsSingleton(self.analysis), *shards)
-        )
+        return stats | "Commit" >> beam.ParDo(_Commit(self.config, self.options, self.ctx), beam.pvalue.AsList(self.results),
+                                              beam.pvalue.AsSingleton(self.analysis), *shards)

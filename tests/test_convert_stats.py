@@ -265,3 +265,71 @@ def test_the_same_records_give_the_same_statistics_whatever_the_reader_and_the_w
         assert r.exit_code == 0, r.output
         docs.append(_comparable(json.loads((out / STATS_FILENAME).read_text())))
     assert docs[0] == docs[1] == docs[2]
+
+
+def _unit_stats(tmp_path, n_units: int) -> tuple[object, list[tuple[int, object]]]:
+    """The config and each work unit's statistics, as the convert step emits them (JSON input
+    with a malformed line and a record without label, so rejection groups too)."""
+    from apache_beam.pvalue import TaggedOutput
+    from apache_beam.utils.windowed_value import WindowedValue
+
+    from convert.analysis import Analyzer
+    from convert.config import load_config
+    from pipelines.options import ConvertOptions
+    from pipelines.plan import discover, plan_units
+    from pipelines.transforms import STATS_TAG, AnalysisValue, _ConvertUnit
+
+    records = make_records(400, seed=11)
+    data = write_dataset(tmp_path / "in", records, bad_json_lines=True)
+    config = load_config(str(data["config"]))
+    files = discover([str(data["json"])])
+    opts = ConvertOptions(inputs=(str(data["json"]),), config=str(data["config"]), output=str(tmp_path / "o"),
+                          order="input", max_errors=10)
+    a = Analyzer(config)
+    a.add_records([r for r in records if r.get("y") is not None])
+    analysis = AnalysisValue(a.result().to_json())
+    fn = _ConvertUnit(config, opts, n_units)
+    fn.start_bundle()
+    out = []
+    for unit in plan_units(files, n_units):
+        out += list(fn.process(unit, analysis))
+    out += [wv for wv in fn.finish_bundle()]
+    tagged = [o.value for o in out if isinstance(o, TaggedOutput) and o.tag == STATS_TAG]
+    return config, [(t.value if isinstance(t, WindowedValue) else t)[1] for t in tagged]
+
+
+def test_units_statistics_merged_in_any_order_and_grouping_give_the_unit_order_document(tmp_path):
+    """``StatsMerger`` (the lifted combine: units arrive in any order, grouped by worker, each
+    group's merger pickled on its way to the commit) gives, byte for byte, the document of
+    merging every unit's accumulator in unit order."""
+    import pickle
+    import random
+
+    from convert.stats import StatsAccumulator, StatsMerger
+
+    config, units = _unit_stats(tmp_path, 5)
+    assert len(units) == 5 and sum(acc.rejected for _, acc in units) == 2
+    names = ["train", "eval"]
+    want = StatsAccumulator(config, names)
+    for _, acc in sorted(pickle.loads(pickle.dumps(units)), key=lambda ua: ua[0]):
+        want.merge(acc)
+    want_doc = json.dumps(want.to_json())
+    before = pickle.dumps(units)
+    rng = random.Random(3)
+    for _ in range(6):
+        order = rng.sample(units, len(units))
+        cut = rng.randint(0, len(order))
+        groups = []
+        for part in (order[:cut], order[cut:]):
+            m = StatsMerger(config, names)
+            for u, acc in part:
+                m.add(u, acc)
+            groups.append(pickle.loads(pickle.dumps(m)))  # across the combine's shuffle
+        rng.shuffle(groups)
+        groups[0].merge(groups[1])
+        assert json.dumps(groups[0].result().to_json()) == want_doc
+    assert pickle.dumps(units) == before  # the units' accumulators were read, not changed
+    m = StatsMerger(config, names)
+    m.add(*units[0])
+    with pytest.raises(ValueError, match="added twice"):
+        m.add(*units[0])

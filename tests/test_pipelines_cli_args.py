@@ -76,6 +76,10 @@ def test_beam_flags_after_the_double_dash_still_reach_beam(data, tmp_path):
     assert r.exit_code == 0, r.output
     assert _info(out)["runner"] == "BundleBasedDirectRunner"
     assert _info(out)["counts"]["read"] == 80
+    # The same statistics as the default runner's (its side inputs and combine are its own).
+    ref = tmp_path / "ref"
+    assert _convert("-i", *_files(data), "-c", data["config"], "-o", ref, "--num-shards", "1").exit_code == 0
+    assert json.loads((out / "stats.json").read_text()) == json.loads((ref / "stats.json").read_text())
 
 
 def test_a_stray_argument_before_the_double_dash_is_refused(data, tmp_path):

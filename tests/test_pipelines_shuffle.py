@@ -290,7 +290,7 @@ def test_a_failed_unit_stops_the_scatter_threads_of_the_pending_one(tmp_path):
     fn = _ConvertUnit(config, opts, 3)
     fn.start_bundle()
     assert list(fn.process(WorkUnit(0, (ByteRange(files[0], 0, None),)), analysis)) == []
-    [done] = [wv.value for wv in fn.finish_bundle()]
+    [done, _] = [o.value for o in fn.finish_bundle()]  # its result, then its statistics (TaggedOutput)
     assert done["shards"] is None and sum(n for frames in done["scatter"]["index"].values() for _, _, n, _ in frames) == 60
     fn.start_bundle()
     assert list(fn.process(WorkUnit(0, (ByteRange(files[0], 0, None),)), analysis)) == []
@@ -348,7 +348,7 @@ def _convert_unit(config, opts, unit, analysis, num_shards: int) -> dict:
     fn = _ConvertUnit(config, opts, num_shards)
     fn.start_bundle()
     assert list(fn.process(unit, analysis)) == []
-    [done] = [wv.value for wv in fn.finish_bundle()]
+    [done, _] = [o.value for o in fn.finish_bundle()]  # its result, then its statistics (TaggedOutput)
     return done
 
 

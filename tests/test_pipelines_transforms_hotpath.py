@@ -208,8 +208,11 @@ def test_relaxed_gc_raises_thresholds_while_any_unit_runs_then_restores_them():
 def test_convert_unit_emits_each_result_after_the_next_unit_and_at_bundle_end(tmp_path):
     import threading
 
+    from apache_beam.pvalue import TaggedOutput
+    from apache_beam.utils.windowed_value import WindowedValue
+
     from convert.analysis import Analyzer
-    from pipelines.transforms import AnalysisValue, _ConvertUnit
+    from pipelines.transforms import STATS_TAG, AnalysisValue, _ConvertUnit
 
     paths = write_dataset(tmp_path / "d", make_records(120))
     config = load_config(str(paths["config"]))
@@ -222,12 +225,17 @@ def test_convert_unit_emits_each_result_after_the_next_unit_and_at_bundle_end(tm
     fn.start_bundle()
     assert list(fn.process(WorkUnit(0, (ByteRange(files[0], 0, None),)), analysis)) == []
     first = list(fn.process(WorkUnit(1, (ByteRange(files[1], 0, None),)), analysis))
-    assert [r["unit"] for r in first] == [0]
+    # Each unit: its result, then its statistics on the MergeStats output, keyed for the combine.
+    assert [type(o) for o in first] == [dict, TaggedOutput] and first[1].tag == STATS_TAG
+    assert first[0]["unit"] == 0 and "stats" not in first[0]
     last = list(fn.finish_bundle())
-    assert [wv.value["unit"] for wv in last] == [1]
-    for r in first + [wv.value for wv in last]:
+    assert [type(o) for o in last] == [WindowedValue, TaggedOutput]
+    assert last[0].value["unit"] == 1
+    for r, tagged in ((first[0], first[1].value), (last[0].value, last[1].value.value)):
         assert sum(sh["records"] for sh in r["shards"].values()) == 60
         assert all(os.path.getsize(sh["tmp"]) == sh["bytes"] for sh in r["shards"].values())
+        key, (unit, stats) = tagged
+        assert key is None and unit == r["unit"] and sum(stats.rows) == 60
 
     fn.start_bundle()
     assert list(fn.process(WorkUnit(0, (ByteRange(files[0], 0, None),)), analysis)) == []
