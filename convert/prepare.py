@@ -46,6 +46,7 @@ from convert.derive import cross_ids, epoch_seconds, timestamp_parts
 from convert.records import (
     F32_MAX,
     F32_TINY,
+    F64_TINY,
     TOKEN_RE,
     as_list,
     ascii_lower,
@@ -795,6 +796,13 @@ def finish_numbers(f: FeatureConfig, prepared: Numbers, stats: dict[str, Any]) -
     """Fill, scale and cast a prepared numeric feature (``stats``: its training statistics)."""
     out, present, lens, missing_row = prepared.values, prepared.present, prepared.lens, prepared.missing_row
     b, n = out.shape
+    # Inputs below the smallest normal double are zero of their sign, as TensorFlow's kernels
+    # read them (denormals-are-zero): a bucket boundary at 0.0 then puts -5e-324 where the
+    # serving layer does.
+    with np.errstate(invalid="ignore"):
+        sub = (np.abs(out) < F64_TINY) & (out != 0)
+    if sub.any():
+        out = np.where(sub, np.copysign(0.0, out), out)
     if f.transform == "bucketize":
         # 0 = missing (or NaN with on_nan: fill), 1..B = buckets at the training quantiles.
         bounds = np.asarray(stats.get("boundaries") or [], dtype=np.float64)

@@ -178,7 +178,7 @@ def check_parity(output: Path, layer: serving.TransformLayer, records: list[Any]
 # ------------------------------------------------------------------ random records
 
 BIG = [2**53 + 1, 2**63 - 1, 2**63, -(2**63), -(2**63) - 1, 2**64, 10**30, 10**400, -(10**400)]
-EDGE_FLOATS = [0.0, -0.0, 5e-324, -5e-324, 1.1754943508222875e-38, 1.401298464324817e-45, -1e-40, 1.1754942106924411e-38, 3.4028234663852886e38, 3.4028235677973366e38,
+EDGE_FLOATS = [0.0, -0.0, 5e-324, -5e-324, -1e-310, 1.1754943508222875e-38, 1.401298464324817e-45, -1e-40, 1.1754942106924411e-38, 3.4028234663852886e38, 3.4028235677973366e38,
                3.4028235677973362e38, -3.5e38, 1e308, math.inf, -math.inf, math.nan, -math.nan, -1.0, -0.9999999999999999, 0.5]
 NUMBERS = st.one_of(st.floats(), st.sampled_from(EDGE_FLOATS), st.integers(-(2**64), 2**64), st.sampled_from(BIG),
                     st.integers(-3, 20).map(float))
@@ -305,6 +305,33 @@ def test_parity_on_random_records_sent_with_their_lists_whole(output, layer, rec
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(_serving_wire, "_needed", lambda items, uses: len(items))
         check_parity(output, layer, recs)
+
+
+ZERO_EDGES = """features:
+  - {name: b, source: x, transform: bucketize, num_buckets: 4, on_nan: keep}
+  - {name: c0, source: x, transform: clip, clip_min: 0, on_nan: keep}
+  - {name: c1, source: x, transform: clip, clip_max: 0, on_nan: keep}
+  - {name: c2, source: x, transform: clip, clip_min: -0.0, clip_max: 0.0, on_nan: keep}
+  - {name: mm, source: x, transform: minmax, on_nan: keep}
+  - {name: z, source: x, transform: zscore, on_nan: keep}
+  - {name: l, source: x, transform: log1p, on_nan: keep}
+  - {name: xs, source: xs, transform: identity, max_len: 2, on_nan: keep}
+"""
+
+
+def test_parity_on_subnormal_doubles_against_bounds_at_zero(tmp_path):
+    """Bucket boundaries and clip bounds at +-0.0 meet doubles below the smallest normal:
+    TensorFlow's kernels read those as zero of their sign, and so does the converter."""
+    values = [0.0] * 50 + [-0.5] * 10 + [1.0] * 40
+    (tmp_path / "in.jsonl").write_text("".join(json.dumps({"x": v, "xs": [v]}) + "\n" for v in values))
+    (tmp_path / "c.yaml").write_text(ZERO_EDGES)
+    out = tmp_path / "out"
+    r = cli("convert", "--input", tmp_path / "in.jsonl", "--config", tmp_path / "c.yaml", "--output", out,
+            "--splits", "train=1", "--no-progress")
+    assert r.exit_code == 0, r.output
+    assert json.loads((out / "analysis.json").read_text())["stats"]["b"]["boundaries"][0] == 0.0
+    tiny = [5e-324, -5e-324, 2.2e-308, -2.2e-308, 1e-310, -1e-310, 0.0, -0.0, 2.2250738585072014e-308]
+    check_parity(out, readers.transform_layer(str(out)), [{"x": v, "xs": [v, -v]} for v in tiny])
 
 
 def test_text_rows_in_every_part_of_a_batch_keep_their_tokens(output, layer):
