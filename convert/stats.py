@@ -790,12 +790,12 @@ class StatsMerger:
 
     def merge(self, other: StatsMerger) -> None:
         """Take ``other``'s units (none of them already here)."""
+        twice = self.units.keys() & other.units.keys()
+        if twice:
+            raise ValueError(f"work unit {min(twice)}'s statistics were added twice")
         for key, terms in other.terms.items():
             self._add_terms(key, terms)
-        for unit, acc in other.units.items():
-            if unit in self.units:
-                raise ValueError(f"work unit {unit}'s statistics were added twice")
-            self.units[unit] = acc
+        self.units.update(other.units)
 
     def _add_terms(self, key: tuple[str, int], terms: _TermCounts) -> None:
         mine = self.terms.get(key)

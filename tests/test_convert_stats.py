@@ -329,7 +329,10 @@ def test_units_statistics_merged_in_any_order_and_grouping_give_the_unit_order_d
         groups[0].merge(groups[1])
         assert json.dumps(groups[0].result().to_json()) == want_doc
     assert pickle.dumps(units) == before  # the units' accumulators were read, not changed
-    m = StatsMerger(config, names)
+    m, other = StatsMerger(config, names), StatsMerger(config, names)
     m.add(*units[0])
-    with pytest.raises(ValueError, match="added twice"):
+    with pytest.raises(ValueError, match="unit 0's statistics were added twice"):
         m.add(*units[0])
+    other.add(*units[0])
+    with pytest.raises(ValueError, match="unit 0's statistics were added twice"):
+        m.merge(other)
