@@ -30,7 +30,7 @@ from typing import Any
 
 import yaml
 
-from convert.spec import MAX_FEATURE_SIZE, short_repr
+from convert.spec import MAX_FEATURE_SIZE, daz, short_repr
 
 # Limits. Each is far beyond what a real config needs and keeps what the
 # value controls (memory, files, metadata) bounded; past one, loading fails
@@ -590,14 +590,15 @@ def _name_problem(what: str, name: Any) -> str | None:
 
 
 def _float32(v: Any) -> float | None:
-    """``v`` as a float when it is a number that float32 holds (finite, |v| <= F32_MAX), else None."""
+    """``v`` as a float when it is a number that float32 holds (finite, |v| <= F32_MAX), else None;
+    below the smallest normal double, zero of its sign (``convert.records.daz``)."""
     if isinstance(v, bool) or not isinstance(v, int | float):
         return None
     try:
         x = float(v)
     except OverflowError:  # an int beyond float64
         return None
-    return x if abs(x) <= F32_MAX else None  # NaN compares False
+    return daz(x) if abs(x) <= F32_MAX else None  # NaN compares False
 
 
 def _same(a: Any, b: Any) -> bool:

@@ -18,7 +18,7 @@ import dataclasses
 import itertools
 import operator
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -46,7 +46,6 @@ from convert.derive import cross_ids, epoch_seconds, timestamp_parts
 from convert.records import (
     F32_MAX,
     F32_TINY,
-    F64_TINY,
     TOKEN_RE,
     as_list,
     ascii_lower,
@@ -62,7 +61,7 @@ from convert.records import (
     tokenize,
     walk_path,
 )
-from convert.spec import short_repr
+from convert.spec import F64_TINY, daz, short_repr
 
 try:
     from convert._tokens import TokenTable as _TokenTable
@@ -792,13 +791,27 @@ def _reject_non_scalar(f: FeatureConfig, i: int, v: Any, bad: dict[int, Rejectio
     bad.setdefault(i, Rejection(i, f.source, f"expected a scalar value, found {type(v).__name__}; set max_len for lists or point 'source' at a leaf field"))
 
 
-def finish_numbers(f: FeatureConfig, prepared: Numbers, stats: dict[str, Any]) -> Columns:
+def transform_constants(stats: Mapping[str, Any]) -> dict[str, Any]:
+    """A numeric feature's statistics as its transform uses them (``finish_numbers``, and the
+    serving layer): mean, std, min, max and bucket boundaries below the smallest normal
+    double read as zero of their sign (``convert.spec.daz``), as TensorFlow's kernels
+    read such a constant. The statistics recorded in the analysis stay exact."""
+    out = dict(stats)
+    for key in ("mean", "std", "min", "max"):
+        if isinstance(out.get(key), float):
+            out[key] = daz(out[key])
+    if out.get("boundaries"):
+        out["boundaries"] = [daz(float(b)) for b in out["boundaries"]]
+    return out
+
+
+def finish_numbers(f: FeatureConfig, prepared: Numbers, stats: Mapping[str, Any]) -> Columns:
     """Fill, scale and cast a prepared numeric feature (``stats``: its training statistics)."""
+    stats = transform_constants(stats)
     out, present, lens, missing_row = prepared.values, prepared.present, prepared.lens, prepared.missing_row
     b, n = out.shape
     # Inputs below the smallest normal double are zero of their sign, as TensorFlow's kernels
-    # read them (denormals-are-zero): a bucket boundary at 0.0 then puts -5e-324 where the
-    # serving layer does.
+    # read them (``daz``): a bucket boundary at 0.0 then puts -5e-324 where the serving layer does.
     with np.errstate(invalid="ignore"):
         sub = (np.abs(out) < F64_TINY) & (out != 0)
     if sub.any():

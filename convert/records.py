@@ -233,8 +233,6 @@ def joined_text(values: list[Any]) -> list[Any]:
 F32_MAX = float(np.finfo(np.float32).max)
 #: The smallest normal float32: written float features below it in magnitude are zero (subnormals flushed).
 F32_TINY = np.float32(np.finfo(np.float32).tiny)
-#: The smallest normal double: numeric inputs below it in magnitude are read as zero (subnormals).
-F64_TINY = float(np.finfo(np.float64).tiny)
 
 
 def to_float(x: int | float) -> float:

@@ -16,7 +16,9 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import math
 import reprlib
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -33,6 +35,18 @@ FORMAT_VERSION = 3
 #: cannot reproduce; re-convert them with this recordprep to export.
 SERVING_MIN_FORMAT_VERSION = 3
 METADATA_FILENAME = "dataset_info.json"
+
+#: The smallest normal double.
+F64_TINY = sys.float_info.min
+
+
+def daz(x: float) -> float:
+    """``x``, or zero of its sign below the smallest normal double: how TensorFlow's CPU
+    kernels read a subnormal operand (denormals-are-zero). Numeric inputs, the statistics
+    a transform uses and the config's constants are read this way, so the converter
+    computes what the serving layer computes."""
+    return math.copysign(0.0, x) if abs(x) < F64_TINY else x
+
 #: Written instead of the metadata by a run that failed (``{"reason": ..., "counts": ...}``);
 #: removed when a later run starts, so waiters do not see an old failure.
 FAILURE_FILENAME = "_FAILURE.json"

@@ -41,6 +41,7 @@ from convert import spec as _spec
 from convert.apply import DEFAULT_ANALYSIS_FILENAME, OutputAnalysis
 from convert.config import FeatureConfig, count_path
 from convert.derive import CROSS_SEPARATOR, DAY_SECONDS, UNITS
+from convert.prepare import transform_constants
 from readers import _io
 from readers._serving_wire import (
     KIND_BOOL,
@@ -190,7 +191,7 @@ class TransformLayer(tf.Module):
         self.config = config
         self.wire = Wire(config)
         self.features = tuple(f for f in info.features if f.role != "label")
-        self._stats = {k: dict(v) for k, v in applied.analysis.stats.items()}
+        self._stats = {k: transform_constants(v) for k, v in applied.analysis.stats.items()}  # as finish_numbers reads them
         self._tables: dict[str, tf.lookup.StaticHashTable] = {}
         shared = _shared_vocabularies(config.features, applied.analysis.vocabularies)
         for f in config.features:

@@ -334,6 +334,34 @@ def test_parity_on_subnormal_doubles_against_bounds_at_zero(tmp_path):
     check_parity(out, readers.transform_layer(str(out)), [{"x": v, "xs": [v, -v]} for v in tiny])
 
 
+TINY_CONSTANTS = """features:
+  - {name: b, source: x, transform: bucketize, num_buckets: 4, on_nan: keep}
+  - {name: mm, source: x, transform: minmax, on_nan: keep}
+  - {name: z, source: x, transform: zscore, on_nan: keep}
+  - {name: i, source: x, transform: identity, fill: mean, on_nan: keep}
+  - {name: c, source: x, transform: clip, clip_min: -1.0e-310, clip_max: 1.0e-310, fill: 1.0e-310, on_nan: keep}
+  - {name: c2, source: x, transform: clip, clip_min: 1.0e-310, fill: -1.0e-310, on_nan: keep}
+  - {name: c3, source: x, transform: clip, clip_max: -1.0e-310, on_nan: keep}
+"""
+
+
+def test_parity_with_statistics_and_config_constants_below_the_smallest_normal_double(tmp_path):
+    """Statistics (mean, min, max, boundaries) and config constants (fill, clip bounds) below
+    the smallest normal double: both sides read them as zero of their sign, as TensorFlow's
+    kernels read such a constant (a minmax over [-5e-324, 1e-310] is all zeros, not NaN)."""
+    values = [5e-324] * 50 + [-5e-324] * 30 + [1e-310] * 20
+    (tmp_path / "in.jsonl").write_text("".join(json.dumps({"x": v}) + "\n" for v in values) + '{"x": null}\n')
+    (tmp_path / "c.yaml").write_text(TINY_CONSTANTS)
+    out = tmp_path / "out"
+    r = cli("convert", "--input", tmp_path / "in.jsonl", "--config", tmp_path / "c.yaml", "--output", out,
+            "--splits", "train=1", "--no-progress")
+    assert r.exit_code == 0, r.output
+    stats = json.loads((out / "analysis.json").read_text())["stats"]
+    assert stats["b"]["boundaries"] == [-5e-324, 5e-324] and stats["mm"]["max"] == 1e-310  # recorded exactly
+    check_parity(out, readers.transform_layer(str(out)),
+                 [{"x": v} for v in (5e-324, -5e-324, 1e-310, 0.0, -0.0, 1.0, -1.0, None)])
+
+
 def test_text_rows_in_every_part_of_a_batch_keep_their_tokens(output, layer):
     """The text of a batch is tokenized in row ranges: every row, in batches of every size
     around the number of ranges, gets its own tokens and truncation."""
