@@ -591,7 +591,7 @@ def _name_problem(what: str, name: Any) -> str | None:
 
 def _float32(v: Any) -> float | None:
     """``v`` as a float when it is a number that float32 holds (finite, |v| <= F32_MAX), else None;
-    below the smallest normal double, zero of its sign (``convert.records.daz``)."""
+    below the smallest normal double, zero of its sign (``convert.spec.daz``)."""
     if isinstance(v, bool) or not isinstance(v, int | float):
         return None
     try:

@@ -806,8 +806,8 @@ def transform_constants(stats: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def finish_numbers(f: FeatureConfig, prepared: Numbers, stats: Mapping[str, Any]) -> Columns:
-    """Fill, scale and cast a prepared numeric feature (``stats``: its training statistics)."""
-    stats = transform_constants(stats)
+    """Fill, scale and cast a prepared numeric feature (``stats``: its training statistics
+    as ``transform_constants`` gives them, made once per analysis by its reader)."""
     out, present, lens, missing_row = prepared.values, prepared.present, prepared.lens, prepared.missing_row
     b, n = out.shape
     # Inputs below the smallest normal double are zero of their sign, as TensorFlow's kernels

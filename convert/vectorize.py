@@ -33,7 +33,7 @@ import numpy as np
 from convert.analysis import Analysis, vocabulary_label
 from convert.columns import Columns, Finished, LabelTerms, Numbers, TermIndexes
 from convert.config import COMMON_OPTIONS, TRANSFORM_TABLE, Config, FeatureConfig, LabelConfig
-from convert.prepare import PreparedBatch, Preparer, Rejection, finish_numbers
+from convert.prepare import PreparedBatch, Preparer, Rejection, finish_numbers, transform_constants
 from convert.records import hash_id
 from convert.spec import FeatureSpec, short_repr
 
@@ -70,6 +70,8 @@ class Vectorizer:
                 base = 1 + f.num_oov_buckets
                 self._vocab_ids[f.name] = {t: base + i for i, t in enumerate(terms)}
         self._tables: dict[str, np.ndarray] = {}
+        #: Each numeric feature's statistics as its transform reads them (``finish_numbers``).
+        self._constants = {name: transform_constants(st) for name, st in analysis.stats.items()}
         #: A vocabulary label's class ids (``0..K-1``).
         self.label_ids: dict[str, int] | None = None
         lab = vocabulary_label(config)
@@ -150,7 +152,7 @@ class Vectorizer:
                 case Finished():
                     cols.update(part.columns)
                 case Numbers():
-                    cols.update(finish_numbers(self._by_name[part.name], part, self.analysis.stats.get(part.name) or {}))
+                    cols.update(finish_numbers(self._by_name[part.name], part, self._constants.get(part.name) or {}))
                 case LabelTerms():
                     unseen = self.unseen_label_rows(batch)
                     if unseen:

@@ -1057,7 +1057,7 @@ class _ConvertUnit(beam.DoFn):
             self.teardown()
             raise
         if done is not None:
-            yield from _unit_outputs(done, lambda v: v)
+            yield from _unit_outputs(done, _same)
 
     def finish_bundle(self):
         done = self._finish_pending()
