@@ -4,7 +4,7 @@ Rows (each one fresh subprocess, see :mod:`bench.measure`):
 
 ``recordprep AVRO -> gzip``
     ``pipelines.job.run_convert`` with the default options (train/eval
-    0.9/0.1, gzip level 5 (the default), default shard count, FnApiRunner with its default
+    0.9/0.1, gzip level 2 (the default), default shard count, FnApiRunner with its default
     worker choice: one process per core above 32 MB of input) on all AVRO
     files: the headline number. Decodes each record once (the analysis pass
     leaves the prepared batches for the convert pass).

@@ -163,7 +163,7 @@ def convert(
     num_shards: Annotated[int | None, typer.Option(help="Shards per split. Default: from input size (see --target-shard-mb).")] = None,
     target_shard_mb: Annotated[float, typer.Option(help="Input MB per shard when --num-shards is not given (> 0; an error if it makes more than 100,000 shards).")] = 128.0,
     compression: Annotated[str, typer.Option(help="Shard compression: gzip or none.")] = "gzip",
-    gzip_level: Annotated[int, typer.Option(help="gzip level 1 (fast) .. 9 (small); the default 5 writes smaller shards than zlib's usual 6, faster.")] = 5,
+    gzip_level: Annotated[int, typer.Option(help="gzip level 0 (stored) .. 9 (smallest): 1-2 are ISA-L's fast igzip (the default 2: about zlib's level-1 size), 3-9 zlib-ng's (5 and up: smaller than zlib's usual 6).")] = 2,
     layout: Annotated[str, typer.Option(help="Example layout: 'features' (one Feature per column) or 'packed' (all float32 columns in one Feature, all int64 in another; readers.train_dataset unpacks them; parsing is several times cheaper, records smaller).")] = "features",
     batch_size: Annotated[int, typer.Option(help="Records per vectorized batch inside a worker.")] = 4096,
     order: Annotated[str | None, typer.Option(help="Record order: 'shuffled' (each shard a uniform random sample of its split, records in random order: readers' batches are fair samples even of sorted input) or 'input' (each shard a contiguous range of the input, in input order; for sequence data or debugging). Default: shuffled.", show_default=False)] = None,

@@ -52,9 +52,12 @@ class ConvertOptions:
         (``target_shard_mb`` of input per shard, at least enough shards for
         readers to interleave when the input is large enough).
       compression: ``gzip`` or ``none``.
-      gzip_level: 1 (fast) .. 9 (small). Default 5: zlib-ng's 5 writes smaller
-        shards than zlib's default 6 (what TensorFlow's and Beam's writers use)
-        with less deflate time than zlib-ng's 6, for slightly more bytes than it
+      gzip_level: 0 (stored) .. 9 (smallest); each step up compresses more
+        slowly into fewer bytes. 1 and 2 are ISA-L's igzip, 3..9 zlib-ng's.
+        Default 2: a fifth of the deflate CPU of level 5 for about 1.17x its
+        bytes (the size zlib's level 1 writes); 5 writes shards smaller than
+        zlib's default 6 (what TensorFlow's and Beam's writers use), for when
+        storage or the network between storage and trainers is the limit
         (docs/benchmarks.md#design-converter).
       layout: ``features`` (one Feature per column) or ``packed`` (float32 and
         int64 columns concatenated into one Feature each; ``readers`` unpacks
@@ -101,7 +104,7 @@ class ConvertOptions:
     num_shards: int | None = None
     target_shard_mb: float = 128.0
     compression: str = "gzip"
-    gzip_level: int = 5
+    gzip_level: int = 2
     layout: str = "features"
     batch_size: int = 4096
     avro_decoder: str = "auto"

@@ -37,6 +37,7 @@ import dataclasses
 import datetime as _dt
 import decimal
 import gc
+import gzip
 import json
 import logging
 import pickle
@@ -57,6 +58,7 @@ from apache_beam.runners.worker.statecache import CacheAware
 from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.windowed_value import WindowedValue
+from isal.igzip import IGzipFile
 from zlib_ng.gzip_ng import GzipNGFile
 
 from convert.analysis import Analysis, Analyzer
@@ -511,16 +513,29 @@ def _relaxed_gc() -> Iterator[None]:
                 gc.set_threshold(*_gc_saved)
 
 
+#: ``--gzip-level`` values written by ISA-L's igzip (python-isal, its levels 1 and 2); 0 and 3..9
+#: are zlib-ng's. On the bench's records igzip's level 2 costs a fifth of zlib-ng's level 5 deflate
+#: CPU for 1.17x its bytes, about what zlib's level 1 writes (docs/benchmarks.md#design-converter),
+#: so the scale stays monotonic: each step up is slower and smaller.
+ISAL_LEVELS = (1, 2)
+
+
+def gzip_file(fileobj: Any, level: int) -> gzip.GzipFile:
+    """A gzip writer over ``fileobj`` at ``level`` (``ConvertOptions.gzip_level``): no name and no
+    mtime in its header, so the same records give the same bytes."""
+    if level in ISAL_LEVELS:
+        return IGzipFile(filename="", fileobj=fileobj, mode="wb", compresslevel=level, mtime=0)
+    return GzipNGFile(filename="", fileobj=fileobj, mode="wb", compresslevel=level, mtime=0)
+
+
 class _Writer:
     """A temp shard being written: raw file, optional gzip layer, counts.
 
-    Gzip is zlib-ng's (``GzipNGFile``, a ``gzip.GzipFile``): faster than
-    zlib's deflate at level 6 with slightly smaller output (docs/benchmarks.md#design-converter;
-    the default level 5 is smaller than zlib's 6 too, see
-    ``ConvertOptions.gzip_level``); any gzip reader reads it. With gzip, compressing and
-    writing happen on a thread of their own: zlib-ng and file writes release the GIL, so deflate (about a sixth of the job's
-    CPU) runs on another core while the DoFn prepares the next batch. The
-    bytes, and the order of the writes, are the same as writing inline.
+    Gzip is ISA-L's igzip or zlib-ng's by level (:func:`gzip_file`); any gzip
+    reader reads it. With gzip, compressing and writing happen on a thread of
+    their own: both libraries and file writes release the GIL, so deflate runs
+    on another core while the DoFn prepares the next batch. The bytes, and the
+    order of the writes, are the same as writing inline.
     """
 
     _QUEUED = 4  # batches in flight per shard (a few MB): bounded memory
@@ -528,9 +543,7 @@ class _Writer:
     def __init__(self, path: str, compression: str, level: int):
         self.path = path
         self.raw = FileSystems.create(path, mime_type="application/octet-stream", compression_type="uncompressed")
-        # no name, no mtime in the gzip header: same input, same bytes
-        self.f = (GzipNGFile(filename="", fileobj=self.raw, mode="wb", compresslevel=level, mtime=0)
-                  if compression == "GZIP" else self.raw)
+        self.f = gzip_file(self.raw, level) if compression == "GZIP" else self.raw
         self.records = 0
         self._bg = (_Serial(lambda data: self.f.write(data), f"recordprep-writer-{posix_basename(path)}", self._QUEUED)
                     if self.f is not self.raw else None)

@@ -122,33 +122,74 @@ def test_merge_keeps_every_units_prepared_file_and_the_analysis():
     assert out["stats"]["x"]["count"] == 3 and out["stats"]["x"]["mean"] == 2.0
 
 
-def test_gzip_writer_thread_writes_the_same_bytes_as_inline_gzip(tmp_path):
+@pytest.mark.parametrize("level", [2, 6])
+def test_gzip_writer_thread_writes_the_same_bytes_as_inline_gzip(tmp_path, level):
     import gzip
     import io
     import threading
 
-    from zlib_ng.gzip_ng import GzipNGFile
-
-    from pipelines.transforms import _Writer
+    from pipelines.transforms import _Writer, gzip_file
 
     chunks = [bytes([i % 251]) * (1000 + 7919 * i) for i in range(12)]
-    w = _Writer(str(tmp_path / "a.gz"), "GZIP", 6)
+    w = _Writer(str(tmp_path / "a.gz"), "GZIP", level)
     assert w._bg is not None
     for c in chunks:
         w.write(c, 2)
     size = w.close()
     inline = io.BytesIO()
-    with GzipNGFile(filename="", fileobj=inline, mode="wb", compresslevel=6, mtime=0) as g:
+    with gzip_file(inline, level) as g:
         for c in chunks:
             g.write(c)
     assert (tmp_path / "a.gz").read_bytes() == inline.getvalue() and size == len(inline.getvalue())
     assert gzip.decompress(inline.getvalue()) == b"".join(chunks)  # plain gzip, whatever wrote it
     assert w.records == 24 and not any(t.name.startswith("recordprep-writer") for t in threading.enumerate())
 
-    plain = _Writer(str(tmp_path / "b"), "NONE", 6)
+    plain = _Writer(str(tmp_path / "b"), "NONE", level)
     assert plain._bg is None
     plain.write(b"xy", 1)
     assert plain.close() == 2
+
+
+def test_gzip_levels_pick_their_library_and_every_level_reads_back(tmp_path):
+    """1-2 are ISA-L's igzip, 0 and 3-9 zlib-ng's; whatever wrote it, plain gzip readers
+    (Python's, TensorFlow's TFRecord reader) read the same records back, and a level
+    writes the same bytes for the same records."""
+    import gzip
+    import io
+
+    from isal.igzip import IGzipFile
+    from zlib_ng.gzip_ng import GzipNGFile
+
+    from convert.tfrecord import frame_records
+    from pipelines.options import ConvertOptions
+    from pipelines.transforms import ISAL_LEVELS, gzip_file
+
+    assert ISAL_LEVELS == (1, 2) and ConvertOptions(inputs=("x",), config="c", output="o").gzip_level in ISAL_LEVELS
+    rng = np.random.default_rng(0)
+    records = [bytes(rng.integers(0, 8, size=int(n), dtype=np.uint8)) + b"feature" * int(n % 5)
+               for n in rng.integers(1, 400, size=3000)]
+    lengths = np.array([len(r) for r in records], dtype=np.int64)
+    framed = frame_records(np.frombuffer(b"".join(records), dtype=np.uint8),
+                           np.concatenate([[0], np.cumsum(lengths)[:-1]]), lengths)
+    sizes = {}
+    for level in range(10):
+        out = io.BytesIO()
+        with gzip_file(out, level) as g:
+            assert isinstance(g, IGzipFile if level in (1, 2) else GzipNGFile)
+            g.write(framed)
+        again = io.BytesIO()
+        with gzip_file(again, level) as g:
+            g.write(framed)
+        assert out.getvalue() == again.getvalue(), level
+        assert gzip.decompress(out.getvalue()) == framed, level
+        (tmp_path / f"l{level}.gz").write_bytes(out.getvalue())
+        sizes[level] = len(out.getvalue())
+    assert sizes[0] > sizes[1] and sizes[2] > sizes[5] >= sizes[9]
+
+    tf = pytest.importorskip("tensorflow")
+    for level in range(10):
+        back = [r.numpy() for r in tf.data.TFRecordDataset(str(tmp_path / f"l{level}.gz"), compression_type="GZIP")]
+        assert back == records, level
 
 
 def test_gzip_writer_thread_failure_surfaces_and_abort_stops_it(tmp_path):
