@@ -523,15 +523,33 @@ def _done_or_refused(opts: ConvertOptions, fingerprint: str, existing: dict[str,
         return existing
     if not (opts.overwrite or opts.force):
         old = existing.get("format_version")
-        made = (f"written by an older recordprep (format_version {old}; this one writes {FORMAT_VERSION}, "
-                f"with other hash and text ids)" if type(old) is int and old < FORMAT_VERSION
-                else "made from other inputs or another config")
+        changed = _changed_options(opts, existing)
+        if type(old) is int and old < FORMAT_VERSION:
+            made = (f"written by an older recordprep (format_version {old}; this one writes {FORMAT_VERSION}, "
+                    f"with other hash and text ids)")
+        elif changed:
+            made = f"made with other options ({'; '.join(changed)}; pass the same to keep it)"
+        else:
+            made = "made from other inputs or another config"
         raise OutputExistsError(
             f"{opts.output} already holds a dataset {made} "
             f"(fingerprint {str(existing.get('fingerprint'))[:12]}, this run {fingerprint[:12]}); "
             f"pass --overwrite to replace it, or write to a new directory such as {opts.output.rstrip('/')}/dt=YYYY-MM-DD/"
         )
     return None
+
+
+def _changed_options(opts: ConvertOptions, existing: dict[str, Any]) -> list[str]:
+    """The fingerprinted options the output at ``opts.output`` was written with that this run
+    changes, as ``--flag: THERE there, HERE here``. A changed default shows up here too
+    (``--gzip-level``'s went from 5 to 2), so a re-run after an upgrade says which flag keeps
+    the output instead of blaming the inputs."""
+    theirs = existing.get("options")
+    if not isinstance(theirs, dict):
+        return []
+    ours = json.loads(json.dumps(opts.fingerprint_fields(), default=str))
+    return [f"--{k.replace('_', '-')}: {json.dumps(theirs.get(k))} there, {json.dumps(ours.get(k))} here"
+            for k in sorted(set(theirs) | set(ours)) if theirs.get(k) != ours.get(k)]
 
 
 def _check_output(opts: ConvertOptions, fingerprint: str,

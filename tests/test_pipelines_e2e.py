@@ -137,8 +137,12 @@ def test_rerun_is_a_noop_and_other_inputs_are_refused(dataset, tmp_path):
     again = run_convert(_opts(paths["avro"], paths["config"], out, num_shards=3))
     assert again.skipped
     assert os.stat(meta).st_mtime_ns == before
-    with pytest.raises(OutputExistsError, match="--overwrite"):
+    with pytest.raises(OutputExistsError, match=r"other options \(--num-shards: 3 there, 2 here; .*--overwrite"):
         run_convert(_opts(paths["avro"], paths["config"], out, num_shards=2))
+    # The output was written at the default gzip level; a run at another one names the flag that keeps it.
+    with pytest.raises(OutputExistsError, match=r"--gzip-level: 2 there, 5 here"):
+        run_convert(_opts(paths["avro"], paths["config"], out, num_shards=3, gzip_level=5))
+    assert run_convert(_opts(paths["avro"], paths["config"], out, num_shards=3, gzip_level=2)).skipped
 
 
 def test_bad_records_go_to_the_error_output(tmp_path):
