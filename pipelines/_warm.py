@@ -27,6 +27,7 @@ CLI too. ``ConvertResult.pre_forked`` says how many workers the pool served.
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import logging
 import os
@@ -179,6 +180,29 @@ class WarmPool:
             yield
 
 
+@contextlib.contextmanager
+def frozen_heap() -> Iterator[None]:
+    """While open, the objects that existed when it opened are left out of the cyclic GC
+    (``gc.freeze``); closing gives them back to it (``gc.unfreeze``).
+
+    A conversion's launcher holds Beam, numpy and this package, about 100k
+    objects: the full collections its pipeline set-up triggers, and that each
+    forked child inherits, cost 60-120 ms each, all before the first record is
+    read. Frozen, a collection walks only what the run made; the children also
+    leave the inherited pages unwritten (no copy-on-write). If the caller
+    already froze objects of its own, their freeze is left as it is (nothing
+    done), so the caller's process ends the run as it began it.
+    """
+    if gc.get_freeze_count():
+        yield
+        return
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+
+
 def _child(job_fd: int) -> None:
     """A forked worker: preload, wait for the job, run Beam's worker entry point, exit."""
     code = 1
@@ -193,6 +217,7 @@ def _child(job_fd: int) -> None:
         for name in _PRELOAD:
             with contextlib.suppress(ImportError):
                 importlib.import_module(name)
+        gc.freeze()  # what it imported lives as long as the process: out of every collection
         with os.fdopen(job_fd, "rb") as pipe:
             raw = pipe.read()
         if not raw:  # dismissed: the run did not need this worker

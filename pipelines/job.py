@@ -45,7 +45,7 @@ from pipelines import _patches, remote
 from pipelines._fs import delete as fs_delete
 from pipelines._fs import match_in, read_metadata
 from pipelines._progress import PROGRESS_DIR, ProgressReporter, run_passes
-from pipelines._warm import WarmPool
+from pipelines._warm import WarmPool, frozen_heap
 from pipelines._worker import command as worker_command
 from pipelines._worker import schemes_of
 from pipelines.interrupt import Interrupted
@@ -723,6 +723,7 @@ def _run(opts: ConvertOptions, p: dict[str, Any], analysis: dict[str, Any] | Non
     with contextlib.ExitStack() as scope:
         for patch in _run_patches(setup, pre_fork):
             scope.enter_context(patch)
+        scope.enter_context(frozen_heap())
         # Before any thread starts: the workers fork from this process (pipelines/_warm.py).
         warm = WarmPool.start(setup.workers, setup.command) if pre_fork and setup.command else None
         if warm is not None:

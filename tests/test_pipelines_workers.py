@@ -241,3 +241,45 @@ def test_pre_forked_workers_report_rejected_records_like_started_ones(tmp_path):
         assert r.returncode == 1 and last.startswith("error: 1 of 401 records were rejected"), r.stderr[-3000:]
         assert "Traceback" not in r.stderr, r.stderr[-3000:]
     assert results["1"] == results["0"] and len(results["1"][2]) == 1
+
+
+def test_frozen_heap_freezes_while_open_and_leaves_a_callers_freeze_alone():
+    """The run's objects are out of the cyclic GC while it runs (its full collections, and
+    its forked children's, skip the launcher's heap); the caller's process gets its GC
+    back as it was: unfrozen, or frozen by the caller as the caller left it."""
+    import gc
+
+    from pipelines._warm import frozen_heap
+
+    if gc.get_freeze_count():
+        pytest.skip("this test process already froze objects")
+    with frozen_heap():
+        assert gc.get_freeze_count() > 0
+    assert gc.get_freeze_count() == 0
+    with pytest.raises(RuntimeError), frozen_heap():
+        raise RuntimeError("a failed run")
+    assert gc.get_freeze_count() == 0
+
+    gc.freeze()  # the caller's own freeze
+    try:
+        theirs = gc.get_freeze_count()
+        with frozen_heap():
+            assert gc.get_freeze_count() == theirs
+        assert gc.get_freeze_count() == theirs
+    finally:
+        gc.unfreeze()
+
+
+def test_a_run_leaves_the_callers_gc_unfrozen(tmp_path, monkeypatch):
+    import gc
+
+    if gc.get_freeze_count():
+        pytest.skip("this test process already froze objects")
+    seen = []
+    real = job._build_pipeline
+    monkeypatch.setattr(job, "_build_pipeline", lambda *a, **k: (seen.append(gc.get_freeze_count()), real(*a, **k))[1])
+    paths = write_dataset(tmp_path / "d", make_records(50))
+    run_convert(ConvertOptions(inputs=(str(paths["avro"]),), config=str(paths["config"]), output=str(tmp_path / "out"),
+                               num_shards=1, workers=1))
+    assert seen and seen[0] > 0  # frozen while the run builds and runs its pipeline
+    assert gc.get_freeze_count() == 0
