@@ -186,12 +186,13 @@ def frozen_heap() -> Iterator[None]:
     (``gc.freeze``); closing gives them back to it (``gc.unfreeze``).
 
     A conversion's launcher holds Beam, numpy and this package, about 100k
-    objects: the full collections its pipeline set-up triggers, and that each
-    forked child inherits, cost 60-120 ms each, all before the first record is
-    read. Frozen, a collection walks only what the run made; the children also
-    leave the inherited pages unwritten (no copy-on-write). If the caller
-    already froze objects of its own, their freeze is left as it is (nothing
-    done), so the caller's process ends the run as it began it.
+    objects, and a full collection walks them all: one in the launcher's
+    pipeline set-up and one in each forked child, before the first record is
+    read (docs/benchmarks.md#design-converter). Frozen, a collection walks only
+    what the run made, and the children leave the inherited pages unwritten
+    (no copy-on-write). If the caller already froze objects of its own, their
+    freeze is left as it is (nothing done), so the caller's process ends the
+    run as it began it.
     """
     if gc.get_freeze_count():
         yield

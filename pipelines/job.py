@@ -540,10 +540,9 @@ def _done_or_refused(opts: ConvertOptions, fingerprint: str, existing: dict[str,
 
 
 def _changed_options(opts: ConvertOptions, existing: dict[str, Any]) -> list[str]:
-    """The fingerprinted options the output at ``opts.output`` was written with that this run
-    changes, as ``--flag: THERE there, HERE here``. A changed default shows up here too
-    (``--gzip-level``'s went from 5 to 2), so a re-run after an upgrade says which flag keeps
-    the output instead of blaming the inputs."""
+    """Each fingerprinted option whose value differs between the output's ``dataset_info.json``
+    and this run, as ``--flag: THERE there, HERE here``. A changed default counts too, so a
+    re-run after an upgrade names the flag that keeps the output instead of blaming the inputs."""
     theirs = existing.get("options")
     if not isinstance(theirs, dict):
         return []

@@ -514,9 +514,9 @@ def _relaxed_gc() -> Iterator[None]:
 
 
 #: ``--gzip-level`` values written by ISA-L's igzip (python-isal, its levels 1 and 2); 0 and 3..9
-#: are zlib-ng's. On the bench's records igzip's level 2 costs a fifth of zlib-ng's level 5 deflate
-#: CPU for 1.17x its bytes, about what zlib's level 1 writes (docs/benchmarks.md#design-converter),
-#: so the scale stays monotonic: each step up is slower and smaller.
+#: are zlib-ng's. igzip's levels are far cheaper than zlib-ng's lowest for about the bytes of
+#: zlib's level 1 (docs/benchmarks.md#design-converter), so the scale stays monotonic: each
+#: step up is slower and smaller.
 ISAL_LEVELS = (1, 2)
 
 
