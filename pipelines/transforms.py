@@ -55,9 +55,7 @@ from apache_beam.io.filesystem import BeamIOError
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 from apache_beam.runners.worker.statecache import CacheAware
-from apache_beam.transforms.window import GlobalWindow
-from apache_beam.utils.timestamp import MIN_TIMESTAMP
-from apache_beam.utils.windowed_value import WindowedValue
+from apache_beam.transforms.window import GlobalWindows
 from isal.igzip import IGzipFile
 from zlib_ng.gzip_ng import GzipNGFile
 
@@ -797,7 +795,7 @@ class _GatherShard(beam.DoFn):
             raise
         self._running = []
         for d in done:
-            yield WindowedValue(d, MIN_TIMESTAMP, [GlobalWindow()])
+            yield GlobalWindows.windowed_value(d)
 
     def _abort(self) -> None:
         """A failure (or Ctrl-C): the other shards' threads stop before the error goes on, so
@@ -1075,7 +1073,7 @@ class _ConvertUnit(beam.DoFn):
     def finish_bundle(self):
         done = self._finish_pending()
         if done is not None:
-            yield from _unit_outputs(done, lambda v: WindowedValue(v, MIN_TIMESTAMP, [GlobalWindow()]))
+            yield from _unit_outputs(done, GlobalWindows.windowed_value)
 
     def teardown(self) -> None:
         """A failed bundle: stop the writer threads of the unit left pending."""
