@@ -157,10 +157,10 @@ def test_gzip_levels_pick_their_library_and_every_level_reads_back(tmp_path):
     import gzip
     import io
 
+    from _reference import write_records
     from isal.igzip import IGzipFile
     from zlib_ng.gzip_ng import GzipNGFile
 
-    from convert.tfrecord import frame_records
     from pipelines.options import ConvertOptions
     from pipelines.transforms import ISAL_LEVELS, gzip_file
 
@@ -168,9 +168,9 @@ def test_gzip_levels_pick_their_library_and_every_level_reads_back(tmp_path):
     rng = np.random.default_rng(0)
     records = [bytes(rng.integers(0, 8, size=int(n), dtype=np.uint8)) + b"feature" * int(n % 5)
                for n in rng.integers(1, 400, size=3000)]
-    lengths = np.array([len(r) for r in records], dtype=np.int64)
-    framed = frame_records(np.frombuffer(b"".join(records), dtype=np.uint8),
-                           np.concatenate([[0], np.cumsum(lengths)[:-1]]), lengths)
+    framed_io = io.BytesIO()
+    write_records(framed_io, records)
+    framed = framed_io.getvalue()
     sizes = {}
     for level in range(10):
         out = io.BytesIO()
