@@ -375,8 +375,12 @@ class TransformLayer(tf.Module):
         else:
             fill = stats.get("mean") if f.fill == "mean" else f.fill
             fill = 0.0 if fill is None else float(fill)
-            if f.multi_valued:
-                out = tf.where(present, x, tf.where(in_list, _f64(fill), _f64(0.0)))
+            if f.multi_valued:  # a null item in the list takes the fill, a slot past it 0.0
+                # Operands of x's shape: a select that broadcasts scalars costs several times more.
+                pad = tf.zeros_like(x)
+                if fill != 0.0 or np.signbit(fill):
+                    pad = tf.where(in_list, tf.fill(tf.shape(x), _f64(fill)), pad)
+                out = tf.where(present, x, pad)
             else:
                 out = tf.where(present, x, tf.broadcast_to(_f64(fill), tf.shape(x)))
             y = _scale(f, out, present, stats)

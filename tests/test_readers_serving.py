@@ -364,6 +364,30 @@ def test_parity_with_statistics_and_config_constants_below_the_smallest_normal_d
                  [{"x": v} for v in (5e-324, -5e-324, 1e-310, 0.0, -0.0, 1.0, -1.0, None)])
 
 
+LIST_FILLS = """features:
+  - {name: zero, source: xs, transform: identity, max_len: 4, on_nan: keep}
+  - {name: neg_zero, source: xs, transform: identity, max_len: 4, fill: -0.0, on_nan: keep}
+  - {name: neg, source: xs, transform: identity, max_len: 4, fill: -2.5, on_nan: keep}
+  - {name: mean, source: xs, transform: identity, max_len: 4, fill: mean, on_nan: keep}
+  - {name: c, source: xs, transform: clip, clip_min: -1.0, max_len: 4, fill: -0.0, on_nan: keep}
+  - {name: l, source: xs, transform: log1p, max_len: 4, fill: -0.0, on_nan: keep}
+"""
+
+
+def test_parity_on_null_list_items_and_the_slots_past_a_list_for_every_fill(tmp_path):
+    """A null item inside a list takes the feature's fill (its sign too: -0.0), a slot past
+    the list 0.0, whatever the fill."""
+    (tmp_path / "in.jsonl").write_text("".join(json.dumps({"xs": [v, v / 2, None][: i % 4]}) + "\n"
+                                               for i, v in enumerate([1.0, 2.0, 3.5, 8.0] * 5)))
+    (tmp_path / "c.yaml").write_text(LIST_FILLS)
+    out = tmp_path / "out"
+    r = cli("convert", "--input", tmp_path / "in.jsonl", "--config", tmp_path / "c.yaml", "--output", out,
+            "--splits", "train=1", "--no-progress")
+    assert r.exit_code == 0, r.output
+    recs = [{"xs": xs} for xs in ([None], [None, None, None, None, None], [1.0, None], [], None, [-0.0, None, 0.0])]
+    check_parity(out, readers.transform_layer(str(out)), recs)
+
+
 def test_text_rows_in_every_part_of_a_batch_keep_their_tokens(output, layer):
     """The text of a batch is tokenized in row ranges: every row, in batches of every size
     around the number of ranges, gets its own tokens and truncation."""
