@@ -552,8 +552,8 @@ def _cache(records: tf.data.Dataset, cache: Any, sel: ShardSelection, paths: Seq
 
 def _epochs_with_lookahead(paths: Sequence[str], counts: Sequence[int], one_pass, *,
                            num_epochs: int | None, seed: int | None, shuffle_files: bool,
-                           window: int) -> tf.data.Dataset:
-    """Epoch after epoch, the next one already started (``ReadOptions.epoch_lookahead``).
+                           window: int, ahead: int) -> tf.data.Dataset:
+    """Epoch after epoch, the next ``ahead`` already started (``ReadOptions.epoch_lookahead``).
 
     Each epoch is its own pipeline (shard order, ``one_pass``, the cut into
     ``window``-record windows), made from one element of a seeded
@@ -563,10 +563,11 @@ def _epochs_with_lookahead(paths: Sequence[str], counts: Sequence[int], one_pass
     ``Dataset.shuffle`` inside the epoch's function cannot be checkpointed
     (its seed generator is stateful), which is also why buffer mode keeps
     ``repeat()``. The epochs go through an ordered interleave of one slot that
-    prepares one input element ahead: the next epoch opens its shards and fills
-    its first window in the background, and its records follow the current
-    epoch's last. ``repeat()`` starts the next epoch only once the current one
-    is exhausted, with nothing buffered.
+    prepares ``ahead`` input elements ahead: the next epochs open their shards
+    and fill their first window in the background (their shards' first reads
+    go on meanwhile), and each epoch's records follow the last of the one
+    before. ``repeat()`` starts the next epoch only once the current one is
+    exhausted, with nothing buffered.
     """
     shard_tensors = _shard_tensors(paths, counts)
 
@@ -583,7 +584,7 @@ def _epochs_with_lookahead(paths: Sequence[str], counts: Sequence[int], one_pass
         seeds = seeds.take(num_epochs)
     return _in_order_interleave(seeds, _plain(epoch), cycle_length=1, block_length=1,
                                 num_parallel_calls=1, buffer_output_elements=1,
-                                prefetch_input_elements=1)
+                                prefetch_input_elements=ahead)
 
 
 def _describe(kind: str, sel: ShardSelection, n_files: int, n_records: int, **kv: Any) -> None:
@@ -772,18 +773,18 @@ def _one_pass_fn(read, share: _Share, *, cycle_length: int, parallel: int, deter
     return one_pass
 
 
-def _shuffled_epochs(one_pass, paths: Sequence[str], counts: Sequence[int], *, lookahead: bool, total: int,
+def _shuffled_epochs(one_pass, paths: Sequence[str], counts: Sequence[int], *, lookahead: int, total: int,
                      buffer: int, window_mode: bool, shuffle_files: bool, seed: int | None, num_epochs: int | None,
                      skip_corrupt: bool, cache: Any, cache_sel: ShardSelection, cache_key: str) -> tf.data.Dataset:
     """All epochs' records, shuffled: window mode permutes ``buffer``-record
     windows, buffer mode shuffles in a ``buffer``-record buffer. With
-    ``lookahead`` the next epoch starts while the current one is read
+    ``lookahead`` > 0 that many next epochs start while the current one is read
     (:func:`_epochs_with_lookahead`), else epochs follow through ``repeat()``."""
     window_shuffle = window_mode and buffer > 1
     if lookahead:
         records = _epochs_with_lookahead(
             paths, counts, one_pass, num_epochs=num_epochs, seed=seed,
-            shuffle_files=shuffle_files, window=buffer if window_shuffle else 0,
+            shuffle_files=shuffle_files, window=buffer if window_shuffle else 0, ahead=lookahead,
         )
     else:
         records = _repeated_epochs(
@@ -964,10 +965,11 @@ def train_dataset(
     # Window mode only (see _epochs_with_lookahead); not with skip_corrupt or without
     # records: an epoch that yields nothing must end the dataset, as repeat() does,
     # instead of starting the next empty epoch forever.
-    lookahead = (
-        opts.resolved_epoch_lookahead(remote=remote) and window_mode and cache is None
-        and num_epochs != 1 and not skip_corrupt and total > 0
-    )
+    lookahead = opts.resolved_epoch_lookahead(remote=remote, read_bytes=sum(s.num_bytes for s in share.shards))
+    if not (window_mode and cache is None and num_epochs != 1 and not skip_corrupt and total > 0):
+        lookahead = 0
+    elif num_epochs is not None:
+        lookahead = min(lookahead, num_epochs - 1)
     records = _shuffled_epochs(
         one_pass, paths, counts, lookahead=lookahead, total=total, buffer=buffer, window_mode=window_mode,
         shuffle_files=shuffle_files, seed=seed, num_epochs=num_epochs, skip_corrupt=skip_corrupt,

@@ -9,7 +9,8 @@ cycle_length        min(num_files, 8)        min(num_files, 16)
 num_parallel_calls  min(cycle_length, CPUs)  cycle_length (reads wait on I/O)
 read_buffer_bytes   1 MiB                    8 MiB; on ``gs://`` one byte more
                                              than TensorFlow's GCS block (64 MiB)
-epoch_lookahead     off                      on (next epoch opened early)
+epoch_lookahead     off                      2 epochs opened early when the
+                                             shards read total <= 256 MiB, else 1
 ==================  =======================  ==================================
 
 Why: a local stream starts in microseconds and one or two saturate the parse;
@@ -47,6 +48,14 @@ REMOTE_READ_BUFFER_BYTES = 8 << 20
 #: TensorFlow's GCS read block when no environment variable sets it
 #: (``kDefaultBlockSize`` in tsl/platform/cloud/gcs_file_system.h).
 GCS_DEFAULT_BLOCK_BYTES = 64 << 20
+#: On remote storage, the shards a pipeline reads total at most this many bytes for the
+#: default ``epoch_lookahead`` to start 2 epochs ahead instead of 1. Such an epoch is
+#: short: every shard is open at once and an epoch lasts as long as its slowest
+#: shard's read, which one epoch ahead cannot hide (docs/benchmarks.md#design-readers);
+#: holding two epochs' reads costs at most twice this.
+SMALL_REMOTE_EPOCH_BYTES = 256 << 20
+#: Most epochs ``epoch_lookahead`` may start ahead of the one being read.
+MAX_EPOCH_LOOKAHEAD = 4
 DEFAULT_SHUFFLE_BUFFER = 10_000
 DEFAULT_BLOCK_LENGTH = 64
 #: ``ReadOptions.shuffle_mode`` values; the first is the default.
@@ -151,18 +160,23 @@ class ReadOptions:
         uses ``$RECORDPREP_HDFS_CACHE`` or ``~/.cache/recordprep/hdfs``.
       private_threadpool_size: if set, the pipeline runs on its own
         ``tf.data`` thread pool of this size instead of the shared one.
-      epoch_lookahead: start the next epoch (shuffle its shard order, open
-        its shards, fill its first shuffle window) while the current one is
-        still being read (training in ``window`` shuffle mode, more than one
-        epoch, no ``cache``, no ``skip_corrupt``: an epoch that yields nothing
-        must end the dataset). At
-        every epoch boundary the reader otherwise waits for ``cycle_length``
-        opens and first reads, one time to first byte each, with nothing
-        buffered: a stall per epoch on remote storage
-        (docs/benchmarks.md#design-readers). Epochs still never mix: the next epoch's records wait
-        until the current epoch's last record is out. Costs the next epoch's
-        open shards and one window of records. ``None``: on for remote storage, off locally
-        (opens are cheap there).
+      epoch_lookahead: how many epochs to start (shuffle their shard order,
+        open their shards, fill their first shuffle window) while the current
+        one is still being read: ``0`` or ``False`` none, ``1`` or ``True``
+        the next, up to ``MAX_EPOCH_LOOKAHEAD`` (training in ``window``
+        shuffle mode, more than one epoch, no ``cache``, no ``skip_corrupt``:
+        an epoch that yields nothing must end the dataset). At every epoch
+        boundary the reader otherwise waits for ``cycle_length`` opens and
+        first reads, one time to first byte each, with nothing buffered: a
+        stall per epoch on remote storage. When every shard of an epoch is
+        open at once, its slowest shard also sets how long the epoch lasts;
+        a second epoch ahead reads that shard while two epochs go by
+        (docs/benchmarks.md#design-readers). Epochs still never mix: an
+        epoch's records wait until the one before has given its last. Costs
+        each started epoch's open shards and one window of records.
+        ``None``: off locally (opens are cheap there); on remote storage 2
+        when the shards read total at most ``SMALL_REMOTE_EPOCH_BYTES``
+        (256 MiB), else 1.
       service: a tf.data service dispatcher, ``"grpc://host:port"``: the
         training pipeline (shard reads, shuffle, batch, parse) runs on its
         workers and the trainer receives parsed batches (see
@@ -194,7 +208,7 @@ class ReadOptions:
     staging_threads: int = DEFAULT_STAGING_THREADS
     hdfs_cache_dir: str | None = None
     private_threadpool_size: int | None = None
-    epoch_lookahead: bool | None = None
+    epoch_lookahead: bool | int | None = None
     service: str | None = None
     service_sharding: str = SERVICE_SHARDING[0]
     service_job_name: str | None = None
@@ -236,10 +250,13 @@ class ReadOptions:
         for name in ("shuffle_files", "deterministic", "verify_files"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"ReadOptions.{name} must be a bool, found {getattr(self, name)!r}")
-        for name in ("remote", "epoch_lookahead"):
-            value = getattr(self, name)
-            if value is not None and not isinstance(value, bool):
-                raise TypeError(f"ReadOptions.{name} must be a bool or None, found {value!r}")
+        if self.remote is not None and not isinstance(self.remote, bool):
+            raise TypeError(f"ReadOptions.remote must be a bool or None, found {self.remote!r}")
+        ahead = self.epoch_lookahead
+        if ahead is not None and not isinstance(ahead, int):
+            raise TypeError(f"ReadOptions.epoch_lookahead must be None, a bool or a number of epochs, found {ahead!r}")
+        if ahead is not None and not 0 <= ahead <= MAX_EPOCH_LOOKAHEAD:
+            raise ValueError(f"ReadOptions.epoch_lookahead must be 0 to {MAX_EPOCH_LOOKAHEAD} epochs, found {ahead}")
         self._check_service()
 
     def _check_service(self) -> None:
@@ -297,8 +314,13 @@ class ReadOptions:
             return cycle_length
         return max(1, min(cycle_length, os.cpu_count() or 1))
 
-    def resolved_epoch_lookahead(self, *, remote: bool) -> bool:
-        return remote if self.epoch_lookahead is None else self.epoch_lookahead
+    def resolved_epoch_lookahead(self, *, remote: bool, read_bytes: int) -> int:
+        """Epochs started ahead; ``read_bytes``: the size of the shards the pipeline reads."""
+        if self.epoch_lookahead is not None:
+            return int(self.epoch_lookahead)
+        if not remote:
+            return 0
+        return 2 if read_bytes <= SMALL_REMOTE_EPOCH_BYTES else 1
 
     def resolved_read_buffer_bytes(self, *, remote: bool, scheme: str = "") -> int:
         """``buffer_size`` for each shard's ``TFRecordDataset``; ``scheme`` is the

@@ -25,13 +25,13 @@ def plain(tmp_path):
     return fx.write_output(tmp_path / "out")
 
 
-@pytest.fixture(params=["window", "buffer", "window-lookahead"])
+@pytest.fixture(params=["window", "buffer", "window-ahead1", "window-ahead2"])
 def mode(request):
     """Both shuffle modes (ReadOptions.shuffle_mode), with and without the next
-    epoch started early (ReadOptions.epoch_lookahead, the remote default), must
-    keep every guarantee."""
-    shuffle_mode, _, lookahead = request.param.partition("-")
-    return ReadOptions(shuffle_mode=shuffle_mode, epoch_lookahead=bool(lookahead))
+    one or two epochs started early (ReadOptions.epoch_lookahead, the remote
+    default), must keep every guarantee."""
+    shuffle_mode, _, ahead = request.param.partition("-ahead")
+    return ReadOptions(shuffle_mode=shuffle_mode, epoch_lookahead=int(ahead or 0))
 
 
 def _pattern(o, split="train"):
@@ -68,16 +68,16 @@ def test_every_record_exactly_once_per_epoch(out, mode):
     assert sorted(fx.ids_of(ds)) == out.all_ids("train")
     assert int(ds.cardinality()) == math.ceil(40 / 7)
 
-    two = train_dataset(_pattern(out), 8, num_epochs=2, drop_remainder=False, seed=3,
-                        shuffle_buffer=16, options=mode)
-    ids = fx.ids_of(two)
+    three = train_dataset(_pattern(out), 8, num_epochs=3, drop_remainder=False, seed=3,
+                          shuffle_buffer=16, options=mode)
+    ids = fx.ids_of(three)
     # shuffle before repeat: each epoch is one whole pass, never mixed with the next
-    assert sorted(ids[:40]) == sorted(ids[40:]) == out.all_ids("train")
+    assert sorted(ids[:40]) == sorted(ids[40:80]) == sorted(ids[80:]) == out.all_ids("train")
     # which the order above only shows when the timing goes wrong: a reordered
     # batch (non-deterministic parse) could carry epoch 2 ahead of epoch 1's end.
     # Only the shard interleave may overtake; every later stage keeps order.
-    assert two.options().deterministic is True
-    assert int(two.cardinality()) == 10
+    assert three.options().deterministic is True
+    assert int(three.cardinality()) == 15
 
 
 def test_window_shuffle_permutes_each_window_of_the_stream(plain):

@@ -243,6 +243,13 @@ def test_read_options_defaults_local_vs_remote():
     assert tuned.resolved_cycle_length(100, remote=True) == 32
     assert tuned.resolved_read_buffer_bytes(remote=True) == 16 << 20
     assert ReadOptions().shuffle_buffer == 10_000 and ReadOptions().deterministic is False
+    # Epochs started ahead: none locally; on remote storage two for a split of at most 256 MiB.
+    small, big = 256 << 20, (256 << 20) + 1
+    assert local.resolved_epoch_lookahead(remote=False, read_bytes=small) == 0
+    assert remote.resolved_epoch_lookahead(remote=True, read_bytes=small) == 2
+    assert remote.resolved_epoch_lookahead(remote=True, read_bytes=big) == 1
+    for given, ahead in ((False, 0), (True, 1), (3, 3)):
+        assert ReadOptions(epoch_lookahead=given).resolved_epoch_lookahead(remote=True, read_bytes=small) == ahead
 
 
 @pytest.mark.parametrize(
@@ -284,6 +291,12 @@ def test_read_options_validation():
         ReadOptions(prefetch=-5)
     with pytest.raises(TypeError, match="deterministic"):
         ReadOptions(deterministic="yes")
+    with pytest.raises(TypeError, match="epoch_lookahead must be None, a bool or a number of epochs"):
+        ReadOptions(epoch_lookahead=1.0)
+    with pytest.raises(ValueError, match="epoch_lookahead must be 0 to 4 epochs, found -1"):
+        ReadOptions(epoch_lookahead=-1)
+    with pytest.raises(TypeError, match="remote must be a bool or None"):
+        ReadOptions(remote="gs")
     assert ReadOptions(num_parallel_calls=-1).num_parallel_calls == -1  # AUTOTUNE is fine there
     with pytest.raises(dataclasses.FrozenInstanceError):
         ReadOptions().cycle_length = 3

@@ -213,10 +213,11 @@ def test_shard_reads_bypass_the_gcs_per_file_block(gcs_dataset, remote_stack):  
     assert old[block + 1] == 0 and old[block] >= shards
 
 
-def test_next_epoch_opens_its_shards_before_the_current_one_ends(gcs_dataset, remote_stack):  # noqa: F811
-    """On gs:// (epoch_lookahead, the remote default) the next epoch's shard reads
-    are in flight while the current epoch's are, so an epoch start does not wait a
-    time to first byte per shard; epochs still never mix."""
+def test_next_epochs_open_their_shards_before_the_current_one_ends(gcs_dataset, remote_stack):  # noqa: F811
+    """On gs:// (epoch_lookahead, the remote default: two epochs ahead for a split this
+    small) the next epochs' shard reads are in flight while the current epoch's are,
+    so an epoch start does not wait a time to first byte per shard, and a slow shard
+    is read while two epochs go by; epochs still never mix."""
     import readers
 
     pattern = gcs_dataset["gs_out"] + "/train-*"
@@ -225,19 +226,22 @@ def test_next_epoch_opens_its_shards_before_the_current_one_ends(gcs_dataset, re
     opts = readers.ReadOptions(verify_files=False)
 
     def most_reads_at_once(options) -> tuple[int, list[int]]:
-        ds = readers.train_dataset(pattern, 8, num_epochs=2, seed=5, drop_remainder=False, options=options)
+        ds = readers.train_dataset(pattern, 8, num_epochs=3, seed=5, drop_remainder=False, options=options)
         remote_stack.proxy_stats(reset=True)
         ids = [int(i) for f, _ in ds.as_numpy_iterator() for i in f["id"][:, 0]]
         return remote_stack.proxy_stats()["counts"].get("GET range max in flight", 0), ids
 
     remote_stack.set_latency(ttfb_ms=200, mbps=0)  # each shard read waits, so reads overlap in time
     try:
-        ahead, ids = most_reads_at_once(opts)
+        two_ahead, ids = most_reads_at_once(opts)
+        one_ahead, _ = most_reads_at_once(opts.replace(epoch_lookahead=1))
         one_epoch_at_a_time, _ = most_reads_at_once(opts.replace(epoch_lookahead=False))
     finally:
         remote_stack.set_latency(ttfb_ms=0, mbps=0)
-    assert ahead > shards >= one_epoch_at_a_time, (ahead, shards, one_epoch_at_a_time)
-    assert len(ids) == 2 * n and set(ids[:n]) == set(ids[n:]) and len(set(ids[:n])) == n  # each epoch: every record once
+    assert two_ahead > 2 * shards >= one_ahead > shards >= one_epoch_at_a_time, (two_ahead, one_ahead, one_epoch_at_a_time)
+    for e in range(3):  # each epoch: every record once
+        assert len(set(ids[e * n:(e + 1) * n])) == n and set(ids[e * n:(e + 1) * n]) == set(ids[:n])
+    assert len(ids) == 3 * n
 
 
 def test_shard_deleted_from_gcs_is_named_not_retried(gcs_dataset, remote_stack, tmp_path):  # noqa: F811
