@@ -321,6 +321,7 @@ def run_table(size: str, manifest: dict[str, Any], *, log, log_dir: Path, out_ro
                              ["--case", "convert", "--inputs", *avro, "--config", CONFIG, "--output", str(outs["tft"]),
                               "--shards", *counts, "--workers", str(workers)], python=str(venv_python()),
                              timeout=3600).ok
+            _discard_if_lossy(runs["tft_convert"][-1], manifest["records"], log)
         if rep >= rounds:
             continue
         if tft_ok:
@@ -342,6 +343,18 @@ def run_table(size: str, manifest: dict[str, Any], *, log, log_dir: Path, out_ro
         rows["recordprep_layer"] = {"label": labels["recordprep_layer"], "ok": False, "unavailable": True,
                                     "error": unavailable, "runs": 1, "raw": runs["recordprep_layer"]}
     return {"rows": rows, "workers": workers, "peer": stamp, "shards": shards}
+
+
+def _discard_if_lossy(run: dict[str, Any], records: int, log) -> None:
+    """Mark a finished conversion run that wrote other than ``records`` records as
+    failed (its rate would not be the same job's); its error says how many. Its
+    ``transform_fn`` is still TF Transform's, so the layer rows keep it."""
+    written = run.get("result", {}).get("records")
+    if run.get("ok") and written != records:
+        run["ok"] = False
+        run["error"] = (f"wrote {written:,} of the {records:,} input records ({run['result'].get('written')}); "
+                        f"the run is left out of the medians")
+        log(f"  -> DISCARDED: {run['error']}")
 
 
 def _layer_row(label: str, runs: list[dict[str, Any]]) -> dict[str, Any]:

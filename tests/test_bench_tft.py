@@ -125,7 +125,8 @@ def test_tft_requirements_pin_tf_transform_its_tensorflow_and_beam():
     assert ".peers/" in (Path(tft.HERE).parent / ".gitignore").read_text()
 
 
-def _fake_measurements(monkeypatch, *, tft_convert_ok: bool = True, layer_unavailable: bool = False) -> list[str]:
+def _fake_measurements(monkeypatch, *, tft_convert_ok: bool = True, layer_unavailable: bool = False,
+                       tft_written: tuple[int, ...] = ()) -> list[str]:
     """Stand-in for bench.measure.run_child: records the order of the rows, returns plausible results."""
     from bench import measure
 
@@ -141,6 +142,9 @@ def _fake_measurements(monkeypatch, *, tft_convert_ok: bool = True, layer_unavai
             assert kw["python"] == str(tft.venv_python())
             assert argv[argv.index("--shards") + 1:argv.index("--shards") + 3] == ["3", "1"]
             ok = tft_convert_ok
+            n = sum(c.startswith("bench.tft_worker:convert") for c in calls) - 1
+            if n < len(tft_written):
+                result = result | {"records": tft_written[n], "work_wall_s": tft_written[n] / 1000}
         elif case in ("layer", "recordprep-layer"):
             result = _layer(100_000, 2.0) | {"work_wall_s": 1.0, "work_cpu_s": 1.0, "records": 1024}
             if case == "recordprep-layer" and layer_unavailable:
@@ -154,7 +158,7 @@ def _fake_measurements(monkeypatch, *, tft_convert_ok: bool = True, layer_unavai
     return calls
 
 
-_MANIFEST = {"avro": {"files": [{"path": "avro/part-00000.avro"}]}, "json": {"files": [{"path": "json/part-00000.jsonl"}]}}
+_MANIFEST = {"records": 1000, "avro": {"files": [{"path": "avro/part-00000.avro"}]}, "json": {"files": [{"path": "json/part-00000.jsonl"}]}}
 
 
 def test_run_table_interleaves_and_repeats_every_row_but_tf_transforms_conversion(monkeypatch, tmp_path):
@@ -199,3 +203,18 @@ def test_the_recordprep_layer_row_carries_the_median_export_overhead():
     row = tft._layer_row("recordprep", [run(2.0), run(3.0), run(4.0)])
     assert (row["export_overhead"], row["export_batch_ms"], row["model_batch_ms"]) == (3.0, 4.0, 1.0)
     assert "export_overhead" not in tft._layer_row("TF Transform", [run(None), run(None)])
+
+
+def test_a_tf_transform_conversion_that_loses_records_is_left_out_of_the_medians(monkeypatch, tmp_path):
+    """A peer run that wrote fewer records than the input did not do the same job: it is
+    marked failed, says how many it wrote, and its rate is not in the row's median."""
+    _fake_measurements(monkeypatch, tft_written=(1000, 990))
+    logged: list[str] = []
+    out = tft.run_table("small", _MANIFEST, log=logged.append, log_dir=tmp_path, out_root=tmp_path, target_repeats=2,
+                        tft_convert_repeats=2)
+    row = out["rows"]["tft_convert"]
+    assert row["ok"] and row["runs"] == 2 and row["records"] == 1000
+    lossy = [r for r in row["raw"] if not r["ok"]]
+    assert len(lossy) == 1 and "wrote 990 of the 1,000 input records" in lossy[0]["error"]
+    assert row["work_wall_s"] == 1.0  # the whole run's only: with the lossy one's 0.99 s the median is 0.995
+    assert any("DISCARDED" in line for line in logged)
