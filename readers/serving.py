@@ -379,7 +379,7 @@ class TransformLayer(tf.Module):
                 # Operands of x's shape: a select that broadcasts scalars costs several times more.
                 pad = tf.zeros_like(x)
                 if fill != 0.0 or np.signbit(fill):
-                    pad = tf.where(in_list, tf.fill(tf.shape(x), _f64(fill)), pad)
+                    pad = tf.where(in_list, tf.broadcast_to(_f64(fill), tf.shape(x)), pad)
                 out = tf.where(present, x, pad)
             else:
                 out = tf.where(present, x, tf.broadcast_to(_f64(fill), tf.shape(x)))
