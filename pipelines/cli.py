@@ -579,23 +579,38 @@ def _records_key_hint(paths: list[str]) -> str:
 data_service = typer.Typer(
     cls=_Group, no_args_is_help=True, rich_markup_mode=None,
     help="Run tf.data service servers: a dispatcher and CPU workers that read, shuffle and parse for "
-         "trainers (readers.train_dataset(..., service='grpc://host:port')). Each runs until SIGTERM/Ctrl-C.",
+         "trainers (readers.train_dataset(..., service='grpc://host:port')). Each runs until SIGTERM/Ctrl-C. "
+         "They have no authentication: anyone who reaches the port can run a tf.data graph on them, so they "
+         "listen on loopback unless --bind says otherwise. Exit codes: 0 stopped by SIGTERM/Ctrl-C once up, "
+         "1 failed to start (e.g. the dispatcher did not answer), 2 usage error or port in use, "
+         "130/143 Ctrl-C/SIGTERM before it was up.",
 )
 app.add_typer(data_service, name="data-service")
 
+_BIND_HELP = ("Address to be reachable at: 127.0.0.1 (loopback only), an address of this host (it and loopback), "
+              "or 0.0.0.0 for every interface. The servers have no authentication: bind beyond loopback only on a "
+              "private network (docs/data-service.md#ports).")
+
 
 def _serve(run, *args, **kwargs) -> None:  # noqa: ANN001 - readers.service.serve_*
+    from readers import service
+
     try:
         run(*args, echo=typer.echo, **kwargs)
-    except ValueError as e:
+    except (ValueError, service.PortInUse) as e:
         _fail(str(e), 2)
-    except Exception as e:  # noqa: BLE001 - e.g. the port is taken: TensorFlow's own message
+    except service.ServerInterrupted as e:
+        _fail(str(e), e.exit_code)
+    except service.DispatcherUnreachable as e:
+        _fail(str(e), 1)
+    except Exception as e:  # noqa: BLE001 - TensorFlow's own message
         _fail(f"{type(e).__name__}: {e}")
 
 
 @data_service.command("dispatcher")
 def data_service_dispatcher(
-    port: Annotated[int, typer.Option(help="Port to listen on (all interfaces); 0 picks a free one.")] = 5050,
+    port: Annotated[int, typer.Option(help="Port to listen on; 0 picks a free one. A port another process listens on is refused.")] = 5050,
+    bind: Annotated[str, typer.Option(help=_BIND_HELP)] = "127.0.0.1",
     work_dir: Annotated[str | None, typer.Option(help="Directory (local or gs://) for the dispatcher's journal: fault-tolerant mode, a restarted dispatcher resumes its jobs.")] = None,
     worker_address: Annotated[list[str] | None, typer.Option("--worker-address", help="host:port of each worker, as it advertises itself (repeat): the fixed worker list that ReadOptions(service_sharding='static') needs.")] = None,
     worker_timeout_s: Annotated[float | None, typer.Option(help="Seconds without a heartbeat after which a worker counts as lost (TensorFlow's default if not given); a lost worker keeps its tasks: epochs wait for a worker back at its address (docs/data-service.md).", show_default=False)] = None,
@@ -603,21 +618,24 @@ def data_service_dispatcher(
     """Run a tf.data service dispatcher: it hands shards to the workers and tells trainers where to fetch batches."""
     from readers import service  # TensorFlow, only for this command
 
-    _serve(service.serve_dispatcher, port, work_dir=work_dir, worker_addresses=tuple(worker_address or ()),
-           worker_timeout_s=worker_timeout_s)
+    _serve(service.serve_dispatcher, port, bind=bind, work_dir=work_dir,
+           worker_addresses=tuple(worker_address or ()), worker_timeout_s=worker_timeout_s)
 
 
 @data_service.command("worker")
 def data_service_worker(
     dispatcher: Annotated[str, typer.Option(help="host:port of the dispatcher.")],
-    port: Annotated[int, typer.Option(help="Port to listen on (all interfaces); 0 picks a free one.")] = 5051,
-    advertise: Annotated[str | None, typer.Option(help="Host name or address trainers reach this worker at (default: this host's name).", show_default=False)] = None,
+    port: Annotated[int, typer.Option(help="Port to listen on; 0 picks a free one. A port another process listens on is refused.")] = 5051,
+    bind: Annotated[str, typer.Option(help=_BIND_HELP)] = "127.0.0.1",
+    advertise: Annotated[str | None, typer.Option(help="Host name or address trainers reach this worker at (default: the --bind address, or this host's name with --bind 0.0.0.0).", show_default=False)] = None,
     heartbeat_s: Annotated[float | None, typer.Option(help="Seconds between heartbeats to the dispatcher (TensorFlow's default if not given).", show_default=False)] = None,
+    start_timeout: Annotated[float, typer.Option(help="Seconds to wait for the dispatcher to answer at start; then exit 1 naming it (a supervisor restarts the worker).")] = 60.0,
 ) -> None:
     """Run a tf.data service worker: it runs the input pipelines the dispatcher assigns and streams parsed batches to trainers."""
     from readers import service  # TensorFlow, only for this command
 
-    _serve(service.serve_worker, dispatcher, port, advertise=advertise, heartbeat_s=heartbeat_s)
+    _serve(service.serve_worker, dispatcher, port, bind=bind, advertise=advertise, heartbeat_s=heartbeat_s,
+           start_timeout_s=start_timeout)
 
 
 def main() -> None:

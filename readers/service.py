@@ -26,24 +26,34 @@ Contract (details: docs/data-service.md):
 - Kept: the shard checks, the damage message, ``skip_corrupt``, the label
   split, ``features``, packed layouts. Not kept: cardinality, a reproducible
   order, iterator checkpoints; ``cache`` and ``input_context`` are refused.
-- The servers listen on every interface and stop cleanly on SIGTERM/SIGINT.
+- The servers are reachable on loopback only unless ``bind`` says otherwise
+  (they have no authentication), refuse a port another process listens on,
+  and stop on SIGTERM/SIGINT at any point; a worker whose dispatcher does not
+  answer within ``start_timeout_s`` fails naming it (:mod:`readers._service_net`).
 """
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import signal
 import socket
 import sys
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import tensorflow as tf
 
+from readers import _service_net as _net
 from readers import dataset as _ds
+from readers._service_net import DispatcherUnreachable, PortInUse
 from readers.info import ShardSelection
 from readers.options import ReadOptions
+
+__all__ = ["DispatcherUnreachable", "PortInUse", "ServerInterrupted", "serve_dispatcher", "serve_worker",
+           "train_dataset"]
 
 _POLICIES = {"dynamic": "DYNAMIC", "static": "FILE"}
 
@@ -118,25 +128,67 @@ def _worker_pipeline(sel: ShardSelection, plan: Any, label: str | None, *, batch
 
 # --------------------------------------------------------------------------- servers
 
+SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
-def _stop_on_signals(stop: threading.Event | None) -> threading.Event:
-    """``stop``, set by SIGTERM or SIGINT from now on: installed before the server says it
-    listens, so a signal sent as soon as the line appears still stops it cleanly."""
-    stop = stop or threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
-    return stop
-
-
-def _wait_for_stop(stop: threading.Event) -> None:
-    """Block until ``stop`` is set (signal handlers run in the main thread, between waits)."""
-    while not stop.wait(0.5):
-        pass
-
+#: Default of ``--start-timeout``: how long a worker waits for its dispatcher to answer.
+START_TIMEOUT_S = 60.0
 
 #: How long a server may take to stop on SIGTERM before the process exits anyway (a trainer
 #: still attached can hold TensorFlow's stop).
 STOP_TIMEOUT_S = 10.0
+
+
+class ServerInterrupted(Exception):
+    """SIGTERM or SIGINT stopped a server before it was up; ``exit_code`` is the shell's 128 + signal."""
+
+    def __init__(self, signum: int, message: str) -> None:
+        self.exit_code = 128 + signum
+        super().__init__(message)
+
+
+def _stop_on_signals(stop: threading.Event | None) -> tuple[threading.Event, list[int]]:
+    """``stop``, set by SIGTERM or SIGINT from now on, and the list of the signals received:
+    installed before anything binds, so a signal at any point stops the server cleanly."""
+    stop = stop or threading.Event()
+    received: list[int] = []
+
+    def handler(signum: int, _frame: Any) -> None:
+        received.append(signum)
+        stop.set()
+
+    for sig in SIGNALS:
+        signal.signal(sig, handler)
+    return stop, received
+
+
+def _interrupted(received: list[int], what: str) -> ServerInterrupted:
+    signum = received[0] if received else signal.SIGTERM
+    return ServerInterrupted(signum, f"recordprep data-service {what}: stopped by {signal.Signals(signum).name} "
+                                     "before it was up")
+
+
+def _start_holding_the_gil(start: Callable[[], Any]) -> Any:
+    """``start()``, TensorFlow's server start, which holds the GIL until it returns: Python signal
+    handlers cannot run meanwhile, so SIGTERM and SIGINT end the process (their default action)
+    until it returns. Nothing is served yet then, so nothing is cut short."""
+    saved = {sig: signal.getsignal(sig) for sig in SIGNALS}
+    for sig in SIGNALS:
+        signal.signal(sig, signal.SIG_DFL)
+    try:
+        return start()
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+
+
+def _wait_for_stop(stop: threading.Event, shadows: _net.Shadows | None) -> None:
+    """Block until ``stop`` is set (signal handlers run in the main thread, between waits),
+    shadowing addresses the host gains meanwhile."""
+    ticks = 0
+    while not stop.wait(0.5):
+        ticks += 1
+        if shadows is not None and ticks % 4 == 0:
+            shadows.refresh()
 
 
 def _stop_within(server: Any, echo: Callable[[str], None], what: str) -> None:
@@ -149,84 +201,146 @@ def _stop_within(server: Any, echo: Callable[[str], None], what: str) -> None:
         os._exit(0)
 
 
-def _port_of(address: str) -> int:
-    return int(str(address).rsplit(":", 1)[1])
+def _listen(port: int, where: _net.Bind, start: Callable[[int], Any]) -> tuple[Any, _net.Shadows | None]:
+    """``start(port)``'s server, alone on ``port`` (0: a free one) and reachable only as ``where`` says
+    (see :mod:`readers._service_net`); :class:`PortInUse` if another process holds the port."""
+    port = _net.claim_port(port)
+    shadows = None if where.everywhere else _net.Shadows(port, where.address)
+    try:
+        try:
+            server = _start_holding_the_gil(lambda: start(port))
+        except RuntimeError as e:  # gRPC's bind failed: "Could not start gRPC server"
+            raise _net.PortInUse(f"could not listen on port {port} ({e}): another process took it "
+                                     "meanwhile? Pass another --port") from None
+        try:
+            _net.check_sole_listener(port)
+        except _net.PortInUse:
+            server.stop()
+            raise
+    except BaseException:
+        if shadows is not None:
+            shadows.close()
+        raise
+    return server, shadows
 
 
-def serve_dispatcher(port: int, *, work_dir: str | None = None, worker_addresses: Sequence[str] = (),
-                     worker_timeout_s: float | None = None, echo: Callable[[str], None] = print,
-                     stop: threading.Event | None = None) -> None:
-    """Run a tf.data service dispatcher on ``port`` (0: a free one) until SIGTERM/SIGINT (or ``stop``).
+def _serve_until_stopped(server: Any, shadows: _net.Shadows | None, stop: threading.Event,
+                         echo: Callable[[str], None], what: str) -> None:
+    try:
+        _wait_for_stop(stop, shadows)
+    finally:
+        _stop_within(server, echo, what)
+        if shadows is not None:
+            shadows.close()
+    echo(f"recordprep data-service {what}: stopped")
 
-    ``work_dir``: journal the dispatcher's state there (fault-tolerant mode:
-    a restarted dispatcher resumes its jobs). ``worker_addresses``: the fixed
-    worker list that ``service_sharding="static"`` needs, exactly as the
-    workers advertise themselves (``host:port``). ``worker_timeout_s``: how
-    long a silent worker counts as alive (TensorFlow's default when None); a
-    worker found lost keeps its tasks, so epochs still wait for a worker back
-    at its address (docs/data-service.md, "Worker loss").
-    """
+
+def _check_port(port: int) -> None:
     if port < 0 or port > 65535:
         raise ValueError(f"--port must be 0..65535, found {port}")
+
+
+def serve_dispatcher(port: int, *, bind: str = "127.0.0.1", work_dir: str | None = None,
+                     worker_addresses: Sequence[str] = (), worker_timeout_s: float | None = None,
+                     echo: Callable[[str], None] = print, stop: threading.Event | None = None) -> None:
+    """Run a tf.data service dispatcher on ``port`` (0: a free one) until SIGTERM/SIGINT (or ``stop``).
+
+    ``bind``: the address it is reachable at (default loopback only;
+    ``0.0.0.0``: every interface, with no authentication). ``work_dir``:
+    journal the dispatcher's state there (fault-tolerant mode: a restarted
+    dispatcher resumes its jobs). ``worker_addresses``: the fixed worker list
+    that ``service_sharding="static"`` needs, exactly as the workers advertise
+    themselves (``host:port``). ``worker_timeout_s``: how long a silent worker
+    counts as alive (TensorFlow's default when None); a worker found lost
+    keeps its tasks, so epochs still wait for a worker back at its address
+    (docs/data-service.md, "Worker loss"). Raises ``ValueError`` for bad
+    arguments, :class:`PortInUse` if another process listens on the port,
+    :class:`ServerInterrupted` if a signal came before it was up.
+    """
+    _check_port(port)
     if worker_timeout_s is not None and worker_timeout_s <= 0:
         raise ValueError(f"--worker-timeout-s must be > 0, found {worker_timeout_s:g}")
     for address in worker_addresses:
         host, sep, wport = address.rpartition(":")
         if not sep or not host or not wport.isdigit():
             raise ValueError(f"--worker-address must be host:port (as the worker advertises itself), found {address!r}")
-    config: dict[str, Any] = {"port": port}
+    where = _net.parse_bind(bind)
+    config: dict[str, Any] = {}
     if work_dir:
         config.update(work_dir=str(work_dir), fault_tolerant_mode=True)
     if worker_addresses:
         config["worker_addresses"] = list(worker_addresses)
     if worker_timeout_s is not None:
         config["worker_timeout_ms"] = int(worker_timeout_s * 1000)
-    stop = _stop_on_signals(stop)
+    stop, received = _stop_on_signals(stop)
     svc = tf.data.experimental.service
-    server = svc.DispatchServer(svc.DispatcherConfig(**config))
+    server, shadows = _listen(port, where, lambda p: svc.DispatchServer(svc.DispatcherConfig(port=p, **config)))
+    if stop.is_set():
+        _stop_within(server, echo, "dispatcher")
+        raise _interrupted(received, "dispatcher")
     bound = _port_of(server.target)
+    host = where.address or socket.gethostname()
     mode = f"fault-tolerant, journal in {work_dir}" if work_dir else "not fault-tolerant: pass --work-dir to be"
     static = f"; static sharding over {', '.join(worker_addresses)}" if worker_addresses else ""
-    echo(f"recordprep data-service dispatcher: listening on port {bound} (all interfaces); trainers use "
-         f"service='grpc://{socket.gethostname()}:{bound}', workers --dispatcher {socket.gethostname()}:{bound} "
-         f"({mode}{static})")
-    try:
-        _wait_for_stop(stop)
-    finally:
-        _stop_within(server, echo, "dispatcher")
-    echo("recordprep data-service dispatcher: stopped")
+    echo(f"recordprep data-service dispatcher: listening on port {bound} ({where.describe()}); trainers use "
+         f"service='grpc://{_host(host)}:{bound}', workers --dispatcher {_host(host)}:{bound} ({mode}{static})")
+    _serve_until_stopped(server, shadows, stop, echo, "dispatcher")
 
 
-def serve_worker(dispatcher: str, port: int, *, advertise: str | None = None, heartbeat_s: float | None = None,
+def serve_worker(dispatcher: str, port: int, *, bind: str = "127.0.0.1", advertise: str | None = None,
+                 heartbeat_s: float | None = None, start_timeout_s: float = START_TIMEOUT_S,
                  echo: Callable[[str], None] = print, stop: threading.Event | None = None) -> None:
     """Run a tf.data service worker on ``port`` (0: a free one), registered with ``dispatcher`` (``host:port``).
 
-    ``advertise``: the host name or address the dispatcher gives trainers to
-    reach this worker (default: this host's name); with ``port`` 0 the port
-    is filled in once bound. ``heartbeat_s``: how often the worker reports to
-    the dispatcher (TensorFlow's default when None).
+    ``bind``: as for :func:`serve_dispatcher`. ``advertise``: the host name
+    or address the dispatcher gives trainers to reach this worker (default:
+    the ``bind`` address, or this host's name when bound to every interface);
+    with ``port`` 0 the port is filled in once bound. ``heartbeat_s``: how
+    often the worker reports to the dispatcher (TensorFlow's default when
+    None). ``start_timeout_s``: how long to wait for the dispatcher to answer
+    before raising :class:`DispatcherUnreachable` (TensorFlow alone retries
+    forever). Other errors as for :func:`serve_dispatcher`.
     """
     target = dispatcher.removeprefix("grpc://")
     host, sep, dport = target.rpartition(":")
     if not sep or not host or not dport.isdigit():
         raise ValueError(f"--dispatcher must be host:port of `recordprep data-service dispatcher`, found {dispatcher!r}")
-    if port < 0 or port > 65535:
-        raise ValueError(f"--port must be 0..65535, found {port}")
+    _check_port(port)
     if heartbeat_s is not None and heartbeat_s <= 0:
         raise ValueError(f"--heartbeat-s must be > 0, found {heartbeat_s:g}")
-    advertise = advertise or socket.gethostname()
-    config: dict[str, Any] = {"dispatcher_address": target, "port": port, "worker_address": f"{advertise}:%port%"}
+    if not start_timeout_s > 0:
+        raise ValueError(f"--start-timeout must be > 0, found {start_timeout_s:g}")
+    where = _net.parse_bind(bind)
+    advertise = advertise or (_host(where.address) if where.address else socket.gethostname())
+    config: dict[str, Any] = {"dispatcher_address": target, "worker_address": f"{advertise}:%port%"}
     if heartbeat_s is not None:
         config["heartbeat_interval_ms"] = int(heartbeat_s * 1000)
-    stop = _stop_on_signals(stop)
+    stop, received = _stop_on_signals(stop)
+    deadline = time.monotonic() + start_timeout_s
+    if not _net.wait_for_dispatcher(target, start_timeout_s, stop):
+        raise _interrupted(received, f"worker (waiting for dispatcher {target})")
     svc = tf.data.experimental.service
-    server = svc.WorkerServer(svc.WorkerConfig(**config))
-    bound = _port_of(server._address)  # no public accessor for a port picked by the OS
-    echo(f"recordprep data-service worker: listening on port {bound} (all interfaces) as {advertise}:{bound}, "
-         f"registered with dispatcher {target}")
+    # TensorFlow's start registers with the dispatcher and retries that forever, holding the GIL:
+    # the dispatcher answered just now, and if it goes away before the registration, faulthandler's
+    # C watchdog (no GIL needed) ends the process with code 1 when the start timeout runs out.
+    faulthandler.dump_traceback_later(max(1.0, deadline - time.monotonic()), exit=True)
     try:
-        _wait_for_stop(stop)
+        server, shadows = _listen(port, where, lambda p: svc.WorkerServer(svc.WorkerConfig(port=p, **config)))
     finally:
+        faulthandler.cancel_dump_traceback_later()
+    if stop.is_set():
         _stop_within(server, echo, "worker")
-    echo("recordprep data-service worker: stopped")
+        raise _interrupted(received, "worker")
+    bound = _port_of(server._address)  # no public accessor for a port picked by the OS
+    echo(f"recordprep data-service worker: listening on port {bound} ({where.describe()}) as {advertise}:{bound}, "
+         f"registered with dispatcher {target}")
+    _serve_until_stopped(server, shadows, stop, echo, "worker")
 
+
+def _host(address: str) -> str:
+    """``address`` as the host part of ``host:port`` (IPv6 in brackets)."""
+    return f"[{address}]" if ":" in address else address
+
+
+def _port_of(address: str) -> int:
+    return int(str(address).rsplit(":", 1)[1])
