@@ -201,17 +201,21 @@ def _stop_within(server: Any, echo: Callable[[str], None], what: str) -> None:
         os._exit(0)
 
 
-def _listen(port: int, where: _net.Bind, start: Callable[[int], Any]) -> tuple[Any, _net.Shadows | None]:
-    """``start(port)``'s server, alone on ``port`` (0: a free one) and reachable only as ``where`` says
-    (see :mod:`readers._service_net`); :class:`PortInUse` if another process holds the port."""
+def _claim(port: int, where: _net.Bind) -> tuple[int, _net.Shadows | None]:
+    """``port`` (0: a free one) if no other process listens on it (else :class:`PortInUse`), with the
+    shadow listeners that keep a server there reachable only as ``where`` says (:mod:`readers._service_net`)."""
     port = _net.claim_port(port)
-    shadows = None if where.everywhere else _net.Shadows(port, where.address)
+    return port, None if where.everywhere else _net.Shadows(port, where.address)
+
+
+def _listen(port: int, shadows: _net.Shadows | None, start: Callable[[int], Any]) -> Any:
+    """``start(port)``'s server, checked to be alone on ``port``; the shadows are closed if it fails."""
     try:
         try:
             server = _start_holding_the_gil(lambda: start(port))
         except RuntimeError as e:  # gRPC's bind failed: "Could not start gRPC server"
             raise _net.PortInUse(f"could not listen on port {port} ({e}): another process took it "
-                                     "meanwhile? Pass another --port") from None
+                                 "meanwhile? Pass another --port") from None
         try:
             _net.check_sole_listener(port)
         except _net.PortInUse:
@@ -221,7 +225,7 @@ def _listen(port: int, where: _net.Bind, start: Callable[[int], Any]) -> tuple[A
         if shadows is not None:
             shadows.close()
         raise
-    return server, shadows
+    return server
 
 
 def _serve_until_stopped(server: Any, shadows: _net.Shadows | None, stop: threading.Event,
@@ -274,7 +278,8 @@ def serve_dispatcher(port: int, *, bind: str = "127.0.0.1", work_dir: str | None
         config["worker_timeout_ms"] = int(worker_timeout_s * 1000)
     stop, received = _stop_on_signals(stop)
     svc = tf.data.experimental.service
-    server, shadows = _listen(port, where, lambda p: svc.DispatchServer(svc.DispatcherConfig(port=p, **config)))
+    port, shadows = _claim(port, where)
+    server = _listen(port, shadows, lambda p: svc.DispatchServer(svc.DispatcherConfig(port=p, **config)))
     if stop.is_set():
         _stop_within(server, echo, "dispatcher")
         raise _interrupted(received, "dispatcher")
@@ -317,15 +322,23 @@ def serve_worker(dispatcher: str, port: int, *, bind: str = "127.0.0.1", adverti
         config["heartbeat_interval_ms"] = int(heartbeat_s * 1000)
     stop, received = _stop_on_signals(stop)
     deadline = time.monotonic() + start_timeout_s
-    if not _net.wait_for_dispatcher(target, start_timeout_s, stop):
-        raise _interrupted(received, f"worker (waiting for dispatcher {target})")
+    port, shadows = _claim(port, where)  # a taken port fails before any wait
+    echo(f"recordprep data-service worker: waiting up to {start_timeout_s:g} s for dispatcher {target}")
+    try:
+        if not _net.wait_for_dispatcher(target, start_timeout_s, stop):
+            raise _interrupted(received, f"worker (waiting for dispatcher {target})")
+    except BaseException:
+        if shadows is not None:
+            shadows.close()
+        raise
+    echo(f"recordprep data-service worker: dispatcher {target} answered; registering")
     svc = tf.data.experimental.service
     # TensorFlow's start registers with the dispatcher and retries that forever, holding the GIL:
     # the dispatcher answered just now, and if it goes away before the registration, faulthandler's
     # C watchdog (no GIL needed) ends the process with code 1 when the start timeout runs out.
     faulthandler.dump_traceback_later(max(1.0, deadline - time.monotonic()), exit=True)
     try:
-        server, shadows = _listen(port, where, lambda p: svc.WorkerServer(svc.WorkerConfig(port=p, **config)))
+        server = _listen(port, shadows, lambda p: svc.WorkerServer(svc.WorkerConfig(port=p, **config)))
     finally:
         faulthandler.cancel_dump_traceback_later()
     if stop.is_set():

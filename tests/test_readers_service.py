@@ -66,6 +66,31 @@ class Server:
                                  f"{self.err_path.read_text(errors='replace')[-3000:]}")
         return self._port
 
+    def wait_for(self, text: str) -> None:
+        """Until a stdout line holds ``text``: a failure showing the output if not within the up timeout."""
+        deadline = time.monotonic() + UP_TIMEOUT_S
+        while not any(text in line for line in self.lines) and time.monotonic() < deadline:
+            if self.proc.poll() is not None and not any(text in line for line in self.lines):
+                time.sleep(0.2)  # the reader thread may still hold the last lines
+                break
+            time.sleep(0.1)
+        assert any(text in line for line in self.lines), (
+            f"{self.name} (pid {self.pid}) never printed {text!r}; stdout: {''.join(self.lines)!r}; "
+            f"exit {self.proc.poll()}; stderr tail:\n{self.stderr()[-3000:]}")
+
+    def exit_code(self, within_s: float) -> int:
+        """The exit code once the process ends by itself within ``within_s``; else it is killed and the test fails."""
+        try:
+            return self.proc.wait(within_s)
+        except subprocess.TimeoutExpired:
+            self.stop()
+            raise AssertionError(f"{self.name} (pid {self.pid}) still running after {within_s:g} s; stdout: "
+                                 f"{''.join(self.lines)!r}; stderr tail:\n{self.stderr()[-3000:]}") from None
+
+    def stderr(self) -> str:
+        self._err.flush()
+        return self.err_path.read_text(errors="replace")
+
     def kill(self) -> None:
         if self.proc.poll() is None:
             os.kill(self.pid, signal.SIGKILL)
@@ -484,3 +509,175 @@ def test_dispatcher_with_a_work_dir_is_fault_tolerant_and_journals_there(tmp_pat
         assert journal.is_dir() and any(journal.rglob("*"))
     finally:
         assert dispatcher.stop() == 0
+
+
+# --------------------------------------------------------------------------- bind, port, start (issue 37)
+
+START_TIMEOUT_S = 4.0  # --start-timeout of the workers whose dispatcher does not answer
+SIGNAL_EXIT_S = 10.0  # a server told to stop while it starts exits within this
+
+
+def _answer(host: str, port: int) -> str:
+    """How a gRPC call to a method no server knows ends at ``host:port``: UNIMPLEMENTED means a
+    TensorFlow server answered, UNAVAILABLE that nothing did."""
+    import grpc
+
+    with grpc.insecure_channel(f"{host}:{port}") as channel:
+        try:
+            channel.unary_unary("/recordprep.test.Nothing/Here")(b"", timeout=5)
+        except grpc.RpcError as e:
+            return e.code().name
+    return "OK"
+
+
+def _outside_addresses() -> list[str]:
+    """This host's addresses other than loopback, as gRPC host parts; the test skips without one."""
+    from readers._service_net import local_addresses
+
+    found = [f"[{ip}]" if ip.version == 6 else str(ip) for ip in local_addresses()
+             if not ip.is_loopback and not ip.is_link_local]
+    if not found:
+        pytest.skip("this host has no address but loopback")
+    return sorted(found)
+
+
+@pytest.mark.slow
+def test_servers_answer_on_loopback_only_unless_bound_wider(tmp_path):
+    """Issue 37.3: by default neither server answers on the host's other addresses; --bind 0.0.0.0
+    answers everywhere and its line says the service is unauthenticated."""
+    outside = _outside_addresses()
+    service = Service(tmp_path, workers=1)
+    try:
+        assert "loopback only" in service.dispatcher.lines[0]
+        for server, port in ((service.dispatcher, service.port), (service.workers[0], service.workers[0].wait_up())):
+            assert _answer("127.0.0.1", port) == "UNIMPLEMENTED", server.name
+            assert _answer("[::1]", port) == "UNIMPLEMENTED", server.name
+            assert {host: _answer(host, port) for host in outside} == dict.fromkeys(outside, "UNAVAILABLE"), server.name
+        wide = Server(tmp_path, "wide", ["dispatcher", "--port", "0", "--bind", "0.0.0.0"])
+        try:
+            port = wide.wait_up()
+            assert "UNAUTHENTICATED" in wide.lines[0]
+            assert {host: _answer(host, port) for host in outside} == dict.fromkeys(outside, "UNIMPLEMENTED")
+        finally:
+            assert wide.stop() == 0
+    finally:
+        service.stop()
+
+
+def test_bind_must_be_an_address_of_this_host():
+    result = CliRunner().invoke(app, ["data-service", "dispatcher", "--port", "0", "--bind", "192.0.2.254"])
+    assert result.exit_code == 2, result.output
+    assert "--bind 192.0.2.254: not an address of this host" in result.output
+    result = CliRunner().invoke(app, ["data-service", "worker", "--dispatcher", "127.0.0.1:1", "--bind", "my-host"])
+    assert result.exit_code == 2, result.output
+    assert "--bind must be an IP address" in result.output
+
+
+@pytest.mark.slow
+def test_a_second_server_on_a_taken_port_fails_and_the_first_keeps_it(tmp_path):
+    """Issue 37.10 and 37.11: gRPC's SO_REUSEPORT let a second dispatcher start on the same port
+    and take half the connections. Now it exits 2 saying the port is in use, before it listens;
+    the same for a port some other program holds."""
+    first = Server(tmp_path, "first", ["dispatcher", "--port", "0"])
+    try:
+        port = first.wait_up()
+        second = Server(tmp_path, "second", ["dispatcher", "--port", str(port)])
+        assert second.exit_code(UP_TIMEOUT_S) == 2, second.lines
+        assert f"port {port} is in use by another process" in second.stderr()
+        assert not any(LISTENING.search(line) for line in second.lines)
+        assert _answer("127.0.0.1", port) == "UNIMPLEMENTED"  # the first one still serves
+        assert first.proc.poll() is None
+    finally:
+        assert first.stop() == 0
+    import socket
+
+    with socket.socket() as other:  # a program that is not a tf.data server, on loopback only
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+        taken = other.getsockname()[1]
+        worker = Server(tmp_path, "worker", ["worker", "--dispatcher", "127.0.0.1:1", "--port", str(taken)])
+        assert worker.exit_code(UP_TIMEOUT_S) == 2, worker.lines
+        assert f"port {taken} is in use by another process" in worker.stderr()
+        assert "Could not start gRPC server" not in worker.stderr()
+
+
+@pytest.mark.slow
+def test_a_worker_whose_dispatcher_does_not_answer_fails_naming_it(tmp_path):
+    """Issue 37.9: TensorFlow's worker retries its dispatcher forever; ours gives up after --start-timeout."""
+    nowhere = f"127.0.0.1:{free_port()}"
+    worker = Server(tmp_path, "worker", ["worker", "--dispatcher", nowhere, "--port", "0",
+                                         "--start-timeout", str(START_TIMEOUT_S)])
+    worker.wait_for(f"for dispatcher {nowhere}")
+    assert worker.exit_code(START_TIMEOUT_S + SIGNAL_EXIT_S) == 1
+    assert f"dispatcher {nowhere} did not answer within {START_TIMEOUT_S:g} s" in worker.stderr()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_starting_worker_stops_on_sigterm_and_ctrl_c(tmp_path, sig, code):
+    """Issue 37.9: a worker waiting for its dispatcher stops on the signal, at once, saying so;
+    so does one signalled while it imports TensorFlow."""
+    nowhere = f"127.0.0.1:{free_port()}"
+    worker = Server(tmp_path, "worker", ["worker", "--dispatcher", nowhere, "--port", "0"])  # 60 s default
+    worker.wait_for(f"for dispatcher {nowhere}")
+    time.sleep(1.0)
+    os.kill(worker.pid, sig)
+    assert worker.exit_code(SIGNAL_EXIT_S) == code
+    assert f"stopped by {sig.name} before it was up" in worker.stderr()
+
+    early = Server(tmp_path, "early", ["worker", "--dispatcher", nowhere, "--port", "0"])
+    time.sleep(0.5)  # the CLI's own handlers are installed first thing; TensorFlow is still loading
+    os.kill(early.pid, sig)
+    assert early.exit_code(UP_TIMEOUT_S) in (code, -sig)
+
+
+_HALF_DISPATCHER = """
+import sys
+from concurrent import futures
+import grpc
+
+class Half(grpc.GenericRpcHandler):
+    # GetVersion answers as TensorFlow 2.21's dispatcher does (version 9); everything else,
+    # the worker's registration included, is UNAVAILABLE, which TensorFlow retries forever.
+    def service(self, details):
+        if details.method.endswith("/GetVersion"):
+            return grpc.unary_unary_rpc_method_handler(lambda request, context: b"\\x08\\x09")
+        def refuse(request, context):
+            context.abort(grpc.StatusCode.UNAVAILABLE, "going away")
+        return grpc.unary_unary_rpc_method_handler(refuse)
+
+server = grpc.server(futures.ThreadPoolExecutor(4))
+server.add_generic_rpc_handlers((Half(),))
+print(server.add_insecure_port("127.0.0.1:0"), flush=True)
+server.start()
+server.wait_for_termination()
+"""
+
+
+@pytest.fixture
+def half_dispatcher():
+    """A dispatcher that answers the worker's probe and then refuses its registration: the window in
+    which TensorFlow's start holds the GIL and retries forever."""
+    proc = subprocess.Popen([sys.executable, "-c", _HALF_DISPATCHER], stdout=subprocess.PIPE, text=True)
+    try:
+        yield f"127.0.0.1:{int(proc.stdout.readline())}"
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(STOP_TIMEOUT_S)
+
+
+@pytest.mark.slow
+def test_a_worker_stuck_registering_is_bounded_and_stops_on_sigterm(tmp_path, half_dispatcher):
+    """Issue 37.9, inside TensorFlow's start: the start timeout still ends the worker (exit 1), and
+    SIGTERM ends it at once."""
+    worker = Server(tmp_path, "stuck", ["worker", "--dispatcher", half_dispatcher, "--port", "0",
+                                        "--start-timeout", str(START_TIMEOUT_S)])
+    worker.wait_for("answered; registering")
+    assert worker.exit_code(START_TIMEOUT_S + SIGNAL_EXIT_S) == 1
+    assert "Timeout" in worker.stderr()
+
+    worker = Server(tmp_path, "stuck-term", ["worker", "--dispatcher", half_dispatcher, "--port", "0"])
+    worker.wait_for("answered; registering")
+    time.sleep(1.0)
+    os.kill(worker.pid, signal.SIGTERM)
+    assert worker.exit_code(SIGNAL_EXIT_S) == -signal.SIGTERM
