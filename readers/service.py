@@ -213,7 +213,9 @@ def _listen(port: int, shadows: _net.Shadows | None, start: Callable[[int], Any]
     try:
         try:
             server = _start_holding_the_gil(lambda: start(port))
-        except RuntimeError as e:  # gRPC's bind failed: "Could not start gRPC server"
+        except RuntimeError as e:
+            if "Could not start gRPC server" not in str(e):  # gRPC's bind failed: the port, taken since
+                raise
             raise _net.PortInUse(f"could not listen on port {port} ({e}): another process took it "
                                  "meanwhile? Pass another --port") from None
         try:

@@ -88,7 +88,8 @@ class Server:
                                  f"{''.join(self.lines)!r}; stderr tail:\n{self.stderr()[-3000:]}") from None
 
     def stderr(self) -> str:
-        self._err.flush()
+        if not self._err.closed:
+            self._err.flush()
         return self.err_path.read_text(errors="replace")
 
     def kill(self) -> None:
@@ -548,11 +549,11 @@ def test_servers_answer_on_loopback_only_unless_bound_wider(tmp_path):
     outside = _outside_addresses()
     service = Service(tmp_path, workers=1)
     try:
-        assert "loopback only" in service.dispatcher.lines[0]
         for server, port in ((service.dispatcher, service.port), (service.workers[0], service.workers[0].wait_up())):
             assert _answer("127.0.0.1", port) == "UNIMPLEMENTED", server.name
             assert _answer("[::1]", port) == "UNIMPLEMENTED", server.name
             assert {host: _answer(host, port) for host in outside} == dict.fromkeys(outside, "UNAVAILABLE"), server.name
+        assert "loopback only" in service.dispatcher.lines[0]
         wide = Server(tmp_path, "wide", ["dispatcher", "--port", "0", "--bind", "0.0.0.0"])
         try:
             port = wide.wait_up()
@@ -681,3 +682,75 @@ def test_a_worker_stuck_registering_is_bounded_and_stops_on_sigterm(tmp_path, ha
     time.sleep(1.0)
     os.kill(worker.pid, signal.SIGTERM)
     assert worker.exit_code(SIGNAL_EXIT_S) == -signal.SIGTERM
+
+
+_REUSEPORT_LISTENER = """
+import socket, sys, time
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+s.bind(("127.0.0.1", int(sys.argv[1])))
+s.listen()
+print(s.getsockname()[1], flush=True)
+time.sleep(120)
+"""
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="/proc/net/tcp and SO_REUSEPORT sharing are Linux's")
+def test_a_server_sharing_its_port_through_so_reuseport_is_found():
+    """Issue 37.10, two servers started at the same moment (both pass the bind check): the one that
+    looks after listening finds the other one's socket on its port."""
+    import socket
+
+    from readers._service_net import PortInUse, check_sole_listener
+
+    other = subprocess.Popen([sys.executable, "-c", _REUSEPORT_LISTENER, "0"], stdout=subprocess.PIPE, text=True)
+    try:
+        port = int(other.stdout.readline())
+        with socket.socket() as mine:
+            mine.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            mine.bind(("127.0.0.1", port))
+            mine.listen()
+            with pytest.raises(PortInUse, match=f"port {port} is in use by another process too"):
+                check_sole_listener(port)
+            os.kill(other.pid, signal.SIGKILL)
+            other.wait(STOP_TIMEOUT_S)
+            check_sole_listener(port)  # its own socket alone
+    finally:
+        if other.poll() is None:
+            os.kill(other.pid, signal.SIGKILL)
+            other.wait(STOP_TIMEOUT_S)
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the shadow listeners rely on Linux's socket lookup")
+def test_shadow_listeners_leave_only_loopback_to_a_wildcard_server():
+    """Issue 37.3's mechanism without TensorFlow: a wildcard SO_REUSEPORT listener (as TensorFlow's)
+    beside ``Shadows`` gets the loopback connections; every other address's connection is closed."""
+    import socket
+
+    from readers._service_net import Shadows
+
+    outside = [h.strip("[]") for h in _outside_addresses()]
+    with socket.socket(socket.AF_INET6) as server:
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        server.bind(("::", 0))
+        server.listen()
+        server.settimeout(5)
+        port = server.getsockname()[1]
+        shadows = Shadows(port, "127.0.0.1")
+        try:
+            for host in ("127.0.0.1", "::1", *outside):
+                with socket.create_connection((host, port), timeout=5) as client:
+                    client.settimeout(5)
+                    if _is_loopback(host):
+                        conn, _ = server.accept()
+                        conn.close()
+                    else:
+                        assert client.recv(1) == b"", f"{host}: the connection stayed open"
+        finally:
+            shadows.close()
+
+
+def _is_loopback(host: str) -> bool:
+    import ipaddress
+
+    return ipaddress.ip_address(host).is_loopback
