@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import errno
 import ipaddress
 import os
 import socket
@@ -161,10 +162,10 @@ def claim_port(port: int) -> int:
             try:
                 s.bind(("::" if family == socket.AF_INET6 else "0.0.0.0", port))
             except OSError as e:
-                if e.errno == 98:  # EADDRINUSE
+                if e.errno == errno.EADDRINUSE:
                     raise PortInUse(f"port {port} is in use by another process (another dispatcher or "
                                     f"worker?): stop it or pass another --port") from None
-                if family == socket.AF_INET6 and e.errno in (97, 99):  # no IPv6 here
+                if family == socket.AF_INET6 and e.errno in (errno.EAFNOSUPPORT, errno.EADDRNOTAVAIL):  # no IPv6 here
                     continue
                 raise
             port = s.getsockname()[1]
@@ -225,9 +226,9 @@ class Shadows:
                 s.bind((str(ip), self.port, 0, scope) if family == socket.AF_INET6 else (str(ip), self.port))
             except OSError as e:
                 s.close()
-                if e.errno == 99:  # EADDRNOTAVAIL: not usable yet (IPv6 duplicate detection); next refresh
+                if e.errno == errno.EADDRNOTAVAIL:  # not usable yet (IPv6 duplicate detection): next refresh
                     continue
-                if e.errno == 98:
+                if e.errno == errno.EADDRINUSE:
                     raise PortInUse(f"port {self.port} at {ip} is in use by another process: stop it or "
                                     "pass another --port") from None
                 raise
