@@ -74,9 +74,11 @@ class Server:
                 time.sleep(0.2)  # the reader thread may still hold the last lines
                 break
             time.sleep(0.1)
-        assert any(text in line for line in self.lines), (
-            f"{self.name} (pid {self.pid}) never printed {text!r}; stdout: {''.join(self.lines)!r}; "
-            f"exit {self.proc.poll()}; stderr tail:\n{self.stderr()[-3000:]}")
+        if not any(text in line for line in self.lines):
+            code = self.proc.poll()
+            self.stop()
+            raise AssertionError(f"{self.name} (pid {self.pid}) never printed {text!r}; stdout: "
+                                 f"{''.join(self.lines)!r}; exit {code}; stderr tail:\n{self.stderr()[-3000:]}")
 
     def exit_code(self, within_s: float) -> int:
         """The exit code once the process ends by itself within ``within_s``; else it is killed and the test fails."""
