@@ -23,7 +23,7 @@ from apache_beam.io.filesystems import FileSystems
 from convert import drift as _drift
 from convert.spec import check_name
 from convert.stats import STATS_FILENAME, StatsFormatError, ValueSketch, load_stats
-from pipelines._terminal import markup
+from pipelines._terminal import markup, visible
 from pipelines.inspect import InspectError, load
 
 #: Terms shown per feature and split in the HTML page and the terminal.
@@ -187,7 +187,8 @@ _COLORS = ("#3b6fb6", "#e07b39", "#5a9e4b", "#a05195", "#7f7f7f")
 
 
 def _esc(x: Any) -> str:
-    return html.escape(str(x), quote=True)
+    """``x`` as HTML text or a quoted attribute value; control characters shown as escapes, as in the terminal."""
+    return html.escape(visible(str(x)), quote=True)
 
 
 def _table(head: Sequence[str], rows: Sequence[Sequence[Any]], cls: str = "", tid: str = "",
