@@ -4,8 +4,8 @@ A term, field name, file name or error reason may hold control characters: an
 escape sequence can retitle the terminal, write the clipboard (OSC 52) or
 hide text; a bidi override reorders what is shown. Printed raw, they act.
 ``visible`` shows each as a Python-style escape (``\\x1b``, ``\\u202e``)
-instead; ``markup`` also escapes rich markup (``[bold]``, ``[/]``,
-``[link=...]``), for text printed through rich. Only the CLI prints: library
+instead. Through rich, ``text`` makes it a ``Text`` (no markup parsed: ``[bold]``,
+``[/]``, ``[link=...]`` stay text) and ``markup`` escapes it for a markup string. Only the CLI prints: library
 code returns text and the CLI passes it through here.
 """
 
@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 
 from rich.markup import escape
+from rich.text import Text
 
 #: C0 controls, DEL, C1 controls, and the Unicode marks that reorder or hide text
 #: (bidi embeddings, overrides, isolates, marks; the zero-width joiners and BOM).
@@ -22,8 +23,14 @@ _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200b-\u200f\u202a-\u202e\u2060
 _CONTROL_BUT_LINES = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200b-\u200f\u202a-\u202e\u2060-\u2069\ufeff]")
 
 
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
 def _show(m: re.Match[str]) -> str:
-    c = ord(m.group())
+    ch = m.group()
+    if ch in _NAMED:
+        return _NAMED[ch]
+    c = ord(ch)
     return f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}"
 
 
@@ -33,6 +40,11 @@ def visible(text: object, *, lines: bool = False) -> str:
     return (_CONTROL_BUT_LINES if lines else _CONTROL).sub(_show, str(text))
 
 
-def markup(text: object) -> str:
-    """``visible(text)`` with rich markup escaped: prints literally through rich."""
-    return escape(visible(text))
+def text(value: object) -> Text:
+    """``visible(value)`` as a rich ``Text``: printed literally, as a table cell or alone."""
+    return Text(visible(value))
+
+
+def markup(value: object) -> str:
+    """``visible(value)`` escaped to sit inside a rich markup string (``f"[bold]{markup(x)}[/bold]"``)."""
+    return escape(visible(value))

@@ -104,8 +104,17 @@ def _order(order: str | None, no_shuffle: bool) -> str:
     return "input" if no_shuffle else (order or "shuffled").lower()
 
 
+class _VisibleFormatter(logging.Formatter):
+    """Log lines name paths and fields from the data: their control characters shown (``pipelines._terminal``)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return visible(super().format(record), lines=True)
+
+
 def _setup_logging(verbose: bool) -> None:
-    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    handler = logging.StreamHandler()
+    handler.setFormatter(_VisibleFormatter("%(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, handlers=[handler])
     if not verbose:
         # Beam logs worker exceptions with full tracebacks before re-raising;
         # the CLI prints one clear line instead.

@@ -23,7 +23,7 @@ from apache_beam.io.filesystems import FileSystems
 from convert import drift as _drift
 from convert.spec import check_name
 from convert.stats import STATS_FILENAME, StatsFormatError, ValueSketch, load_stats
-from pipelines._terminal import markup, visible
+from pipelines._terminal import text, visible
 from pipelines.inspect import InspectError, load
 
 #: Terms shown per feature and split in the HTML page and the terminal.
@@ -120,15 +120,16 @@ def _summary(feat: Mapping[str, Any], s: Mapping[str, Any]) -> str:
 def render_terminal(report: Mapping[str, Any], console: Any) -> None:
     """A rich summary: splits, features, checks over threshold, rejections, files.
 
-    Every string from the data (terms, names, paths, reasons) goes through
-    ``_terminal.markup``: printed literally, its control characters and rich
-    markup shown, never acted on."""
+    Every string from the data (terms, names, paths, reasons) is a ``rich.text.Text``
+    (``_terminal.text``): no markup parsed, control characters shown, never acted on."""
     from rich.table import Table
+    from rich.text import Text
 
-    t_ = markup
+    t_ = text
     splits = list(report["splits"])
-    console.print(f"[bold]{t_(report['output'])}[/bold]  layout {t_(report['layout'])}, order {t_(report['order'])}, "
-                  f"format {t_(report['format_version'])}, created {t_(report.get('created') or '?')}")
+    console.print(Text.assemble((visible(report["output"]), "bold"), visible(
+        f"  layout {report['layout']}, order {report['order']}, format {report['format_version']}, "
+        f"created {report.get('created') or '?'}")))
     t = Table(title="splits")
     for col in ("split", "records", "bytes", "shards"):
         t.add_column(col, justify="left" if col == "split" else "right")
@@ -139,7 +140,7 @@ def render_terminal(report: Mapping[str, Any], console: Any) -> None:
     t.add_column("feature")
     t.add_column("transform")
     for s in splits:
-        t.add_column(f"{t_(s)} missing", justify="right")
+        t.add_column(t_(f"{s} missing"), justify="right")
         t.add_column(t_(s))
     for name, feat in report["features"].items():
         row = [t_(name), t_(feat["transform"])]
@@ -151,11 +152,12 @@ def render_terminal(report: Mapping[str, Any], console: Any) -> None:
     for kind in ("skew", "drift"):
         for c in report[kind]:
             over = [f for f in c["findings"] if f["over"]]
-            title = f"{kind}: {t_(c['base'])} -> {t_(c['other'])}"
+            title = visible(f"{kind}: {c['base']} -> {c['other']}")
             if not over:
-                console.print(f"{title}: [green]no measure over its threshold[/green] ({len(c['findings'])} checked)")
+                console.print(Text.assemble(f"{title}: ", ("no measure over its threshold", "green"),
+                                            f" ({len(c['findings'])} checked)"))
                 continue
-            t = Table(title=title)
+            t = Table(title=Text(title))
             for col in ("feature", "measure", "value", "threshold"):
                 t.add_column(col)
             for f in over:
