@@ -397,7 +397,12 @@ def report(
     fail_on_drift: Annotated[bool, typer.Option(help="Exit 1 naming the features with a drift/skew measure over its threshold.")] = False,
     drift_threshold: Annotated[list[str] | None, typer.Option(help=_DRIFT_THRESHOLD_HELP, show_default=False)] = None,
 ) -> None:
-    """Show an output's statistics (every split) and drift/skew checks: a terminal summary, or --html/--json files; reads no shard."""
+    """Show an output's statistics (every split) and drift/skew checks: a terminal summary, or --html/--json files; reads no shard.
+
+    Terms, names, file names and records from the data are shown as text,
+    never acted on: control characters as escapes (\\x1b), rich markup
+    and HTML literally (docs/data-report.md).
+    """
     import json
 
     from pipelines.report import ReportError, build_report, render_html, render_terminal
