@@ -180,3 +180,25 @@ def test_all_rejected_names_the_fields_with_escapes_shown(tmp_path):
     _shown_safely(r.output)
     assert "fields are" in r.output and "\\x1b]0;PWNED\\x1b" in r.output and "[bold red]B" in r.output, r.output
     assert "\\u202eevil" in r.output
+
+
+def test_html_attributes_hold_a_hostile_feature_name_as_its_value(hostile):
+    """Feature names reach attributes (``data-feature``, ``id``, ``href``); a config only takes plain
+    names, so the report is given one directly: each attribute parses back to the name, nothing more."""
+    from html.parser import HTMLParser
+
+    from pipelines.report import build_report, render_html
+
+    rep = build_report(str(hostile["out"]))
+    name = "\"' onmouseover=\"document.title='PWNED'\" zz='<!--<script>{{data}}"
+    rep["features"] = {name: rep["features"]["term"]}
+    attrs: list[dict] = []
+
+    class Attrs(HTMLParser):
+        def handle_starttag(self, tag, a):
+            attrs.append(dict(a))
+
+    Attrs().feed(render_html(rep))
+    assert not [a for a in attrs if "onmouseover" in a or "zz" in a]
+    assert [a["data-feature"] for a in attrs if "data-feature" in a] == [name, name]  # the table row and the section
+    assert f"#feature-{name}" in [a.get("href") for a in attrs] and f"feature-{name}" in [a.get("id") for a in attrs]
