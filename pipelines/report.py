@@ -280,7 +280,7 @@ def _feature_section(name: str, feat: Mapping[str, Any], splits: Sequence[str], 
     over = [f for c in report["skew"] + report["drift"] for f in c["findings"] if f["feature"] == name and f["over"]]
     if over:
         parts.append('<p class="over">over threshold: ' + ", ".join(
-            f"{_esc(f['measure'])} {_num(f['value'])} &gt; {_num(f['threshold'])}" for f in over) + "</p>")
+            f"{_esc(f['measure'])} {_esc(_num(f['value']))} &gt; {_esc(_num(f['threshold']))}" for f in over) + "</p>")
     params = feat.get("params") or {}
     if params.get("boundaries"):
         parts.append(f"<p>bucket boundaries: {_esc(', '.join(_num(b) for b in params['boundaries']))}</p>")
@@ -289,7 +289,7 @@ def _feature_section(name: str, feat: Mapping[str, Any], splits: Sequence[str], 
                            for s in splits)
         parts.append(f"<p><code>{_esc(name)}_missing</code> is 1 on the missing rows: {shares}</p>")
     if params.get("vocab_size") is not None:
-        parts.append(f"<p>vocab_size {_num(params['vocab_size'])}</p>")
+        parts.append(f"<p>vocab_size {_esc(_num(params['vocab_size']))}</p>")
     rows = []
     for s in splits:
         d = feat["splits"].get(s) or {}
@@ -366,7 +366,7 @@ def render_html(report: Mapping[str, Any]) -> str:
     body.append("<h2>features in detail</h2>")
     body += [_feature_section(name, feat, splits, report) for name, feat in report["features"].items()]
     rej = report["rejections"]
-    body.append(f"<h2>rejected records: {_num(rej.get('count', 0))}</h2>")
+    body.append(f"<h2>rejected records: {_esc(_num(rej.get('count', 0)))}</h2>")
     if rej.get("groups"):
         rows = []
         for g in rej["groups"]:

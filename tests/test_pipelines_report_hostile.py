@@ -202,3 +202,14 @@ def test_html_attributes_hold_a_hostile_feature_name_as_its_value(hostile):
     assert not [a for a in attrs if "onmouseover" in a or "zz" in a]
     assert [a["data-feature"] for a in attrs if "data-feature" in a] == [name, name]  # the table row and the section
     assert f"#feature-{name}" in [a.get("href") for a in attrs] and f"feature-{name}" in [a.get("id") for a in attrs]
+
+
+def test_html_escapes_numbers_that_a_damaged_output_holds_as_text(hostile):
+    """The metadata's params and the statistics' counts are data too: a string where a number belongs is text."""
+    from pipelines.report import build_report, render_html
+
+    rep = build_report(str(hostile["out"]))
+    rep["features"]["term"]["params"]["vocab_size"] = f"<img src=x onerror={PWN}>"
+    rep["rejections"]["count"] = f"<img src=x onerror={PWN}>"
+    page = render_html(rep)
+    assert "<img" not in page and page.count(f"&lt;img src=x onerror={PWN.replace(chr(39), '&#x27;')}&gt;") >= 2
