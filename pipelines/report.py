@@ -126,6 +126,13 @@ def render_terminal(report: Mapping[str, Any], console: Any) -> None:
     from rich.text import Text
 
     t_ = text
+
+    def n_(x: Any) -> Any:
+        return text(_num(x))
+
+    def p_(part: Any, whole: Any) -> Any:
+        return text(_pct(part, whole))
+
     splits = list(report["splits"])
     console.print(Text.assemble((visible(report["output"]), "bold"), visible(
         f"  layout {report['layout']}, order {report['order']}, format {report['format_version']}, "
@@ -134,7 +141,7 @@ def render_terminal(report: Mapping[str, Any], console: Any) -> None:
     for col in ("split", "records", "bytes", "shards"):
         t.add_column(col, justify="left" if col == "split" else "right")
     for s, d in report["splits"].items():
-        t.add_row(t_(s), _num(d["records"]), _num(d["bytes"]), _num(d["shards"]))
+        t.add_row(t_(s), n_(d["records"]), n_(d["bytes"]), n_(d["shards"]))
     console.print(t)
     t = Table(title="features")
     t.add_column("feature")
@@ -146,7 +153,7 @@ def render_terminal(report: Mapping[str, Any], console: Any) -> None:
         row = [t_(name), t_(feat["transform"])]
         for s in splits:
             d = feat["splits"].get(s) or {}
-            row += [_pct(d.get("missing"), d.get("rows")), t_(_summary(feat, d))]
+            row += [p_(d.get("missing"), d.get("rows")), t_(_summary(feat, d))]
         t.add_row(*row)
     console.print(t)
     for kind in ("skew", "drift"):
@@ -161,23 +168,23 @@ def render_terminal(report: Mapping[str, Any], console: Any) -> None:
             for col in ("feature", "measure", "value", "threshold"):
                 t.add_column(col)
             for f in over:
-                t.add_row(t_(f["feature"]), t_(f["measure"]), _num(f["value"]), _num(f["threshold"]), style="red")
+                t.add_row(t_(f["feature"]), t_(f["measure"]), n_(f["value"]), n_(f["threshold"]), style="red")
             console.print(t)
     rej = report["rejections"]
     if rej.get("count"):
-        t = Table(title=f"rejected records: {rej['count']:,}")
+        t = Table(title=t_(f"rejected records: {_num(rej['count'])}"))
         for col in ("count", "field", "reason", "example"):
             t.add_column(col)
         for g in rej["groups"][:10]:
             ex = g["examples"][0] if g["examples"] else {}
             where = str(ex.get("file", "")) + (f":{ex['line']}" if "line" in ex else "")
-            t.add_row(_num(g["count"]), t_(g["field"]), t_(g["reason"]), t_(where))
+            t.add_row(n_(g["count"]), t_(g["field"]), t_(g["reason"]), t_(where))
         console.print(t)
     t = Table(title="input files")
     for col in ("file", "read", *splits, "rejected"):
         t.add_column(t_(col), justify="left" if col == "file" else "right")
     for f in report["files"][:20]:
-        t.add_row(t_(f["path"]), _num(f["read"]), *(_num(f["written"].get(s)) for s in splits), _num(f["rejected"]))
+        t.add_row(t_(f["path"]), n_(f["read"]), *(n_(f["written"].get(s)) for s in splits), n_(f["rejected"]))
     if len(report["files"]) > 20:
         t.caption = f"... and {len(report['files']) - 20} more (--html or --json lists them all)"
     console.print(t)

@@ -213,3 +213,19 @@ def test_html_escapes_numbers_that_a_damaged_output_holds_as_text(hostile):
     rep["rejections"]["count"] = f"<img src=x onerror={PWN}>"
     page = render_html(rep)
     assert "<img" not in page and page.count(f"&lt;img src=x onerror={PWN.replace(chr(39), '&#x27;')}&gt;") >= 2
+
+
+def test_terminal_prints_numbers_that_a_damaged_output_holds_as_text(hostile):
+    import io
+
+    from rich.console import Console
+
+    from pipelines.report import build_report, render_terminal
+
+    rep = build_report(str(hostile["out"]))
+    rep["files"][0]["read"] = f"[/]{OSC_TITLE}"
+    rep["rejections"]["count"] = "[bold red]many"
+    buf = io.StringIO()
+    render_terminal(rep, Console(file=buf, width=200))
+    _shown_safely(buf.getvalue())
+    assert "[/]\\x1b]0;PWNED" in buf.getvalue() and "rejected records: [bold red]many" in buf.getvalue()
