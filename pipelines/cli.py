@@ -3,6 +3,9 @@
 Library code raises; only this module turns errors into messages and exit
 codes (1 for a failed run or bad input, 2 for usage errors), so users never
 see a traceback for their own mistakes. ``--verbose`` shows Beam's logs.
+Every message and log line goes through ``pipelines._terminal.visible``:
+paths, names and reasons from the data show their control characters as
+escapes instead of acting on the terminal.
 """
 
 from __future__ import annotations
