@@ -3,6 +3,9 @@
 Library code raises; only this module turns errors into messages and exit
 codes (1 for a failed run or bad input, 2 for usage errors), so users never
 see a traceback for their own mistakes. ``--verbose`` shows Beam's logs.
+Every message and log line goes through ``pipelines._terminal.visible``:
+paths, names and reasons from the data show their control characters as
+escapes instead of acting on the terminal.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from typer.core import TyperCommand, TyperGroup
 
+from pipelines._terminal import visible
 from pipelines.options import looks_like_path, regroup_args
 
 if TYPE_CHECKING:
@@ -79,8 +83,18 @@ class _InputsCommand(TyperCommand):
         return super().parse_args(ctx, regrouped.args)
 
 
+def _echo(msg: str, err: bool = False, color: str | None = None) -> None:
+    """Print one message: its data (paths, terms, field names, reasons) with control
+    characters shown, never acted on by the terminal (``pipelines._terminal``)."""
+    text = visible(msg, lines=True)
+    if color is None:
+        typer.echo(text, err=err)
+    else:
+        typer.secho(text, fg=color, err=err)
+
+
 def _fail(msg: str, code: int = 1) -> None:
-    typer.secho(f"error: {msg}", fg=typer.colors.RED, err=True)
+    _echo(f"error: {msg}", err=True, color=typer.colors.RED)
     raise typer.Exit(code)
 
 
@@ -93,8 +107,17 @@ def _order(order: str | None, no_shuffle: bool) -> str:
     return "input" if no_shuffle else (order or "shuffled").lower()
 
 
+class _VisibleFormatter(logging.Formatter):
+    """Log lines name paths and fields from the data: their control characters shown (``pipelines._terminal``)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return visible(super().format(record), lines=True)
+
+
 def _setup_logging(verbose: bool) -> None:
-    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    handler = logging.StreamHandler()
+    handler.setFormatter(_VisibleFormatter("%(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, handlers=[handler])
     if not verbose:
         # Beam logs worker exceptions with full tracebacks before re-raising;
         # the CLI prints one clear line instead.
@@ -137,7 +160,7 @@ def _gate(report: dict, fail: bool) -> None:
     """Print the drift/skew verdict; with ``fail``, exit 1 naming the features over threshold."""
     over = report["features_over"]
     if not over:
-        typer.echo("drift/skew: no measure over its threshold")
+        _echo("drift/skew: no measure over its threshold")
         return
     worst: dict[str, dict[str, float]] = {}
     for c in report["skew"] + report["drift"]:
@@ -150,7 +173,7 @@ def _gate(report: dict, fail: bool) -> None:
            f"`recordprep report` shows the thresholds and every split compared")
     if fail:
         _fail(msg)
-    typer.secho(f"warning: {msg}", fg=typer.colors.YELLOW, err=True)
+    _echo(f"warning: {msg}", err=True, color=typer.colors.YELLOW)
 
 
 @app.command(cls=_InputsCommand, context_settings={"allow_extra_args": False})
@@ -220,7 +243,7 @@ def convert(
         if dry_run:
             _print_plan(opts)
             return
-        typer.echo(f"converting {', '.join(opts.inputs)} -> {opts.output}", err=True)
+        _echo(f"converting {', '.join(opts.inputs)} -> {opts.output}", err=True)
         result = run_convert(opts)
     except (ConfigError, OptionsError, SplitError, InputError, OutputPathError) as e:
         _fail(str(e), 2)
@@ -231,7 +254,7 @@ def convert(
             raise
         _fail(f"{failure_reason(e)} (re-run with --verbose for details)")
     for line in result.summary_lines():
-        typer.echo(line)
+        _echo(line)
     if check_against is not None:
         from pipelines.report import ReportError, build_report
 
@@ -242,9 +265,9 @@ def convert(
     written = sum(sp.get("num_records", 0) for sp in result.info.get("splits", {}).values())
     for name, sp in result.info.get("splits", {}).items():
         if written and not sp.get("num_records"):
-            typer.secho(f"warning: split {name!r} is empty: all {written} records hashed into the other split(s); "
-                        f"readers refuse an empty split. Convert more records or change --splits/--split-key.",
-                        fg=typer.colors.YELLOW, err=True)
+            _echo(f"warning: split {name!r} is empty: all {written} records hashed into the other split(s); "
+                  f"readers refuse an empty split. Convert more records or change --splits/--split-key.",
+                  err=True, color=typer.colors.YELLOW)
 
 
 def _print_plan(opts: ConvertOptions) -> None:
@@ -255,22 +278,22 @@ def _print_plan(opts: ConvertOptions) -> None:
     p = plan(opts)
     if opts.analysis_from:  # refused here when it does not fit the config
         load_analysis(opts.analysis_from, p["config"])
-        typer.echo(f"analysis: reused from {opts.analysis_from} (fits the config)")
-    typer.echo(f"inputs: {len(p['inputs'])} files, {p['total_bytes'] / 1e6:.2f} MB")
+        _echo(f"analysis: reused from {opts.analysis_from} (fits the config)")
+    _echo(f"inputs: {len(p['inputs'])} files, {p['total_bytes'] / 1e6:.2f} MB")
     for f in p["inputs"][:20]:
-        typer.echo(f"  {f['path']}  {f['size']:,} bytes")
+        _echo(f"  {f['path']}  {f['size']:,} bytes")
     if len(p["inputs"]) > 20:
-        typer.echo(f"  ... and {len(p['inputs']) - 20} more")
-    typer.echo(f"splits: {p['splits']} (key: {p['split_key'] or 'whole record'})")
-    typer.echo(f"shards per split: {p['num_shards']}  compression: {opts.compression}")
-    typer.echo(f"order: {opts.order}" + (f" (seed {opts.shuffle_seed})" if opts.shuffle_seed is not None else ""))
-    typer.echo("features:")
+        _echo(f"  ... and {len(p['inputs']) - 20} more")
+    _echo(f"splits: {p['splits']} (key: {p['split_key'] or 'whole record'})")
+    _echo(f"shards per split: {p['num_shards']}  compression: {opts.compression}")
+    _echo(f"order: {opts.order}" + (f" (seed {opts.shuffle_seed})" if opts.shuffle_seed is not None else ""))
+    _echo("features:")
     for feat in p["features"]["features"]:
         extra = {k: v for k, v in feat.items() if k in ("max_len", "top_k", "buckets", "fill") and v is not None}
-        typer.echo(f"  {feat['name']:<20} <- {feat['source']:<24} {feat['transform']} {extra or ''}")
+        _echo(f"  {feat['name']:<20} <- {feat['source']:<24} {feat['transform']} {extra or ''}")
     if p["features"]["label"]:
-        typer.echo(f"label: {p['features']['label']['name']} <- {p['features']['label']['source']}")
-    typer.echo(f"config checked against: {p['data_check']}")
+        _echo(f"label: {p['features']['label']['name']} <- {p['features']['label']['source']}")
+    _echo(f"config checked against: {p['data_check']}")
 
 
 @app.command(cls=_InputsCommand)
@@ -328,7 +351,7 @@ def infer(
         _fail(f"--label {label!r}: no such field in the sample{hint}; fields: {', '.join(paths)}", 2)
     for d in drafts:  # the label's: null in part of the sample, or not a kind of label convert takes
         for w in d.warnings:
-            typer.secho(f"warning: {w}", fg=typer.colors.YELLOW, err=True)
+            _echo(f"warning: {w}", err=True, color=typer.colors.YELLOW)
     typer.echo(render_yaml(config, drafts, header=f"inferred from {len(records)} records of {len(files)} file(s)"), nl=False)
 
 
@@ -343,7 +366,7 @@ def inspect(
 
     try:
         for line in inspect_output(output, examples, split):
-            typer.echo(line)
+            _echo(line)
     except InspectError as e:
         _fail(str(e))
 
@@ -361,10 +384,10 @@ def verify(
     except InspectError as e:
         _fail(str(e))
     if report.ok:
-        typer.echo(f"{output}: OK ({report.shards} shards, {report.records} records match the metadata)")
+        _echo(f"{output}: OK ({report.shards} shards, {report.records} records match the metadata)")
         return
     for p in report.problems:
-        typer.echo(p, err=True)
+        _echo(p, err=True)
     _fail(f"{output}: {len(report.problems)} problem(s) found in {report.shards} shards")
 
 
@@ -377,7 +400,12 @@ def report(
     fail_on_drift: Annotated[bool, typer.Option(help="Exit 1 naming the features with a drift/skew measure over its threshold.")] = False,
     drift_threshold: Annotated[list[str] | None, typer.Option(help=_DRIFT_THRESHOLD_HELP, show_default=False)] = None,
 ) -> None:
-    """Show an output's statistics (every split) and drift/skew checks: a terminal summary, or --html/--json files; reads no shard."""
+    """Show an output's statistics (every split) and drift/skew checks: a terminal summary, or --html/--json files; reads no shard.
+
+    Terms, names, file names and records from the data are shown as text,
+    never acted on: control characters as escapes (\\x1b), rich markup
+    and HTML literally (docs/data-report.md).
+    """
     import json
 
     from pipelines.report import ReportError, build_report, render_html, render_terminal
@@ -395,7 +423,7 @@ def report(
             path.write_text(render(), encoding="utf-8")
         except OSError as e:
             _fail(f"cannot write {path}: {e.strerror or e}")
-        typer.echo(f"wrote {path}")
+        _echo(f"wrote {path}")
     if html is None and json_file is None:
         from rich.console import Console
 
@@ -436,7 +464,7 @@ def export(
     except (ValueError, TypeError, tf.errors.OpError) as e:
         _fail(f"cannot export {model} with the transforms of {output}: {e}")
     inputs = ", ".join(layer.wire.input_names())
-    typer.echo(f"exported {model} with the transforms of {output} to {export_dir}\nserving_default inputs: {inputs}")
+    _echo(f"exported {model} with the transforms of {output} to {export_dir}\nserving_default inputs: {inputs}")
 
 
 @app.command()
@@ -487,7 +515,7 @@ def wait(
         _fail(f"{output} is not a complete recordprep output: {e}")
     except ValueError as e:  # --stale-after within the run's heartbeat period
         _fail(str(e), 2)
-    typer.echo(f"{output} is complete")
+    _echo(f"{output} is complete")
 
 
 def _sample_records(files: list[InputFile], input: list[str], sample: int, json_records_path: str | None,

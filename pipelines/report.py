@@ -13,6 +13,7 @@ from __future__ import annotations
 import html
 import json
 import math
+import re
 from collections.abc import Mapping, Sequence
 from importlib import resources
 from typing import Any
@@ -22,6 +23,7 @@ from apache_beam.io.filesystems import FileSystems
 from convert import drift as _drift
 from convert.spec import check_name
 from convert.stats import STATS_FILENAME, StatsFormatError, ValueSketch, load_stats
+from pipelines._terminal import text, visible
 from pipelines.inspect import InspectError, load
 
 #: Terms shown per feature and split in the HTML page and the terminal.
@@ -116,59 +118,73 @@ def _summary(feat: Mapping[str, Any], s: Mapping[str, Any]) -> str:
 
 
 def render_terminal(report: Mapping[str, Any], console: Any) -> None:
-    """A rich summary: splits, features, checks over threshold, rejections, files."""
+    """A rich summary: splits, features, checks over threshold, rejections, files.
+
+    Every string from the data (terms, names, paths, reasons) is a ``rich.text.Text``
+    (``_terminal.text``): no markup parsed, control characters shown, never acted on."""
     from rich.table import Table
+    from rich.text import Text
+
+    t_ = text
+
+    def n_(x: Any) -> Any:
+        return text(_num(x))
+
+    def p_(part: Any, whole: Any) -> Any:
+        return text(_pct(part, whole))
 
     splits = list(report["splits"])
-    console.print(f"[bold]{report['output']}[/bold]  layout {report['layout']}, order {report['order']}, "
-                  f"format {report['format_version']}, created {report.get('created') or '?'}")
+    console.print(Text.assemble((visible(report["output"]), "bold"), visible(
+        f"  layout {report['layout']}, order {report['order']}, format {report['format_version']}, "
+        f"created {report.get('created') or '?'}")))
     t = Table(title="splits")
     for col in ("split", "records", "bytes", "shards"):
         t.add_column(col, justify="left" if col == "split" else "right")
     for s, d in report["splits"].items():
-        t.add_row(s, _num(d["records"]), _num(d["bytes"]), _num(d["shards"]))
+        t.add_row(t_(s), n_(d["records"]), n_(d["bytes"]), n_(d["shards"]))
     console.print(t)
     t = Table(title="features")
     t.add_column("feature")
     t.add_column("transform")
     for s in splits:
-        t.add_column(f"{s} missing", justify="right")
-        t.add_column(s)
+        t.add_column(t_(f"{s} missing"), justify="right")
+        t.add_column(t_(s))
     for name, feat in report["features"].items():
-        row = [name, feat["transform"]]
+        row = [t_(name), t_(feat["transform"])]
         for s in splits:
             d = feat["splits"].get(s) or {}
-            row += [_pct(d.get("missing"), d.get("rows")), _summary(feat, d)]
+            row += [p_(d.get("missing"), d.get("rows")), t_(_summary(feat, d))]
         t.add_row(*row)
     console.print(t)
     for kind in ("skew", "drift"):
         for c in report[kind]:
             over = [f for f in c["findings"] if f["over"]]
-            title = f"{kind}: {c['base']} -> {c['other']}"
+            title = visible(f"{kind}: {c['base']} -> {c['other']}")
             if not over:
-                console.print(f"{title}: [green]no measure over its threshold[/green] ({len(c['findings'])} checked)")
+                console.print(Text.assemble(f"{title}: ", ("no measure over its threshold", "green"),
+                                            f" ({len(c['findings'])} checked)"))
                 continue
-            t = Table(title=title)
+            t = Table(title=Text(title))
             for col in ("feature", "measure", "value", "threshold"):
                 t.add_column(col)
             for f in over:
-                t.add_row(f["feature"], f["measure"], _num(f["value"]), _num(f["threshold"]), style="red")
+                t.add_row(t_(f["feature"]), t_(f["measure"]), n_(f["value"]), n_(f["threshold"]), style="red")
             console.print(t)
     rej = report["rejections"]
     if rej.get("count"):
-        t = Table(title=f"rejected records: {rej['count']:,}")
+        t = Table(title=t_(f"rejected records: {_num(rej['count'])}"))
         for col in ("count", "field", "reason", "example"):
             t.add_column(col)
         for g in rej["groups"][:10]:
             ex = g["examples"][0] if g["examples"] else {}
-            where = ex.get("file", "") + (f":{ex['line']}" if "line" in ex else "")
-            t.add_row(_num(g["count"]), g["field"], g["reason"], where)
+            where = str(ex.get("file", "")) + (f":{ex['line']}" if "line" in ex else "")
+            t.add_row(n_(g["count"]), t_(g["field"]), t_(g["reason"]), t_(where))
         console.print(t)
     t = Table(title="input files")
-    for col in ("file", "read", *(f"{s}" for s in splits), "rejected"):
-        t.add_column(col, justify="left" if col == "file" else "right")
+    for col in ("file", "read", *splits, "rejected"):
+        t.add_column(t_(col), justify="left" if col == "file" else "right")
     for f in report["files"][:20]:
-        t.add_row(f["path"], _num(f["read"]), *(_num(f["written"].get(s)) for s in splits), _num(f["rejected"]))
+        t.add_row(t_(f["path"]), n_(f["read"]), *(n_(f["written"].get(s)) for s in splits), n_(f["rejected"]))
     if len(report["files"]) > 20:
         t.caption = f"... and {len(report['files']) - 20} more (--html or --json lists them all)"
     console.print(t)
@@ -180,13 +196,15 @@ _COLORS = ("#3b6fb6", "#e07b39", "#5a9e4b", "#a05195", "#7f7f7f")
 
 
 def _esc(x: Any) -> str:
-    return html.escape(str(x), quote=True)
+    """``x`` as HTML text or a quoted attribute value; control characters shown as escapes, as in the terminal."""
+    return html.escape(visible(str(x)), quote=True)
 
 
 def _table(head: Sequence[str], rows: Sequence[Sequence[Any]], cls: str = "", tid: str = "",
            row_attrs: Sequence[str] | None = None) -> str:
     """A sortable table (cells are escaped unless wrapped in ``_Raw``); ``data-v`` carries numbers to sort by."""
-    out = [f'<table class="sortable {cls}"{f" id={_esc(tid)!r}" if tid else ""}><thead><tr>']
+    id_attr = f' id="{_esc(tid)}"' if tid else ""
+    out = [f'<table class="sortable {_esc(cls)}"{id_attr}><thead><tr>']
     out += [f"<th>{_esc(h)}</th>" for h in head]
     out.append("</tr></thead><tbody>")
     for i, row in enumerate(rows):
@@ -269,7 +287,7 @@ def _feature_section(name: str, feat: Mapping[str, Any], splits: Sequence[str], 
     over = [f for c in report["skew"] + report["drift"] for f in c["findings"] if f["feature"] == name and f["over"]]
     if over:
         parts.append('<p class="over">over threshold: ' + ", ".join(
-            f"{_esc(f['measure'])} {_num(f['value'])} &gt; {_num(f['threshold'])}" for f in over) + "</p>")
+            f"{_esc(f['measure'])} {_esc(_num(f['value']))} &gt; {_esc(_num(f['threshold']))}" for f in over) + "</p>")
     params = feat.get("params") or {}
     if params.get("boundaries"):
         parts.append(f"<p>bucket boundaries: {_esc(', '.join(_num(b) for b in params['boundaries']))}</p>")
@@ -278,7 +296,7 @@ def _feature_section(name: str, feat: Mapping[str, Any], splits: Sequence[str], 
                            for s in splits)
         parts.append(f"<p><code>{_esc(name)}_missing</code> is 1 on the missing rows: {shares}</p>")
     if params.get("vocab_size") is not None:
-        parts.append(f"<p>vocab_size {_num(params['vocab_size'])}</p>")
+        parts.append(f"<p>vocab_size {_esc(_num(params['vocab_size']))}</p>")
     rows = []
     for s in splits:
         d = feat["splits"].get(s) or {}
@@ -355,7 +373,7 @@ def render_html(report: Mapping[str, Any]) -> str:
     body.append("<h2>features in detail</h2>")
     body += [_feature_section(name, feat, splits, report) for name, feat in report["features"].items()]
     rej = report["rejections"]
-    body.append(f"<h2>rejected records: {_num(rej.get('count', 0))}</h2>")
+    body.append(f"<h2>rejected records: {_esc(_num(rej.get('count', 0)))}</h2>")
     if rej.get("groups"):
         rows = []
         for g in rej["groups"]:
@@ -366,6 +384,27 @@ def render_html(report: Mapping[str, Any]) -> str:
     body.append("<h2>input files</h2>" + _table(
         ["file", "read", *splits, "rejected"],
         [[f["path"], f["read"], *(f["written"].get(s) for s in splits), f["rejected"]] for f in report["files"]]))
-    data = json.dumps({"output": report["output"], "features_over": over}).replace("</", "<\\/")
-    return (template.replace("{{title}}", _esc(f"recordprep report: {report['output']}"))
-            .replace("{{body}}", "\n".join(body)).replace("{{data}}", data))
+    return _fill(template, title=_esc(f"recordprep report: {report['output']}"), body="\n".join(body),
+                 data=_script_json({"output": report["output"], "features_over": over}))
+
+
+#: The template's placeholders; each appears exactly once, in the place its escaping is for.
+_PLACEHOLDER = re.compile(r"\{\{(title|body|data)\}\}")
+#: What JSON text must not hold inside ``<script type="application/json">``: ``<``
+#: (``</script>``, ``<!--``), ``>`` and ``&`` (for good measure), U+2028/U+2029
+#: (line ends to JavaScript). All are inside strings there, where ``\\uXXXX`` means the same.
+_SCRIPT_UNSAFE = str.maketrans({c: f"\\u{ord(c):04x}" for c in "<>&\u2028\u2029"})
+
+
+def _script_json(value: Any) -> str:
+    """``value`` as JSON text safe inside ``<script type="application/json">``; the page reads it with JSON.parse."""
+    return json.dumps(value, allow_nan=False, default=str).translate(_SCRIPT_UNSAFE)
+
+
+def _fill(template: str, **values: str) -> str:
+    """One pass over the template: each placeholder replaced once by its (already escaped)
+    value. The values are not scanned again, so data holding ``{{data}}`` stays text."""
+    found = sorted(_PLACEHOLDER.findall(template))
+    if found != sorted(values):
+        raise AssertionError(f"report_template.html has placeholders {found}, expected one each of {sorted(values)}")
+    return _PLACEHOLDER.sub(lambda m: values[m.group(1)], template)

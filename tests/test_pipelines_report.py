@@ -5,15 +5,13 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import os
-import shutil
 import subprocess
-import tempfile
 import urllib.request
 from pathlib import Path
 
 import fastavro
 import pytest
+from _browser import _chromium, _Page
 from _pipelines_data import make_records, write_dataset
 from typer.testing import CliRunner
 
@@ -97,67 +95,6 @@ def test_a_damaged_stats_file_is_named(data, tmp_path):
 
 
 # ------------------------------------------------------------ real Chromium
-
-
-#: Why this session's install of Chromium failed: later tests skip at once instead of
-#: retrying it. Kept per session, not on disk: a registry that was down may be back next run.
-_install_failed: list[str] = []
-
-
-def _chromium() -> str:
-    """The Chromium binary; installs Debian's package when allowed, else skips saying why."""
-    found = shutil.which("chromium") or shutil.which("chromium-browser")
-    if found:
-        return found
-    if os.geteuid() != 0 or not shutil.which("apt-get"):
-        pytest.skip("no chromium on PATH and no rights to `apt-get install -y chromium`: install it to run this test")
-    if _install_failed:
-        pytest.skip(_install_failed[0])
-    log = Path(tempfile.gettempdir()) / "recordprep-chromium-install.failed"
-    # A new machine's package lists may be missing or name versions the mirror no longer has
-    # (404): the lists are refreshed first, as Debian's own instructions do.
-    u = subprocess.run(["apt-get", "update"], capture_output=True, text=True, timeout=600)
-    r = subprocess.run(["apt-get", "install", "-y", "chromium"], capture_output=True, text=True, timeout=900)
-    if r.returncode != 0 or not shutil.which("chromium"):
-        log.write_text(u.stdout[-2000:] + u.stderr[-2000:] + r.stdout[-4000:] + r.stderr[-4000:])
-        _install_failed.append(f"`apt-get install -y chromium` failed (exit {r.returncode}); output kept in {log}")
-        pytest.skip(_install_failed[0])
-    return shutil.which("chromium")  # type: ignore[return-value]
-
-
-class _Page:
-    """One Chrome DevTools Protocol session on a page target (websockets client)."""
-
-    def __init__(self, ws):
-        self.ws, self.n, self.events = ws, 0, []
-
-    async def call(self, method: str, **params):
-        self.n += 1
-        my = self.n
-        await self.ws.send(json.dumps({"id": my, "method": method, "params": params}))
-        while True:
-            msg = json.loads(await asyncio.wait_for(self.ws.recv(), 30))
-            if msg.get("id") == my:
-                if "error" in msg:
-                    raise RuntimeError(f"{method}: {msg['error']}")
-                return msg.get("result", {})
-            self.events.append(msg)
-
-    async def wait_for(self, method: str, timeout: float = 30):
-        for e in self.events:
-            if e.get("method") == method:
-                return e
-        while True:
-            msg = json.loads(await asyncio.wait_for(self.ws.recv(), timeout))
-            self.events.append(msg)
-            if msg.get("method") == method:
-                return msg
-
-    async def eval(self, expr: str):
-        r = await self.call("Runtime.evaluate", expression=expr, returnByValue=True)
-        if "exceptionDetails" in r:
-            raise RuntimeError(f"{expr}: {r['exceptionDetails']}")
-        return r["result"].get("value")
 
 
 def _bench_avro(path: Path, n: int = 3000) -> None:
