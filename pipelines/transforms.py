@@ -40,9 +40,11 @@ import gc
 import gzip
 import json
 import logging
+import os
 import pickle
 import queue
 import struct
+import tempfile
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -594,6 +596,8 @@ _SPILL_BYTES = 4 << 20
 #: Framed records a gathering shard holds at once; a larger bucket is split
 #: into key ranges of at most about this size.
 _GATHER_BYTES = 16 << 20
+#: Most bytes of a scatter file read at once (adjacent frames of one bucket together).
+_READ_BYTES = 8 << 20
 #: Records per write of a gathered shard.
 _GATHER_CHUNK = 2048
 _FRAME_HEAD = struct.Struct("<I")
@@ -650,8 +654,10 @@ class _Scatter:
 
     def __init__(self, path: str, unit: int, num_shards: int, seed: int):
         self.path, self.unit, self.num_shards, self.seed = path, unit, num_shards, seed
-        self.f = FileSystems.create(path, mime_type="application/octet-stream", compression_type="uncompressed")
         self._lz4 = _lz4_temp(path)
+        # Remote: spills go to a local file first, copied out bucket by bucket at ``close``.
+        self.f = (tempfile.TemporaryFile(prefix="recordprep-scatter-") if self._lz4 else
+                  FileSystems.create(path, mime_type="application/octet-stream", compression_type="uncompressed"))
         self.index: dict[int, list[tuple[int, int, int, int]]] = {}
         self._pos = 0
         self._pending: dict[int, list[tuple[memoryview, np.ndarray, np.ndarray]]] = {}
@@ -693,6 +699,8 @@ class _Scatter:
         try:
             self._spill()
             self._bg.close()
+            if self._lz4:
+                self.index = _copy_by_bucket(self.f, self.index, self.path)
         finally:
             self.f.close()
         return {"path": self.path, "index": self.index, "input_bytes": input_bytes}
@@ -716,13 +724,89 @@ def _write_frame(f: Any, keys: np.ndarray, flens: np.ndarray, records: list[Any]
     return _FRAME_HEAD.size + 12 * len(keys) + raw, raw
 
 
+def _copy_by_bucket(local: Any, index: dict[int, list[tuple[int, int, int, int]]],
+                    path: str) -> dict[int, list[tuple[int, int, int, int]]]:
+    """Copy the spilled frames in ``local`` to ``path``, each bucket's frames back to back
+    (in their order); returns the index of ``path``."""
+    out: dict[int, list[tuple[int, int, int, int]]] = {}
+    pos = 0
+    f = FileSystems.create(path, mime_type="application/octet-stream", compression_type="uncompressed")
+    try:
+        for g in sorted(index):
+            for offset, size, n, raw in index[g]:
+                local.seek(offset)
+                data = local.read(size)
+                if len(data) != size:
+                    raise ConversionFailed(f"the local spill of {path} is truncated (disk full?); re-run the conversion")
+                f.write(data)
+                out.setdefault(g, []).append((pos, size, n, raw))
+                pos += size
+    finally:
+        f.close()
+    return out
+
+
+def _runs(frames: list[tuple[int, int, int, int]]) -> Iterator[tuple[int, int, list[tuple[int, int, int, int]]]]:
+    """``(offset, size, frames)`` of each read of ``frames``: adjacent frames together, up to
+    ``_READ_BYTES`` a read (a frame larger than that is one read of its own)."""
+    run: list[tuple[int, int, int, int]] = []
+    start = end = 0
+    for fr in frames:
+        if run and (fr[0] != end or end - start + fr[1] > _READ_BYTES):
+            yield start, end - start, run
+            run = []
+        if not run:
+            start = end = fr[0]
+        run.append(fr)
+        end += fr[1]
+    if run:
+        yield start, end - start, run
+
+
+_GCS_CLIENTS: dict[str | None, Any] = {}
+_GCS_LOCK = threading.Lock()
+
+
+def _gcs_client(path: str) -> Any:
+    """Beam's storage client for ``path``, one per process and endpoint (making one takes
+    a credential lookup; ``STORAGE_EMULATOR_HOST`` is the endpoint of the test emulator)."""
+    key = os.environ.get("STORAGE_EMULATOR_HOST")
+    with _GCS_LOCK:
+        if key not in _GCS_CLIENTS:
+            gcsio = getattr(FileSystems.get_filesystem(path), "_gcsIO", None)
+            _GCS_CLIENTS[key] = gcsio().client if gcsio is not None else None
+        return _GCS_CLIENTS[key]
+
+
+def _ranged_reader(path: str) -> Callable[[int, int], bytes]:
+    """``read(offset, size)``: one request per call on gs:// (Beam's reader would fetch 16 MB
+    from ``offset`` on, whatever was asked), a seek and a read elsewhere."""
+    client = _gcs_client(path) if path.startswith("gs://") else None
+    if client is not None:
+        bucket, name = path[len("gs://"):].split("/", 1)
+        blob = client.bucket(bucket).blob(name)
+
+        def read_gcs(offset: int, size: int) -> bytes:
+            return blob.download_as_bytes(start=offset, end=offset + size - 1, raw_download=True, checksum=None)
+        return read_gcs
+    f = FileSystems.open(path, compression_type="uncompressed")
+
+    def read_fs(offset: int, size: int) -> bytes:
+        f.seek(offset)
+        return f.read(size)
+    return read_fs
+
+
 def _read_frames(path: str, frames: list[tuple[int, int, int, int]],
                  into: memoryview | None = None) -> Iterator[tuple[np.ndarray, np.ndarray, memoryview]]:
     """``(order keys, framed lengths, framed records)`` of the frames of one scatter file
     (views of the frame's payload: no copy). With ``into``, the frames' records go
     to it back to back, a raw frame's read straight into it, and the views are of it."""
     compressed = _lz4_temp(path)
-    direct = into is not None and not compressed
+    if compressed:
+        yield from _read_lz4_frames(path, frames, into)
+        return
+    direct = into is not None
     at = 0
     with FileSystems.open(path, compression_type="uncompressed") as f:
         for offset, size, n, raw in frames:
@@ -750,6 +834,36 @@ def _read_frames(path: str, frames: list[tuple[int, int, int, int]],
                 records = into[at:at + raw]
                 at += raw
             yield keys, flens.astype(np.int64), records
+
+
+def _read_lz4_frames(path: str, frames: list[tuple[int, int, int, int]],
+                     into: memoryview | None) -> Iterator[tuple[np.ndarray, np.ndarray, memoryview]]:
+    """:func:`_read_frames` of a remote temp file: adjacent frames in one ranged read (:func:`_runs`)."""
+    read = _ranged_reader(path)
+    at = 0
+    for offset, size, run in _runs(frames):
+        data = memoryview(read(offset, size))
+        if len(data) != size:
+            raise ConversionFailed(f"temp file {path} is truncated or damaged; re-run the conversion")
+        pos = offset
+        for fo, fsize, n, raw in run:
+            try:
+                payload = lz4.frame.decompress(data[fo - offset:fo - offset + fsize])
+            except RuntimeError:
+                payload = b""
+            head = _FRAME_HEAD.size + 12 * n
+            if len(payload) != head + raw or _FRAME_HEAD.unpack_from(payload)[0] != n:
+                raise ConversionFailed(f"temp file {path} is truncated or damaged; re-run the conversion")
+            pos += fsize
+            keys = np.frombuffer(payload, dtype="<u8", count=n, offset=_FRAME_HEAD.size)
+            flens = np.frombuffer(payload, dtype="<u4", count=n, offset=_FRAME_HEAD.size + 8 * n)
+            records = memoryview(payload)[head:]
+            if into is not None:
+                into[at:at + raw] = records
+                records = into[at:at + raw]
+                at += raw
+            yield keys, flens.astype(np.int64), records
+        del data
 
 
 class _GatherShard(beam.DoFn):

@@ -376,12 +376,16 @@ class LatencyProxyHandler(socketserver.StreamRequestHandler):
         sock.sendall(("\r\n".join(head) + "\r\n\r\n").encode("latin-1"))
         kind = object_kind(path)
         state.count(f"{method} {kind}")
+        if rng:
+            state.count(f"GET range {kind}")
         state.count("bytes_in", len(body))
         state.count(f"bytes_in {kind}", len(body))
         if method != "HEAD":
             self._paced_send(sock, data, state, factor)
             state.count("bytes_out", len(data))
             state.count(f"bytes_out {kind}", len(data))
+            if rng:
+                state.count(f"bytes_out range {kind}", len(data))
         return keep_alive
 
     @staticmethod
