@@ -598,6 +598,9 @@ _SPILL_BYTES = 4 << 20
 _GATHER_BYTES = 16 << 20
 #: Most bytes of a scatter file read at once (adjacent frames of one bucket together).
 _READ_BYTES = 8 << 20
+#: Scatter bytes per bucket a group of units' merged file holds at least (remote temp
+#: files): a gathering shard's reads then average at least this.
+_FAN_IN_READ_BYTES = 1 << 20
 #: Records per write of a gathered shard.
 _GATHER_CHUNK = 2048
 _FRAME_HEAD = struct.Struct("<I")
@@ -1052,12 +1055,71 @@ class GatherShards(beam.PTransform):
         # Only the scatter indexes ride to the gather: the unit results' other
         # parts (per-file counts, statistics) are the commit's.
         indexes = self.results | "ScatterIndexes" >> beam.Map(_scatter_index)
+        if _lz4_temp(self.options.output):  # remote temp files: merge units until reads are large
+            buckets = self.num_shards * len(self.options.splits.names)
+            indexes = (indexes | "AllIndexes" >> beam.Map(lambda r: (None, r)) | "Collect" >> beam.GroupByKey()
+                       | "FanInGroups" >> beam.FlatMapTuple(lambda _, rs: fan_in_groups(list(rs), buckets))
+                       | "SpreadGroups" >> beam.Reshuffle()
+                       | "MergeScatter" >> beam.Map(_merge_scatter, self.options))
         return shards | "GatherShard" >> beam.ParDo(_GatherShard(self.options, self.num_shards, self.parallel),
                                                     beam.pvalue.AsList(indexes))
 
 
 def _scatter_index(result: dict) -> dict:
     return {"unit": result["unit"], "scatter": result["scatter"]}
+
+
+def _scatter_bytes(result: dict) -> int:
+    sc = result["scatter"]
+    return sum(fr[1] for frames in sc["index"].values() for fr in frames) if sc else 0
+
+
+def fan_in_groups(results: list[dict], buckets: int) -> Iterator[list[dict]]:
+    """Consecutive units (in unit order) grouped until a group's scatter bytes reach
+    ``_FAN_IN_READ_BYTES`` per bucket, so a gathering shard's read of one group's bucket
+    averages at least that (the last group may be smaller). Units without a scatter
+    file pass alone."""
+    target = _FAN_IN_READ_BYTES * buckets
+    group: list[dict] = []
+    size = 0
+    for r in sorted(results, key=lambda r: r["unit"]):
+        if r["scatter"] is None:
+            yield [r]
+            continue
+        group.append(r)
+        size += _scatter_bytes(r)
+        if size >= target:
+            yield group
+            group, size = [], 0
+    if group:
+        yield group
+
+
+def _merge_scatter(group: list[dict], options: ConvertOptions) -> dict:
+    """One scatter file of a group of units: each unit's file read whole (reads of
+    ``_READ_BYTES``) to local disk, then written bucket by bucket, the units' frames of a
+    bucket in unit order (the order the gather's ties keep). A group of one is itself."""
+    if len(group) == 1:
+        return group[0]
+    first = group[0]["unit"]
+    path = FileSystems.join(options.output, TMP_DIR, f"scatter-group-{first:05d}-{uuid.uuid4().hex[:8]}.bin")
+    with tempfile.TemporaryFile(prefix="recordprep-merge-") as local:
+        index: dict[int, list[tuple[int, int, int, int]]] = {}
+        for r in group:
+            sc = r["scatter"]
+            total, base = _scatter_bytes(r), local.tell()
+            read = _ranged_reader(sc["path"])
+            for at in range(0, total, _READ_BYTES):
+                data = read(at, min(_READ_BYTES, total - at))
+                if len(data) != min(_READ_BYTES, total - at):
+                    raise ConversionFailed(f"temp file {sc['path']} is truncated or damaged; re-run the conversion")
+                local.write(data)
+            for g, frames in sc["index"].items():
+                index.setdefault(g, []).extend((base + o, size, n, raw) for o, size, n, raw in frames)
+        local.flush()
+        merged = _copy_by_bucket(local, index, path)
+    return {"unit": first, "scatter": {"path": path, "index": merged,
+                                       "input_bytes": sum(r["scatter"].get("input_bytes", 0) for r in group)}}
 
 
 class _UnitOutput:

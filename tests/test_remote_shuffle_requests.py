@@ -1,7 +1,9 @@
 """The shuffle's requests on gs:// (issue 38): counted by the latency proxy of
-``tests/_remote.py`` (Beam reaching the emulator through it), each scatter
-byte read once, one ranged read per (unit, split, bucket), and the shards the
-same bytes as a local run's."""
+``tests/_remote.py`` (Beam reaching the emulator through it). Each unit's
+scatter file holds a bucket's frames back to back; consecutive units are
+merged into groups until a bucket of a group is at least ``_FAN_IN_READ_BYTES``;
+every read is one ranged GET of exactly what it needs; and the shards are the
+same bytes as a local run's (no fan-in there) whatever the grouping."""
 
 from __future__ import annotations
 
@@ -15,39 +17,61 @@ from pipelines.options import ConvertOptions
 
 pytestmark = pytest.mark.slow
 
+SPLITS = 2  # train, eval
+SHARDS = 4
 
-def test_each_scatter_byte_is_read_once_in_one_read_per_unit_and_bucket(remote_stack, tmp_path, monkeypatch):  # noqa: F811
-    data = write_dataset(tmp_path / "data", make_records(3000, seed=11))
-    monkeypatch.setattr(transforms, "_SPILL_BYTES", 16 << 10)  # many spills per unit, as at scale
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    root = tmp_path_factory.mktemp("requests")
+    data = write_dataset(root / "data", make_records(3000, seed=11))
+    opts = {"inputs": (str(data["avro"]),), "config": str(data["config"]), "num_shards": SHARDS, "batch_size": 100}
+    local = root / "local"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(transforms, "_SPILL_BYTES", 16 << 10)
+        run_convert(ConvertOptions(output=str(local), **opts))
+    return opts, local
+
+
+@pytest.mark.parametrize("fan_in_bytes", [1, 10 << 10, 1 << 20], ids=["units-alone", "pairs", "one-group"])
+def test_scatter_reads_follow_the_formula_and_shards_are_the_same_bytes(dataset, remote_stack, monkeypatch,  # noqa: F811
+                                                                        fan_in_bytes):
+    opts, local = dataset
+    monkeypatch.setattr(transforms, "_SPILL_BYTES", 16 << 10)  # several spills per unit, as at scale
+    monkeypatch.setattr(transforms, "_FAN_IN_READ_BYTES", fan_in_bytes)
     written: list[dict] = []
     close = transforms._Scatter.close
 
     def recording_close(self, input_bytes):
-        result = close(self, input_bytes)
-        written.append(result)
-        return result
+        written.append(close(self, input_bytes))
+        return written[-1]
 
     monkeypatch.setattr(transforms._Scatter, "close", recording_close)
-    opts = {"inputs": (str(data["avro"]),), "config": str(data["config"]), "num_shards": 4, "batch_size": 100}
-    local = tmp_path / "local"
-    run_convert(ConvertOptions(output=str(local), **opts))
-    written.clear()
-
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", remote_stack.env(counted=True)["STORAGE_EMULATOR_HOST"])
+    out = f"requests/{fan_in_bytes}"
     remote_stack.proxy_stats(reset=True)
-    run_convert(ConvertOptions(output=f"gs://{remote_stack.bucket}/requests/out", **opts))
+    run_convert(ConvertOptions(output=f"gs://{remote_stack.bucket}/{out}", **opts))
     counts = remote_stack.proxy_stats()["counts"]
 
-    spans = [frames for r in written for frames in r["index"].values()]
-    assert sum(len(f) for f in spans) > 2 * len(spans)  # several spills per (unit, bucket)
-    scatter_bytes = sum(fr[1] for frames in spans for fr in frames)
-    # The formula: one ranged GET per (unit, split, bucket) span (each under _READ_BYTES),
-    # and every byte read once (no read-ahead past the span).
-    assert counts["GET range scatter"] == len(spans)
-    assert counts["bytes_out range scatter"] == scatter_bytes
+    units = [{"unit": int(r["path"].split("scatter-")[1][:5]), "scatter": r} for r in written]
+    assert sum(len(f) for r in written for f in r["index"].values()) > 2 * SHARDS * SPLITS * len(written)  # spills
+    groups = list(transforms.fan_in_groups(units, SHARDS * SPLITS))
+    merged = [u for g in groups if len(g) > 1 for u in g]
+    # The formula: a merged unit's file is read whole (one GET: each is under _READ_BYTES), then
+    # one GET per (group, split, bucket); no byte is read twice within a pass.
+    expected_gets = len(merged) + sum(len({b for u in g for b in u["scatter"]["index"]}) for g in groups)
+    assert counts["GET range scatter"] == expected_gets
+    scatter = sum(transforms._scatter_bytes(u) for u in units)
+    assert counts["bytes_out range scatter"] == scatter + sum(transforms._scatter_bytes(u) for u in merged)
+    assert len(groups) == {1: len(units), 10 << 10: len(units) // 2, 1 << 20: 1}[fan_in_bytes]
+
     bucket = remote_stack.storage_client().bucket(remote_stack.bucket)
-    for p in sorted(local.glob("*.tfrecord.gz")):
-        assert bucket.blob(f"requests/out/{p.name}").download_as_bytes() == p.read_bytes(), p.name
-    out_bytes = sum(p.stat().st_size for p in local.glob("*.tfrecord.gz"))
-    print(f"scatter GETs {counts['GET scatter']}, requests {counts['requests']}, per GB written {counts['requests'] / (out_bytes / 1e9):.0f}; "
-          f"scatter reads {counts['GET range scatter']} averaging {scatter_bytes / len(spans):.0f} bytes")
+    shards = sorted(local.glob("*.tfrecord.gz"))
+    assert len(shards) == SHARDS * SPLITS
+    for p in shards:
+        assert bucket.blob(f"{out}/{p.name}").download_as_bytes() == p.read_bytes(), p.name
+    out_bytes = sum(p.stat().st_size for p in shards)
+    gathers = expected_gets - len(merged)
+    print(f"\n{fan_in_bytes}: requests {counts['requests']} ({counts['requests'] / (out_bytes / 1e9):,.0f} per GB "
+          f"written), scatter reads {counts['GET range scatter']}, gather reads {gathers} averaging "
+          f"{scatter / gathers:,.0f} bytes")
