@@ -727,32 +727,56 @@ def _write_frame(f: Any, keys: np.ndarray, flens: np.ndarray, records: list[Any]
     return _FRAME_HEAD.size + 12 * len(keys) + raw, raw
 
 
-def _copy_by_bucket(local: Any, index: dict[int, list[tuple[int, int, int, int]]],
-                    path: str) -> dict[int, list[tuple[int, int, int, int]]]:
-    """Copy the spilled frames in ``local`` to ``path``, each bucket's frames back to back
-    (in their order); returns the index of ``path``."""
-    out: dict[int, list[tuple[int, int, int, int]]] = {}
+_Index = dict[int, list[tuple[int, ...]]]  # split * num_shards + bucket -> its frames or its block
+_BLOCK_HEAD = struct.Struct("<I")
+_BLOCK_FRAME = struct.Struct("<QIQ")
+
+
+def _copy_by_bucket(local: Any, index: _Index, path: str) -> _Index:
+    """Write the frames of ``index`` (offsets in ``local``) to ``path`` as one block per bucket
+    (see the shuffle's notes above); returns the index of ``path``: one entry per bucket."""
+    out: _Index = {}
     pos = 0
     f = FileSystems.create(path, mime_type="application/octet-stream", compression_type="uncompressed")
     try:
         for g in sorted(index):
-            for offset, size, n, raw in index[g]:
+            frames = index[g]
+            head = _BLOCK_HEAD.pack(len(frames)) + b"".join(_BLOCK_FRAME.pack(fs, n, raw) for _, fs, n, raw in frames)
+            f.write(head)
+            for offset, size, _, _ in frames:
                 local.seek(offset)
                 data = local.read(size)
                 if len(data) != size:
-                    raise ConversionFailed(f"the local spill of {path} is truncated (disk full?); re-run the conversion")
+                    raise ConversionFailed(f"the local copy of {path} is truncated (disk full?); re-run the conversion")
                 f.write(data)
-                out.setdefault(g, []).append((pos, size, n, raw))
-                pos += size
+            size = len(head) + sum(fr[1] for fr in frames)
+            out[g] = [(pos, size, sum(fr[2] for fr in frames), sum(fr[3] for fr in frames), len(frames))]
+            pos += size
     finally:
         f.close()
     return out
 
 
-def _runs(frames: list[tuple[int, int, int, int]]) -> Iterator[tuple[int, int, list[tuple[int, int, int, int]]]]:
-    """``(offset, size, frames)`` of each read of ``frames``: adjacent frames together, up to
-    ``_READ_BYTES`` a read (a frame larger than that is one read of its own)."""
-    run: list[tuple[int, int, int, int]] = []
+def _block_frames(head: Any, block: tuple[int, ...], path: str) -> list[tuple[int, int, int, int]]:
+    """The frames of ``block`` (an index entry ``(offset, size, records, raw bytes, frames)``)
+    from its first bytes ``head``: ``(offset, size, records, raw bytes)`` each."""
+    k = block[4]
+    need = _BLOCK_HEAD.size + _BLOCK_FRAME.size * k
+    if len(head) < need or _BLOCK_HEAD.unpack_from(head)[0] != k:
+        raise ConversionFailed(f"temp file {path} is truncated or damaged; re-run the conversion")
+    frames, at = [], block[0] + need
+    for size, n, raw in _BLOCK_FRAME.iter_unpack(bytes(head[_BLOCK_HEAD.size:need])):
+        frames.append((at, size, n, raw))
+        at += size
+    if at != block[0] + block[1]:
+        raise ConversionFailed(f"temp file {path} is truncated or damaged; re-run the conversion")
+    return frames
+
+
+def _runs(frames: list[tuple[int, ...]]) -> Iterator[tuple[int, int, list[tuple[int, ...]]]]:
+    """``(offset, size, entries)`` of each read of index entries (frames or blocks): adjacent
+    ones together, up to ``_READ_BYTES`` a read (a larger one is a read of its own)."""
+    run: list[tuple[int, ...]] = []
     start = end = 0
     for fr in frames:
         if run and (fr[0] != end or end - start + fr[1] > _READ_BYTES):
@@ -839,33 +863,39 @@ def _read_frames(path: str, frames: list[tuple[int, int, int, int]],
             yield keys, flens.astype(np.int64), records
 
 
-def _read_lz4_frames(path: str, frames: list[tuple[int, int, int, int]],
+def _read_lz4_frames(path: str, entries: list[tuple[int, ...]],
                      into: memoryview | None) -> Iterator[tuple[np.ndarray, np.ndarray, memoryview]]:
-    """:func:`_read_frames` of a remote temp file: adjacent frames in one ranged read (:func:`_runs`)."""
+    """:func:`_read_frames` of a remote temp file: adjacent entries in one ranged read
+    (:func:`_runs`); a block larger than ``_READ_BYTES`` is read as its frames, after its header."""
     read = _ranged_reader(path)
+    items: list[tuple[int, ...]] = []
+    for e in entries:
+        if len(e) == 5 and e[1] > _READ_BYTES:
+            items.extend(_block_frames(read(e[0], _BLOCK_HEAD.size + _BLOCK_FRAME.size * e[4]), e, path))
+        else:
+            items.append(e)
     at = 0
-    for offset, size, run in _runs(frames):
+    for offset, size, run in _runs(items):
         data = memoryview(read(offset, size))
         if len(data) != size:
             raise ConversionFailed(f"temp file {path} is truncated or damaged; re-run the conversion")
-        pos = offset
-        for fo, fsize, n, raw in run:
-            try:
-                payload = lz4.frame.decompress(data[fo - offset:fo - offset + fsize])
-            except RuntimeError:
-                payload = b""
-            head = _FRAME_HEAD.size + 12 * n
-            if len(payload) != head + raw or _FRAME_HEAD.unpack_from(payload)[0] != n:
-                raise ConversionFailed(f"temp file {path} is truncated or damaged; re-run the conversion")
-            pos += fsize
-            keys = np.frombuffer(payload, dtype="<u8", count=n, offset=_FRAME_HEAD.size)
-            flens = np.frombuffer(payload, dtype="<u4", count=n, offset=_FRAME_HEAD.size + 8 * n)
-            records = memoryview(payload)[head:]
-            if into is not None:
-                into[at:at + raw] = records
-                records = into[at:at + raw]
-                at += raw
-            yield keys, flens.astype(np.int64), records
+        for e in run:
+            for fo, fsize, n, raw in (_block_frames(data[e[0] - offset:], e, path) if len(e) == 5 else [e]):
+                try:
+                    payload = lz4.frame.decompress(data[fo - offset:fo - offset + fsize])
+                except RuntimeError:
+                    payload = b""
+                head = _FRAME_HEAD.size + 12 * n
+                if len(payload) != head + raw or _FRAME_HEAD.unpack_from(payload)[0] != n:
+                    raise ConversionFailed(f"temp file {path} is truncated or damaged; re-run the conversion")
+                keys = np.frombuffer(payload, dtype="<u8", count=n, offset=_FRAME_HEAD.size)
+                flens = np.frombuffer(payload, dtype="<u4", count=n, offset=_FRAME_HEAD.size + 8 * n)
+                records = memoryview(payload)[head:]
+                if into is not None:
+                    into[at:at + raw] = records
+                    records = into[at:at + raw]
+                    at += raw
+                yield keys, flens.astype(np.int64), records
         del data
 
 
@@ -1069,6 +1099,10 @@ def _scatter_index(result: dict) -> dict:
     return {"unit": result["unit"], "scatter": result["scatter"]}
 
 
+def _without_scatter_index(result: dict) -> dict:
+    return {**result, "scatter": None}
+
+
 def _scatter_bytes(result: dict) -> int:
     sc = result["scatter"]
     return sum(fr[1] for frames in sc["index"].values() for fr in frames) if sc else 0
@@ -1107,15 +1141,19 @@ def _merge_scatter(group: list[dict], options: ConvertOptions) -> dict:
         index: dict[int, list[tuple[int, int, int, int]]] = {}
         for r in group:
             sc = r["scatter"]
-            total, base = _scatter_bytes(r), local.tell()
+            total, base = _scatter_bytes(r), local.seek(0, os.SEEK_END)
             read = _ranged_reader(sc["path"])
             for at in range(0, total, _READ_BYTES):
                 data = read(at, min(_READ_BYTES, total - at))
                 if len(data) != min(_READ_BYTES, total - at):
                     raise ConversionFailed(f"temp file {sc['path']} is truncated or damaged; re-run the conversion")
                 local.write(data)
-            for g, frames in sc["index"].items():
-                index.setdefault(g, []).extend((base + o, size, n, raw) for o, size, n, raw in frames)
+            for g, blocks in sc["index"].items():
+                for blk in blocks:  # a unit's file: one block per bucket
+                    local.seek(base + blk[0])
+                    head = local.read(_BLOCK_HEAD.size + _BLOCK_FRAME.size * blk[4])
+                    frames = _block_frames(head, (base + blk[0], *blk[1:]), sc["path"])
+                    index.setdefault(g, []).extend(frames)
         local.flush()
         merged = _copy_by_bucket(local, index, path)
     return {"unit": first, "scatter": {"path": path, "index": merged,
@@ -1709,5 +1747,7 @@ class CommitOutput(beam.PTransform):
 
     def expand(self, stats):
         shards = () if self.gathered is None else (beam.pvalue.AsList(self.gathered),)
-        return stats | "Commit" >> beam.ParDo(_Commit(self.config, self.options, self.ctx), beam.pvalue.AsList(self.results),
+        # The scatter indexes are the gather's (they grow with units x buckets), not the commit's.
+        results = self.results | "CommitResults" >> beam.Map(_without_scatter_index)
+        return stats | "Commit" >> beam.ParDo(_Commit(self.config, self.options, self.ctx), beam.pvalue.AsList(results),
                                               beam.pvalue.AsSingleton(self.analysis), *shards)

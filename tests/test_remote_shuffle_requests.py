@@ -47,6 +47,14 @@ def test_scatter_reads_follow_the_formula_and_shards_are_the_same_bytes(dataset,
         return written[-1]
 
     monkeypatch.setattr(transforms._Scatter, "close", recording_close)
+    gathered_from: dict[int, dict] = {}  # what the gather read: the groups' (or units') files
+    write_shard = transforms._GatherShard._write_shard
+
+    def recording_write_shard(self, shard, results):
+        gathered_from.update((r["unit"], r) for r in results)
+        return write_shard(self, shard, results)
+
+    monkeypatch.setattr(transforms._GatherShard, "_write_shard", recording_write_shard)
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", remote_stack.env(counted=True)["STORAGE_EMULATOR_HOST"])
     out = f"requests/{fan_in_bytes}"
     remote_stack.proxy_stats(reset=True)
@@ -54,15 +62,18 @@ def test_scatter_reads_follow_the_formula_and_shards_are_the_same_bytes(dataset,
     counts = remote_stack.proxy_stats()["counts"]
 
     units = [{"unit": int(r["path"].split("scatter-")[1][:5]), "scatter": r} for r in written]
-    assert sum(len(f) for r in written for f in r["index"].values()) > 2 * SHARDS * SPLITS * len(written)  # spills
+    # One index entry per (unit, bucket) however many spills: a block listing the spills' frames.
+    assert all(len(e) == 1 and e[0][4] > 2 for r in written for e in r["index"].values())
     groups = list(transforms.fan_in_groups(units, SHARDS * SPLITS))
     merged = [u for g in groups if len(g) > 1 for u in g]
     # The formula: a merged unit's file is read whole (one GET: each is under _READ_BYTES), then
     # one GET per (group, split, bucket); no byte is read twice within a pass.
     expected_gets = len(merged) + sum(len({b for u in g for b in u["scatter"]["index"]}) for g in groups)
+    # (one per unit of a group and bucket: not as many as the units' spills)
     assert counts["GET range scatter"] == expected_gets
-    scatter = sum(transforms._scatter_bytes(u) for u in units)
-    assert counts["bytes_out range scatter"] == scatter + sum(transforms._scatter_bytes(u) for u in merged)
+    assert len(gathered_from) == len(groups)
+    gathered = sum(transforms._scatter_bytes(g) for g in gathered_from.values())
+    assert counts["bytes_out range scatter"] == gathered + sum(transforms._scatter_bytes(u) for u in merged)
     assert len(groups) == {1: len(units), 10 << 10: len(units) // 2, 1 << 20: 1}[fan_in_bytes]
 
     bucket = remote_stack.storage_client().bucket(remote_stack.bucket)
@@ -70,8 +81,23 @@ def test_scatter_reads_follow_the_formula_and_shards_are_the_same_bytes(dataset,
     assert len(shards) == SHARDS * SPLITS
     for p in shards:
         assert bucket.blob(f"{out}/{p.name}").download_as_bytes() == p.read_bytes(), p.name
+
     out_bytes = sum(p.stat().st_size for p in shards)
     gathers = expected_gets - len(merged)
     print(f"\n{fan_in_bytes}: requests {counts['requests']} ({counts['requests'] / (out_bytes / 1e9):,.0f} per GB "
           f"written), scatter reads {counts['GET range scatter']}, gather reads {gathers} averaging "
-          f"{scatter / gathers:,.0f} bytes")
+          f"{gathered / gathers:,.0f} bytes")
+
+
+def test_blocks_larger_than_a_read_are_read_in_pieces_with_the_same_bytes(dataset, remote_stack, monkeypatch):  # noqa: F811
+    opts, local = dataset
+    monkeypatch.setattr(transforms, "_SPILL_BYTES", 16 << 10)
+    monkeypatch.setattr(transforms, "_READ_BYTES", 4 << 10)  # under a block: header, then runs of frames
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", remote_stack.env(counted=True)["STORAGE_EMULATOR_HOST"])
+    remote_stack.proxy_stats(reset=True)
+    run_convert(ConvertOptions(output=f"gs://{remote_stack.bucket}/requests/pieces", **opts))
+    counts = remote_stack.proxy_stats()["counts"]
+    assert counts["GET range of 4096 bytes"] > 0  # the merge's reads of whole files, in pieces
+    bucket = remote_stack.storage_client().bucket(remote_stack.bucket)
+    for p in sorted(local.glob("*.tfrecord.gz")):
+        assert bucket.blob(f"requests/pieces/{p.name}").download_as_bytes() == p.read_bytes(), p.name
