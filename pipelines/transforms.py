@@ -588,6 +588,24 @@ class _Writer:
 # into a temp file of its own (one pass), then each range is sorted in
 # memory: a gathering shard holds one range whatever the input's size, and
 # the output is the same however many ranges there are.
+#
+# On a remote file system (gs://, where every read is a request with a round
+# trip of tens of milliseconds) the layout and reads are sized for requests
+# (docs/architecture.md#the-shuffle-on-object-stores):
+# - a unit spills to a local file and, at close, writes its scatter file as
+#   one *block* per (split, bucket), in bucket order: ``uint32`` frame count
+#   ``k``, ``k`` x (``uint64`` frame size, ``uint32`` records, ``uint64``
+#   raw bytes), then the ``k`` LZ4 frames in spill order. Its index holds one
+#   ``(offset, size, records, raw bytes, k)`` per bucket.
+# - consecutive units are merged into groups (``fan_in_groups``) until a
+#   group's blocks average ``_FAN_IN_READ_BYTES``: each unit file is read
+#   whole, the group's file written with one block per bucket (the units'
+#   frames in unit order, so ties sort as before: the same output bytes).
+# - a gathering shard reads each group's block in one ranged GET of exactly
+#   its bytes (``_ranged_reader``; Beam's reader fetches 16 MB from wherever
+#   a read starts), at most ``_READ_BYTES`` at a time.
+# Requests of the gather then grow with bytes / ``_FAN_IN_READ_BYTES``, not
+# with units x shards; local runs keep the plain layout (reads are cheap).
 
 _U64 = np.uint64
 #: Encoded records a unit buffers before spilling them to its scatter file
