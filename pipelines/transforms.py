@@ -823,23 +823,22 @@ def _gcs_client(path: str) -> Any:
         return _GCS_CLIENTS[key]
 
 
-def _ranged_reader(path: str) -> Callable[[int, int], bytes]:
+@contextlib.contextmanager
+def _ranged_reader(path: str) -> Iterator[Callable[[int, int], bytes]]:
     """``read(offset, size)``: one request per call on gs:// (Beam's reader would fetch 16 MB
-    from ``offset`` on, whatever was asked), a seek and a read elsewhere."""
+    from ``offset`` on, whatever was asked), a seek and a read of an open file elsewhere."""
     client = _gcs_client(path) if path.startswith("gs://") else None
     if client is not None:
         bucket, name = path[len("gs://"):].split("/", 1)
         blob = client.bucket(bucket).blob(name)
-
-        def read_gcs(offset: int, size: int) -> bytes:
-            return blob.download_as_bytes(start=offset, end=offset + size - 1, raw_download=True, checksum=None)
-        return read_gcs
-    f = FileSystems.open(path, compression_type="uncompressed")
-
-    def read_fs(offset: int, size: int) -> bytes:
-        f.seek(offset)
-        return f.read(size)
-    return read_fs
+        yield lambda offset, size: blob.download_as_bytes(start=offset, end=offset + size - 1,
+                                                          raw_download=True, checksum=None)
+        return
+    with FileSystems.open(path, compression_type="uncompressed") as f:
+        def read_fs(offset: int, size: int) -> bytes:
+            f.seek(offset)
+            return f.read(size)
+        yield read_fs
 
 
 def _read_frames(path: str, frames: list[tuple[int, int, int, int]],
@@ -885,7 +884,12 @@ def _read_lz4_frames(path: str, entries: list[tuple[int, ...]],
                      into: memoryview | None) -> Iterator[tuple[np.ndarray, np.ndarray, memoryview]]:
     """:func:`_read_frames` of a remote temp file: adjacent entries in one ranged read
     (:func:`_runs`); a block larger than ``_READ_BYTES`` is read as its frames, after its header."""
-    read = _ranged_reader(path)
+    with _ranged_reader(path) as read:
+        yield from _read_lz4_entries(path, entries, into, read)
+
+
+def _read_lz4_entries(path: str, entries: list[tuple[int, ...]], into: memoryview | None,
+                      read: Callable[[int, int], bytes]) -> Iterator[tuple[np.ndarray, np.ndarray, memoryview]]:
     items: list[tuple[int, ...]] = []
     for e in entries:
         if len(e) == 5 and e[1] > _READ_BYTES:
@@ -1160,12 +1164,12 @@ def _merge_scatter(group: list[dict], options: ConvertOptions) -> dict:
         for r in group:
             sc = r["scatter"]
             total, base = _scatter_bytes(r), local.seek(0, os.SEEK_END)
-            read = _ranged_reader(sc["path"])
-            for at in range(0, total, _READ_BYTES):
-                data = read(at, min(_READ_BYTES, total - at))
-                if len(data) != min(_READ_BYTES, total - at):
-                    raise ConversionFailed(f"temp file {sc['path']} is truncated or damaged; re-run the conversion")
-                local.write(data)
+            with _ranged_reader(sc["path"]) as read:
+                for at in range(0, total, _READ_BYTES):
+                    data = read(at, min(_READ_BYTES, total - at))
+                    if len(data) != min(_READ_BYTES, total - at):
+                        raise ConversionFailed(f"temp file {sc['path']} is truncated or damaged; re-run the conversion")
+                    local.write(data)
             for g, blocks in sc["index"].items():
                 for blk in blocks:  # a unit's file: one block per bucket
                     local.seek(base + blk[0])
