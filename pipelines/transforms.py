@@ -1109,10 +1109,13 @@ class GatherShards(beam.PTransform):
         indexes = self.results | "ScatterIndexes" >> beam.Map(_scatter_index)
         if _lz4_temp(self.options.output):  # remote temp files: merge units until reads are large
             buckets = self.num_shards * len(self.options.splits.names)
-            indexes = (indexes | "AllIndexes" >> beam.Map(lambda r: (None, r)) | "Collect" >> beam.GroupByKey()
-                       | "FanInGroups" >> beam.FlatMapTuple(lambda _, rs: fan_in_groups(list(rs), buckets))
-                       | "SpreadGroups" >> beam.Reshuffle()
-                       | "MergeScatter" >> beam.Map(_merge_scatter, self.options))
+            # Only (unit, bytes) pairs meet in one element; each group's indexes meet in its own.
+            groups = (indexes | "ScatterSizes" >> beam.Map(lambda r: (None, (r["unit"], _scatter_bytes(r))))
+                      | "CollectSizes" >> beam.GroupByKey()
+                      | "FanInGroups" >> beam.MapTuple(lambda _, sizes: fan_in_groups(list(sizes), buckets)))
+            indexes = (indexes | "ByGroup" >> beam.Map(lambda r, g: (g[r["unit"]], r), beam.pvalue.AsSingleton(groups))
+                       | "Group" >> beam.GroupByKey()
+                       | "MergeScatter" >> beam.MapTuple(lambda _, rs: _merge_scatter(rs, self.options)))
         return shards | "GatherShard" >> beam.ParDo(_GatherShard(self.options, self.num_shards, self.parallel),
                                                     beam.pvalue.AsList(indexes))
 
@@ -1130,31 +1133,31 @@ def _scatter_bytes(result: dict) -> int:
     return sum(fr[1] for frames in sc["index"].values() for fr in frames) if sc else 0
 
 
-def fan_in_groups(results: list[dict], buckets: int) -> Iterator[list[dict]]:
-    """Consecutive units (in unit order) grouped until a group's scatter bytes reach
-    ``_FAN_IN_READ_BYTES`` per bucket, so a gathering shard's read of one group's bucket
-    averages at least that (the last group may be smaller). Units without a scatter
-    file pass alone."""
+def fan_in_groups(sizes: list[tuple[int, int]], buckets: int) -> dict[int, int]:
+    """``unit -> group`` (the group's first unit) from ``(unit, scatter bytes)``: consecutive
+    units grouped until a group's scatter bytes reach ``_FAN_IN_READ_BYTES`` per bucket, so
+    a gathering shard's read of one group's bucket averages at least that (the last group
+    may be smaller). A unit without scatter bytes is a group of its own."""
     target = _FAN_IN_READ_BYTES * buckets
-    group: list[dict] = []
-    size = 0
-    for r in sorted(results, key=lambda r: r["unit"]):
-        if r["scatter"] is None:
-            yield [r]
+    groups: dict[int, int] = {}
+    first, size = None, 0
+    for unit, nbytes in sorted(sizes):
+        if not nbytes:
+            groups[unit] = unit
             continue
-        group.append(r)
-        size += _scatter_bytes(r)
+        first = unit if first is None else first
+        groups[unit] = first
+        size += nbytes
         if size >= target:
-            yield group
-            group, size = [], 0
-    if group:
-        yield group
+            first, size = None, 0
+    return groups
 
 
-def _merge_scatter(group: list[dict], options: ConvertOptions) -> dict:
+def _merge_scatter(units: Iterable[dict], options: ConvertOptions) -> dict:
     """One scatter file of a group of units: each unit's file read whole (reads of
     ``_READ_BYTES``) to local disk, then written bucket by bucket, the units' frames of a
     bucket in unit order (the order the gather's ties keep). A group of one is itself."""
+    group = sorted(units, key=lambda r: r["unit"])
     if len(group) == 1:
         return group[0]
     first = group[0]["unit"]

@@ -64,7 +64,8 @@ def test_scatter_reads_follow_the_formula_and_shards_are_the_same_bytes(dataset,
     units = [{"unit": int(r["path"].split("scatter-")[1][:5]), "scatter": r} for r in written]
     # One index entry per (unit, bucket) however many spills: a block listing the spills' frames.
     assert all(len(e) == 1 and e[0][4] > 2 for r in written for e in r["index"].values())
-    groups = list(transforms.fan_in_groups(units, SHARDS * SPLITS))
+    of = transforms.fan_in_groups([(u["unit"], transforms._scatter_bytes(u)) for u in units], SHARDS * SPLITS)
+    groups = [[u for u in units if of[u["unit"]] == g] for g in sorted(set(of.values()))]
     merged = [u for g in groups if len(g) > 1 for u in g]
     # The formula: a merged unit's file is read whole (one GET: each is under _READ_BYTES), then
     # one GET per (group, split, bucket); no byte is read twice within a pass.
