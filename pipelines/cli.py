@@ -468,6 +468,36 @@ def export(
 
 
 @app.command()
+def estimate(
+    records: Annotated[float, typer.Option(help="Records in the input (e.g. 1e9).")],
+    input_gb: Annotated[float, typer.Option(help="Input size in GB (10^9 bytes).")],
+    distinct_ids: Annotated[float, typer.Option(help="Distinct values of the largest vocabulary feature (reported; its analysis memory is not modelled).")] = 0,
+    machine_type: Annotated[str, typer.Option(help="Dataflow worker machine type (n1-standard-4, n2-standard-8, ...).")] = "n1-standard-4",
+    splits: Annotated[int, typer.Option(help="Number of splits.")] = 2,
+    target_shard_mb: Annotated[float, typer.Option(help="As convert's --target-shard-mb.")] = 128.0,
+    cpu_us_per_record: Annotated[float | None, typer.Option(help="CPU µs per record measured on your data (a local run's CPU-s / records); default: the bench's.", show_default=False)] = None,
+    utilization: Annotated[float, typer.Option(help="Share of the workers' vCPU-hours spent converting.")] = 0.7,
+    vcpu_hour_usd: Annotated[float | None, typer.Option(help="Price of a vCPU-hour (default: pipelines/estimate.py PRICES).", show_default=False)] = None,
+    gb_hour_usd: Annotated[float | None, typer.Option(help="Price of a GB-hour of worker memory.", show_default=False)] = None,
+) -> None:
+    """Size a conversion before running it: units, shards, requests, memory per worker,
+    worker-hours and cost on Dataflow, beside TF Transform on the same job (docs: Sizing a job)."""
+    from pipelines.estimate import MEASURED, JobSize, render
+    from pipelines.estimate import estimate as run_estimate
+
+    prices = {k: v for k, v in (("vcpu_hour", vcpu_hour_usd), ("gb_hour", gb_hour_usd)) if v is not None}
+    try:
+        job = JobSize(records=int(records), input_bytes=int(input_gb * 1e9), distinct_ids=int(distinct_ids),
+                      machine_type=machine_type, splits=splits, target_shard_mb=target_shard_mb,
+                      cpu_us_per_record=cpu_us_per_record or MEASURED["cpu_us_per_record"], utilization=utilization)
+        lines = render(job, run_estimate(job, prices))
+    except ValueError as e:  # EstimateError, or the plan's InputError (too many shards)
+        _fail(str(e), 2)
+    for line in lines:
+        typer.echo(line)
+
+
+@app.command()
 def wait(
     output: Annotated[str, typer.Argument(help="Output directory a scheduled conversion writes.")],
     timeout: Annotated[float, typer.Option(help="Seconds to wait before giving up (exit 1); finite, >= 0.")] = 3600.0,

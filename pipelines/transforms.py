@@ -40,9 +40,11 @@ import gc
 import gzip
 import json
 import logging
+import os
 import pickle
 import queue
 import struct
+import tempfile
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -586,6 +588,24 @@ class _Writer:
 # into a temp file of its own (one pass), then each range is sorted in
 # memory: a gathering shard holds one range whatever the input's size, and
 # the output is the same however many ranges there are.
+#
+# On a remote file system (gs://, where every read is a request with a round
+# trip of tens of milliseconds) the layout and reads are sized for requests
+# (docs/architecture.md#the-shuffle-on-object-stores):
+# - a unit spills to a local file and, at close, writes its scatter file as
+#   one *block* per (split, bucket), in bucket order: ``uint32`` frame count
+#   ``k``, ``k`` x (``uint64`` frame size, ``uint32`` records, ``uint64``
+#   raw bytes), then the ``k`` LZ4 frames in spill order. Its index holds one
+#   ``(offset, size, records, raw bytes, k)`` per bucket.
+# - consecutive units are merged into groups (``fan_in_groups``) until a
+#   group's blocks average ``_FAN_IN_READ_BYTES``: each unit file is read
+#   whole, the group's file written with one block per bucket (the units'
+#   frames in unit order, so ties sort as before: the same output bytes).
+# - a gathering shard reads each group's block in one ranged GET of exactly
+#   its bytes (``_ranged_reader``; Beam's reader fetches 16 MB from wherever
+#   a read starts), at most ``_READ_BYTES`` at a time.
+# Requests of the gather then grow with bytes / ``_FAN_IN_READ_BYTES``, not
+# with units x shards; local runs keep the plain layout (reads are cheap).
 
 _U64 = np.uint64
 #: Encoded records a unit buffers before spilling them to its scatter file
@@ -594,6 +614,11 @@ _SPILL_BYTES = 4 << 20
 #: Framed records a gathering shard holds at once; a larger bucket is split
 #: into key ranges of at most about this size.
 _GATHER_BYTES = 16 << 20
+#: Most bytes of a scatter file read at once (adjacent frames of one bucket together).
+_READ_BYTES = 8 << 20
+#: Scatter bytes per bucket a group of units' merged file holds at least (remote temp
+#: files): a gathering shard's reads then average at least this.
+_FAN_IN_READ_BYTES = 1 << 20
 #: Records per write of a gathered shard.
 _GATHER_CHUNK = 2048
 _FRAME_HEAD = struct.Struct("<I")
@@ -650,8 +675,10 @@ class _Scatter:
 
     def __init__(self, path: str, unit: int, num_shards: int, seed: int):
         self.path, self.unit, self.num_shards, self.seed = path, unit, num_shards, seed
-        self.f = FileSystems.create(path, mime_type="application/octet-stream", compression_type="uncompressed")
         self._lz4 = _lz4_temp(path)
+        # Remote: spills go to a local file first, copied out bucket by bucket at ``close``.
+        self.f = (tempfile.TemporaryFile(prefix="recordprep-scatter-") if self._lz4 else
+                  FileSystems.create(path, mime_type="application/octet-stream", compression_type="uncompressed"))
         self.index: dict[int, list[tuple[int, int, int, int]]] = {}
         self._pos = 0
         self._pending: dict[int, list[tuple[memoryview, np.ndarray, np.ndarray]]] = {}
@@ -693,6 +720,8 @@ class _Scatter:
         try:
             self._spill()
             self._bg.close()
+            if self._lz4:
+                self.index = _copy_by_bucket(self.f, self.index, self.path)
         finally:
             self.f.close()
         return {"path": self.path, "index": self.index, "input_bytes": input_bytes}
@@ -716,13 +745,112 @@ def _write_frame(f: Any, keys: np.ndarray, flens: np.ndarray, records: list[Any]
     return _FRAME_HEAD.size + 12 * len(keys) + raw, raw
 
 
+_Index = dict[int, list[tuple[int, ...]]]  # split * num_shards + bucket -> its frames or its block
+_BLOCK_HEAD = struct.Struct("<I")
+_BLOCK_FRAME = struct.Struct("<QIQ")
+
+
+def _copy_by_bucket(local: Any, index: _Index, path: str) -> _Index:
+    """Write the frames of ``index`` (offsets in ``local``) to ``path`` as one block per bucket
+    (see the shuffle's notes above); returns the index of ``path``: one entry per bucket."""
+    out: _Index = {}
+    pos = 0
+    f = FileSystems.create(path, mime_type="application/octet-stream", compression_type="uncompressed")
+    try:
+        for g in sorted(index):
+            frames = index[g]
+            head = _BLOCK_HEAD.pack(len(frames)) + b"".join(_BLOCK_FRAME.pack(fs, n, raw) for _, fs, n, raw in frames)
+            f.write(head)
+            for offset, size, _, _ in frames:
+                local.seek(offset)
+                data = local.read(size)
+                if len(data) != size:
+                    raise ConversionFailed(f"the local copy of {path} is truncated (disk full?); re-run the conversion")
+                f.write(data)
+            size = len(head) + sum(fr[1] for fr in frames)
+            out[g] = [(pos, size, sum(fr[2] for fr in frames), sum(fr[3] for fr in frames), len(frames))]
+            pos += size
+    finally:
+        f.close()
+    return out
+
+
+def _block_frames(head: Any, block: tuple[int, ...], path: str) -> list[tuple[int, int, int, int]]:
+    """The frames of ``block`` (an index entry ``(offset, size, records, raw bytes, frames)``)
+    from its first bytes ``head``: ``(offset, size, records, raw bytes)`` each."""
+    k = block[4]
+    need = _BLOCK_HEAD.size + _BLOCK_FRAME.size * k
+    if len(head) < need or _BLOCK_HEAD.unpack_from(head)[0] != k:
+        raise ConversionFailed(f"temp file {path} is truncated or damaged; re-run the conversion")
+    frames, at = [], block[0] + need
+    for size, n, raw in _BLOCK_FRAME.iter_unpack(bytes(head[_BLOCK_HEAD.size:need])):
+        frames.append((at, size, n, raw))
+        at += size
+    if at != block[0] + block[1]:
+        raise ConversionFailed(f"temp file {path} is truncated or damaged; re-run the conversion")
+    return frames
+
+
+def _runs(frames: list[tuple[int, ...]]) -> Iterator[tuple[int, int, list[tuple[int, ...]]]]:
+    """``(offset, size, entries)`` of each read of index entries (frames or blocks): adjacent
+    ones together, up to ``_READ_BYTES`` a read (a larger one is a read of its own)."""
+    run: list[tuple[int, ...]] = []
+    start = end = 0
+    for fr in frames:
+        if run and (fr[0] != end or end - start + fr[1] > _READ_BYTES):
+            yield start, end - start, run
+            run = []
+        if not run:
+            start = end = fr[0]
+        run.append(fr)
+        end += fr[1]
+    if run:
+        yield start, end - start, run
+
+
+_GCS_CLIENTS: dict[str | None, Any] = {}
+_GCS_LOCK = threading.Lock()
+
+
+def _gcs_client(path: str) -> Any:
+    """Beam's storage client for ``path``, one per process and endpoint (making one takes
+    a credential lookup; ``STORAGE_EMULATOR_HOST`` is the endpoint of the test emulator)."""
+    key = os.environ.get("STORAGE_EMULATOR_HOST")
+    with _GCS_LOCK:
+        if key not in _GCS_CLIENTS:
+            gcsio = getattr(FileSystems.get_filesystem(path), "_gcsIO", None)
+            _GCS_CLIENTS[key] = gcsio().client if gcsio is not None else None
+        return _GCS_CLIENTS[key]
+
+
+@contextlib.contextmanager
+def _ranged_reader(path: str) -> Iterator[Callable[[int, int], bytes]]:
+    """``read(offset, size)``: one request per call on gs:// (Beam's reader would fetch 16 MB
+    from ``offset`` on, whatever was asked), a seek and a read of an open file elsewhere."""
+    client = _gcs_client(path) if path.startswith("gs://") else None
+    if client is not None:
+        bucket, name = path[len("gs://"):].split("/", 1)
+        blob = client.bucket(bucket).blob(name)
+        yield lambda offset, size: blob.download_as_bytes(start=offset, end=offset + size - 1,
+                                                          raw_download=True, checksum=None)
+        return
+    with FileSystems.open(path, compression_type="uncompressed") as f:
+        def read_fs(offset: int, size: int) -> bytes:
+            f.seek(offset)
+            return f.read(size)
+        yield read_fs
+
+
 def _read_frames(path: str, frames: list[tuple[int, int, int, int]],
                  into: memoryview | None = None) -> Iterator[tuple[np.ndarray, np.ndarray, memoryview]]:
     """``(order keys, framed lengths, framed records)`` of the frames of one scatter file
     (views of the frame's payload: no copy). With ``into``, the frames' records go
     to it back to back, a raw frame's read straight into it, and the views are of it."""
     compressed = _lz4_temp(path)
-    direct = into is not None and not compressed
+    if compressed:
+        yield from _read_lz4_frames(path, frames, into)
+        return
+    direct = into is not None
     at = 0
     with FileSystems.open(path, compression_type="uncompressed") as f:
         for offset, size, n, raw in frames:
@@ -750,6 +878,47 @@ def _read_frames(path: str, frames: list[tuple[int, int, int, int]],
                 records = into[at:at + raw]
                 at += raw
             yield keys, flens.astype(np.int64), records
+
+
+def _read_lz4_frames(path: str, entries: list[tuple[int, ...]],
+                     into: memoryview | None) -> Iterator[tuple[np.ndarray, np.ndarray, memoryview]]:
+    """:func:`_read_frames` of a remote temp file: adjacent entries in one ranged read
+    (:func:`_runs`); a block larger than ``_READ_BYTES`` is read as its frames, after its header."""
+    with _ranged_reader(path) as read:
+        yield from _read_lz4_entries(path, entries, into, read)
+
+
+def _read_lz4_entries(path: str, entries: list[tuple[int, ...]], into: memoryview | None,
+                      read: Callable[[int, int], bytes]) -> Iterator[tuple[np.ndarray, np.ndarray, memoryview]]:
+    items: list[tuple[int, ...]] = []
+    for e in entries:
+        if len(e) == 5 and e[1] > _READ_BYTES:
+            items.extend(_block_frames(read(e[0], _BLOCK_HEAD.size + _BLOCK_FRAME.size * e[4]), e, path))
+        else:
+            items.append(e)
+    at = 0
+    for offset, size, run in _runs(items):
+        data = memoryview(read(offset, size))
+        if len(data) != size:
+            raise ConversionFailed(f"temp file {path} is truncated or damaged; re-run the conversion")
+        for e in run:
+            for fo, fsize, n, raw in (_block_frames(data[e[0] - offset:], e, path) if len(e) == 5 else [e]):
+                try:
+                    payload = lz4.frame.decompress(data[fo - offset:fo - offset + fsize])
+                except RuntimeError:
+                    payload = b""
+                head = _FRAME_HEAD.size + 12 * n
+                if len(payload) != head + raw or _FRAME_HEAD.unpack_from(payload)[0] != n:
+                    raise ConversionFailed(f"temp file {path} is truncated or damaged; re-run the conversion")
+                keys = np.frombuffer(payload, dtype="<u8", count=n, offset=_FRAME_HEAD.size)
+                flens = np.frombuffer(payload, dtype="<u4", count=n, offset=_FRAME_HEAD.size + 8 * n)
+                records = memoryview(payload)[head:]
+                if into is not None:
+                    into[at:at + raw] = records
+                    records = into[at:at + raw]
+                    at += raw
+                yield keys, flens.astype(np.int64), records
+        del data
 
 
 class _GatherShard(beam.DoFn):
@@ -938,12 +1107,82 @@ class GatherShards(beam.PTransform):
         # Only the scatter indexes ride to the gather: the unit results' other
         # parts (per-file counts, statistics) are the commit's.
         indexes = self.results | "ScatterIndexes" >> beam.Map(_scatter_index)
+        if _lz4_temp(self.options.output):  # remote temp files: merge units until reads are large
+            buckets = self.num_shards * len(self.options.splits.names)
+            # Only (unit, bytes) pairs meet in one element; each group's indexes meet in its own.
+            groups = (indexes | "ScatterSizes" >> beam.Map(lambda r: (None, (r["unit"], _scatter_bytes(r))))
+                      | "CollectSizes" >> beam.GroupByKey()
+                      | "FanInGroups" >> beam.MapTuple(lambda _, sizes: fan_in_groups(list(sizes), buckets)))
+            indexes = (indexes | "ByGroup" >> beam.Map(lambda r, g: (g[r["unit"]], r), beam.pvalue.AsSingleton(groups))
+                       | "Group" >> beam.GroupByKey()
+                       | "MergeScatter" >> beam.MapTuple(lambda _, rs: _merge_scatter(rs, self.options)))
         return shards | "GatherShard" >> beam.ParDo(_GatherShard(self.options, self.num_shards, self.parallel),
                                                     beam.pvalue.AsList(indexes))
 
 
 def _scatter_index(result: dict) -> dict:
     return {"unit": result["unit"], "scatter": result["scatter"]}
+
+
+def _without_scatter_index(result: dict) -> dict:
+    return {**result, "scatter": None}
+
+
+def _scatter_bytes(result: dict) -> int:
+    sc = result["scatter"]
+    return sum(fr[1] for frames in sc["index"].values() for fr in frames) if sc else 0
+
+
+def fan_in_groups(sizes: list[tuple[int, int]], buckets: int) -> dict[int, int]:
+    """``unit -> group`` (the group's first unit) from ``(unit, scatter bytes)``: consecutive
+    units grouped until a group's scatter bytes reach ``_FAN_IN_READ_BYTES`` per bucket, so
+    a gathering shard's read of one group's bucket averages at least that (the last group
+    may be smaller). A unit without scatter bytes is a group of its own."""
+    target = _FAN_IN_READ_BYTES * buckets
+    groups: dict[int, int] = {}
+    first, size = None, 0
+    for unit, nbytes in sorted(sizes):
+        if not nbytes:
+            groups[unit] = unit
+            continue
+        first = unit if first is None else first
+        groups[unit] = first
+        size += nbytes
+        if size >= target:
+            first, size = None, 0
+    return groups
+
+
+def _merge_scatter(units: Iterable[dict], options: ConvertOptions) -> dict:
+    """One scatter file of a group of units: each unit's file read whole (reads of
+    ``_READ_BYTES``) to local disk, then written bucket by bucket, the units' frames of a
+    bucket in unit order (the order the gather's ties keep). A group of one is itself."""
+    group = sorted(units, key=lambda r: r["unit"])
+    if len(group) == 1:
+        return group[0]
+    first = group[0]["unit"]
+    path = FileSystems.join(options.output, TMP_DIR, f"scatter-group-{first:05d}-{uuid.uuid4().hex[:8]}.bin")
+    with tempfile.TemporaryFile(prefix="recordprep-merge-") as local:
+        index: dict[int, list[tuple[int, int, int, int]]] = {}
+        for r in group:
+            sc = r["scatter"]
+            total, base = _scatter_bytes(r), local.seek(0, os.SEEK_END)
+            with _ranged_reader(sc["path"]) as read:
+                for at in range(0, total, _READ_BYTES):
+                    data = read(at, min(_READ_BYTES, total - at))
+                    if len(data) != min(_READ_BYTES, total - at):
+                        raise ConversionFailed(f"temp file {sc['path']} is truncated or damaged; re-run the conversion")
+                    local.write(data)
+            for g, blocks in sc["index"].items():
+                for blk in blocks:  # a unit's file: one block per bucket
+                    local.seek(base + blk[0])
+                    head = local.read(_BLOCK_HEAD.size + _BLOCK_FRAME.size * blk[4])
+                    frames = _block_frames(head, (base + blk[0], *blk[1:]), sc["path"])
+                    index.setdefault(g, []).extend(frames)
+        local.flush()
+        merged = _copy_by_bucket(local, index, path)
+    return {"unit": first, "scatter": {"path": path, "index": merged,
+                                       "input_bytes": sum(r["scatter"].get("input_bytes", 0) for r in group)}}
 
 
 class _UnitOutput:
@@ -1533,5 +1772,7 @@ class CommitOutput(beam.PTransform):
 
     def expand(self, stats):
         shards = () if self.gathered is None else (beam.pvalue.AsList(self.gathered),)
-        return stats | "Commit" >> beam.ParDo(_Commit(self.config, self.options, self.ctx), beam.pvalue.AsList(self.results),
+        # The scatter indexes are the gather's (they grow with units x buckets), not the commit's.
+        results = self.results | "CommitResults" >> beam.Map(_without_scatter_index)
+        return stats | "Commit" >> beam.ParDo(_Commit(self.config, self.options, self.ctx), beam.pvalue.AsList(results),
                                               beam.pvalue.AsSingleton(self.analysis), *shards)

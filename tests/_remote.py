@@ -268,6 +268,17 @@ class _ProxyState:
             self.counts[peak] = max(self.counts[peak], self.active[key])
 
 
+def object_kind(path: str) -> str:
+    """What a request is about, for the counts: the object name's basename up to its first
+    ``-`` or ``.`` (``scatter``, ``train``, ``part``; ``-`` for a request naming no object)."""
+    parsed = urllib.parse.urlsplit(path)
+    name = urllib.parse.parse_qs(parsed.query).get("name", [""])[0]
+    if not name and "/o/" in parsed.path:
+        name = urllib.parse.unquote(parsed.path.split("/o/", 1)[1])
+    base = posixpath.basename(name.rstrip("/"))
+    return re.split(r"[-.]", base, maxsplit=1)[0] or "-"
+
+
 class LatencyProxyHandler(socketserver.StreamRequestHandler):
     """One client connection: CONNECT + TLS to an intercepted host, or plain HTTP proxying."""
 
@@ -363,9 +374,18 @@ class LatencyProxyHandler(socketserver.StreamRequestHandler):
             head.append(f"Content-Length: {_header(resp_headers, 'content-length') or 0}")
         head.append("Connection: keep-alive" if keep_alive else "Connection: close")
         sock.sendall(("\r\n".join(head) + "\r\n\r\n").encode("latin-1"))
+        kind = object_kind(path)
+        state.count(f"{method} {kind}")
+        if rng:
+            state.count(f"GET range {kind}")
+        state.count("bytes_in", len(body))
+        state.count(f"bytes_in {kind}", len(body))
         if method != "HEAD":
             self._paced_send(sock, data, state, factor)
             state.count("bytes_out", len(data))
+            state.count(f"bytes_out {kind}", len(data))
+            if rng:
+                state.count(f"bytes_out range {kind}", len(data))
         return keep_alive
 
     @staticmethod
@@ -899,9 +919,11 @@ class RemoteStack:
         self.processes.append(proc)
         return proc
 
-    def env(self) -> dict[str, str]:
+    def env(self, *, counted: bool = False) -> dict[str, str]:
+        """``counted``: Beam and ``google-cloud-storage`` reach the emulator through the proxy
+        too (as a reverse proxy), so its ``/_stats`` count their requests and bytes."""
         env = {
-            "STORAGE_EMULATOR_HOST": self.gcs_url,
+            "STORAGE_EMULATOR_HOST": self.proxy_url if counted else self.gcs_url,
             "GOOGLE_APPLICATION_CREDENTIALS": str(self.credentials_file),
             "GOOGLE_CLOUD_PROJECT": "recordprep-test",
             "NO_GCE_CHECK": "true",

@@ -446,7 +446,8 @@ def test_no_prepared_file_outlives_the_convert_pass_and_no_key_range_file_its_sh
 
 def test_scatter_frames_are_raw_on_local_disk_lz4_on_remote_file_systems_and_gather_the_same(tmp_path, monkeypatch):
     """A local disk's scatter and key-range files hold the frames as they are (no LZ4 CPU);
-    a remote output's stay LZ4 (their bytes cross the network). The gathered shard is the same."""
+    a remote output's stay LZ4 (their bytes cross the network), in one block per bucket.
+    The gathered shard is the same."""
     from pipelines import transforms
     from pipelines.plan import ByteRange, WorkUnit
 
@@ -461,10 +462,16 @@ def test_scatter_frames_are_raw_on_local_disk_lz4_on_remote_file_systems_and_gat
             results = [_convert_unit(config, opts, WorkUnit(i, (ByteRange(f, 0, None),)), analysis, 1)
                        for i, f in enumerate(files)]
             for r in results:
-                frames = [fr for fs in r["scatter"]["index"].values() for fr in fs]
-                assert os.path.getsize(r["scatter"]["path"]) == sum(size for _, size, _, _ in frames)
-                assert all(size == 4 + 12 * n + raw for _, size, n, raw in frames) is not remote
+                entries = [fr for fs in r["scatter"]["index"].values() for fr in fs]
+                assert os.path.getsize(r["scatter"]["path"]) == sum(e[1] for e in entries)
+                if remote:  # one block per bucket: a header listing its frames (20 bytes each), then the LZ4 frames
+                    assert all(len(fs) == 1 and fs[0][4] > 1 for fs in r["scatter"]["index"].values())
+                    first = 4 + 20 * entries[0][4]
+                else:
+                    assert all(size == 4 + 12 * n + raw for _, size, n, raw in entries)
+                    first = 0
                 with open(r["scatter"]["path"], "rb") as f:
+                    f.seek(first)
                     assert (f.read(4) == b"\x04\x22\x4d\x18") is remote  # LZ4 frame magic
             sources = [(r["scatter"]["path"], r["scatter"]["index"][0]) for r in results]  # the train bucket
             m.setattr(transforms, "_GATHER_BYTES", 20_000)  # key ranges through a spill file too

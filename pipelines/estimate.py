@@ -1,0 +1,140 @@
+"""Sizing a conversion before running it (``recordprep estimate``): units, shards, requests,
+memory, worker-hours and cost on Dataflow, beside TF Transform on the same job.
+
+The model is the plan's own arithmetic (:func:`pipelines.plan.default_num_shards`,
+one unit per shard, the shuffle's fan-in of ``pipelines.transforms``) applied to
+per-record constants measured by the bench (:data:`MEASURED`; figures and dates in
+``docs/benchmarks.md#sizing-constants``). Prices are list prices (:data:`PRICES`,
+with their date and source), overridable; a user with their own data should pass
+``--cpu-us-per-record`` and the byte ratios measured on a sample run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from pipelines.plan import default_num_shards
+
+MB = 1 << 20
+
+#: Measured on the bench data (docs/benchmarks.md#sizing-constants).
+MEASURED = {
+    "cpu_us_per_record": 14.6,  # recordprep AVRO -> gzip, whole job, CPU-s per record
+    "tft_cpu_us_per_record": 194.0,  # TF Transform AnalyzeAndTransformDataset, the same records
+    "scatter_bytes_per_record": 193.0,  # LZ4 frames of the encoded records (the shuffle's temp data)
+    "output_bytes_per_record": 158.0,  # gzip shards, all splits
+    "prepared_bytes_per_record": 157.0,  # the analysis pass's prepared batches (LZ4), read back once
+    "worker_rss_mb": 264.0,  # peak RSS per local worker process (527 MB for 2)
+    "tft_worker_rss_mb": 2450.0,  # TF Transform, per worker process (4,900 MB for 2)
+}
+
+#: Dataflow batch list prices, us-central1, USD (cloud.google.com/dataflow/pricing, as listed in 2024;
+#: not re-checked from this machine: override with the options of ``recordprep estimate``).
+PRICES = {"vcpu_hour": 0.056, "gb_hour": 0.003557, "pd_gb_hour": 0.000054, "shuffle_gb": 0.011}
+
+#: vCPUs and memory (GB) of common worker machine types.
+MACHINES = {
+    "n1-standard-1": (1, 3.75), "n1-standard-2": (2, 7.5), "n1-standard-4": (4, 15.0),
+    "n1-standard-8": (8, 30.0), "n1-highmem-4": (4, 26.0), "n2-standard-4": (4, 16.0),
+    "n2-standard-8": (8, 32.0), "e2-standard-4": (4, 16.0),
+}
+
+_READ = 8 * MB  # pipelines.transforms._READ_BYTES
+_FAN_IN = 1 * MB  # pipelines.transforms._FAN_IN_READ_BYTES
+_BEAM_READ = 16 * MB  # Beam's gs:// reader fetches this much per request
+_UPLOAD_CHUNK = 8 * MB  # resumable upload chunk of Beam's gs:// writer (about)
+_DISK_GB = 250  # Dataflow's default persistent disk per batch worker
+
+
+class EstimateError(ValueError):
+    """An impossible job description (no records, an unknown machine type)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class JobSize:
+    records: int
+    input_bytes: int
+    distinct_ids: int = 0
+    machine_type: str = "n1-standard-4"
+    splits: int = 2
+    target_shard_mb: float = 128.0
+    cpu_us_per_record: float = MEASURED["cpu_us_per_record"]
+    scatter_bytes_per_record: float = MEASURED["scatter_bytes_per_record"]
+    output_bytes_per_record: float = MEASURED["output_bytes_per_record"]
+    utilization: float = 0.7  # of the workers' vCPU-hours spent converting (start-up, stragglers, I/O waits)
+
+    def __post_init__(self) -> None:
+        if self.records <= 0 or self.input_bytes <= 0:
+            raise EstimateError("--records and --input-gb must be > 0")
+        if self.machine_type not in MACHINES:
+            raise EstimateError(f"--machine-type {self.machine_type!r} is not modelled; one of {', '.join(MACHINES)}")
+        if not 0 < self.utilization <= 1:
+            raise EstimateError("--utilization must be in (0, 1]")
+
+
+def estimate(job: JobSize, prices: dict[str, float] | None = None) -> dict[str, float]:
+    """The model's figures for ``job`` (see the module docstring and docs/scale.md)."""
+    price = {**PRICES, **(prices or {})}
+    shards = default_num_shards(job.input_bytes, job.target_shard_mb)
+    units, buckets = shards, shards * job.splits
+    scatter = job.records * job.scatter_bytes_per_record
+    output = job.records * job.output_bytes_per_record
+    per_unit = scatter / units
+    fan_in = max(1, min(units, math.ceil(_FAN_IN * buckets / per_unit))) if per_unit else 1
+    groups = math.ceil(units / fan_in)
+    gather_reads = groups * buckets
+    merge_reads = math.ceil(scatter / _READ) + units if fan_in > 1 else 0
+    prepared = job.records * MEASURED["prepared_bytes_per_record"]
+    input_reads = math.ceil((job.input_bytes + prepared) / _BEAM_READ) + 4 * units
+    writes = math.ceil((prepared + 2 * scatter + output) / _UPLOAD_CHUNK) + 3 * units + 2 * groups + 2 * buckets
+    vcpus, mem_gb = MACHINES[job.machine_type]
+    vcpu_hours = job.records * job.cpu_us_per_record / 3.6e9 / job.utilization
+    worker_hours = vcpu_hours / vcpus
+    tft_vcpu_hours = job.records * MEASURED["tft_cpu_us_per_record"] / 3.6e9 / job.utilization
+    # Per worker: one process per vCPU, each at the measured RSS plus the shuffle's buffers (3 spills,
+    # 2 key ranges of 16 MB, a read of 8 MB).
+    worker_mb = vcpus * (MEASURED["worker_rss_mb"] + 3 * 4 + 2 * 16 + 8)
+
+    def cost(vh: float) -> float:
+        wh = vh / vcpus
+        return vh * price["vcpu_hour"] + wh * (mem_gb * price["gb_hour"] + _DISK_GB * price["pd_gb_hour"])
+
+    return {
+        "units": units, "shards_per_split": shards, "buckets": buckets, "fan_in": fan_in, "groups": groups,
+        "scatter_gb": scatter / 1e9, "output_gb": output / 1e9, "merge_disk_gb": fan_in * per_unit / 1e9,
+        "gather_reads": gather_reads, "gather_read_mb": scatter / gather_reads / MB,
+        "requests": input_reads + merge_reads + gather_reads + writes,
+        "requests_per_gb_written": (input_reads + merge_reads + gather_reads + writes) / (output / 1e9),
+        "peak_mb_per_worker": worker_mb, "worker_mem_mb": mem_gb * 1024,
+        "tft_peak_mb_per_worker": vcpus * MEASURED["tft_worker_rss_mb"],
+        "vcpu_hours": vcpu_hours, "worker_hours": worker_hours, "cost_usd": cost(vcpu_hours),
+        "tft_vcpu_hours": tft_vcpu_hours, "tft_worker_hours": tft_vcpu_hours / vcpus,
+        "tft_cost_usd": cost(tft_vcpu_hours) + 2 * job.input_bytes / 1e9 * price["shuffle_gb"],
+        "distinct_ids": job.distinct_ids,
+    }
+
+
+def render(job: JobSize, est: dict[str, float]) -> list[str]:
+    """The estimate as the lines ``recordprep estimate`` prints."""
+    e = est
+    fits = "fits" if e["peak_mb_per_worker"] < 0.8 * e["worker_mem_mb"] else "DOES NOT FIT: pick a machine with more memory"
+    tft_fits = "fits" if e["tft_peak_mb_per_worker"] < 0.8 * e["worker_mem_mb"] else "does not fit"
+    return [
+        f"job: {job.records:,} records, {job.input_bytes / 1e9:,.1f} GB of input, {job.distinct_ids:,} distinct ids, "
+        f"{job.splits} splits, workers {job.machine_type}",
+        f"units: {e['units']:,}  shards per split: {e['shards_per_split']:,}  (--target-shard-mb {job.target_shard_mb:g})",
+        f"shuffle: {e['scatter_gb']:,.1f} GB of temp data, units merged {e['fan_in']:,} at a time into "
+        f"{e['groups']:,} groups ({e['merge_disk_gb']:,.1f} GB of local disk per merge)",
+        f"requests: {e['requests']:,.0f} ({e['requests_per_gb_written']:,.0f} per GB written); the gather's "
+        f"{e['gather_reads']:,} reads average {e['gather_read_mb']:.2f} MB",
+        f"output: {e['output_gb']:,.1f} GB of shards",
+        f"peak memory per worker: {e['peak_mb_per_worker']:,.0f} MB of {e['worker_mem_mb']:,.0f} MB ({fits}); "
+        f"the analysis of {job.distinct_ids:,} distinct ids is not in this figure",
+        f"worker-hours: {e['worker_hours']:,.1f} ({e['vcpu_hours']:,.1f} vCPU-hours at "
+        f"{job.cpu_us_per_record:g} µs per record, {job.utilization:.0%} busy)",
+        f"cost: ${e['cost_usd']:,.2f} (Dataflow batch list prices: pipelines/estimate.py PRICES)",
+        f"TF Transform on the same job: {e['tft_worker_hours']:,.1f} worker-hours, ${e['tft_cost_usd']:,.2f} "
+        f"(its measured {MEASURED['tft_cpu_us_per_record']:g} µs per record, Shuffle of 2x the input), "
+        f"{e['tft_peak_mb_per_worker']:,.0f} MB per worker ({tft_fits})",
+    ]
