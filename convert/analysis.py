@@ -152,6 +152,20 @@ class Analysis:
         return d
 
     @classmethod
+    def load(cls, d: Any, where: str = "the analysis") -> Analysis:
+        """``from_json`` after checking the whole document (``analysis_problems``).
+
+        Raises:
+          AnalysisMismatchError: naming every problem (feature, key, value).
+        """
+        problems = analysis_problems(d)
+        if problems:
+            shown = "; ".join(problems[:20]) + (f"; and {len(problems) - 20} more" if len(problems) > 20 else "")
+            raise AnalysisMismatchError(f"{where} is not a recordprep analysis as the converter writes it: {shown}. Point it at the "
+                                        "analysis.json of a completed recordprep output, unedited")
+        return cls.from_json(d)
+
+    @classmethod
     def from_json(cls, d: dict[str, Any]) -> Analysis:
         features = d.get("features")
         return cls(vocabularies=dict(d["vocabularies"]), stats=dict(d["stats"]), config_hash=d.get("config_hash"),
@@ -202,6 +216,92 @@ class Analysis:
                 f"{where}{made} does not fit this config: {'; '.join(problems)}. Reuse an analysis computed with "
                 f"these features' transforms and options, or run without --analysis-from to compute a new one")
         return unverified
+
+
+def _num(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _count_ok(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+_STATS_KEYS = ("count", "missing", "mean", "std", "min", "max")
+
+
+def _stats_problems(name: str, st: Any) -> list[str]:
+    """What in one feature's statistics the converter never writes (``NumericStats.to_json``
+    and bucketize boundaries), each naming the feature, the key and the value."""
+    if not isinstance(st, dict):
+        return [f"stats of {name!r} must be a mapping, found {_short(st)}"]
+    absent = [k for k in _STATS_KEYS if k not in st]
+    if absent:
+        return [f"stats of {name!r} lack {', '.join(map(repr, absent))} (the converter writes {', '.join(_STATS_KEYS)})"]
+    out = [f"stats of {name!r}: {k!r} must be an integer >= 0, found {_short(st[k])}"
+           for k in ("count", "missing") if not _count_ok(st[k])]
+    for key in ("mean", "std"):
+        if not _num(st[key]):
+            out.append(f"stats of {name!r}: {key!r} must be a finite number, found {_short(st[key])}")
+    if _num(st.get("std")) and st["std"] < 0:
+        out.append(f"stats of {name!r}: 'std' must be >= 0 (0: a constant feature, scaled by 1), "
+                   f"found {_short(st['std'])}")
+    lo, hi = st.get("min"), st.get("max")
+    for key, v in (("min", lo), ("max", hi)):
+        if v is not None and not _num(v):
+            out.append(f"stats of {name!r}: {key!r} must be a finite number or null, found {_short(v)}")
+    if _num(lo) and _num(hi) and lo > hi:
+        out.append(f"stats of {name!r}: 'min' {_short(lo)} is above 'max' {_short(hi)}")
+    if "boundaries" in st:
+        b = st["boundaries"]
+        if not isinstance(b, list) or not all(_num(x) for x in b):
+            out.append(f"stats of {name!r}: 'boundaries' must be a list of finite numbers, found {_short(b)}")
+        elif any(x >= y for x, y in zip(b, b[1:], strict=False)):
+            out.append(f"stats of {name!r}: 'boundaries' must increase strictly, found {_short(b)}")
+    return out
+
+
+def _vocabulary_problems(name: str, terms: Any) -> list[str]:
+    if not isinstance(terms, list):
+        return [f"vocabulary of {name!r} must be a list of strings, found {_short(terms)}"]
+    bad = next((t for t in terms if not isinstance(t, str)), None)
+    if bad is not None or any(not isinstance(t, str) for t in terms):
+        return [f"vocabulary of {name!r}: every term must be a string, found {_short(bad)}"]
+    if len(set(terms)) != len(terms):
+        seen: set[str] = set()
+        dup = next(t for t in terms if t in seen or seen.add(t))
+        return [f"vocabulary of {name!r}: the term {_short(dup)} appears twice (ids would skip); terms are unique"]
+    return []
+
+
+def _short(v: Any) -> str:
+    text = repr(v)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def analysis_problems(d: Any) -> list[str]:
+    """Everything in an analysis document that the converter's own ``analysis.json`` never
+    has: types, finite statistics, ``std >= 0``, ``min <= max``, strictly increasing finite
+    boundaries, unique string terms. An empty list
+    when it is sound. Checked on load, before any work: an edited value would otherwise
+    give features that are all NaN, -inf, sign-flipped or with skipped ids."""
+    if not isinstance(d, dict):
+        return [f"expected a JSON object with 'vocabularies' and 'stats', found {type(d).__name__}"]
+    out = []
+    for key in ("vocabularies", "stats"):
+        if not isinstance(d.get(key), dict):
+            out.append(f"{key!r} must be a mapping of feature names, found {_short(d.get(key))}")
+    if out:
+        return out
+    for name, terms in d["vocabularies"].items():
+        out += _vocabulary_problems(name, terms)
+    for name, st in d["stats"].items():
+        out += _stats_problems(name, st)
+    if d.get("config_hash") is not None and not isinstance(d["config_hash"], str):
+        out.append(f"'config_hash' must be a string, found {_short(d['config_hash'])}")
+    features = d.get("features")
+    if features is not None and (not isinstance(features, dict) or not all(isinstance(v, dict) for v in features.values())):
+        out.append(f"'features' must map feature names to their options, found {_short(features)}")
+    return out
 
 
 class PendingTermCounts:

@@ -45,6 +45,41 @@ def _has_logical(schema: Any) -> bool:
     return False
 
 
+def duplicate_field(schema: Any) -> str | None:
+    """A message naming a field declared twice in one record of ``schema``, else None.
+
+    Records at any depth are checked: nested, and inside arrays, maps and
+    unions. Readers disagree on such a field (fastavro keeps one value, the
+    config check another declaration, polars panics), so the file is refused.
+    Iterative: a schema nested past the recursion limit is reported elsewhere.
+    """
+    stack: list[tuple[Any, str]] = [(schema, "")]
+    while stack:
+        node, where = stack.pop()
+        if isinstance(node, list):
+            stack.extend((s, where) for s in node)
+        elif isinstance(node, dict):
+            t = node.get("type")
+            if t in ("record", "error") and isinstance(node.get("fields"), list):
+                seen: set[Any] = set()
+                for fld in node["fields"]:
+                    name = fld.get("name") if isinstance(fld, dict) else None
+                    if name in seen:
+                        at = f" (at {where}{name})" if where else ""
+                        return (f"the Avro schema declares the field {name!r} twice in record {node.get('name')!r}{at}; "
+                                "each field name may appear once in a record: rewrite the file with unique names")
+                    seen.add(name)
+                    if isinstance(fld, dict):
+                        stack.append((fld.get("type"), f"{where}{name}."))
+            elif t == "array":
+                stack.append((node.get("items"), where))
+            elif t == "map":
+                stack.append((node.get("values"), where))
+            elif isinstance(t, dict | list):
+                stack.append((t, where))
+    return None
+
+
 def _advance_past_sync(f: IO[bytes], sync: bytes, chunk: int = 1 << 16) -> bool:
     """Leave ``f`` just after the next sync marker; False at end of file."""
     carry = b""

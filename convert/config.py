@@ -873,8 +873,28 @@ def parse_config(raw: Any, *, source: str = "config") -> Config:
             out.add(source, f"output feature {n!r} is produced twice (derived names are "
                             f"'<name>_len' and '<name>_missing'); rename one feature")
         seen.add(n)
+    for problem in _file_name_clashes([f.name for f in cfg.features] + ([label.name] if label else [])):
+        out.add(source, problem)
     out.raise_any()
     return cfg
+
+
+def _file_name_clashes(names: list[str]) -> list[str]:
+    """Pairs of names whose files under the output clash: ``vocab/<a>.txt`` is a file, so
+    no other name may put a file below it (``a`` and ``a.txt/b``); found after all the
+    work, at commit, the run would fail, so they are refused here."""
+    dirs = {}
+    for n in names:
+        parts = n.split("/")
+        for k in range(1, len(parts)):
+            dirs.setdefault("/".join(parts[:k]), n)
+    problems = []
+    for n in dict.fromkeys(names):
+        other = dirs.get(f"{n}.txt")
+        if other is not None:
+            problems.append(f"names {n!r} and {other!r} clash: {n!r} writes the file vocab/{n}.txt and "
+                            f"{other!r} a file below vocab/{n}.txt/; rename one")
+    return problems
 
 
 class _ConfigLoader(yaml.SafeLoader):

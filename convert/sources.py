@@ -51,6 +51,7 @@ from convert.avro_framing import (
     _has_logical,
     _header_sync,
     _peek_block_header,
+    duplicate_field,
     is_record_schema,
 )
 from convert.avro_records import (
@@ -113,16 +114,26 @@ def is_splittable(path: str, head: bytes, json_records_path: str | None = None) 
 def read_avro_schema(f: IO[bytes], path: str) -> dict[str, Any]:
     """The schema of the records read from an Avro container file (for ``infer``
     and checks): its writer schema, wrapped as one field ``VALUE_FIELD`` when
-    that is not a record."""
+    that is not a record. A field declared twice in a record is an
+    ``InputFileError`` naming it (``duplicate_field``)."""
+    schema = _as_record_schema(_writer_schema(f, path))
+    problem = duplicate_field(schema)
+    if problem:
+        raise InputFileError(path, problem, 0)
+    return schema
+
+
+def _writer_schema(f: IO[bytes], path: str) -> Any:
+    """The file's writer schema as written; a header fastavro cannot read is an ``InputFileError``."""
     f.seek(0)
     try:
         try:
-            return _as_record_schema(fastavro.reader(f).writer_schema)
+            return fastavro.reader(f).writer_schema
         except UnicodeDecodeError:
             patched = _binary_meta_readable(f)
             if patched is None:
                 raise
-            return _as_record_schema(fastavro.reader(patched).writer_schema)
+            return fastavro.reader(patched).writer_schema
     except RecursionError:
         raise InputFileError(path, _too_deep(f), 0) from None
     except _FASTAVRO_API_ERRORS as e:
@@ -169,6 +180,9 @@ def _open_avro(f: IO[bytes], path: str) -> tuple[IO[bytes], Any, int, bytes, byt
         raise InputFileError(
             path, f"cannot read the Avro header ({_quoted(e)}); is it an Avro object container file?", 0
         ) from e
+    problem = duplicate_field(blocks.writer_schema)  # before polars, which panics on them
+    if problem:
+        raise InputFileError(path, problem, 0)
     return f, blocks, header_end, sync, raw_header
 
 

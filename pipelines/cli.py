@@ -375,7 +375,7 @@ def inspect(
 def verify(
     output: Annotated[str, typer.Argument(help="A recordprep output directory.")],
 ) -> None:
-    """Re-read every shard (CRCs, record counts, features vs spec) and compare with the metadata; exit 1 on any difference."""
+    """Re-read every shard (CRCs, record counts, features vs spec) and compare with the metadata, check analysis.json; exit 1 on any difference."""
     from pipelines.inspect import InspectError
     from pipelines.verify import verify_output
 

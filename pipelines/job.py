@@ -313,10 +313,10 @@ def load_analysis(old_output: str, config: Config) -> dict[str, Any]:
         raw = f.read()
     try:
         data = json.loads(raw)
-        analysis = Analysis.from_json(data)
-    except (ValueError, KeyError, TypeError, AttributeError) as e:
+    except ValueError as e:
         raise AnalysisMismatchError(f"--analysis-from {old_output}: {path} is not a recordprep analysis "
                                     f"({type(e).__name__}: {str(e)[:200]}); point it at a completed recordprep output") from None
+    analysis = Analysis.load(data, where=f"--analysis-from {old_output}: {path}")
     unverified = analysis.check_config(config, where=f"--analysis-from {old_output}: its {ANALYSIS_FILENAME}")
     if unverified:
         log.warning("--analysis-from %s: %s predates recording transforms and options; it has vocabularies/statistics "

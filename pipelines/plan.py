@@ -17,10 +17,12 @@ import json
 import math
 import os
 import posixpath
+import re
 import stat
 import warnings
 from collections.abc import Sequence
 
+from apache_beam.io.filesystem import FileSystem
 from apache_beam.io.filesystems import FileSystems
 
 from convert.sources import is_splittable
@@ -118,21 +120,37 @@ def _list_directory(directory: str) -> list[InputFile]:
 
 
 def _glob_local(pat: str) -> list[str]:
-    """Paths matching a local glob, hidden names skipped (Beam's matching).
+    """Paths matching a local glob (Beam's syntax), hidden names skipped.
 
-    Beam lists the directory before the first glob character, which is ``""``
-    for a relative glob in the current directory (``'*.jsonl'``), and then
-    finds nothing: such patterns are matched as ``./PATTERN`` and reported
-    without the ``./``.
+    Matched here rather than by Beam's local file system, which skips entries
+    it cannot stat: a broken symlink would silently drop its records, where a
+    directory input or an explicit path refuses it. Every name under the
+    literal part's directory is listed, symlinks included (symlinked
+    directories are not descended, as Beam does), and :func:`_regular_file`
+    then refuses what is not a readable regular file, naming it. A relative
+    glob in the current directory (``'*.jsonl'``) is matched as
+    ``./PATTERN`` and reported without the ``./``.
     """
     anchored = posixpath.dirname(_literal_prefix(pat)) == "" and not pat.startswith("/")
     query = "./" + pat if anchored else pat
-    try:
-        matched = _match(query)
-    except Exception as e:
-        raise InputError(f"--input {pat!r}: cannot list it ({e})") from e
-    paths = [m.path[2:] if anchored else m.path for m in matched]
-    return sorted(p for p in paths if not _is_hidden(p))
+    root = posixpath.dirname(_literal_prefix(query)) or "/"
+    if not os.path.isdir(root):
+        return []
+    with warnings.catch_warnings():  # the escape '[[]' compiles with a FutureWarning from re
+        warnings.simplefilter("ignore", FutureWarning)
+        match = re.compile(FileSystem.translate_pattern(query)).match
+
+    def fail(e: OSError) -> None:
+        raise InputError(f"--input {pat!r}: cannot list {e.filename} ({e.strerror or e})") from e
+
+    depth = None if "**" in query else query.count("/") - root.rstrip("/").count("/") - 1  # levels below root
+    paths = []
+    for d, dirs, names in os.walk(root, onerror=fail):
+        paths += (os.path.join(d, n) for n in names)
+        if depth is not None and d.rstrip("/").count("/") - root.rstrip("/").count("/") >= depth:
+            dirs.clear()  # deeper names cannot match: '*' stays within a path segment
+    matched = [p[2:] if anchored else p for p in paths if match(p)]
+    return sorted(p for p in matched if not _is_hidden(p))
 
 
 def _match(pattern: str) -> list:

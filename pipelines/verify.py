@@ -2,23 +2,28 @@
 
 Checks every shard listed in ``dataset_info.json``: it exists, its size and
 record count match, every record's CRCs are intact, and every record decodes
-to exactly the features of the spec with the right dtype and shape. Runs
-without TensorFlow (conversion machines don't have it).
+to exactly the features of the spec with the right dtype and shape; and the
+output's ``analysis.json`` holds what the converter writes
+(``convert.analysis.analysis_problems``), since a later run may reuse it
+(``--analysis-from``). Runs without TensorFlow (conversion machines don't have it).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import gzip
+import json
 import zlib
 
 from apache_beam.io.filesystems import FileSystems
 
+from convert.analysis import analysis_problems
 from convert.example import decode_example, unpack_decoded
 from convert.spec import DatasetInfo
 from convert.tfrecord import iter_records
-from pipelines._fs import size_of
+from pipelines._fs import read_file, size_of
 from pipelines.inspect import load
+from pipelines.transforms import ANALYSIS_FILENAME
 
 
 @dataclasses.dataclass
@@ -81,4 +86,18 @@ def verify_output(output: str, max_problems: int = 50) -> VerifyReport:
             records += n
             if n != shard.num_records:
                 problems.append(f"{path}: {n} records readable, metadata says {shard.num_records}")
+    problems += _analysis_problems(output)
     return VerifyReport(problems, shards, records)
+
+
+def _analysis_problems(output: str) -> list[str]:
+    """What is wrong with the output's analysis, each naming the file (none when it has none)."""
+    path = FileSystems.join(output, ANALYSIS_FILENAME)
+    data = read_file(path)
+    if data is None:
+        return []
+    try:
+        doc = json.loads(data)
+    except ValueError as e:
+        return [f"{path}: not JSON ({e})"]
+    return [f"{path}: {p}" for p in analysis_problems(doc)]

@@ -255,6 +255,28 @@ def test_label_name_with_dot_dot_component_is_rejected():
         parse_config({"features": [{"name": "x", "transform": "identity"}], "label": {"source": "y", "name": "y/.."}})
 
 
+def test_a_name_below_another_names_vocabulary_file_exits_2_naming_both(tmp_path, data):
+    cfg = _write(tmp_path, "features:\n  - {name: a, source: c, transform: vocabulary}\n"
+                           "  - {name: a.txt/b, source: c, transform: vocabulary}\n")
+    r = _cli(data, cfg, tmp_path / "out")
+    assert r.exit_code == 2 and "'a'" in r.output and "'a.txt/b'" in r.output, r.output
+    assert "vocab/a.txt" in r.output, r.output
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_feature_below_the_label_vocabulary_file_is_rejected():
+    with pytest.raises(ConfigError, match=r"'y' and 'y\.txt/z/w' clash"):
+        parse_config({"features": [{"name": "y.txt/z/w", "source": "c", "transform": "hash", "buckets": 8}],
+                      "label": {"source": "y", "transform": "vocabulary"}})
+
+
+def test_names_sharing_a_directory_still_load():
+    cfg = parse_config({"features": [{"name": "a/b", "source": "c", "transform": "vocabulary"},
+                                     {"name": "a/c.txt", "source": "c", "transform": "vocabulary"},
+                                     {"name": "a.txt", "source": "c", "transform": "vocabulary"}]})
+    assert [f.name for f in cfg.features] == ["a/b", "a/c.txt", "a.txt"]
+
+
 def test_names_with_plain_path_components_still_load():
     cfg = parse_config({"features": [{"name": "user/country.code", "source": "c", "transform": "vocabulary"}]})
     assert cfg.features[0].name == "user/country.code"

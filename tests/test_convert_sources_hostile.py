@@ -23,7 +23,7 @@ from pathlib import Path
 import fastavro
 import polars  # noqa: F401 - imported before any measurement (the Avro fast path imports it on first use)
 import pytest
-from test_convert_sources import no_hang, read_all, read_in_ranges
+from test_convert_sources import no_hang, read_all, read_in_ranges, records_of
 from typer.testing import CliRunner
 
 from convert import source_types, sources
@@ -435,3 +435,70 @@ def test_infer_and_convert_fail_on_an_avro_block_over_the_cap(tmp_path):
 def test_quoted_exception_texts_are_cut():
     text = source_types._quoted(ValueError("v" * 10_000))
     assert len(text) < 600 and text.startswith("ValueError: vvv")
+
+
+# ====================================================================== duplicate Avro field names
+
+
+def _avro_with_a_field_renamed(path: Path, schema: dict, records: list[dict], old: str, new: str) -> Path:
+    """An Avro file of ``records`` whose header schema then names field ``old`` ``new`` (same
+    length: the bytes stay valid), so a record can declare one field twice as other writers do."""
+    buf = io.BytesIO()
+    fastavro.writer(buf, fastavro.parse_schema(schema), records)
+    data = buf.getvalue()
+    was, now = f'{{"name": "{old}"'.encode(), f'{{"name": "{new}"'.encode()
+    assert len(was) == len(now) and data.count(was) == 1
+    path.write_bytes(data.replace(was, now))
+    return path
+
+
+def _record(name: str, fields: list[tuple[str, object]]) -> dict:
+    return {"type": "record", "name": name, "fields": [{"name": n, "type": t} for n, t in fields]}
+
+
+_DUPLICATES = {  # schema written (field 'z' becomes a second 'x'), a record, where the message says it is
+    "top": (_record("R", [("x", "string"), ("z", "long"), ("y", "long")]), {"x": "a", "z": 7, "y": 1}, None),
+    "nested": (_record("R", [("u", _record("U", [("x", "string"), ("z", "long")])), ("y", "long")]),
+               {"u": {"x": "a", "z": 7}, "y": 1}, "u.x"),
+    "array": (_record("R", [("u", {"type": "array", "items": _record("U", [("x", "long"), ("z", "long")])})]),
+              {"u": [{"x": 1, "z": 2}]}, "u.x"),
+    "map": (_record("R", [("u", {"type": "map", "values": _record("U", [("x", "long"), ("z", "long")])})]),
+            {"u": {"k": {"x": 1, "z": 2}}}, "u.x"),
+    "union": (_record("R", [("u", ["null", _record("U", [("x", "long"), ("z", "long")])])]),
+              {"u": {"x": 1, "z": 2}}, "u.x"),
+}
+
+
+@pytest.mark.parametrize("decoder", ["auto", "fastavro"])
+@pytest.mark.parametrize("case", sorted(_DUPLICATES))
+def test_an_avro_field_declared_twice_is_refused_naming_it(tmp_path, case, decoder):
+    schema, record, at = _DUPLICATES[case]
+    path = _avro_with_a_field_renamed(tmp_path / "dup.avro", schema, [record] * 3, "z", "x")
+    with pytest.raises(InputFileError) as ei:
+        read_all(path, avro_decoder=decoder)
+    msg = str(ei.value)
+    assert str(path) in msg and "'x' twice" in msg and (at is None or f"at {at}" in msg), msg
+    with open(path, "rb") as f, pytest.raises(InputFileError, match="'x' twice"):
+        sources.read_avro_schema(f, str(path))
+
+
+def test_a_duplicate_avro_field_fails_convert_and_infer_without_a_panic(tmp_path):
+    schema, record, _ = _DUPLICATES["top"]
+    path = _avro_with_a_field_renamed(tmp_path / "dup.avro", schema, [record] * 200, "z", "x")
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text("label: y\nfeatures:\n  - {name: x, transform: vocabulary}\n")
+    exe = Path(sys.executable).with_name("recordprep")
+    for args in (["convert", "-i", str(path), "-c", str(cfg), "-o", str(tmp_path / "out")], ["infer", "-i", str(path)]):
+        r = subprocess.run([str(exe), *args], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 1, (args, r.stdout, r.stderr)
+        assert "dup.avro" in r.stderr and "the field 'x' twice in record 'R'" in r.stderr, r.stderr
+        assert "panic" not in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert not (tmp_path / "out" / "dataset_info.json").exists()
+
+
+def test_the_same_field_name_in_different_records_is_accepted(tmp_path):
+    schema = _record("R", [("x", "long"), ("u", _record("U", [("x", "long")]))])
+    path = tmp_path / "ok.avro"
+    with open(path, "wb") as f:
+        fastavro.writer(f, fastavro.parse_schema(schema), [{"x": 1, "u": {"x": 2}}])
+    assert records_of(read_all(path)) == [{"x": 1, "u": {"x": 2}}]

@@ -141,3 +141,70 @@ def test_a_file_that_is_not_an_analysis_is_refused(train, tmp_path):
     (bad / "analysis.json").write_text('["not", "an", "analysis"]')
     r, _ = _reuse(train, tmp_path, BASE, analysis_from=bad)
     assert r.exit_code == 2 and "not a recordprep analysis" in r.output and "Traceback" not in r.output
+
+
+def _edited(train, tmp_path, edit) -> Path:
+    """A copy of the output's analysis.json after ``edit(analysis)``."""
+    old = tmp_path / "edited"
+    old.mkdir()
+    analysis = json.loads((train["out"] / "analysis.json").read_text())
+    edit(analysis)
+    (old / "analysis.json").write_text(json.dumps(analysis))  # NaN and Infinity as Python writes them
+    return old
+
+
+def _set(*path_value):
+    *path, value = path_value
+
+    def edit(d):
+        for k in path[:-1]:
+            d = d[k]
+        d[path[-1]] = value(d[path[-1]]) if callable(value) else value
+    return edit
+
+
+@pytest.mark.parametrize("edit, words", [
+    (_set("stats", "x", "mean", float("nan")), ["'x'", "'mean'", "nan"]),
+    (_set("stats", "x", "mean", float("inf")), ["'x'", "'mean'", "inf"]),
+    (_set("stats", "x", "mean", "1.5"), ["'x'", "'mean'", "'1.5'"]),
+    (_set("stats", "x", "std", -2.0), ["'x'", "'std'", "-2.0"]),
+    (_set("stats", "x", "std", float("-inf")), ["'x'", "'std'", "-inf"]),
+    (_set("stats", "x", "count", -1), ["'x'", "'count'", "-1"]),
+    (_set("stats", "x", "min", 9.0), ["'x'", "'min'", "above 'max'"]),
+    (_set("stats", "x_bucket", "boundaries", lambda b: b[::-1]), ["'x_bucket'", "'boundaries'", "increase"]),
+    (_set("stats", "x_bucket", "boundaries", lambda b: [*b[:-1], float("nan")]), ["'x_bucket'", "'boundaries'"]),
+    (_set("vocabularies", "color", lambda t: [t[0], *t]), ["'color'", "appears twice"]),
+    (_set("vocabularies", "color", lambda t: [*t, 7]), ["'color'", "string", "7"]),
+    (_set("vocabularies", "tags", "abc"), ["'tags'", "list of strings"]),
+    (_set("stats", "x", 1.0), ["'x'", "mapping"]),
+])
+def test_an_edited_analysis_is_refused_before_any_work_naming_feature_key_and_value(train, tmp_path, edit, words):
+    r, out = _reuse(train, tmp_path, BASE, analysis_from=_edited(train, tmp_path, edit))
+    assert r.exit_code == 2, r.output
+    assert "not a recordprep analysis" in r.output and all(w in r.output for w in words), r.output
+    assert "Traceback" not in r.output
+    assert not out.exists()
+
+
+def test_a_constant_features_zero_std_is_reused(train, tmp_path):
+    r, _ = _reuse(train, tmp_path, BASE, analysis_from=_edited(train, tmp_path, _set("stats", "x", "std", 0.0)))
+    assert r.exit_code == 0, r.output
+
+
+def test_verify_checks_the_outputs_analysis(train, tmp_path):
+    out = tmp_path / "copy"
+    out.mkdir()
+    for p in train["out"].iterdir():
+        if p.is_file():
+            (out / p.name).write_bytes(p.read_bytes())
+    if (train["out"] / "vocab").is_dir():
+        (out / "vocab").mkdir()
+        for p in (train["out"] / "vocab").iterdir():
+            (out / "vocab" / p.name).write_bytes(p.read_bytes())
+    r = runner.invoke(app, ["verify", str(out)])
+    assert r.exit_code == 0, r.output
+    analysis = json.loads((out / "analysis.json").read_text())
+    analysis["stats"]["x"]["std"] = -1.0
+    (out / "analysis.json").write_text(json.dumps(analysis))
+    r = runner.invoke(app, ["verify", str(out)])
+    assert r.exit_code != 0 and "analysis.json" in r.output and "'std'" in r.output, r.output

@@ -98,6 +98,33 @@ def test_a_symlink_to_a_regular_file_is_an_input(data):
     assert "inputs: 1 files" in r.output and str(link) in r.output
 
 
+@pytest.mark.parametrize("form", ["glob", "directory", "path", "glob_here", "recursive_glob"])
+@pytest.mark.parametrize("command", ["convert", "infer"])
+def test_a_dangling_symlink_is_refused_naming_it_however_it_is_given(data, command, form, monkeypatch):
+    link = data["dir"] / "part-2.jsonl"
+    link.symlink_to(data["root"] / "gone.jsonl")
+    monkeypatch.chdir(data["dir"])
+    given = {"glob": str(data["dir"] / "*.jsonl"), "directory": str(data["dir"]), "path": str(link),
+             "glob_here": "*.jsonl", "recursive_glob": str(data["root"] / "**.jsonl")}[form]
+    out = data["root"] / "o"
+    args = ["-i", given, "-c", str(data["config"]), "-o", str(out)] if command == "convert" else ["-i", given]
+    r = runner.invoke(app, [command, *args])
+    assert r.exit_code == 2, r.output
+    assert "part-2.jsonl" in r.output and "broken symlink" in r.output, r.output
+    assert not out.exists()
+
+
+def test_a_glob_skips_hidden_names_and_matches_within_a_segment(data):
+    (data["dir"] / ".part-9.jsonl").symlink_to(data["root"] / "gone.jsonl")
+    sub = data["dir"] / "sub"
+    sub.mkdir()
+    _jsonl(sub / "part-3.jsonl", data["records"][:1])
+    r = runner.invoke(app, ["convert", "-i", str(data["dir"] / "*.jsonl"), "-c", str(data["config"]),
+                            "-o", str(data["root"] / "o"), "--dry-run"])
+    assert r.exit_code == 0, r.output
+    assert "inputs: 2 files" in r.output and "part-3" not in r.output, r.output
+
+
 def _without_read_permission() -> tuple[str, ...]:
     """A command prefix under which a mode-000 file cannot be read (root drops its DAC capabilities)."""
     if os.geteuid() != 0:
