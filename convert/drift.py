@@ -12,7 +12,15 @@ shard, with these measures (``convert.config.DRIFT_MEASURES``):
   the smaller of the two lists' last shares.
 - ``new_terms``: categorical: how much more of the compared side's items are
   terms the base lacks. Within one output (skew), the rise of the OOV share
-  (both splits map through the same vocabulary: exactly what the model loses).
+  (both splits map through the same vocabulary: exactly what the model loses)
+  beyond what a random sample of the base's distribution would show: the
+  share of the base's items whose term it saw once (``once``), the Good-Turing
+  estimate of the mass of terms it never saw, plus ``UNSEEN_STD_ERRORS``
+  standard errors of that share in a sample the compared side's size. A
+  random split of a high-cardinality field (ids, where most terms are seen
+  once) then passes, while new terms the training split's distribution does
+  not explain fail; of a field whose terms are nearly all seen once, new
+  terms are what a random sample shows too, so only ``missing`` can flag it.
   Between outputs (drift), the share of the compared side's items whose term
   is not among the base's kept terms, less the base's own share beyond them
   (0 when it kept every term): terms the base never had, not its long tail.
@@ -43,6 +51,8 @@ from convert.stats import ValueSketch
 
 #: Thresholds used where neither the config nor a flag sets one.
 DEFAULT_THRESHOLDS: dict[str, float] = {"linf": 0.1, "js": 0.1, "new_terms": 0.1, "missing": 0.1, "mean_shift": 0.5}
+#: Standard errors of the unseen terms' share a random split may show beyond its expectation (``new_terms``).
+UNSEEN_STD_ERRORS = 3.0
 #: Equal-mass bins of the base side for ``js``.
 JS_BINS = 20
 
@@ -187,7 +197,9 @@ def _new_terms(a: Mapping[str, Any], b: Mapping[str, Any], same: bool = False) -
     if same and "oov" in a and "oov" in b:
         if not a.get("items") or not b.get("items"):
             return None
-        return max(0.0, b["oov"] / b["items"] - a["oov"] / a["items"])
+        unseen = a.get("once", 0) / a["items"]  # expected share of terms the base never saw, in a random sample
+        noise = UNSEEN_STD_ERRORS * math.sqrt(unseen * (1 - unseen) / b["items"])  # that share's sampling error
+        return max(0.0, b["oov"] / b["items"] - a["oov"] / a["items"] - unseen - noise)
     p, _ = _shares(a)
     q, _ = _shares(b)
     if not q or not p:

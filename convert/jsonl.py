@@ -193,12 +193,34 @@ def iter_json(f: IO[bytes], path: str, start: int = 0, end: int | None = None,
             yield RecordBatch(path, "json", chunk, [0] * len(chunk), list(range(s, s + len(chunk))))
         return
 
-    pos = 0
+    pos, line_no = 0, 1
     if start > 0:
         # Own the lines that start in [start, end): skip the partial line.
         buffered.seek(start - 1)
         pos = start - 1 + _skip_line(buffered)[0]
-    yield from _iter_json_lines(buffered, path, pos, 0 if start > 0 else 1, end, batch_size, max_record_bytes)
+        line_no = _count_newlines(buffered, pos) + 1
+        buffered.seek(pos)
+    yield from _iter_json_lines(buffered, path, pos, line_no, end, batch_size, max_record_bytes)
+
+
+#: Bytes read at a time when counting the lines before a range's start.
+_COUNT_CHUNK_BYTES = 4 << 20
+
+
+def _count_newlines(f: IO[bytes], upto: int) -> int:
+    """Newlines in the first ``upto`` bytes: a range that starts mid-file numbers its lines from them.
+
+    One sequential read of the bytes before the range, in bounded chunks (docs/converting.md#errors).
+    """
+    f.seek(0)
+    n, left = 0, upto
+    while left > 0:
+        chunk = f.read(min(left, _COUNT_CHUNK_BYTES))
+        if not chunk:
+            break
+        n += chunk.count(b"\n")
+        left -= len(chunk)
+    return n
 
 
 def _skip_line(f: IO[bytes]) -> tuple[int, bool]:

@@ -88,8 +88,8 @@ class RecordBatch:
 
     ``offsets[i]`` is the byte offset of the Avro block (or JSON line) holding
     record ``i``; ``indexes[i]`` is its position in that Avro block, or for
-    JSON its 1-based line number (0 when unknown: a range that starts
-    mid-file), or its position in a JSON array.
+    JSON Lines its 1-based line number in the file (whichever byte range
+    read it), or its position in a JSON array.
     ``bad`` lists records that could not even be parsed (malformed JSON) as
     ``(offset, index, reason, raw_text)``; they never reach ``records``.
     ``records`` is a ``ColumnRecords`` when the Avro fast path decoded the

@@ -735,7 +735,8 @@ class StatsAccumulator:
                 if a.terms is not None:
                     terms, counts = a.terms.summed()
                     d.update(terms=_top_terms(terms, counts), distinct=len(terms),
-                             items=a.items if f is not None else int(counts.sum()))
+                             items=a.items if f is not None else int(counts.sum()),
+                             once=int((np.asarray(counts) == 1).sum()))  # drift: the unseen terms' expected share
                     if f is not None:
                         d["oov"] = a.oov
                 elif f is not None and f.transform in ("hash", "cross"):

@@ -11,6 +11,7 @@ escapes instead of acting on the terminal.
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -52,7 +53,8 @@ app = typer.Typer(
     epilog="This command sets up its own process: logging (Beam's quiet unless --verbose), SIGTERM and "
            "Ctrl-C handlers that end a run cleanly, Beam's unused connectors marked absent for a local "
            "convert, and convert's workers forked from it (RECORDPREP_WARM_WORKERS=0: started instead). "
-           "It sets no environment variable.",
+           "Commands that load TensorFlow (export, data-service) set TF_CPP_MIN_LOG_LEVEL=2 and "
+           "TF_ENABLE_ONEDNN_OPTS=0, hiding its start-up log lines, unless the environment sets them.",
 )
 
 
@@ -112,6 +114,17 @@ class _VisibleFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         return visible(super().format(record), lines=True)
+
+
+#: TensorFlow's start-up logging (oneDNN, cpu_feature_guard): off unless the user's environment says otherwise.
+#: TF_CPP_MIN_LOG_LEVEL alone does not hide the oneDNN line, which TensorFlow prints before reading it.
+_QUIET_TENSORFLOW = {"TF_CPP_MIN_LOG_LEVEL": "2", "TF_ENABLE_ONEDNN_OPTS": "0"}
+
+
+def _quiet_tensorflow() -> None:
+    """Before TensorFlow is imported: hide its start-up log lines, keeping any value the user set."""
+    for name, value in _QUIET_TENSORFLOW.items():
+        os.environ.setdefault(name, value)
 
 
 def _setup_logging(verbose: bool) -> None:
@@ -243,7 +256,7 @@ def convert(
         if dry_run:
             _print_plan(opts)
             return
-        _echo(f"converting {', '.join(opts.inputs)} -> {opts.output}", err=True)
+        _echo(f"converting {', '.join(opts.inputs)} -> {opts.output}")  # the summary's stream (stdout)
         result = run_convert(opts)
     except (ConfigError, OptionsError, SplitError, InputError, OutputPathError) as e:
         _fail(str(e), 2)
@@ -441,6 +454,7 @@ def export(
     """Write a SavedModel for TF Serving whose serving_default takes raw records' fields and applies the converter's transforms exactly (docs/serving.md)."""
     if not model.exists():
         _fail(f"model {model}: no such file", code=2)
+    _quiet_tensorflow()
     from readers._io import exists
 
     if exists(export_dir):
@@ -674,6 +688,7 @@ def data_service_dispatcher(
     worker_timeout_s: Annotated[float | None, typer.Option(help="Seconds without a heartbeat after which a worker counts as lost (TensorFlow's default if not given); a lost worker keeps its tasks: epochs wait for a worker back at its address (docs/data-service.md).", show_default=False)] = None,
 ) -> None:
     """Run a tf.data service dispatcher: it hands shards to the workers and tells trainers where to fetch batches."""
+    _quiet_tensorflow()
     from readers import service  # TensorFlow, only for this command
 
     _serve(service.serve_dispatcher, port, bind=bind, work_dir=work_dir,
@@ -690,6 +705,7 @@ def data_service_worker(
     start_timeout: Annotated[float, typer.Option(help="Seconds to wait for the dispatcher to answer at start; then exit 1 naming it (a supervisor restarts the worker).")] = 60.0,
 ) -> None:
     """Run a tf.data service worker: it runs the input pipelines the dispatcher assigns and streams parsed batches to trainers."""
+    _quiet_tensorflow()
     from readers import service  # TensorFlow, only for this command
 
     _serve(service.serve_worker, dispatcher, port, bind=bind, advertise=advertise, heartbeat_s=heartbeat_s,

@@ -35,6 +35,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+import orjson
 
 from convert.config import Config, FeatureConfig, count_path, is_multi_path
 from convert.records import getter, joined_text, term
@@ -48,6 +49,40 @@ PACKED = {"kind": "kinds", "number": "numbers", "term": "terms", "raw": "bytes",
 LENS = "lens"
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 _KEY_RE = re.compile(r"[^A-Za-z0-9_]")
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+#: Why a record holding a lone surrogate is refused: the converter's JSON reader refuses its line.
+LONE_SURROGATE = ("a string holds a lone UTF-16 surrogate (\\ud800-\\udfff without its pair), which is not "
+                  "valid Unicode; the converter rejects such a record: fix the writer")
+
+
+def lone_surrogate_at(record: Any) -> str | None:
+    """The dotted path of the first key or string in ``record`` holding a lone surrogate, else ``None``.
+
+    Checked in C (orjson refuses such strings) and walked in Python only when orjson
+    refuses the record for that or another reason (integers beyond 64 bits, deep nesting).
+    """
+    try:
+        orjson.dumps(record, option=orjson.OPT_NON_STR_KEYS, default=lambda _: None)
+        return None
+    except (TypeError, orjson.JSONEncodeError):
+        pass
+    stack: list[tuple[str, Any]] = [("<record>", record)]
+    while stack:
+        path, v = stack.pop()
+        if isinstance(v, str):
+            if _SURROGATE.search(v):
+                return path
+        elif isinstance(v, dict):
+            for k, x in v.items():
+                at = str(k) if path == "<record>" else f"{path}.{k}"
+                if isinstance(k, str) and _SURROGATE.search(k):
+                    return at.encode("utf-8", "backslashreplace").decode()  # printable
+                stack.append((at, x))
+        elif isinstance(v, list | tuple):
+            stack.extend((f"{path}[{j}]", x) for j, x in enumerate(v))
+    return None
 
 
 class WireError(ValueError):
@@ -210,8 +245,9 @@ class Wire:
         """``(inputs, rejected)``: the arrays of ``records`` and, per record the
         wire cannot carry, its index and why (its row is sent as all-null).
 
-        What cannot travel: a record that is not an object (the converter
-        rejects it too) and, in a source read by a ``timestamp`` feature, an
+        What cannot travel: a record that is not an object and one holding a
+        lone surrogate in any key or string (the converter rejects both) and,
+        in a source read by a ``timestamp`` feature, an
         integer beyond int64 (the converter accepts one whose seconds fit in
         int64, e.g. nanoseconds after 2262; the layer takes int64 counts).
         """
@@ -220,7 +256,10 @@ class Wire:
         rows = []
         for i, r in enumerate(records):
             if isinstance(r, dict):
-                rows.append(r)
+                where = lone_surrogate_at(r)
+                if where is not None:
+                    rejected[i] = f"{where}: {LONE_SURROGATE}"
+                rows.append(r if where is None else {})
             else:
                 rejected[i] = f"<record>: expected a record (object), found {type(r).__name__}"
                 rows.append({})

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import random
+from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -201,3 +203,88 @@ def test_a_threshold_flag_without_check_against_is_refused(days, tmp_path):
     r = runner.invoke(app, ["convert", "-i", str(days / "in2"), "-c", str(days / "features.yaml"),
                             "-o", str(tmp_path / "o"), "--drift-threshold", "js=0.5"])
     assert r.exit_code == 2 and "--check-against" in r.output
+
+
+# ------------------------------------------------------------------ random splits pass, real shifts fail
+
+REALDATA = Path(__file__).resolve().parents[2] / "shared" / "realdata"
+
+
+def _vocab_split(terms: list[str], vocab: set[str]) -> dict:
+    """One split's statistics as convert.stats writes them for a vocabulary feature over ``vocab``."""
+    counts = Counter(terms)
+    d = _split(len(terms), terms=dict(counts))
+    return {**d, "oov": sum(c for t, c in counts.items() if t not in vocab), "once": sum(c == 1 for c in counts.values())}
+
+
+def _new_terms_of(train: list[str], evald: list[str]) -> float:
+    vocab = set(train)  # the default vocabulary: every training term
+    doc = _doc(f=("categorical", _vocab_split(train, vocab), _vocab_split(evald, vocab)))
+    [c] = drift.skew(doc, drift.thresholds(None))
+    return {x.measure: x.value for x in c.findings}["new_terms"]
+
+
+def _fields() -> dict[str, list[str]]:
+    """High-cardinality string fields of real files: the bundled examples and ../shared/realdata."""
+    import fastavro
+
+    out: dict[str, list[str]] = {}
+    files = sorted((Path(__file__).resolve().parents[1] / "examples" / "data").glob("*.avro"))
+    recs = [r for p in files for r in fastavro.reader(p.open("rb"))]
+    out["examples event_id"] = [str(r["event_id"]) for r in recs]
+    out["examples user.id"] = [str(r["user"]["id"]) for r in recs]
+    user = REALDATA / "Teradata__kylo" / "samples" / "sample-data" / "avro" / "userdata1.avro"
+    if user.is_file():
+        rows = list(fastavro.reader(user.open("rb")))
+        for field in ("first_name", "email", "ip_address", "cc"):
+            out[f"userdata1 {field}"] = [str(r[field]) for r in rows]
+    rng = np.random.default_rng(1)
+    for a, n in ((1.1, 5000), (1.5, 20000), (2.0, 3000)):
+        out[f"zipf a={a} n={n}"] = [str(x) for x in rng.zipf(a, n)]
+    out["uniform over 50k ids"] = [str(x) for x in rng.integers(0, 50_000, 8000)]
+    return out
+
+
+@pytest.fixture(scope="module")
+def fields() -> dict[str, list[str]]:
+    return _fields()
+
+
+def test_random_90_10_splits_of_high_cardinality_fields_pass_the_default_new_terms(fields):
+    """200 random 90/10 splits of each field: none goes over the default new_terms threshold,
+    which an iid split of ids (every term seen once) exceeded before the unseen terms' share was allowed for."""
+    limit = drift.DEFAULT_THRESHOLDS["new_terms"]
+    rng = random.Random(0)
+    for name, values in fields.items():
+        worst = 0.0
+        for _ in range(200):
+            is_eval = [rng.random() < 0.1 for _ in values]
+            train = [v for v, e in zip(values, is_eval, strict=True) if not e]
+            evald = [v for v, e in zip(values, is_eval, strict=True) if e]
+            worst = max(worst, _new_terms_of(train, evald))
+        assert worst <= limit, (name, worst)
+
+
+def test_a_real_shift_in_a_high_cardinality_field_still_fails(fields):
+    """Eval records of which a third carry terms of another population: over the threshold."""
+    rng = random.Random(1)
+    for name, values in fields.items():
+        if sum(c == 1 for c in Counter(values).values()) > len(values) / 2:
+            continue  # mostly distinct ids: a random sample's terms are mostly new too
+        is_eval = [rng.random() < 0.1 for _ in values]
+        train = [v for v, e in zip(values, is_eval, strict=True) if not e]
+        evald = [v if rng.random() < 2 / 3 else f"shifted-{rng.random()}" for v, e in zip(values, is_eval, strict=True) if e]
+        assert _new_terms_of(train, evald) > drift.DEFAULT_THRESHOLDS["new_terms"], name
+
+
+def test_a_converted_random_split_of_ids_passes_the_skew_check(tmp_path):
+    """Through the real convert and report: a vocabulary over the examples' unique event ids."""
+    data = Path(__file__).resolve().parents[1] / "examples" / "data" / "clicks-0.avro"
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("label: {source: clicked, dtype: int64}\nfeatures:\n  - {name: event_id, transform: vocabulary}\n")
+    r = runner.invoke(app, ["convert", "-i", str(data), "-c", str(cfg), "-o", str(tmp_path / "out"), "--no-progress"])
+    assert r.exit_code == 0, r.output
+    stats = json.loads((tmp_path / "out" / "stats.json").read_text())["features"]["event_id"]["splits"]
+    assert stats["train"]["once"] == stats["train"]["items"] > 0  # every id seen once
+    r = runner.invoke(app, ["report", str(tmp_path / "out"), "--fail-on-drift"])
+    assert r.exit_code == 0, r.output

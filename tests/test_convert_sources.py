@@ -508,11 +508,11 @@ def test_the_numpy_long_integer_scan_finds_what_translate_and_find_find():
         assert list(jsonl._long_integer_runs_numpy(data)) == list(jsonl._long_integer_runs(data)), data
 
 
-def test_json_lines_range_starting_mid_file_has_unknown_line_numbers(tmp_path):
+def test_json_lines_range_starting_mid_file_numbers_lines_from_the_file_start(tmp_path):
     path = tmp_path / "x.jsonl"
     path.write_bytes(b'{"a":1}\n{"a":2}\n{"a":3}\n')
     (b,) = read_all(path, 8, None)
-    assert b.records == [{"a": 2}, {"a": 3}] and b.offsets == [8, 16] and b.indexes == [0, 0]
+    assert b.records == [{"a": 2}, {"a": 3}] and b.offsets == [8, 16] and b.indexes == [2, 3]
 
 
 def test_json_array_file(tmp_path):
@@ -832,3 +832,21 @@ def test_json_lines_whole_block_path_gives_what_the_per_line_loop_gives(lines, b
         return out
 
     assert read(True) == read(False)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_LINE_KINDS, min_size=1, max_size=40), st.booleans(), st.data())
+def test_json_lines_ranges_starting_mid_file_number_every_line_from_the_file_start(lines, bom, data):
+    """Whatever byte ranges split a file, each record and bad line carries its true 1-based line
+    number (the error output's ``line``), never 0 for ranges after the first."""
+    raw = (b"\xef\xbb\xbf" if bom else b"") + b"\n".join(lines) + data.draw(st.sampled_from([b"", b"\n"]))
+    if raw.lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"["):
+        return  # one JSON document, not JSON Lines
+    cut = sorted(data.draw(st.lists(st.integers(0, len(raw)), max_size=4)))
+    line_of = {off: n for n, off in enumerate([0, *(i + 1 for i, b in enumerate(raw) if b == 0x0A)], start=1)}
+    got = {}
+    for start, end in zip([0, *cut], [*cut, None], strict=True):
+        for b in iter_json(io.BytesIO(raw), "p.jsonl", start, end, batch_size=7):
+            got.update(zip(b.offsets, b.indexes, strict=True))
+            got.update((off, index) for off, index, *_ in b.bad)
+    assert {off: line_of[off] for off in got} == got

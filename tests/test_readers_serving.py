@@ -13,6 +13,7 @@ a process without recordprep, and cover ``examples/data`` and ``../shared/realda
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import os
@@ -31,6 +32,7 @@ from hypothesis import strategies as st
 import readers
 from convert.apply import OutputAnalysis, apply_analysis
 from convert.example import encode_examples, split_buffer
+from convert.jsonl import iter_json
 from readers import _serving_wire, serving
 from readers._serving_wire import KIND_NESTED
 
@@ -156,10 +158,20 @@ def assert_same(name: str, expected: np.ndarray, got: np.ndarray, rows: Any) -> 
         raise AssertionError(f"feature {name!r}, record {rows[i]!r}: converter {expected[i]!r}, layer {got[i]!r}")
 
 
+def json_reader_refuses(record: Any) -> bool:
+    """Whether the converter's JSON reader refuses ``record`` written as a JSON line for its strings
+    (a lone surrogate; bytes, which JSON cannot hold, written as null)."""
+    line = json.dumps(record, default=lambda _: None).encode()
+    return any("surrogate" in bad[2] for b in iter_json(io.BytesIO(line), "r.jsonl") for bad in b.bad)
+
+
 def check_parity(output: Path, layer: serving.TransformLayer, records: list[Any]) -> None:
+    """The layer rejects what the converter rejects (its vectorizer, or its reader: a lone surrogate)
+    and maps every other record to the converter's features, bit for bit."""
     expected, kept, rejections = converter_examples(output, records)
     features, errors = layer.transform_records(records)
-    conv_rejected = {r.index for r in rejections}
+    refused = {i for i, r in enumerate(records) if json_reader_refuses(r)}
+    conv_rejected = {r.index for r in rejections} | refused
     layer_rejected = {i for i, e in enumerate(errors) if e}
     missed = conv_rejected - layer_rejected
     assert not missed, [(records[i], [r.reason for r in rejections if r.index == i]) for i in sorted(missed)][:3]
@@ -586,6 +598,21 @@ def test_a_record_rejected_twice_reports_the_first_reason_in_config_order(layer,
     """Single-valued numerics are computed together; their reasons still come in config order."""
     _, errors = layer.transform_records([{}, record])
     assert errors[0] == "" and errors[1].startswith(first), errors[1]
+
+
+@pytest.mark.parametrize(("line", "where"), [
+    (r'{"cat": "a\ud800"}', "cat"),                      # a source the layer reads
+    (r'{"unused": ["x", "\udfff"]}', "unused[1]"),        # a field no feature reads: the line is still rejected
+    (r'{"deep": {"a": {"n": "\ud800\ud800"}}}', "deep.a.n"),
+])
+def test_a_lone_surrogate_the_converter_rejects_is_rejected_by_the_layer(layer, line, where):
+    """The converter's JSON reader rejects a line holding a lone surrogate; the layer, given the same
+    record, rejects it too: serving never accepts what the converter rejects."""
+    (batch,) = iter_json(io.BytesIO(line.encode() + b"\n"), "r.jsonl")
+    assert not batch.records and "lone UTF-16 surrogate" in batch.bad[0][2]
+    record = json.loads(line)
+    _, errors = layer.transform_records([json.loads(r'{"cat": "a\ud83d\ude00"}'), record])  # a pair: one character
+    assert errors[0] == "" and errors[1].startswith(f"{where}: a string holds a lone UTF-16 surrogate"), errors
 
 
 def test_calling_the_layer_raises_on_a_rejected_record(layer):

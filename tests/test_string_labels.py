@@ -288,3 +288,33 @@ def test_a_label_field_null_in_every_training_record_fails_the_run_saying_so(tmp
     r, out = _convert(tmp_path, _write(tmp_path, recs, "json"), CONFIG, "--max-error-fraction", "1")
     assert r.exit_code == 2 and "no record of the training split has a class in 'gender'" in r.output, r.output
     assert not (out / "dataset_info.json").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fmt", ["json", "avro"])
+def test_the_predict_example_prints_probabilities_and_the_class_of_avro_and_json_records(converted, tmp_path, fmt):
+    """examples/predict.py shows the model's probabilities and the best class name, not recordprep_classes."""
+    import subprocess
+    import sys
+
+    import tensorflow as tf
+
+    info = readers.load_info(str(converted["out"]))
+    inputs = readers.keras_inputs(info)
+    probs = tf.keras.layers.Dense(len(info.label_classes), activation="softmax")(inputs["x"])
+    export = tmp_path / "export"
+    readers.export_serving(tf.keras.Model(inputs, probs), str(converted["out"]), str(export))
+    data = _write(tmp_path, converted["recs"][:4], fmt)
+    root = Path(__file__).resolve().parents[1]
+    run = subprocess.run([sys.executable, "examples/predict.py", str(export), str(data), "-n", "3"], cwd=root,
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    lines = run.stdout.strip().splitlines()
+    assert len(lines) == 3, run.stdout
+    for line in lines:
+        shown = line.split(" -> ", 1)[1]
+        best, values = shown.split(" (outputs ", 1)
+        p = json.loads(values.rstrip(")"))
+        assert best in info.label_classes and len(p) == len(info.label_classes) and abs(sum(p) - 1) < 1e-5, line
+        assert best == info.label_classes[int(np.argmax(p))]
+    assert "recordprep_classes" not in run.stdout
