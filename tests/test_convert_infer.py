@@ -236,3 +236,14 @@ def test_drafts_of_every_real_world_file_load(tmp_path):
         assert load_config(cfg).features, path
         drafted += 1
     assert drafted >= 20
+
+
+@pytest.mark.parametrize("text", ["", "\n", "  \n\n"])
+def test_an_empty_config_is_named_empty(tmp_path, text):
+    """`infer ... > features.yaml` leaves an empty file when infer fails; convert says so."""
+    cfg = tmp_path / "features.yaml"
+    cfg.write_text(text)
+    r = cli("convert", "-i", str(EXAMPLES / "*.avro"), "-c", str(cfg), "-o", str(tmp_path / "out"))
+    assert r.exit_code == 2, r.output
+    assert f"{cfg}: the config file is empty" in r.output and "NoneType" not in r.output
+    assert not (tmp_path / "out").exists()
