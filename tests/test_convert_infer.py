@@ -10,9 +10,12 @@ import os
 import random
 from pathlib import Path
 
+import _record_strategies
 import pytest
 import yaml
-from _e2e import cli
+from _e2e import check_accounting, cli
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from convert.config import TRANSFORM_TABLE, LabelConfig, load_config, parse_config
@@ -247,3 +250,56 @@ def test_an_empty_config_is_named_empty(tmp_path, text):
     assert r.exit_code == 2, r.output
     assert f"{cfg}: the config file is empty" in r.output and "NoneType" not in r.output
     assert not (tmp_path / "out").exists()
+
+
+# ------------------------------------------------------ the draft converts the data it was drafted from
+
+
+def _rejections(records: list, schema=None) -> dict:
+    """Records the converter rejects under the draft of ``records`` (the label aside: see the warnings)."""
+    from convert.prepare import Preparer
+
+    config, drafts = infer_config(records, schema)
+    if not config["features"]:  # infer refuses the input ("unsupported input: no field ...")
+        return {}
+    loaded = parse_config(yaml.safe_load(render_yaml(config, drafts)))
+    label = loaded.label.name if loaded.label else None
+    bad = Preparer(loaded).prepare(records, analyze=True).bad
+    return {i: (r.field, r.reason) for i, r in bad.items() if r.field != label}
+
+
+_NESTED = st.dictionaries(_record_strategies._KEYS, _record_strategies.json_values, max_size=6)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.lists(_NESTED, min_size=1, max_size=20))
+def test_the_draft_of_random_nested_json_takes_every_record(records):
+    assert _rejections(records) == {}
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=list(HealthCheck))
+@given(_record_strategies.avro_cases())
+def test_the_draft_of_random_avro_takes_every_record(case):
+    assert _rejections(case.records, case.schema) == {}
+
+
+def test_infer_then_convert_takes_every_record_of_nested_json(tmp_path):
+    """Lists of free text, values that are a scalar here and a list there, and a field
+    under a list of records set in one record only: the draft converts as it is."""
+    rng = random.Random(39)
+    words = [f"w{i}" for i in range(200)]
+    rows = []
+    for i in range(40):
+        rows.append({"clicked": i % 2, "notes": [" ".join(rng.sample(words, 5)) for _ in range(1 + i % 3)],
+                     "v": [i, f"s{i}", [i, i + 1]][i % 3], "r": [{"c": {"d": 1.5}}] if i == 37 else [{"c": {}}]})
+    data = tmp_path / "nested.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    r = cli("infer", "-i", data)
+    assert r.exit_code == 0, r.output
+    cfg = tmp_path / "features.yaml"
+    cfg.write_text(r.stdout)
+    out = tmp_path / "out"
+    r = cli("convert", "-i", data, "-c", cfg, "-o", out)
+    assert r.exit_code == 0, r.output
+    counts = check_accounting(out)
+    assert sum(counts["written"].values()) == 40 and counts["errors"] == 0, counts
