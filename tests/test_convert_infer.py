@@ -303,3 +303,30 @@ def test_infer_then_convert_takes_every_record_of_nested_json(tmp_path):
     assert r.exit_code == 0, r.output
     counts = check_accounting(out)
     assert sum(counts["written"].values()) == 40 and counts["errors"] == 0, counts
+
+
+def test_json_lines_of_arrays_under_a_header_row_are_records(tmp_path):
+    """A table export (first line the column names, then one array per row): every
+    byte range reads the header, the names become fields, a short row is a bad line."""
+    import io
+
+    from convert.jsonl import iter_json
+
+    rows = [[i, f"c{i % 3}", i / 7, i % 2] for i in range(30)]
+    data = ("\r\n".join(json.dumps(r) for r in [["id", "country", "score", "clicked"], *rows]) + "\n").encode()
+    for cut in range(1, len(data), 7):
+        got = [r for s, e in ((0, cut), (cut, None)) for b in iter_json(io.BytesIO(data), "t.jsonl", s, e) for r in b.records]
+        assert got == [dict(zip(["id", "country", "score", "clicked"], r, strict=True)) for r in rows], cut
+    bad = [b.bad for b in iter_json(io.BytesIO(b'["a", "b"]\n[1]\n[1, 2]\n'), "t.jsonl")]
+    assert bad[0][0][1] == 2 and "expected an array of 2 values (the header row's columns), found 1 values" in bad[0][0][2]
+
+    path = tmp_path / "export.jsonl"
+    path.write_bytes(data)
+    r = cli("infer", "-i", path)
+    assert r.exit_code == 0, r.output
+    cfg = tmp_path / "features.yaml"
+    cfg.write_text(r.stdout)
+    assert {f.source for f in load_config(cfg).features} >= {"country", "score"}
+    r = cli("convert", "-i", path, "-c", cfg, "-o", tmp_path / "out")
+    assert r.exit_code == 0, r.output
+    assert sum(check_accounting(tmp_path / "out")["written"].values()) == 30
