@@ -81,7 +81,7 @@ def test_iso_8601_strings_are_timestamps():
     for name in ("at", "local", "offset"):
         assert feats[name] == {"name": name, "transform": "timestamp", "parts": ["hour", "day_of_week"]}, feats[name]
     assert feats["day"] == {"name": "day", "transform": "timestamp", "parts": ["day_of_week", "month"],
-                            "missing_indicator": True}
+                            "missing_indicator": True, "allow_all_missing": True}  # null in part of the sample
     assert feats["almost"]["transform"] != "timestamp"
 
 
