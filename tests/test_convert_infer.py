@@ -330,3 +330,19 @@ def test_json_lines_of_arrays_under_a_header_row_are_records(tmp_path):
     r = cli("convert", "-i", path, "-c", cfg, "-o", tmp_path / "out")
     assert r.exit_code == 0, r.output
     assert sum(check_accounting(tmp_path / "out")["written"].values()) == 30
+
+
+def test_a_field_past_the_config_checks_sample_does_not_stop_the_draft(tmp_path):
+    """infer samples 2,000 records, convert's config check 1,000: a field that first
+    appears past the check's sample is marked allow_all_missing, not 'in none of the 1000'."""
+    rows = [{"clicked": i % 2, "x": i % 17, **({"late": f"c{i % 5}"} if i >= 1100 else {})} for i in range(1500)]
+    data = tmp_path / "late.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    r = cli("infer", "-i", data)
+    assert r.exit_code == 0, r.output
+    cfg = tmp_path / "features.yaml"
+    cfg.write_text(r.stdout)
+    assert {f.name: f.allow_all_missing for f in load_config(cfg).features}["late"]
+    r = cli("convert", "-i", data, "-c", cfg, "-o", tmp_path / "out")
+    assert r.exit_code == 0, r.output
+    assert sum(check_accounting(tmp_path / "out")["written"].values()) == 1500
