@@ -319,3 +319,39 @@ def test_block_claiming_2gib_allocates_nothing_like_it(command, tmp_path):
     assert "MemoryError" not in p.stderr and "Traceback" not in p.stderr
     rss_kb = int(re.search(r"maxrss_kb=(\d+)", p.stderr).group(1))
     assert rss_kb < 1024 * 1024, f"peak RSS {rss_kb / 1024:.0f} MB"
+
+
+# ---- real nested JSON Lines (cwida/RealNest): the draft converts every record as it is --------
+
+REALNEST = sorted((REALDATA / "cwida__RealNest").rglob("*.jsonl")) if HAVE_REALDATA else []
+
+
+def test_drafts_of_real_nested_json_take_every_record():
+    """infer's draft of each file, applied to all of its records by the converter's own preparer: no rejection."""
+    import orjson
+
+    from convert.config import parse_config
+    from convert.infer import infer_config, render_yaml
+    from convert.prepare import Preparer
+
+    assert REALNEST, f"no JSON Lines under {REALDATA / 'cwida__RealNest'}"
+    for path in REALNEST:
+        records = [orjson.loads(line) for line in path.read_bytes().splitlines() if line.strip()]
+        config, drafts = infer_config(records[:2000])
+        loaded = parse_config(yaml.safe_load(render_yaml(config, drafts)))
+        bad = Preparer(loaded).prepare(records, analyze=True).bad
+        assert not bad, (path, sorted({(r.field, r.reason[:120]) for r in bad.values()})[:5])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", REALNEST, ids=[p.parent.name for p in REALNEST])
+def test_real_nested_json_infers_and_converts(path, tmp_path):
+    r = cli("infer", "-i", path)
+    assert r.exit_code == 0, r.output
+    cfg = tmp_path / "features.yaml"
+    cfg.write_text(r.stdout)
+    out = tmp_path / "out"
+    r = cli("convert", "-i", path, "-c", cfg, "-o", out)
+    assert r.exit_code == 0, r.output
+    counts = check_accounting(out)
+    assert counts["errors"] == 0 and sum(counts["written"].values()) == counts["read"] == 1024, counts
