@@ -472,6 +472,12 @@ def _decide_string(path: str, st: _FieldStats, distinct: int, non_null: int, nul
                  f"{path}: high-cardinality string ({distinct}{'+' if distinct >= _DISTINCT_CAP else ''} distinct in {non_null}){null_note}", path)
 
 
+def _items(path: str) -> str:
+    """The path to the items of the list at ``path``; a path through a list already yields its items."""
+    steps = parse_path(path)
+    return path if EACH in steps else render_path((*steps, EACH))
+
+
 def _decide_scalar_or_list(path: str, st: _FieldStats, types: set[str], null_note: str) -> Draft:
     """A value that is a scalar in some records and a list of scalars in others:
     free text read item by item (a lone string is one item), else a list of
@@ -485,8 +491,8 @@ def _decide_scalar_or_list(path: str, st: _FieldStats, types: set[str], null_not
         t_len, t_p95, t_capped = _max_len(st.list_tokens + st.tokens)
         return Draft({"transform": "text", "max_len": t_len},
                      f"{path}: free text, a string in some records and a list of strings in others; text reads "
-                     f"the items ({path}[]), max_len = 95th percentile of tokens {t_p95}{t_capped}{null_note}",
-                     render_path((*parse_path(path), EACH)), path_name=path)
+                     f"the items ({_items(path)}), max_len = 95th percentile of tokens {t_p95}{t_capped}{null_note}",
+                     _items(path), path_name=path)
     distinct = len(st.distinct)
     e: dict[str, Any] = ({"transform": "hash", "buckets": _hash_buckets(distinct)} if distinct > 1000
                          else {"transform": "vocabulary"})
@@ -514,8 +520,8 @@ def _decide_list(path: str, st: _FieldStats, maps: set[str], null_note: str) -> 
         max_len, p95, capped = _max_len(st.list_tokens)
         return Draft({"transform": "text", "max_len": max_len},
                      f"{path}: lists of free text, {avg_tokens:.1f} tokens per string on average (max_len = 95th "
-                     f"percentile of a record's tokens, {p95}){capped}; text reads the items ({path}[]){null_note}",
-                     render_path((*parse_path(path), EACH)), path_name=path)
+                     f"percentile of a record's tokens, {p95}){capped}; text reads the items ({_items(path)}){null_note}",
+                     _items(path), path_name=path)
     if elems <= {"int", "float"}:
         e = {"transform": "identity", "max_len": max_len}
         nonfinite_note = ""
