@@ -1022,6 +1022,9 @@ def load_config(path: str | Path) -> Config:
     except UnicodeDecodeError as e:
         line = data[: e.start].count(b"\n") + 1
         raise ConfigError(f"{p}: not UTF-8 text (invalid byte {data[e.start]:#04x} at line {line}); save the config as UTF-8") from None
+    if not text.strip():  # e.g. `recordprep infer ... > features.yaml` after infer failed
+        raise ConfigError(f"{p}: the config file is empty; write one (docs/feature-config.md) or draft it with "
+                          f"`recordprep infer -i DATA > {p.name}` and check that infer succeeded")
     try:
         raw = _parse_text(text, p.suffix == ".json")
     except ConfigError as e:

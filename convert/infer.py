@@ -143,14 +143,16 @@ _MAX_ITEMS = 100
 
 
 def _walk(rec: dict, stats: dict[str, _FieldStats], maps: set[str], inner: dict[str, set[tuple[Step, ...]]],
-          prefix: tuple[Step, ...] = (), depth: int = 0) -> None:
+          objects: set[str], prefix: tuple[Step, ...] = (), depth: int = 0) -> None:
     """Observe every leaf field of ``rec`` (``_observe``); ``inner`` gets, per list
-    field holding records, lists or maps, the paths through it (``_inner_paths``)."""
+    field holding records, lists or maps, the paths through it (``_inner_paths``);
+    ``objects`` the paths of nested records."""
     for k, v in rec.items():
         steps = (*prefix, str(k))
         path = render_path(steps)
         if isinstance(v, dict) and path not in maps and depth < MAX_DEPTH:
-            _walk(v, stats, maps, inner, steps, depth + 1)
+            objects.add(path)
+            _walk(v, stats, maps, inner, objects, steps, depth + 1)
             continue
         _observe(stats.setdefault(path, _FieldStats()), v)
         if isinstance(v, list) and depth < MAX_DEPTH:
@@ -220,6 +222,8 @@ def _observe(st: _FieldStats, v: Any) -> None:
             st.elem_types[_kind(x)] += 1
             if not isinstance(x, list | dict):
                 st.add_distinct(x)
+            if isinstance(x, int | float) and not isinstance(x, bool) and not _f32_finite(x):
+                st.nonfinite += 1
             if isinstance(x, str):
                 n = len(tokenize(x, lowercase=False))
                 st.tokens.append(n)
@@ -385,6 +389,8 @@ def _decide(path: str, st: _FieldStats, total: int, logical: str | None = None, 
         return _decide_string(path, st, distinct, non_null, null_note)
     if types == {"list"}:
         return _decide_list(path, st, maps, null_note)
+    if types - {"dict"} == types and "list" in types and not st.elem_types.keys() & {"dict", "list"}:
+        return _decide_scalar_or_list(path, st, types, null_note)
     scalar = types - {"list", "dict"}
     if types == scalar:
         return Draft({"transform": "hash", "buckets": 1024},
@@ -466,6 +472,37 @@ def _decide_string(path: str, st: _FieldStats, distinct: int, non_null: int, nul
                  f"{path}: high-cardinality string ({distinct}{'+' if distinct >= _DISTINCT_CAP else ''} distinct in {non_null}){null_note}", path)
 
 
+def _items(path: str) -> str:
+    """The path to the items of the list at ``path``; a path through a list already yields its items."""
+    steps = parse_path(path)
+    return path if EACH in steps else render_path((*steps, EACH))
+
+
+def _decide_scalar_or_list(path: str, st: _FieldStats, types: set[str], null_note: str) -> Draft:
+    """A value that is a scalar in some records and a list of scalars in others:
+    free text read item by item (a lone string is one item), else a list of
+    categories (vocabulary and hash take a scalar as a one-item list)."""
+    kinds = ", ".join(sorted(types - {"list"}))
+    lengths = st.lengths + [1] * (st.count - st.nulls - len(st.lengths))
+    max_len, p95, capped = _max_len(lengths)
+    avg_tokens = sum(st.tokens) / max(1, len(st.tokens))
+    elems = {t for t in st.elem_types if t != "null"} | (types - {"list"})
+    if elems == {"str"} and avg_tokens > 2.5 and len(st.distinct) > 0.3 * max(1, len(st.tokens)):
+        t_len, t_p95, t_capped = _max_len(st.list_tokens + st.tokens)
+        return Draft({"transform": "text", "max_len": t_len},
+                     f"{path}: free text, a string in some records and a list of strings in others; text reads "
+                     f"the items ({_items(path)}), max_len = 95th percentile of tokens {t_p95}{t_capped}{null_note}",
+                     _items(path), path_name=path)
+    distinct = len(st.distinct)
+    e: dict[str, Any] = ({"transform": "hash", "buckets": _hash_buckets(distinct)} if distinct > 1000
+                         else {"transform": "vocabulary"})
+    if distinct > 100 and e["transform"] == "vocabulary":
+        e["top_k"] = 1000
+    e["max_len"] = max_len
+    return Draft(e, f"{path}: {kinds} in some records, a list in others: drafted as a list of categories (a "
+                    f"scalar is a one-item list), length p95 {p95}{capped}{null_note}", path)
+
+
 def _decide_list(path: str, st: _FieldStats, maps: set[str], null_note: str) -> Draft:
     """Lists, by their items: records, maps or lists (counted; the items are drafted by
     path), free text, numbers or categories; mixed kinds get no entry."""
@@ -483,13 +520,30 @@ def _decide_list(path: str, st: _FieldStats, maps: set[str], null_note: str) -> 
         max_len, p95, capped = _max_len(st.list_tokens)
         return Draft({"transform": "text", "max_len": max_len},
                      f"{path}: lists of free text, {avg_tokens:.1f} tokens per string on average (max_len = 95th "
-                     f"percentile of a record's tokens, {p95}){capped}{null_note}", path)
+                     f"percentile of a record's tokens, {p95}){capped}; text reads the items ({_items(path)}){null_note}",
+                     _items(path), path_name=path)
     if elems <= {"int", "float"}:
-        return Draft({"transform": "identity", "max_len": max_len}, f"{path}: numeric list, length p95 {p95}{capped}{null_note}", path)
+        e = {"transform": "identity", "max_len": max_len}
+        nonfinite_note = ""
+        if st.nonfinite:
+            e["on_nan"] = "fill"
+            nonfinite_note = f", {st.nonfinite} NaN/inf/beyond-float32 item(s) filled (on_nan: fill)"
+        return Draft(e, f"{path}: numeric list, length p95 {p95}{capped}{null_note}{nonfinite_note}", path)
     if elems <= {"str", "int", "bool"}:
         return Draft({"transform": "vocabulary", "max_len": max_len}, f"{path}: list of categories, length p95 {p95}{capped}{null_note}", path)
     return Draft(None, f"{path}: list of {'/'.join(sorted(elems))} mixed: one feature takes lists of one kind; "
                        f"point 'source' at the items of one kind", path)
+
+
+def _allow_missing(d: Draft, st: _FieldStats, total: int) -> Draft:
+    """Mark ``allow_all_missing`` on a feature whose field is absent, null or empty
+    in part of the sample, or reached through a list: convert's training split
+    may then lack it entirely (convert stops on such a feature unless marked)."""
+    sparse = st.nulls or total - st.count or "[]" in d.path or any(n == 0 for n in st.lengths)
+    if d.entry is not None and d.entry.get("transform") != "count" and sparse:
+        d.entry["allow_all_missing"] = True
+        d.comment += "; allow_all_missing: absent, null or empty in part of the sample, so possibly in all of a split"
+    return d
 
 
 def infer_config(records: Iterable[dict], avro_schema: Any = None, label: str | None = None) -> tuple[dict[str, Any], list[Draft]]:
@@ -498,25 +552,29 @@ def infer_config(records: Iterable[dict], avro_schema: Any = None, label: str | 
     maps = {p for p, k in kinds.items() if k == "map"}
     stats: dict[str, _FieldStats] = {}
     inner: dict[str, set[tuple[Step, ...]]] = {}
+    objects: set[str] = set()
     sample = [r for r in records if isinstance(r, dict)]
     if avro_schema is None:
         maps = _json_maps(sample)
     for r in sample:
-        _walk(r, stats, maps, inner)
+        _walk(r, stats, maps, inner, objects)
     total = len(sample)
     drafts = []
     for p, st in list(stats.items()):
         d = _decide(p, st, total, kinds.get(p), maps)
+        if p in objects:  # a value in some records, a nested record in others: convert rejects either way
+            d = Draft(None, f"{p}: a value in some records, a nested record in others; not vectorized (its "
+                            f"fields are drafted as {p}.FIELD)", p)
         if d.entry is not None and d.entry.get("transform") == "count":
             d.path_name = f"{p}_count"
-        drafts.append(d)
+        drafts.append(_allow_missing(d, st, total))
         for steps in sorted(inner.get(p, ()), key=render_path):  # paths through the list: items[].price
             path = render_path(steps)
             sub = _FieldStats()
             for r in sample:
                 _observe(sub, walk_path(r, steps))
             stats[path] = sub
-            drafts.append(_decide(path, sub, total, kinds.get(path), maps))
+            drafts.append(_allow_missing(_decide(path, sub, total, kinds.get(path), maps), sub, total))
     label_path = label
     if label_path is None:  # a numeric field with a label's name
         label_path = next((p for p, st in stats.items() if p.lower() in _LABEL_NAMES

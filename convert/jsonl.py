@@ -171,6 +171,15 @@ def iter_json(f: IO[bytes], path: str, start: int = 0, end: int | None = None,
     probe = buffered.read(64 * 1024)
     buffered.seek(0)
     lead = probe.lstrip(b"\xef\xbb\xbf \t\r\n")
+    header = None if records_path else _header_row(probe)
+    if header is not None:  # arrays per line under a header row: every range reads the header from line 1
+        pos = 0
+        if start > 0:
+            buffered.seek(start - 1)
+            pos = start - 1 + _skip_line(buffered)[0]
+        yield from _iter_json_lines(buffered, path, pos, 0 if start > 0 else 1, end, batch_size, max_record_bytes,
+                                      header)
+        return
     if records_path or lead.startswith(b"["):
         if start > 0:
             return  # one JSON document: owned by the range that starts at 0
@@ -223,6 +232,23 @@ def _count_newlines(f: IO[bytes], upto: int) -> int:
     return n
 
 
+def _header_row(probe: bytes) -> list[str] | None:
+    """The column names when the file is JSON Lines of arrays under a header row
+    (``["id","name"]`` then ``[1,"a"]``..., as table exports write): a first line
+    that is an array of distinct strings followed by a line that is an array.
+    ``None`` for anything else (one JSON document, JSON Lines of objects)."""
+    lines = probe.removeprefix(b"\xef\xbb\xbf").split(b"\n", 2)
+    if len(lines) < 2 or not lines[0].lstrip().startswith(b"[") or not lines[1].lstrip().startswith(b"["):
+        return None
+    try:
+        names = orjson.loads(lines[0])
+    except orjson.JSONDecodeError:
+        return None
+    if not names or not isinstance(names, list) or not all(isinstance(n, str) for n in names) or len(set(names)) < len(names):
+        return None
+    return names
+
+
 def _skip_line(f: IO[bytes]) -> tuple[int, bool]:
     """Read past the next newline (or to the end), ``_CHECK_CHUNK_BYTES`` at a
     time, so a line of any length is never held whole: the bytes read, and
@@ -244,8 +270,12 @@ _JSONL_BLOCK_BYTES = 1 << 17
 
 
 def _iter_json_lines(buffered: IO[bytes], path: str, pos: int, line_no: int, end: int | None,
-                     batch_size: int, max_line: int = DEFAULT_MAX_RECORD_BYTES) -> Iterator[RecordBatch]:
+                     batch_size: int, max_line: int = DEFAULT_MAX_RECORD_BYTES,
+                     header: list[str] | None = None) -> Iterator[RecordBatch]:
     """JSON Lines from byte ``pos`` (a line start), lines starting before ``end``.
+
+    With ``header`` (``_header_row``), line 1 is the header and every other
+    line an array of as many values, read as the object ``{name: value}``.
 
     ``line_no`` is the 1-based number of the line at ``pos``, 0 when unknown.
     Per-line work is kept to ``orjson.loads``: blocks are split in C and the
@@ -270,7 +300,7 @@ def _iter_json_lines(buffered: IO[bytes], path: str, pos: int, line_no: int, end
         lines = block.split(b"\n")
         if block.endswith(b"\n") or not block:
             lines.pop()  # the empty piece after the last newline is not a line
-        plain = None if long_runs else _plain_block(lines, pos, end, max_line)
+        plain = None if long_runs or header is not None else _plain_block(lines, pos, end, max_line)
         if plain is not None:
             recs, offsets = plain
             done = 0
@@ -321,6 +351,15 @@ def _iter_json_lines(buffered: IO[bytes], path: str, pos: int, line_no: int, end
             except ValueError as e:
                 batch.bad.append((off, this_line, f"malformed JSON: {str(e)[:_MAX_QUOTED_CHARS]}", _excerpt(line.strip())))
                 continue
+            if header is not None:
+                if off == 0:
+                    continue  # the header row
+                if not isinstance(rec, list) or len(rec) != len(header):
+                    found = f"{len(rec)} values" if isinstance(rec, list) else type(rec).__name__
+                    batch.bad.append((off, this_line, f"expected an array of {len(header)} values (the header row's "
+                                      f"columns), found {found}", _excerpt(line.strip())))
+                    continue
+                rec = dict(zip(header, rec, strict=True))
             if not isinstance(rec, dict):
                 batch.bad.append((off, this_line, f"expected a JSON object per line, found {type(rec).__name__}",
                                   _excerpt(line.strip())))

@@ -325,7 +325,9 @@ def infer(
     *_id, card numbers) -> hash, ISO 8601 strings -> timestamp, free text ->
     text, lists -> padded to their 95th-percentile length; lists of records,
     lists of lists and maps -> their count plus paths through them: items[].price,
-    m[][], attrs[keys]) and a comment saying why.
+    m[][], attrs[keys]) and a comment saying why. The draft converts the sampled
+    data as it is: fields absent, null or empty in part of the sample (or under a
+    list) get allow_all_missing; fields it cannot type are left out, saying why.
     """
     _setup_logging(False)
     import difflib

@@ -10,9 +10,12 @@ import os
 import random
 from pathlib import Path
 
+import _record_strategies
 import pytest
 import yaml
-from _e2e import cli
+from _e2e import check_accounting, cli
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from convert.config import TRANSFORM_TABLE, LabelConfig, load_config, parse_config
@@ -78,7 +81,7 @@ def test_iso_8601_strings_are_timestamps():
     for name in ("at", "local", "offset"):
         assert feats[name] == {"name": name, "transform": "timestamp", "parts": ["hour", "day_of_week"]}, feats[name]
     assert feats["day"] == {"name": "day", "transform": "timestamp", "parts": ["day_of_week", "month"],
-                            "missing_indicator": True}
+                            "missing_indicator": True, "allow_all_missing": True}  # null in part of the sample
     assert feats["almost"]["transform"] != "timestamp"
 
 
@@ -236,3 +239,110 @@ def test_drafts_of_every_real_world_file_load(tmp_path):
         assert load_config(cfg).features, path
         drafted += 1
     assert drafted >= 20
+
+
+@pytest.mark.parametrize("text", ["", "\n", "  \n\n"])
+def test_an_empty_config_is_named_empty(tmp_path, text):
+    """`infer ... > features.yaml` leaves an empty file when infer fails; convert says so."""
+    cfg = tmp_path / "features.yaml"
+    cfg.write_text(text)
+    r = cli("convert", "-i", str(EXAMPLES / "*.avro"), "-c", str(cfg), "-o", str(tmp_path / "out"))
+    assert r.exit_code == 2, r.output
+    assert f"{cfg}: the config file is empty" in r.output and "NoneType" not in r.output
+    assert not (tmp_path / "out").exists()
+
+
+# ------------------------------------------------------ the draft converts the data it was drafted from
+
+
+def _rejections(records: list, schema=None) -> dict:
+    """Records the converter rejects under the draft of ``records`` (the label aside: see the warnings)."""
+    from convert.prepare import Preparer
+
+    config, drafts = infer_config(records, schema)
+    if not config["features"]:  # infer refuses the input ("unsupported input: no field ...")
+        return {}
+    loaded = parse_config(yaml.safe_load(render_yaml(config, drafts)))
+    label = loaded.label.name if loaded.label else None
+    bad = Preparer(loaded).prepare(records, analyze=True).bad
+    return {i: (r.field, r.reason) for i, r in bad.items() if r.field != label}
+
+
+_NESTED = st.dictionaries(_record_strategies._KEYS, _record_strategies.json_values, max_size=6)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.lists(_NESTED, min_size=1, max_size=20))
+def test_the_draft_of_random_nested_json_takes_every_record(records):
+    assert _rejections(records) == {}
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=list(HealthCheck))
+@given(_record_strategies.avro_cases())
+def test_the_draft_of_random_avro_takes_every_record(case):
+    assert _rejections(case.records, case.schema) == {}
+
+
+def test_infer_then_convert_takes_every_record_of_nested_json(tmp_path):
+    """Lists of free text, values that are a scalar here and a list there, and a field
+    under a list of records set in one record only: the draft converts as it is."""
+    rng = random.Random(39)
+    words = [f"w{i}" for i in range(200)]
+    rows = []
+    for i in range(40):
+        rows.append({"clicked": i % 2, "notes": [" ".join(rng.sample(words, 5)) for _ in range(1 + i % 3)],
+                     "v": [i, f"s{i}", [i, i + 1]][i % 3], "r": [{"c": {"d": 1.5}}] if i == 37 else [{"c": {}}]})
+    data = tmp_path / "nested.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    r = cli("infer", "-i", data)
+    assert r.exit_code == 0, r.output
+    cfg = tmp_path / "features.yaml"
+    cfg.write_text(r.stdout)
+    out = tmp_path / "out"
+    r = cli("convert", "-i", data, "-c", cfg, "-o", out)
+    assert r.exit_code == 0, r.output
+    counts = check_accounting(out)
+    assert sum(counts["written"].values()) == 40 and counts["errors"] == 0, counts
+
+
+def test_json_lines_of_arrays_under_a_header_row_are_records(tmp_path):
+    """A table export (first line the column names, then one array per row): every
+    byte range reads the header, the names become fields, a short row is a bad line."""
+    import io
+
+    from convert.jsonl import iter_json
+
+    rows = [[i, f"c{i % 3}", i / 7, i % 2] for i in range(30)]
+    data = ("\r\n".join(json.dumps(r) for r in [["id", "country", "score", "clicked"], *rows]) + "\n").encode()
+    for cut in range(1, len(data), 7):
+        got = [r for s, e in ((0, cut), (cut, None)) for b in iter_json(io.BytesIO(data), "t.jsonl", s, e) for r in b.records]
+        assert got == [dict(zip(["id", "country", "score", "clicked"], r, strict=True)) for r in rows], cut
+    bad = [b.bad for b in iter_json(io.BytesIO(b'["a", "b"]\n[1]\n[1, 2]\n'), "t.jsonl")]
+    assert bad[0][0][1] == 2 and "expected an array of 2 values (the header row's columns), found 1 values" in bad[0][0][2]
+
+    path = tmp_path / "export.jsonl"
+    path.write_bytes(data)
+    r = cli("infer", "-i", path)
+    assert r.exit_code == 0, r.output
+    cfg = tmp_path / "features.yaml"
+    cfg.write_text(r.stdout)
+    assert {f.source for f in load_config(cfg).features} >= {"country", "score"}
+    r = cli("convert", "-i", path, "-c", cfg, "-o", tmp_path / "out")
+    assert r.exit_code == 0, r.output
+    assert sum(check_accounting(tmp_path / "out")["written"].values()) == 30
+
+
+def test_a_field_past_the_config_checks_sample_does_not_stop_the_draft(tmp_path):
+    """infer samples 2,000 records, convert's config check 1,000: a field that first
+    appears past the check's sample is marked allow_all_missing, not 'in none of the 1000'."""
+    rows = [{"clicked": i % 2, "x": i % 17, **({"late": f"c{i % 5}"} if i >= 1100 else {})} for i in range(1500)]
+    data = tmp_path / "late.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    r = cli("infer", "-i", data)
+    assert r.exit_code == 0, r.output
+    cfg = tmp_path / "features.yaml"
+    cfg.write_text(r.stdout)
+    assert {f.name: f.allow_all_missing for f in load_config(cfg).features}["late"]
+    r = cli("convert", "-i", data, "-c", cfg, "-o", tmp_path / "out")
+    assert r.exit_code == 0, r.output
+    assert sum(check_accounting(tmp_path / "out")["written"].values()) == 1500

@@ -67,8 +67,8 @@ INFER_STOPS = {
 }
 #: extra `infer`/`convert` flags a file needs (documented in the infer message).
 FLAGS = {"duckdb__duckdb/data/json/sample_utf8_bom.json": ["--json-records-path", "users"]}
-#: Inferred features with no value in the file's training split (set in few records): the run fails
-#: naming them, and converts once the config marks them `allow_all_missing: true`.
+#: Inferred features with no value in the file's training split (set in few records): the draft marks
+#: them `allow_all_missing: true`, so convert takes it as it is.
 ALL_MISSING_IN_TRAIN = {"apache__arrow-rs/arrow-json/test/data/nested_with_nulls.json": ["a"]}
 #: JSON files with lines that are not records: rejected lines (line numbers) when tolerated.
 BAD_LINES = {
@@ -149,14 +149,9 @@ def test_valid_file_infers_and_converts(rel, count, tmp_path):
     out = tmp_path / "out"
     bad_lines = BAD_LINES.get(rel, [])
     args = ["convert", "-i", path, "-c", cfg, "-o", out, *flags, "--no-shuffle"]  # check_values: record by record
-    if rel in ALL_MISSING_IN_TRAIN:
-        r = cli(*args)
-        assert r.exit_code == 1 and "allow_all_missing: true" in r.output, r.output
-        assert all(f"feature {name!r}" in r.output for name in ALL_MISSING_IN_TRAIN[rel]), r.output
-        doc = yaml.safe_load(cfg.read_text())
-        for feat in doc["features"]:
-            feat["allow_all_missing"] = feat["name"] in ALL_MISSING_IN_TRAIN[rel]
-        cfg.write_text(yaml.safe_dump(doc))
+    if rel in ALL_MISSING_IN_TRAIN:  # the draft marks them: convert takes it as it is
+        drafted = {f["name"]: f for f in yaml.safe_load(cfg.read_text())["features"]}
+        assert all(drafted[name].get("allow_all_missing") for name in ALL_MISSING_IN_TRAIN[rel]), drafted
     r = cli(*args)
     if bad_lines:  # rejected lines fail the run by default, saying where they are and what tolerates them
         assert r.exit_code == 1, r.output
@@ -324,3 +319,39 @@ def test_block_claiming_2gib_allocates_nothing_like_it(command, tmp_path):
     assert "MemoryError" not in p.stderr and "Traceback" not in p.stderr
     rss_kb = int(re.search(r"maxrss_kb=(\d+)", p.stderr).group(1))
     assert rss_kb < 1024 * 1024, f"peak RSS {rss_kb / 1024:.0f} MB"
+
+
+# ---- real nested JSON Lines (cwida/RealNest): the draft converts every record as it is --------
+
+REALNEST = sorted((REALDATA / "cwida__RealNest").rglob("*.jsonl")) if HAVE_REALDATA else []
+
+
+def test_drafts_of_real_nested_json_take_every_record():
+    """infer's draft of each file, applied to all of its records by the converter's own preparer: no rejection."""
+    import orjson
+
+    from convert.config import parse_config
+    from convert.infer import infer_config, render_yaml
+    from convert.prepare import Preparer
+
+    assert REALNEST, f"no JSON Lines under {REALDATA / 'cwida__RealNest'}"
+    for path in REALNEST:
+        records = [orjson.loads(line) for line in path.read_bytes().splitlines() if line.strip()]
+        config, drafts = infer_config(records[:2000])
+        loaded = parse_config(yaml.safe_load(render_yaml(config, drafts)))
+        bad = Preparer(loaded).prepare(records, analyze=True).bad
+        assert not bad, (path, sorted({(r.field, r.reason[:120]) for r in bad.values()})[:5])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", REALNEST, ids=[p.parent.name for p in REALNEST])
+def test_real_nested_json_infers_and_converts(path, tmp_path):
+    r = cli("infer", "-i", path)
+    assert r.exit_code == 0, r.output
+    cfg = tmp_path / "features.yaml"
+    cfg.write_text(r.stdout)
+    out = tmp_path / "out"
+    r = cli("convert", "-i", path, "-c", cfg, "-o", out)
+    assert r.exit_code == 0, r.output
+    counts = check_accounting(out)
+    assert counts["errors"] == 0 and sum(counts["written"].values()) == counts["read"] == 1024, counts
