@@ -51,13 +51,15 @@ def spill_unit_counts(acc: Analyzer, tmp_dir: str, unit: int, partitions: int) -
 
 
 class _CountPartition(beam.DoFn):
-    """``(feature, partition, unit files)`` -> ``(feature, best top_k (term, count))``."""
+    """``(feature, partition)`` + the merged analysis (side input: its unit files)
+    -> ``(feature, best top_k (term, count))``."""
 
     def __init__(self, config: Config):
         self.config = config
 
-    def process(self, task: tuple[str, int, list[str]]) -> Iterator[tuple[str, list[tuple[str, int]]]]:
-        name, partition, paths = task
+    def process(self, task: tuple[str, int], merged: Any) -> Iterator[tuple[str, list[tuple[str, int]]]]:
+        name, partition = task
+        paths = unit_files(merged.spills)
         f = next(f for f in self.config.features if f.name == name)
         total: Counter = Counter()
         for path in paths:
@@ -92,18 +94,22 @@ class _TopVocabularies(beam.CombineFn):
         return {n: [t for t, _ in acc.get(n, [])] for n in self.names}
 
 
-def partition_tasks(config: Config, spills: dict[int, str | None], partitions: int) -> list[tuple[str, int, list[str]]]:
-    """One task per spilled feature and partition, over every unit's file, in unit order."""
-    paths = [spills[u] for u in sorted(spills) if spills[u] is not None]
-    return [(n, p, paths) for n in spilled_features(config) for p in range(partitions)]
+def unit_files(spills: dict[int, str | None]) -> list[str]:
+    """Every unit's term counts file, in unit order."""
+    return [spills[u] for u in sorted(spills) if spills[u] is not None]
+
+
+def partition_tasks(config: Config, partitions: int) -> list[tuple[str, int]]:
+    """One task per spilled feature and partition."""
+    return [(n, p) for n in spilled_features(config) for p in range(partitions)]
 
 
 def merge_vocabularies(merged: Any, config: Config, partitions: int) -> Any:
     """``merged`` (singleton with ``.spills``) -> singleton ``{feature: vocabulary}``."""
     return (
         merged
-        | "PartitionTasks" >> beam.FlatMap(lambda m: partition_tasks(config, m.spills, partitions))
+        | "PartitionTasks" >> beam.FlatMap(lambda _: partition_tasks(config, partitions))
         | "SpreadPartitions" >> beam.Reshuffle()
-        | "CountPartition" >> beam.ParDo(_CountPartition(config))
+        | "CountPartition" >> beam.ParDo(_CountPartition(config), beam.pvalue.AsSingleton(merged))
         | "TopVocabularies" >> beam.CombineGlobally(_TopVocabularies(config))
     )

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
+from types import SimpleNamespace
 
 import fastavro
 import pytest
@@ -47,8 +48,9 @@ def test_partitioned_vocabularies_equal_the_one_analyzer_result(tmp_path_factory
         assert not a.counts["t"] and not a.counts["s"]  # nothing left for the global combine
     count, top = _CountPartition(config), _TopVocabularies(config)
     accs = [top.create_accumulator() for _ in range(2)]  # two combine workers, merged
-    for j, task in enumerate(partition_tasks(config, spills, partitions)):
-        for cands in count.process(task):
+    merged = SimpleNamespace(spills=spills)
+    for j, task in enumerate(partition_tasks(config, partitions)):
+        for cands in count.process(task, merged):
             accs[j % 2] = top.add_input(accs[j % 2], cands)
     got = top.extract_output(top.merge_accumulators(accs))
     assert got == {"t": want.vocabularies["t"], "s": want.vocabularies["s"]}
