@@ -489,7 +489,9 @@ class Analyzer:
         self.present.update(other.present)
         return self
 
-    def result(self) -> Analysis:
+    def result(self, vocabularies: dict[str, list[str]] | None = None) -> Analysis:
+        """The analysis; ``vocabularies`` gives features' vocabularies merged elsewhere
+        (``pipelines.analyze``), in the order computed here."""
         self.flush()
         vocabs = {}
         by_name = {f.name: f for f in self.config.features}
@@ -497,6 +499,9 @@ class Analyzer:
         for name, c in self.counts.items():
             if lab is not None and name == lab.name:
                 vocabs[name] = _label_classes(lab, c)
+                continue
+            if vocabularies is not None and name in vocabularies:
+                vocabs[name] = vocabularies[name]
                 continue
             f = by_name[name]
             # Most frequent first, ties by term: a sort by term, then a stable

@@ -84,6 +84,7 @@ from convert.vectorize import Vectorizer, unseen_label_rows
 from pipelines._fs import delete as fs_delete
 from pipelines._fs import match_in, size_of
 from pipelines._progress import GATHER, PROGRESS_DIR, UnitProgress
+from pipelines.analyze import merge_vocabularies, spill_unit_counts, spilled_features
 from pipelines.options import ConvertOptions
 from pipelines.plan import InputFile, WorkUnit
 
@@ -133,8 +134,14 @@ def _unit_progress(options: ConvertOptions, pass_name: str, unit: WorkUnit) -> U
 
 
 class _AnalyzeUnit(beam.DoFn):
-    def __init__(self, config: Config, options: ConvertOptions):
-        self.config, self.options = config, options
+    """A unit -> ``(index, Analyzer, prepared file, term counts file)``.
+
+    With ``partitions`` > 1 the unit's vocabulary term counts go to a temp
+    file cut by term (``pipelines.analyze``), not into the yielded analyzer.
+    """
+
+    def __init__(self, config: Config, options: ConvertOptions, partitions: int = 1):
+        self.config, self.options, self.partitions = config, options, partitions
 
     def process(self, unit: WorkUnit):
         acc = Analyzer(self.config)
@@ -151,7 +158,26 @@ class _AnalyzeUnit(beam.DoFn):
             prog.add(0, _unit_bytes(unit))
             prog.close()
         acc.flush()
-        yield unit.index, acc, path
+        spill = None
+        if self.partitions > 1:
+            spill = spill_unit_counts(acc, FileSystems.join(self.options.output, TMP_DIR), unit.index, self.partitions)
+        yield unit.index, acc, path, spill
+
+
+@dataclasses.dataclass
+class _MergedAnalysis:
+    """The global combine's output when term counts were spilled: all but the vocabularies."""
+
+    analyzer: Analyzer
+    prepared: dict[int, str | None]
+    spills: dict[int, str | None]
+
+    def value(self, config: Config, vocabularies: dict[str, list[str]] | None = None) -> AnalysisValue:
+        # Where each unit's prepared batches are, and which features had values
+        # (for the commit's check; neither is part of the saved analysis).
+        present = {f.name: self.analyzer.present[f.name] for f in config.features}
+        return AnalysisValue({**self.analyzer.result(vocabularies).to_json(), PREPARED_KEY: self.prepared,
+                              PRESENT_KEY: present})
 
 
 class _MergeAnalyzers(beam.CombineFn):
@@ -161,44 +187,46 @@ class _MergeAnalyzers(beam.CombineFn):
     do not, and the runner picks the merge order, so the per-unit numeric
     partials are kept apart and merged in unit order at the end: the same
     input always gives bit-identical statistics, hence identical shards.
+    With ``spilled`` the term counts are in files (``pipelines.analyze``) and
+    the output is a ``_MergedAnalysis`` still without those vocabularies.
     """
 
-    def __init__(self, config: Config):
-        self.config = config
+    def __init__(self, config: Config, spilled: bool = False):
+        self.config, self.spilled = config, spilled
 
     def create_accumulator(self):
-        return (Analyzer(self.config), {}, {})
+        return (Analyzer(self.config), {}, {}, {})
 
     def add_input(self, acc, element):
-        unit, analyzer, prepared = element
+        unit, analyzer, prepared, *spill = element
         analyzer.flush()
         for k, c in analyzer.counts.items():
             acc[0].counts[k].update(c)
         acc[0].present.update(analyzer.present)
         acc[1][unit] = analyzer.numeric
         acc[2][unit] = prepared
+        acc[3][unit] = spill[0] if spill else None
         return acc
 
     def merge_accumulators(self, accs):
         accs = iter(accs)
         first = next(accs)
-        for counts_acc, partials, prepared in accs:
+        for counts_acc, partials, prepared, spills in accs:
             for k, c in counts_acc.counts.items():
                 first[0].counts[k].update(c)
             first[0].present.update(counts_acc.present)
             first[1].update(partials)
             first[2].update(prepared)
+            first[3].update(spills)
         return first
 
     def extract_output(self, acc):
-        analyzer, partials, prepared = acc
+        analyzer, partials, prepared, spills = acc
         for unit in sorted(partials):
             for k, st in partials[unit].items():
                 analyzer.numeric[k].merge(st)
-        # Where each unit's prepared batches are, and which features had values
-        # (for the commit's check; neither is part of the saved analysis).
-        present = {f.name: analyzer.present[f.name] for f in self.config.features}
-        return AnalysisValue({**analyzer.result().to_json(), PREPARED_KEY: prepared, PRESENT_KEY: present})
+        merged = _MergedAnalysis(analyzer, prepared, spills)
+        return merged if self.spilled else merged.value(self.config)
 
 
 class AnalysisValue(CacheAware):
@@ -233,18 +261,31 @@ class AnalyzeUnits(beam.PTransform):
     only, so eval data never leaks into the mapping. Each unit's prepared
     batches are written to ``<output>/.recordprep-tmp/prepared-*.bin``; the
     output's ``PREPARED_KEY`` maps unit index to that file.
+
+    With ``partitions`` > 1 (the job passes its unit count) vocabulary term
+    counts are merged per partition of the terms (``pipelines.analyze``), so
+    no process holds every distinct term; with one unit they go through the
+    global combine. Both give the same analysis.
     """
 
-    def __init__(self, config: Config, options: ConvertOptions):
+    def __init__(self, config: Config, options: ConvertOptions, partitions: int = 1):
         super().__init__()
         self.config, self.options = config, options
+        self.partitions = partitions if spilled_features(config) else 1
 
     def expand(self, units):
-        return (
+        spilled = self.partitions > 1
+        merged = (
             units
-            | "AnalyzeUnit" >> beam.ParDo(_AnalyzeUnit(self.config, self.options))
-            | "MergeAnalysis" >> beam.CombineGlobally(_MergeAnalyzers(self.config))
+            | "AnalyzeUnit" >> beam.ParDo(_AnalyzeUnit(self.config, self.options, self.partitions))
+            | "MergeAnalysis" >> beam.CombineGlobally(_MergeAnalyzers(self.config, spilled))
         )
+        if not spilled:
+            return merged
+        vocabularies = merge_vocabularies(merged, self.config, self.partitions)
+        config = self.config
+        return merged | "FinishAnalysis" >> beam.Map(
+            lambda m, v: m.value(config, v), beam.pvalue.AsSingleton(vocabularies))
 
 
 # ---------------------------------------------------------------- convert

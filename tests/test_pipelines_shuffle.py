@@ -411,7 +411,7 @@ def test_the_convert_pass_removes_each_prepared_file_once_read_and_a_retry_prepa
 
     config, opts, files, analysis = _one_unit(tmp_path)
     unit = WorkUnit(0, (ByteRange(files[0], 0, None),))
-    [(_, _, prepared)] = list(_AnalyzeUnit(config, opts).process(unit))
+    [(_, _, prepared, _)] = list(_AnalyzeUnit(config, opts).process(unit))
     assert os.path.exists(prepared)
     with_file = AnalysisValue({**analysis.json, PREPARED_KEY: {0: prepared}})
     first = _convert_unit(config, opts, unit, with_file, 3)
