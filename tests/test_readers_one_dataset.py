@@ -101,7 +101,7 @@ def test_local_reader_mid_epoch_never_mixes_runs(tmp_path, kind):
 def test_gcs_reader_mid_epoch_never_mixes_runs(tmp_path, remote_stack):  # noqa: F811
     old, new = _inputs(tmp_path / "old", new=False), _inputs(tmp_path / "new", new=True)
     urls = {}
-    for name, paths in (("old", old), ("new", new)):
+    for name in ("old", "new"):
         upload = tmp_path / f"upload-{name}"
         upload.mkdir()
         for p in (tmp_path / name).glob("*.jsonl"):
