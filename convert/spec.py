@@ -1,7 +1,7 @@
 """The on-disk contract between the converter and the readers.
 
 A finished output directory holds sharded TFRecord files of ``tf.train.Example``
-(``{split}-{i:05d}-of-{n:05d}.tfrecord[.gz]``), vocabulary files, the error
+(``{split}-{i:05d}-of-{n:05d}-{run_id}.tfrecord[.gz]``), vocabulary files, the error
 output, and ``dataset_info.json``. The metadata file is written last and
 atomically, so *its presence means the output is complete*: readers refuse a
 directory without it and never glob for shards, they take the shard list from
