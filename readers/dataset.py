@@ -428,8 +428,9 @@ def _verify_shards(
         shown = "\n  ".join(missing[:10]) + ("\n  ..." if len(missing) > 10 else "")
         raise ShardNotFoundError(
             f"{len(missing)} of the {len(paths)} shard(s) listed in {METADATA_FILENAME} do not exist:\n"
-            f"  {shown}\nThe output was replaced by another conversion after its metadata was read "
-            f"(call this again to read the new one), or partly deleted (re-run the conversion)."
+            f"  {shown}\nEither another conversion replaced the output after its metadata was read "
+            f"(build the dataset again to read the new one), or the output was partly deleted. "
+            f"Re-run the conversion (or restore the files)."
         )
     wrong = [
         f"{p}: {size} bytes on disk, {METADATA_FILENAME} says {want}"

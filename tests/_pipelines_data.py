@@ -50,6 +50,11 @@ def by_shard(root: Path, name: str) -> Path:
     return found[0]
 
 
+def shards_without_run_id(info) -> dict[str, list[tuple[str, int, int]]]:
+    """A ``DatasetInfo``'s shards per split, ``(name less the run id, records, bytes)``: what two runs share."""
+    return {n: [(without_run_id(s.file), s.num_records, s.num_bytes) for s in sp.shards] for n, sp in info.splits.items()}
+
+
 def make_records(n: int = 300, seed: int = 3) -> list[dict]:
     rng = random.Random(seed)
     words = ["alpha", "beta", "Gamma", "delta"]
