@@ -1,7 +1,7 @@
 """The on-disk contract between the converter and the readers.
 
 A finished output directory holds sharded TFRecord files of ``tf.train.Example``
-(``{split}-{i:05d}-of-{n:05d}.tfrecord[.gz]``), vocabulary files, the error
+(``{split}-{i:05d}-of-{n:05d}-{run_id}.tfrecord[.gz]``), vocabulary files, the error
 output, and ``dataset_info.json``. The metadata file is written last and
 atomically, so *its presence means the output is complete*: readers refuse a
 directory without it and never glob for shards, they take the shard list from
@@ -599,7 +599,13 @@ def _check_shuffle(shuffle: Any, source: str) -> None:
         raise SpecError(f"{source}: shuffle.seed {_short(seed)} must be an integer 0 .. 2**63-1")
 
 
-def shard_name(split: str, index: int, num_shards: int, compression: str) -> str:
-    """``train-00003-of-00016.tfrecord.gz``: the TFDS/Beam naming readers expect."""
+def shard_name(split: str, index: int, num_shards: int, compression: str, run_id: str = "") -> str:
+    """``train-00003-of-00016-<run_id>.tfrecord.gz``: the TFDS/Beam naming, plus the run's id.
+
+    The run id makes every run's shard names its own, so a conversion that
+    replaces an output never writes a file under a name a reader of the
+    replaced dataset may still open (docs/reading.md#one-dataset-per-reader).
+    """
     suffix = ".tfrecord.gz" if compression == "GZIP" else ".tfrecord"
-    return f"{split}-{index:05d}-of-{num_shards:05d}{suffix}"
+    run = f"-{run_id}" if run_id else ""
+    return f"{split}-{index:05d}-of-{num_shards:05d}{run}{suffix}"

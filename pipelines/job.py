@@ -27,6 +27,7 @@ import os
 import posixpath
 import re
 import time
+import uuid
 from importlib import metadata
 from typing import Any
 
@@ -74,6 +75,12 @@ log = logging.getLogger("recordprep")
 
 class OutputExistsError(RuntimeError):
     """The output holds another conversion (``--overwrite`` replaces it), or files no recordprep run wrote (nothing is deleted)."""
+
+
+def new_run_id() -> str:
+    """12 hex digits naming one run's shards, unique per run (not derived from the inputs: a
+    re-conversion of the same data must not reuse the names a reader of the old one holds)."""
+    return uuid.uuid4().hex[:12]
 
 
 def tool_version() -> str:
@@ -183,7 +190,7 @@ def _guard_output(opts: ConvertOptions, files: list[InputFile]) -> None:
 
 
 #: Names the converter writes, besides those a dataset's metadata lists.
-_SHARD_RE = re.compile(r"[^/]+-\d{5}-of-\d{5}\.tfrecord(\.gz)?")
+_SHARD_RE = re.compile(r"[^/]+-\d{5}-of-\d{5}(-[0-9a-f]{12})?\.tfrecord(\.gz)?")
 _VOCAB_RE = re.compile(VOCAB_DIR + r"/[^/]+\.txt")
 _ERRORS_RE = re.compile(ERRORS_DIR + r"/errors-\d{5}(-of-\d{5})?\.jsonl")
 _ATOMIC_TMP_RE = re.compile(r"(.+)\.tmp-[0-9a-f]{8}")  # a write_atomic interrupted before its rename
@@ -692,7 +699,7 @@ def _build_pipeline(opts: ConvertOptions, p: dict[str, Any], analysis: dict[str,
     ctx = CommitContext(
         inputs=p["files"], num_shards=len(units), fingerprint=p["fingerprint"], config_json=config.to_json(),
         config_hash=config.hash, runner=runner_name, tool_version=tool_version(),
-        started=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        started=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"), run_id=new_run_id(),
     )
     pipeline = beam.Pipeline(runner=runner, options=_ViewCachingOptions(args))
     # The reshuffle spreads the units over workers; in one process there is

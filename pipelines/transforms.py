@@ -1547,6 +1547,7 @@ class CommitContext:
     runner: str
     tool_version: str
     started: str
+    run_id: str = ""  # in every shard name: a replacement never reuses a name (convert.spec.shard_name)
 
 
 class _Commit(beam.DoFn):
@@ -1635,7 +1636,7 @@ class _Commit(beam.DoFn):
             infos = []
             for r in shard_results:
                 sh = r["shards"][s]
-                name = shard_name(s, r["shard"], ctx.num_shards, opts.compression_type)
+                name = shard_name(s, r["shard"], ctx.num_shards, opts.compression_type, ctx.run_id)
                 renames.append((sh["tmp"], FileSystems.join(out, name)))
                 infos.append(ShardInfo(name, sh["records"], sh["bytes"]))
             splits[s] = SplitInfo(s, tuple(infos))
@@ -1653,6 +1654,7 @@ class _Commit(beam.DoFn):
                 "tool": {"name": "recordprep", "version": ctx.tool_version},
                 "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
                 "started": ctx.started,
+                "run_id": ctx.run_id,
                 "runner": ctx.runner,
                 "fingerprint": ctx.fingerprint,
                 "config": ctx.config_json,

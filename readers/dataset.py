@@ -310,7 +310,8 @@ def _on_early_end(
             "the rest is corrupt, truncated or unreadable, and TFRecord reading cannot resume "
             "inside a file",
         ),
-        "the file does not exist (deleted after the dataset was built?)",
+        "the file does not exist: its output was replaced by another conversion (or the file deleted) "
+        "while this dataset was reading it; rebuild the dataset to read the new output",
     )
     if skip_corrupt:
         line = ["recordprep: skip_corrupt: skipped the rest of damaged shard ", path]
@@ -427,7 +428,8 @@ def _verify_shards(
         shown = "\n  ".join(missing[:10]) + ("\n  ..." if len(missing) > 10 else "")
         raise ShardNotFoundError(
             f"{len(missing)} of the {len(paths)} shard(s) listed in {METADATA_FILENAME} do not exist:\n"
-            f"  {shown}\nThe output was modified or partly deleted after the conversion finished. "
+            f"  {shown}\nEither another conversion replaced the output after its metadata was read "
+            f"(build the dataset again to read the new one), or the output was partly deleted. "
             f"Re-run the conversion (or restore the files)."
         )
     wrong = [

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from pathlib import Path
 
 import fastavro
@@ -30,6 +31,28 @@ features:
   - {name: text, transform: text, max_len: 3}
   - {name: user_name, source: user.name, transform: hash, buckets: 64}
 """
+
+
+#: The run id in a shard name (convert.spec.shard_name): the one part two runs' shard names differ in.
+_RUN_ID = re.compile(r"-[0-9a-f]{12}(?=\.tfrecord)")
+
+
+def without_run_id(name: str) -> str:
+    """A shard name (or path) without its run's id: what two outputs of one dataset share."""
+    return _RUN_ID.sub("", name)
+
+
+def by_shard(root: Path, name: str) -> Path:
+    """The file in ``root`` that is shard ``name`` (of this output or another run's)."""
+    want = without_run_id(name.rsplit("/", 1)[-1])
+    found = [p for p in root.iterdir() if without_run_id(p.name) == want]
+    assert len(found) == 1, (root, name, found)
+    return found[0]
+
+
+def shards_without_run_id(info) -> dict[str, list[tuple[str, int, int]]]:
+    """A ``DatasetInfo``'s shards per split, ``(name less the run id, records, bytes)``: what two runs share."""
+    return {n: [(without_run_id(s.file), s.num_records, s.num_bytes) for s in sp.shards] for n, sp in info.splits.items()}
 
 
 def make_records(n: int = 300, seed: int = 3) -> list[dict]:

@@ -15,6 +15,7 @@ import fastavro
 import pytest
 import yaml
 from _e2e import cli
+from _pipelines_data import without_run_id
 
 from convert.records import hash_id
 from convert.sources import iter_avro, read_avro_schema
@@ -34,7 +35,7 @@ def _with_binary_meta(data: bytes, marker: bytes = b"XXXXXXXX") -> bytes:
 
 
 def _shards(out: Path) -> dict[str, bytes]:
-    return {p.name: p.read_bytes() for p in sorted(out.glob("*.tfrecord*"))}
+    return {without_run_id(p.name): p.read_bytes() for p in sorted(out.glob("*.tfrecord*"))}
 
 
 def convert_both(tmp_path: Path, data_path: Path, config: dict | str, *extra: str) -> dict[str, bytes]:

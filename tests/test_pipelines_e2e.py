@@ -12,7 +12,7 @@ from collections import Counter
 import numpy as np
 import pytest
 from _expected_values import tokens
-from _pipelines_data import make_records, write_dataset
+from _pipelines_data import make_records, without_run_id, write_dataset
 
 from convert.spec import METADATA_FILENAME
 from pipelines.job import OutputExistsError, run_convert
@@ -64,7 +64,8 @@ def test_counts_shards_and_metadata(dataset):
     assert sum(info["counts"]["written"].values()) == len(records)
     for split in ("train", "eval"):
         shards = info["splits"][split]["shards"]
-        assert [s["file"] for s in shards] == [f"{split}-{i:05d}-of-00003.tfrecord.gz" for i in range(3)]
+        run = info["run_id"]
+        assert len(run) == 12 and [s["file"] for s in shards] == [f"{split}-{i:05d}-of-00003-{run}.tfrecord.gz" for i in range(3)]
         for s in shards:
             assert os.path.getsize(os.path.join(out, s["file"])) == s["num_bytes"]
     assert info["splits"]["train"]["num_records"] > info["splits"]["eval"]["num_records"] > 0
@@ -242,7 +243,7 @@ def test_avro_fast_path_writes_the_fastavro_paths_bytes(tmp_path, split_key):
         out = tmp_path / decoder
         res = run_convert(_opts(paths["avro"], config, out, num_shards=2, avro_decoder=decoder, max_error_fraction=1.0,
                                 splits=Splits.parse("train=0.8,eval=0.2", split_key)))
-        files = {p.relative_to(out).as_posix(): p.read_bytes() for p in sorted(out.rglob("*"))
+        files = {without_run_id(p.relative_to(out).as_posix()): p.read_bytes() for p in sorted(out.rglob("*"))
                  if p.is_file() and (p.suffix in (".gz", ".jsonl") or ".tfrecord" in p.name)}
         outs[decoder] = (files, res.info["counts"])
     fast, slow = outs["auto"], outs["fastavro"]

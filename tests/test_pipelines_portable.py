@@ -19,7 +19,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from _pipelines_data import make_records, write_dataset
+from _pipelines_data import by_shard, make_records, write_dataset
 from _ports import free_port
 
 from pipelines.job import run_convert
@@ -126,8 +126,8 @@ def test_portable_runner_with_external_workers_gives_the_same_output(services, t
     # Conversion is reproducible: the same shards, byte for byte, whatever the runner.
     for split, sp in local.info["splits"].items():
         for shard in sp["shards"]:
-            a = (tmp_path / "local" / shard["file"]).read_bytes()
-            b = (tmp_path / "portable" / shard["file"]).read_bytes()
+            a = by_shard(tmp_path / "local", shard["file"]).read_bytes()
+            b = by_shard(tmp_path / "portable", shard["file"]).read_bytes()
             assert a == b, f"{split} shard {shard['path']} differs between the in-process and the portable runner"
 
 

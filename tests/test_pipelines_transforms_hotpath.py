@@ -9,7 +9,7 @@ import os
 
 import numpy as np
 import pytest
-from _pipelines_data import make_records, write_dataset
+from _pipelines_data import make_records, without_run_id, write_dataset
 
 from convert.config import load_config
 from convert.prepare import Preparer
@@ -30,7 +30,7 @@ pytestmark = pytest.mark.slow
 
 
 def _files(out) -> dict[str, bytes]:
-    return {p.relative_to(out).as_posix(): p.read_bytes() for p in sorted(out.rglob("*"))
+    return {without_run_id(p.relative_to(out).as_posix()): p.read_bytes() for p in sorted(out.rglob("*"))
             if p.is_file() and (p.name.endswith((".tfrecord.gz", ".jsonl")) or p.parent.name == "vocab")}
 
 

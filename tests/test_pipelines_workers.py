@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from _pipelines_data import make_records, write_dataset
+from _pipelines_data import by_shard, make_records, write_dataset
 
 from pipelines import job
 from pipelines.job import MULTIPROCESS_MIN_BYTES, local_workers, run_convert
@@ -37,7 +37,7 @@ def test_worker_processes_write_the_same_bytes(tmp_path):
     assert res[1].info["counts"] == res[2].info["counts"]
     for split in res[1].info["splits"].values():
         for shard in split["shards"]:
-            assert (tmp_path / "w1" / shard["file"]).read_bytes() == (tmp_path / "w2" / shard["file"]).read_bytes()
+            assert by_shard(tmp_path / "w1", shard["file"]).read_bytes() == by_shard(tmp_path / "w2", shard["file"]).read_bytes()
 
 
 def test_worker_entry_point_skips_unused_connectors_and_keeps_gcs(tmp_path):
@@ -149,7 +149,7 @@ def test_pre_forked_workers_write_the_same_bytes_as_started_ones(tmp_path):
     assert warm["counts"] == cold["counts"]
     for split in warm["splits"].values():
         for shard in split["shards"]:
-            a, b = (tmp_path / d / shard["file"] for d in ("warm", "cold"))
+            a, b = (by_shard(tmp_path / d, shard["file"]) for d in ("warm", "cold"))
             opener = gzip.open if shard["file"].endswith(".gz") else open
             with opener(a, "rb") as fa, opener(b, "rb") as fb:
                 assert fa.read() == fb.read(), shard["file"]

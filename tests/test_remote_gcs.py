@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from _pipelines_data import make_records, write_dataset
+from _pipelines_data import make_records, shards_without_run_id, without_run_id, write_dataset
 from _remote import remote_stack, stats_by_file_name  # noqa: F401 - the session fixture
 
 from convert.spec import METADATA_FILENAME
@@ -34,7 +34,7 @@ def _opts(inputs: str, config: Path, output: str, **kw) -> ConvertOptions:
 def _local_files(remote_stack, prefix: str) -> dict[str, bytes]:  # noqa: F811
     bucket = remote_stack.storage_client().bucket(remote_stack.bucket)
     return {
-        name[len(prefix) + 1 :]: bucket.blob(name).download_as_bytes()
+        without_run_id(name[len(prefix) + 1 :]): bucket.blob(name).download_as_bytes()
         for name in remote_stack.gcs_names(prefix)
     }
 
@@ -70,19 +70,19 @@ def gcs_dataset(remote_stack, tmp_path_factory):  # noqa: F811
 
 def test_cli_converts_gs_to_gs_like_a_local_run(gcs_dataset, remote_stack):  # noqa: F811
     files = _local_files(remote_stack, "e2e/out")
-    expected = sorted(
-        str(p.relative_to(gcs_dataset["local"])) for p in gcs_dataset["local"].rglob("*") if p.is_file()
-    )
+    local = {without_run_id(str(p.relative_to(gcs_dataset["local"]))): p.read_bytes()
+             for p in gcs_dataset["local"].rglob("*") if p.is_file()}
+    expected = sorted(local)
     assert sorted(files) == expected  # the stale temp object is gone, nothing else is left
     assert not any(name.startswith(".recordprep-tmp") for name in files)
     for name in expected:
         if name == METADATA_FILENAME:
             continue
         if name == STATS_FILENAME:  # names its input files: the same statistics per file name
-            assert stats_by_file_name(files[name]) == stats_by_file_name((gcs_dataset["local"] / name).read_bytes())
+            assert stats_by_file_name(files[name]) == stats_by_file_name(local[name])
             continue
         # same records, same units, same analysis: byte-identical shards and vocabularies
-        assert files[name] == (gcs_dataset["local"] / name).read_bytes(), name
+        assert files[name] == local[name], name
     # No ~20 s hunt for credentials (the fixture's credential file is found at once).
     assert "Unable to find default credentials" not in gcs_dataset["cli"].stderr
     assert gcs_dataset["cli_seconds"] < 60
@@ -97,7 +97,7 @@ def test_worker_processes_convert_gs_to_gs_like_a_local_run(gcs_dataset, remote_
     assert "2 worker processes" in result.info["runner"]
     files = _local_files(remote_stack, "workers/out")
     for p in gcs_dataset["local"].rglob("*.tfrecord.gz"):
-        name = str(p.relative_to(gcs_dataset["local"]))
+        name = without_run_id(str(p.relative_to(gcs_dataset["local"])))
         assert files[name] == p.read_bytes(), name
 
 
@@ -115,7 +115,7 @@ def test_load_info_and_datasets_on_gcs_match_local(gcs_dataset, remote_stack):  
     before = remote_stack.proxy_stats()["counts"]
     info = readers.load_info(gs_out + "/train-*")
     local_info = readers.load_info(local)
-    assert info.splits == local_info.splits and info.features == local_info.features
+    assert shards_without_run_id(info) == shards_without_run_id(local_info) and info.features == local_info.features
     assert readers.load_info(gs_out) == info  # directory and pattern alike
 
     for split in ("train", "eval"):

@@ -4,6 +4,7 @@ reads and writes HDFS through Beam's ``HadoopFileSystem`` (the ``hdfs`` package)
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from _pipelines_data import make_records, write_dataset
+from _pipelines_data import make_records, shards_without_run_id, without_run_id, write_dataset
 from _ports import free_port
 from _remote import remote_stack, stats_by_file_name  # noqa: F401 - the session fixture
 
@@ -62,13 +63,14 @@ def test_cli_converts_hdfs_to_hdfs_like_a_local_run(hdfs_dataset, remote_stack):
     )
     assert cli.returncode == 0, cli.stdout + cli.stderr
     out, local = hdfs_dataset["ns"] / "out", hdfs_dataset["local"]
-    names = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
-    assert names == sorted(str(p.relative_to(local)) for p in local.rglob("*") if p.is_file())
-    for name in names:
+    written = {without_run_id(str(p.relative_to(out))): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    expected = {without_run_id(str(p.relative_to(local))): p.read_bytes() for p in local.rglob("*") if p.is_file()}
+    assert sorted(written) == sorted(expected)
+    for name in written:
         if name == STATS_FILENAME:  # names its input files: the same statistics per file name
-            assert stats_by_file_name((out / name).read_bytes()) == stats_by_file_name((local / name).read_bytes())
+            assert stats_by_file_name(written[name]) == stats_by_file_name(expected[name])
         elif name != METADATA_FILENAME:
-            assert (out / name).read_bytes() == (local / name).read_bytes(), name
+            assert written[name] == expected[name], name
     counts = remote_stack.webhdfs_stats()["counts"]
     assert counts.get("CREATE (datanode)", 0) > 0 and counts.get("RENAME", 0) > 0
     assert counts.get("OPEN (datanode)", 0) > 0
@@ -84,7 +86,7 @@ def test_readers_on_hdfs_match_local(hdfs_dataset, remote_stack, tmp_path, monke
     monkeypatch.setattr(_staging, "_clients", {})
     monkeypatch.setenv("RECORDPREP_HDFS_CACHE", str(tmp_path / "cache"))
     url, local = hdfs_dataset["url"] + "/out", str(hdfs_dataset["local"])
-    assert readers.load_info(url + "/train-*").splits == readers.load_info(local).splits
+    assert shards_without_run_id(readers.load_info(url + "/train-*")) == shards_without_run_id(readers.load_info(local))
 
     def ids(pattern):
         ds = readers.train_dataset(pattern, 16, num_epochs=1, drop_remainder=False, seed=1)
@@ -125,7 +127,8 @@ def test_explicit_beam_flags_and_overwrite(hdfs_dataset, remote_stack):  # noqa:
                               num_shards=1, overwrite=True, beam_args=opts.beam_args))
     assert not again.skipped
     out = hdfs_dataset["ns"] / "flags-out"
-    assert sorted(p.name for p in out.glob("train-*")) == ["train-00000-of-00001.tfrecord.gz"]
+    run = json.loads((out / METADATA_FILENAME).read_text())["run_id"]
+    assert sorted(p.name for p in out.glob("train-*")) == [f"train-00000-of-00001-{run}.tfrecord.gz"]
     assert not (out / ".recordprep-tmp").exists()
 
 
