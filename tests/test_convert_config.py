@@ -92,8 +92,12 @@ def test_missing_file_and_invalid_syntax_raise_config_error(tmp_path):
         load_config(bad_json)
     empty = tmp_path / "empty.yaml"
     empty.write_text("")
-    with pytest.raises(ConfigError, match="expected a mapping with 'features'"):
+    with pytest.raises(ConfigError, match=r"empty\.yaml: the config file is empty"):
         load_config(empty)
+    not_a_mapping = tmp_path / "list.yaml"
+    not_a_mapping.write_text("- a\n- b\n")
+    with pytest.raises(ConfigError, match="expected a mapping with 'features'"):
+        load_config(not_a_mapping)
 
 
 # --------------------------------------------------------------- validation
