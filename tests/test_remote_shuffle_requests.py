@@ -8,7 +8,7 @@ same bytes as a local run's (no fan-in there) whatever the grouping."""
 from __future__ import annotations
 
 import pytest
-from _pipelines_data import make_records, write_dataset
+from _pipelines_data import make_records, without_run_id, write_dataset
 from _remote import remote_stack  # noqa: F401 - the session fixture
 
 from pipelines import transforms
@@ -80,8 +80,9 @@ def test_scatter_reads_follow_the_formula_and_shards_are_the_same_bytes(dataset,
     bucket = remote_stack.storage_client().bucket(remote_stack.bucket)
     shards = sorted(local.glob("*.tfrecord.gz"))
     assert len(shards) == SHARDS * SPLITS
+    remote = _remote_shards(bucket, out)
     for p in shards:
-        assert bucket.blob(f"{out}/{p.name}").download_as_bytes() == p.read_bytes(), p.name
+        assert remote[without_run_id(p.name)].download_as_bytes() == p.read_bytes(), p.name
 
     out_bytes = sum(p.stat().st_size for p in shards)
     gathers = expected_gets - len(merged)
@@ -100,5 +101,12 @@ def test_blocks_larger_than_a_read_are_read_in_pieces_with_the_same_bytes(datase
     counts = remote_stack.proxy_stats()["counts"]
     assert counts["GET range of 4096 bytes"] > 0  # the merge's reads of whole files, in pieces
     bucket = remote_stack.storage_client().bucket(remote_stack.bucket)
+    remote = _remote_shards(bucket, "requests/pieces")
     for p in sorted(local.glob("*.tfrecord.gz")):
-        assert bucket.blob(f"requests/pieces/{p.name}").download_as_bytes() == p.read_bytes(), p.name
+        assert remote[without_run_id(p.name)].download_as_bytes() == p.read_bytes(), p.name
+
+
+def _remote_shards(bucket, prefix: str) -> dict:
+    """The output's shard blobs by name less the run id (each run names its shards apart)."""
+    return {without_run_id(b.name.rsplit("/", 1)[-1]): b for b in bucket.list_blobs(prefix=f"{prefix}/")
+            if b.name.endswith(".tfrecord.gz") and "/" not in b.name[len(prefix) + 1:]}
