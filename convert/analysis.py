@@ -389,6 +389,27 @@ class Analyzer:
         self.present.update(other.present)
         return self
 
+    def check_vocabularies(self) -> None:
+        """ConfigError when a feature had values but no term reaching its ``min_frequency``
+        (its vocabulary would be empty, every id out-of-vocabulary).
+
+        A feature with ``allow_all_missing`` is exempt; a feature with no value at
+        all is the commit's all-missing check (``convert.check.all_missing_message``).
+        """
+        self.flush()
+        lab = vocabulary_label(self.config)
+        empty = []
+        for f in self.config.features:
+            c = self.counts.get(f.name)
+            if (c and not f.allow_all_missing and (lab is None or f.name != lab.name)
+                    and max(c.values()) < f.min_frequency):
+                empty.append(f"feature {f.name!r} (source {f.source!r}): the most frequent term of the training "
+                             f"split occurs {max(c.values())} times, below min_frequency {f.min_frequency}")
+        if empty:
+            raise ConfigError(f"{'; '.join(empty)}: an empty vocabulary, every value out-of-vocabulary; "
+                              f"no dataset was committed. Lower min_frequency, or set allow_all_missing: true on the "
+                              f"feature if that is expected")
+
     def result(self) -> Analysis:
         self.flush()
         vocabs = {}

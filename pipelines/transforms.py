@@ -196,6 +196,7 @@ class _MergeAnalyzers(beam.CombineFn):
         # Where each unit's prepared batches are, and which features had values
         # (for the commit's check; neither is part of the saved analysis).
         present = {f.name: analyzer.present[f.name] for f in self.config.features}
+        analyzer.check_vocabularies()  # before any shard is written
         return AnalysisValue({**analyzer.result().to_json(), PREPARED_KEY: prepared, PRESENT_KEY: present})
 
 

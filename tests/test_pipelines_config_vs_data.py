@@ -216,3 +216,27 @@ def test_inputs_on_gcs_are_checked_before_the_run(remote_stack, tmp_path):  # no
     assert r.exit_code == 2, r.output
     assert f"the Avro schema of {gs_in}/part-0.avro" in r.output and f"sampled from {gs_in}/part-1.jsonl" in r.output
     assert r.output.count("did you mean 'country'") == 2, r.output
+
+
+@pytest.mark.parametrize("allowed", [False, True])
+def test_min_frequency_above_every_count_fails_unless_allowed(allowed, tmp_path):
+    """country takes 3 values 16 times each in the 48 records kept (a null label rejects the others):
+    min_frequency 21 would keep no term (every id OOV)."""
+    inp = _write(tmp_path / "in", _records(), "json")
+    extra = ", allow_all_missing: true" if allowed else ""
+    cfg = _config(tmp_path, GOOD + f"  - {{name: rare, source: country, transform: vocabulary, min_frequency: 21{extra}}}\n"
+                                   f"  - {{name: words, source: city, transform: text, max_len: 2, min_frequency: 20{extra}}}\n")
+    out = tmp_path / "out"
+    r = _convert(inp, cfg, out, "--splits", "train=1")
+    if allowed:
+        assert r.exit_code == 0, r.output
+        assert json.loads((out / "dataset_info.json").read_text())
+        assert (out / "vocab" / "rare.txt").read_text() == ""
+        return
+    assert r.exit_code == 2, r.output
+    assert ("feature 'rare' (source 'country'): the most frequent term of the training split occurs 16 times, "
+            "below min_frequency 21") in r.output, r.output
+    assert "feature 'words' (source 'city'): the most frequent term of the training split occurs 8 times" in r.output
+    assert "Lower min_frequency" in r.output
+    assert not (out / "dataset_info.json").exists()
+    assert not list(out.glob("train-*"))

@@ -57,7 +57,7 @@ BASE_FEATURES = """
   - {name: b_fill, source: num2, transform: bucketize, on_nan: fill}
   - {name: cat, transform: vocabulary, min_frequency: 2}
   - {name: cat_top, source: cat, transform: vocabulary, top_k: 3}
-  - {name: cat_empty, source: cat, transform: vocabulary, min_frequency: 1000000}
+  - {name: cat_empty, source: cat, transform: vocabulary, min_frequency: 1000000, allow_all_missing: true}
   - {name: tags, transform: vocabulary, max_len: 3}
   - {name: seg, source: user.segment, transform: vocabulary}
   - {name: ts, transform: timestamp, parts: [hour, day_of_week, month], missing_indicator: true}
