@@ -240,3 +240,38 @@ def test_min_frequency_above_every_count_fails_unless_allowed(allowed, tmp_path)
     assert "Lower min_frequency" in r.output
     assert not (out / "dataset_info.json").exists()
     assert not list(out.glob("train-*"))
+
+
+TS_SCHEMA = {"type": "record", "name": "Ev", "fields": [
+    {"name": "salary", "type": ["null", "long"]}, {"name": "country", "type": "string"}, {"name": "income", "type": "double"},
+    {"name": "ts", "type": ["null", "long"]}]}
+
+
+@pytest.mark.parametrize("unit, factor, fits", [("s", 10**9, False), ("ms", 10**6, False), ("days", 1000, False),
+                                                 ("ns", 10**9, True), ("s", 1, True)])
+def test_epoch_numbers_that_do_not_fit_the_unit_are_refused_before_the_run(kind, unit, factor, fits, tmp_path):
+    """1767225600 s is 2026-01-01: times 10**9 it is nanoseconds, implausible (year 56 billion) as seconds."""
+    recs = [{"salary": i, "country": "fr", "income": float(i), "ts": None if i == 0 else (1_767_225_600 + i) * factor}
+            for i in range(20)]
+    inp = _write(tmp_path / "in", recs, kind, schema=TS_SCHEMA)
+    cfg = _config(tmp_path, GOOD + f"  - {{name: ts, transform: timestamp, unit: {unit}}}\n")
+    out = tmp_path / "out"
+    r = _convert(inp, cfg, out)
+    if fits:
+        assert r.exit_code == 0, r.output
+        return
+    looks = {"s": "ns", "ms": "us", "days": "ms"}[unit]
+    assert r.exit_code == 2, r.output
+    assert f"in the records sampled from {inp}:" in r.output, r.output
+    assert f"feature 'ts' reads 'ts': {(1_767_225_600 + 1) * factor} read as epoch {unit!r} is the year " in r.output
+    assert f"it looks like epoch {looks!r} (the year 2026): set unit: {looks}" in r.output
+    assert "Fix each source path" not in r.output
+    assert not out.exists() or not any(out.iterdir())
+
+
+def test_a_far_off_sentinel_is_not_a_unit_mismatch(tmp_path):
+    recs = [{"salary": i, "country": "fr", "income": 1.0, "ts": 253_402_300_799 if i % 2 else 1_767_225_600} for i in range(10)]
+    inp = _write(tmp_path / "in", recs, "json")
+    cfg = _config(tmp_path, GOOD + "  - {name: ts, transform: timestamp, unit: s}\n")
+    r = _convert(inp, cfg, tmp_path / "out")
+    assert r.exit_code == 0, r.output
