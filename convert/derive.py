@@ -42,7 +42,15 @@ PRESENT_DAY_SECONDS = (946_684_800, 4_102_444_800)
 
 
 def _year(secs: int) -> int:
-    return 1970 + math.floor(secs / (365.2425 * DAY_SECONDS))
+    return 1970 + secs * 10_000 // (3_652_425 * DAY_SECONDS)
+
+
+def _in_unit(value: int | float, per: int) -> int:
+    """Epoch seconds of ``value`` counted in units of ``1/per`` s (``per`` 0: days), floored, exact for any int."""
+    if isinstance(value, int):
+        return value * DAY_SECONDS if per == 0 else value // per
+    x = value * DAY_SECONDS if per == 0 else value / per
+    return math.floor(x) if math.isfinite(x) else (10**30 if x > 0 else -(10**30))  # past float range: far off
 
 
 def unit_mismatch(value: int | float, unit: str) -> str | None:
@@ -53,15 +61,15 @@ def unit_mismatch(value: int | float, unit: str) -> str | None:
     read as ``unit: s``. A far-off sentinel (9999-12-31) fits no other unit
     either, so it is not reported.
     """
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+    if isinstance(value, bool) or not isinstance(value, int | float) or (isinstance(value, float) and not math.isfinite(value)):
         return None
-    secs = value * DAY_SECONDS if unit == "days" else value / UNITS[unit]
+    secs = _in_unit(value, 0 if unit == "days" else UNITS[unit])
     if PLAUSIBLE_SECONDS[0] <= secs < PLAUSIBLE_SECONDS[1]:
         return None
     for other, per in UNITS.items():
-        if other != unit and PRESENT_DAY_SECONDS[0] <= value / per < PRESENT_DAY_SECONDS[1]:
+        if other != unit and PRESENT_DAY_SECONDS[0] <= (there := _in_unit(value, per)) < PRESENT_DAY_SECONDS[1]:
             return (f"{value!r} read as epoch {unit!r} is the year {_year(secs):,}; it looks like epoch {other!r} "
-                    f"(the year {_year(value / per)}): set unit: {other}")
+                    f"(the year {_year(there)}): set unit: {other}")
     return None
 
 
