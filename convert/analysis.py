@@ -489,6 +489,26 @@ class Analyzer:
         self.present.update(other.present)
         return self
 
+    def check_vocabularies(self, analysis: Analysis) -> None:
+        """ConfigError when a feature had values in the training split but its vocabulary in
+        ``analysis`` is empty: no term reached its ``min_frequency``, so every id would be
+        out-of-vocabulary.
+
+        Checked on the result, so the spilled (partitioned) analysis is held to it too. A
+        feature with ``allow_all_missing`` is exempt; a feature with no value at all is the
+        commit's all-missing check (``convert.check.all_missing_message``).
+        """
+        lab = vocabulary_label(self.config)
+        empty = [f"feature {f.name!r} (source {f.source!r}): no term of the training split occurs "
+                 f"min_frequency ({f.min_frequency}) times or more"
+                 for f in self.config.features
+                 if f.name in analysis.vocabularies and not analysis.vocabularies[f.name]
+                 and self.present.get(f.name) and not f.allow_all_missing and (lab is None or f.name != lab.name)]
+        if empty:
+            raise ConfigError(f"{'; '.join(empty)}: an empty vocabulary, every value out-of-vocabulary; "
+                              f"no dataset was committed. Lower min_frequency, or set allow_all_missing: true on the "
+                              f"feature if that is expected")
+
     def result(self, vocabularies: dict[str, list[str]] | None = None) -> Analysis:
         """The analysis; ``vocabularies`` gives features' vocabularies merged elsewhere
         (``pipelines.analyze``), in the order computed here."""

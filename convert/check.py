@@ -45,6 +45,8 @@ from convert.config import (
     parse_path,
     render_path,
 )
+from convert.derive import unit_mismatch
+from convert.records import getter
 from convert.sources import InputFileError, detect_format, iter_records, read_avro_schema
 
 __all__ = [
@@ -59,6 +61,7 @@ __all__ = [
     "config_paths",
     "sample_paths",
     "sample_problems",
+    "unit_problems",
 ]
 
 #: Levels of nesting the checks follow (schemas may be recursive).
@@ -473,6 +476,26 @@ def sample_problems(config: Config, paths: set[str], n_records: int, split_key: 
     return problems
 
 
+#: In every message of ``unit_problems`` (the report's footer is about paths).
+_UNIT_HINT = "; it looks like epoch "
+
+
+def unit_problems(config: Config, records: Sequence[Any]) -> list[str]:
+    """Timestamp features whose sampled epoch numbers do not fit their ``unit``
+    (``convert.derive.unit_mismatch``: nanoseconds read as ``unit: s``), the first value each."""
+    problems = []
+    for f in config.features:
+        if f.transform != "timestamp":
+            continue
+        get, unit = getter(f.source), f.unit or "ms"
+        for rec in records:
+            why = unit_mismatch(get(rec), unit)
+            if why:
+                problems.append(f"feature {f.name!r} reads {f.source!r}: {why}")
+                break
+    return problems
+
+
 # ------------------------------------------------------------------ inputs
 
 
@@ -512,9 +535,11 @@ def _report(problems: list[tuple[str, list[str]]]) -> str:
         shown += min(len(found), _MAX_SHOWN - shown)
     if total > shown:
         lines.append(f"  ... and {total - shown} more")
-    lines.append("Fix each source path (a dotted path into the record)")
-    if any(msg.startswith("feature ") for _, found in problems for msg in found):
-        lines[-1] += "; a feature whose field is legitimately absent may set allow_all_missing: true"
+    paths = [msg for _, found in problems for msg in found if _UNIT_HINT not in msg]
+    if paths:
+        lines.append("Fix each source path (a dotted path into the record)")
+        if any(msg.startswith("feature ") for msg in paths):
+            lines[-1] += "; a feature whose field is legitimately absent may set allow_all_missing: true"
     return "\n".join(lines)
 
 
@@ -568,6 +593,11 @@ def check_inputs(config: Config, paths: Sequence[str], open_file: Callable[[str]
     for key, files in by_schema.items():
         where = files[0] if len(files) == 1 else f"{files[0]} (and {len(files) - 1} more Avro file(s) with its schema)"
         problems.append((f"the Avro schema of {where}", avro_problems(config, schemas[key], split_key)))
+    if by_schema and any(f.transform == "timestamp" for f in config.features):
+        first = next(iter(by_schema.values()))[0]
+        with open_file(first) as f:
+            got = _sample(f, first, limits, None, caps)
+        problems.append((f"the records sampled from {first}", unit_problems(config, got)))
 
     wanted = {_sampled_form(r) for r in config_paths(config, split_key) if not r.optional}
     seen: set[str] = set()
@@ -583,6 +613,7 @@ def check_inputs(config: Config, paths: Sequence[str], open_file: Callable[[str]
             seen |= sample_paths(got)
             n_records += len(got)
             sampled_from.append(path)
+            problems.append((f"the records sampled from {path}", unit_problems(config, got)))
     if n_records:
         problems.append((f"the JSON records sampled from {_files(sampled_from)}", sample_problems(config, seen, n_records, split_key)))
     problems = [(where, found) for where, found in problems if found]

@@ -81,7 +81,7 @@ class TransformInfo:
 
 
 #: Options of every transform (``cross`` reads ``sources`` instead of ``source``).
-COMMON_OPTIONS = ("name", "source", "transform", "allow_all_missing", "drift")
+COMMON_OPTIONS = ("name", "source", "transform", "allow_all_missing", "allow_label_source", "drift")
 #: Drift/skew measures a ``drift`` option (per feature, or top-level as the
 #: default) sets a threshold for; ``convert.drift`` computes them.
 DRIFT_MEASURES = ("linf", "js", "new_terms", "missing", "mean_shift")
@@ -340,6 +340,8 @@ class FeatureConfig:
       allow_all_missing: accept a training split in which this feature's
         source is missing (null or absent) in every record. Off by default:
         such a run fails, since a misspelled source reads as all-missing.
+      allow_label_source: read the label's source field as an input. Off by
+        default: the label would leak into the model's inputs.
     """
 
     name: str
@@ -361,6 +363,7 @@ class FeatureConfig:
     parts: tuple[str, ...] | None = None
     sources: tuple[str, ...] | None = None
     allow_all_missing: bool = False
+    allow_label_source: bool = False
     #: ``(measure, threshold)`` pairs of ``DRIFT_MEASURES`` overriding the
     #: config's top-level ``drift`` for this feature (``recordprep report``).
     drift: tuple[tuple[str, float], ...] | None = None
@@ -410,8 +413,9 @@ def _feature_json(f: FeatureConfig) -> dict[str, Any]:
     """``f`` as JSON; options added after outputs existed appear only when set,
     so the config hash (and the fingerprint of those outputs) stays the same."""
     d = dataclasses.asdict(f)
-    if not d["allow_all_missing"]:
-        del d["allow_all_missing"]
+    for key in ("allow_all_missing", "allow_label_source"):
+        if not d[key]:
+            del d[key]
     if f.drift is None:
         del d["drift"]
     else:
@@ -620,7 +624,7 @@ def _check_values(where: str, kw: dict[str, Any], out: _Problems) -> None:
         if drift is None:
             out.add(where, _DRIFT_PROBLEM.format(found=_show(kw["drift"])))
         kw["drift"] = drift
-    for key in ("missing_indicator", "lowercase", "allow_all_missing"):
+    for key in ("missing_indicator", "lowercase", "allow_all_missing", "allow_label_source"):
         if key in kw and not isinstance(kw[key], bool):
             out.add(where, f"{key!r} must be true or false, found {_show(kw[key])}")
     if "on_nan" in kw and kw["on_nan"] not in NAN_POLICIES:
@@ -771,7 +775,7 @@ def _parse_feature(i: int, raw: Any, src: str, out: _Problems) -> FeatureConfig 
     # An entry listing every option is the normalized form (``Config.to_json()``,
     # the metadata's config): there, an option its transform does not take may
     # hold the value the transform gives it anyway (checked once it is built).
-    full = set(_FEATURE_KEYS) - {"allow_all_missing", "drift"} <= set(raw)
+    full = set(_FEATURE_KEYS) - {"allow_all_missing", "allow_label_source", "drift"} <= set(raw)
     deferred: dict[str, Any] = {}
     if transform is not None:
         not_taken = [k for k in kw if k not in _takes(transform)]
@@ -867,6 +871,7 @@ def parse_config(raw: Any, *, source: str = "config") -> Config:
         features = [_parse_feature(i, f, source, out) for i, f in enumerate(feats_raw)]
     label = _parse_label(raw["label"], source, out) if raw.get("label") is not None else None
     cfg = Config(features=tuple(f for f in features if f is not None), label=label, drift=drift)
+    _check_label_leak(cfg, source, out)
     seen: set[str] = set()
     for n in cfg.output_names:
         if n in seen:
@@ -895,6 +900,19 @@ def _file_name_clashes(names: list[str]) -> list[str]:
             problems.append(f"names {n!r} and {other!r} clash: {n!r} writes the file vocab/{n}.txt and "
                             f"{other!r} a file below vocab/{n}.txt/; rename one")
     return problems
+
+
+def _check_label_leak(cfg: Config, source: str, out: _Problems) -> None:
+    """A feature reading the label's source field puts the label in the model's inputs:
+    refused unless the feature sets ``allow_label_source``."""
+    if cfg.label is None:
+        return
+    for f in cfg.features:
+        if cfg.label.source in (f.sources or (f.source,)) and not f.allow_label_source:
+            out.add(f"{source}: feature {f.name!r}",
+                    f"reads the label's source field {cfg.label.source!r}, so the label would leak into the "
+                    f"model's inputs; read another field, or set allow_label_source: true on the feature if "
+                    f"this is intended")
 
 
 class _ConfigLoader(yaml.SafeLoader):

@@ -19,6 +19,7 @@ features, so a cross is identical on every machine and run and in TensorFlow
 from __future__ import annotations
 
 import datetime as _dt
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -32,6 +33,44 @@ TIMESTAMP_PARTS = ("hour", "day_of_week", "month")
 CROSS_SEPARATOR = "\x1f"  # unit separator: cannot occur in the terms' usual text
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 _EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC)
+
+
+#: Epoch seconds of 1900-01-01 and 2200-01-01: an instant outside them is implausible for event data.
+PLAUSIBLE_SECONDS = (-2_208_988_800, 7_258_118_400)
+#: Epoch seconds of 2000-01-01 and 2100-01-01: a present-day instant (``infer`` picks units by them too).
+PRESENT_DAY_SECONDS = (946_684_800, 4_102_444_800)
+
+
+def _year(secs: int) -> int:
+    return 1970 + secs * 10_000 // (3_652_425 * DAY_SECONDS)
+
+
+def _in_unit(value: int | float, per: int) -> int:
+    """Epoch seconds of ``value`` counted in units of ``1/per`` s (``per`` 0: days), floored, exact for any int."""
+    if isinstance(value, int):
+        return value * DAY_SECONDS if per == 0 else value // per
+    x = value * DAY_SECONDS if per == 0 else value / per
+    return math.floor(x) if math.isfinite(x) else (10**30 if x > 0 else -(10**30))  # past float range: far off
+
+
+def unit_mismatch(value: int | float, unit: str) -> str | None:
+    """Why epoch ``value`` does not fit ``unit``, or None.
+
+    It does not fit when read in ``unit`` it lies outside years 1900-2200 while
+    read in another unit it is a present-day instant (2000-2100): nanoseconds
+    read as ``unit: s``. A far-off sentinel (9999-12-31) fits no other unit
+    either, so it is not reported.
+    """
+    if isinstance(value, bool) or not isinstance(value, int | float) or (isinstance(value, float) and not math.isfinite(value)):
+        return None
+    secs = _in_unit(value, 0 if unit == "days" else UNITS[unit])
+    if PLAUSIBLE_SECONDS[0] <= secs < PLAUSIBLE_SECONDS[1]:
+        return None
+    for other, per in UNITS.items():
+        if other != unit and PRESENT_DAY_SECONDS[0] <= (there := _in_unit(value, per)) < PRESENT_DAY_SECONDS[1]:
+            return (f"{value!r} read as epoch {unit!r} is the year {_year(secs):,}; it looks like epoch {other!r} "
+                    f"(the year {_year(there)}): set unit: {other}")
+    return None
 
 
 def _from_iso(s: str) -> int:

@@ -193,7 +193,7 @@ def _gate(report: dict, fail: bool) -> None:
 def convert(
     input: Annotated[list[str], typer.Option("--input", "-i", help="Input files, globs or directories (local, gs://, hdfs://): several after one -i, or repeat -i.")],
     config: Annotated[Path, typer.Option("--config", "-c", help="Feature config (YAML or JSON); `recordprep infer` drafts one.")],
-    output: Annotated[str, typer.Option("--output", "-o", help="Output directory. dataset_info.json appears there last, when the run is complete.")],
+    output: Annotated[str, typer.Option("--output", "-o", help="Output directory (local ones must be creatable and writable: checked before any work). dataset_info.json appears there last, when the run is complete.")],
     splits: Annotated[str, typer.Option(help="Named splits with weights; the first one is analyzed (vocabularies, statistics).")] = "train=0.9,eval=0.1",
     split_key: Annotated[str | None, typer.Option(help="Field whose value decides the split (entity-stable, e.g. user_id). Default: the whole record.")] = None,
     num_shards: Annotated[int | None, typer.Option(help="Shards per split. Default: from input size (see --target-shard-mb).")] = None,

@@ -170,6 +170,29 @@ def _input_dirs(patterns: tuple[str, ...], files: list[InputFile]) -> list[str]:
     return dirs
 
 
+def _guard_local_output(output: str) -> None:
+    """Refuse a local output the run could not create or write: a file, one under a
+    file, or on a read-only file system (or without write permission), before any work."""
+    if os.path.lexists(output) and not os.path.isdir(output):
+        raise OutputPathError(f"--output {output} is a file, not a directory; name a directory to write the dataset into")
+    here = os.path.abspath(output)
+    while not os.path.lexists(here):  # the deepest part of the path that exists: the run creates the rest
+        here = os.path.dirname(here)
+    if not os.path.isdir(here):
+        raise OutputPathError(f"--output {output} lies under {here}, a file, not a directory; "
+                              f"name a directory to write the dataset into")
+    if not os.access(here, os.W_OK | os.X_OK):
+        why = "is on a read-only file system" if _read_only(here) else "is not writable by this user"
+        raise OutputPathError(f"--output {output}: {here} {why}; write the dataset to a writable directory")
+
+
+def _read_only(path: str) -> bool:
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
 def _guard_output(opts: ConvertOptions, files: list[InputFile]) -> None:
     """Refuse an output that is, contains or lies inside an input, before anything is written.
 
@@ -177,8 +200,8 @@ def _guard_output(opts: ConvertOptions, files: list[InputFile]) -> None:
     delete the inputs, and a later run would read the shards as input. An
     output next to the inputs (``-i data/x.avro -o data/out``) is fine.
     """
-    if "://" not in opts.output and os.path.lexists(opts.output) and not os.path.isdir(opts.output):
-        raise OutputPathError(f"--output {opts.output} is a file, not a directory; name a directory to write the dataset into")
+    if "://" not in opts.output:
+        _guard_local_output(opts.output)
     out = _norm(opts.output)
     hint = "write to another directory (a conversion never writes where it reads its inputs)"
     for f in files:

@@ -176,8 +176,9 @@ class _MergedAnalysis:
         # Where each unit's prepared batches are, and which features had values
         # (for the commit's check; neither is part of the saved analysis).
         present = {f.name: self.analyzer.present[f.name] for f in config.features}
-        return AnalysisValue({**self.analyzer.result(vocabularies).to_json(), PREPARED_KEY: self.prepared,
-                              PRESENT_KEY: present})
+        analysis = self.analyzer.result(vocabularies)
+        self.analyzer.check_vocabularies(analysis)  # before any shard is written
+        return AnalysisValue({**analysis.to_json(), PREPARED_KEY: self.prepared, PRESENT_KEY: present})
 
 
 class _MergeAnalyzers(beam.CombineFn):

@@ -161,6 +161,22 @@ def failed_error(
     )
 
 
+def _file_in_the_way(root: str) -> str | None:
+    """The local file that stands where ``root`` or one of its parents should be a directory, if any.
+
+    Remote paths are not checked (no I/O for them here).
+    """
+    if _io.path_scheme(root) and not root.startswith("file://"):
+        return None
+    path = os.path.abspath(_io.strip_file_scheme(root))
+    while not os.path.lexists(path):
+        parent = os.path.dirname(path)
+        if parent == path:
+            return None
+        path = parent
+    return None if os.path.isdir(path) else path
+
+
 def _read_metadata(read: Callable[[str], bytes | None], location: Location) -> bytes | None:
     """The metadata's bytes, None if absent; SpecError if the name is taken by a directory."""
     try:
@@ -426,7 +442,8 @@ def wait_for_metadata(
     (default: this package's layer; the CLI passes Beam's, which needs no
     TensorFlow). Metadata that is not valid JSON may be a file being replaced:
     polling goes on until the deadline. Metadata that parses but is not valid
-    recordprep metadata, or a directory in its place, raises SpecError at once.
+    recordprep metadata, or a directory in its place, raises SpecError at once,
+    as does a local file where the output directory (or a parent) should be.
     While there is no metadata and no failure report, the output's lock is
     read: a dead run's raises :class:`DatasetDeadError` (see
     :func:`wait_for_dataset`); no lock means not started yet.
@@ -439,6 +456,12 @@ def wait_for_metadata(
     last_problem = ""
     next_log = start + 60.0
     while True:
+        blocker = _file_in_the_way(location.root)
+        if blocker is not None:  # no conversion can write there: waiting would not help
+            raise SpecError(
+                f"{blocker} is a file, not a directory: no conversion can write {location.root}; "
+                f"check the path (or remove the file)"
+            )
         data = _read_metadata(read, location)
         if data is not None:
             try:  # other SpecErrors (parsed, and wrong): waiting would not help

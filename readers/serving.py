@@ -85,6 +85,10 @@ def unsupported_reason(info_version: int, f: FeatureConfig) -> str | None:
     return None
 
 
+#: A list whose ``lens`` column counts items the feature keeps that its inputs do not carry.
+_CUT_LIST = "the list has more items than were sent (__len > width)"
+
+
 def _reason(source: str, why: str) -> str:
     return f"{source}: {why}"
 
@@ -275,7 +279,7 @@ class TransformLayer(tf.Module):
         batch = tf.shape(next(iter(packed.values())), out_type=tf.int64)[:1]
         inputs = _Columns(self.wire, packed)
         out: dict[str, tf.Tensor] = {}
-        tagged: list[tuple[Any, tf.Tensor, Any]] = []
+        tagged = self._invalid_kinds(packed, inputs)
         together = [(i, f) for i, f in enumerate(self.config.features) if _scalar_numeric(f)]
         if together:
             out.update(self._scalar_numerics(together, packed, tagged))
@@ -288,6 +292,23 @@ class TransformLayer(tf.Module):
             tagged += [(i, m, why) for m, why in bad]
         features = {f.name: out[f.name] for f in self.features}
         return features, _any(tagged), _Reasons(batch, tagged)
+
+    def _invalid_kinds(self, packed: Mapping[str, tf.Tensor], inputs: Mapping[str, tf.Tensor]) -> list:
+        """Rows whose kind codes are none of ``KIND_NAMES`` (a request not written by
+        ``encode``): rejected first (order -1), naming the source and the code."""
+        tagged: list[tuple[Any, tf.Tensor, Any]] = []
+        if PACKED["kind"] in packed:
+            kinds, sources = packed[PACKED["kind"]], self.wire.columns[PACKED["kind"]]
+            tagged.append(([-1] * len(sources), _unknown_kind(kinds),
+                           [_wrong_kind_reason(s.path, kinds, "found ", column=j) for j, s in enumerate(sources)]))
+        for s in self.wire.sources:
+            if s.is_list:
+                kinds = inputs[s.kind_name]
+                sent = tf.range(tf.shape(kinds)[1])[None, :] < inputs[s.len_name][:, None]
+                tagged.append((-1, tf.reduce_any(sent & _unknown_kind(kinds), axis=1), _reason(
+                    s.path, f"a list item has an invalid kind code on the wire (expected 0..{len(KIND_NAMES) - 1}: "
+                            f"{', '.join(KIND_NAMES)}); send it as encode writes it")))
+        return tagged
 
     def _feature(self, f: FeatureConfig, inputs: Mapping[str, tf.Tensor], out: dict[str, tf.Tensor], bad: list) -> None:
         """Feature ``f``'s columns into ``out`` (single-valued numerics, vocabularies and hashes
@@ -342,7 +363,7 @@ class TransformLayer(tf.Module):
             lens = tf.clip_by_value(lens_in, 0, n)
             in_list = tf.range(n, dtype=tf.int64)[None, :] < lens[:, None]
             width_ok = tf.minimum(lens, tf.cast(tf.shape(inputs[s.kind_name])[1], tf.int64)) >= lens
-            bad.append((~width_ok, _reason(s.path, "the list has more items than were sent (__len > width)")))
+            bad.append((~width_ok, _reason(s.path, _CUT_LIST)))
             bad.append((tf.reduce_any(in_list & _not_number(kind), axis=1), _reason(s.path, "a list item is not a number")))
             present = in_list & _is_number(kind)
         else:
@@ -606,6 +627,10 @@ class TransformLayer(tf.Module):
         rows = at[:, 0]
         starts = tf.cumsum(tf.reduce_sum(tf.cast(non_null, tf.int64), axis=1), exclusive=True)
         rank = tf.range(tf.shape(at, out_type=tf.int64)[0]) - tf.gather(starts, rows)
+        # A list sent cut short (``encode`` stops at its n-th non-null item) lacks items the
+        # feature keeps when fewer than n non-null ones arrived: reported, as for numeric lists.
+        cut = (lens_in > width) & (tf.reduce_sum(tf.cast(non_null, tf.int64), axis=1) < n)
+        bad.append((cut, _reason(s.path, _CUT_LIST)))
         nested = tf.equal(tf.gather_nd(kind, at), KIND_NESTED) & (rank < n)
         bad.append((tf.math.unsorted_segment_max(tf.cast(nested, tf.int32), rows, batch) > 0, _reason(
             s.path, "expected a list of scalar values, found nested records/lists; point 'source' at a leaf field")))
@@ -753,6 +778,11 @@ def _not_number(kind: tf.Tensor) -> tf.Tensor:
     return tf.cast(kind, tf.uint32) > KIND_FLOAT
 
 
+def _unknown_kind(kind: tf.Tensor) -> tf.Tensor:
+    """None of ``KIND_NAMES`` (as unsigned, negative codes are past the last too)."""
+    return tf.cast(kind, tf.uint32) >= len(KIND_NAMES)
+
+
 def _isin(kind: tf.Tensor, kinds: Sequence[int]) -> tf.Tensor:
     out = tf.equal(kind, kinds[0])
     for k in kinds[1:]:
@@ -772,7 +802,11 @@ def _wrong_kind_reason(source: str, kind: tf.Tensor, prefix: str, suffix: str = 
     def build() -> tf.Tensor:
         names = tf.constant([_reason(source, f"{prefix}{k}{suffix}") for k in KIND_NAMES])
         held = kind if column is None else kind[:, column]
-        return tf.gather(names, tf.clip_by_value(held, 0, len(KIND_NAMES) - 1))
+        known = (held >= 0) & (held < len(KIND_NAMES))
+        invalid = tf.strings.join([
+            _reason(source, "invalid kind code "), tf.strings.as_string(held),
+            f" on the wire (expected 0..{len(KIND_NAMES) - 1}: {', '.join(KIND_NAMES)}); send it as encode writes it"])
+        return tf.where(known, tf.gather(names, tf.clip_by_value(held, 0, len(KIND_NAMES) - 1)), invalid)
     return build
 
 

@@ -234,3 +234,27 @@ def test_config_hash_is_a_fixed_value():
     h1 = cfg.hash
     assert parse_config({"features": [{"name": "x", "transform": "identity"}]}).hash == h1
     assert all(c in "0123456789abcdef" for c in h1)
+
+
+@pytest.mark.parametrize("feature", [
+    {"name": "clicks", "source": "clicked", "transform": "identity"},
+    {"name": "c", "source": "clicked", "transform": "vocabulary"},
+    {"name": "x", "transform": "cross", "sources": ["country", "clicked"], "buckets": 10},
+])
+def test_a_feature_reading_the_label_source_is_refused_unless_it_says_so(feature):
+    raw = {"label": {"source": "clicked"}, "features": [{"name": "country", "transform": "vocabulary"}, feature]}
+    with pytest.raises(ConfigError, match=rf"feature {feature['name']!r}: reads the label's source field 'clicked', "
+                                          r"so the label would leak .* set allow_label_source: true"):
+        parse_config(raw, source="c.yaml")
+    allowed = parse_config({**raw, "features": [raw["features"][0], {**feature, "allow_label_source": True}]})
+    f = allowed.features[1]
+    assert f.allow_label_source
+    assert parse_config(allowed.to_json()) == allowed  # the option survives the metadata's round trip
+    with pytest.raises(ConfigError, match="'allow_label_source' must be true or false"):
+        parse_config({**raw, "features": [{**feature, "allow_label_source": "yes"}]})
+
+
+def test_allow_label_source_left_out_keeps_the_config_hash():
+    raw = {"label": "y", "features": [{"name": "a", "transform": "identity"}]}
+    assert parse_config(raw).hash == parse_config(
+        {**raw, "features": [{**raw["features"][0], "allow_label_source": False}]}).hash

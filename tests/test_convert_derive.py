@@ -4,13 +4,14 @@ where datetime can represent the value, and beyond it where it cannot."""
 from __future__ import annotations
 
 import datetime as dt
+import math
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from convert.derive import cross_ids, epoch_seconds, timestamp_parts
+from convert.derive import cross_ids, epoch_seconds, timestamp_parts, unit_mismatch
 from convert.records import stable_hash
 
 
@@ -76,3 +77,15 @@ def test_integer_fast_path_is_python_floor_division(values, unit):
     assert not bad
     assert present.tolist() == [v is not None for v in values]
     assert secs.tolist() == [0 if v is None else v // per for v in values]
+
+
+@pytest.mark.parametrize("value, unit, looks", [
+    (1_767_225_600 * 10**9, "s", "ns"), (1_767_225_600 * 10**3, "days", "ms"), (1_767_225_600.5 * 10**6, "ms", "us"),
+    (1_767_225_600, "s", None), (253_402_300_799, "s", None), (10**400, "ms", None), (-(10**400), "s", None),
+    (1e308, "s", None), (1e308, "days", None), (-1e308, "days", None), (math.inf, "s", None), (True, "s", None), ("2026-01-01", "s", None), (None, "s", None),
+])
+def test_unit_mismatch_names_the_unit_a_value_fits(value, unit, looks):
+    why = unit_mismatch(value, unit)
+    assert (why is None) == (looks is None), why
+    if looks:
+        assert f"it looks like epoch {looks!r} (the year 2026): set unit: {looks}" in why

@@ -216,3 +216,62 @@ def test_inputs_on_gcs_are_checked_before_the_run(remote_stack, tmp_path):  # no
     assert r.exit_code == 2, r.output
     assert f"the Avro schema of {gs_in}/part-0.avro" in r.output and f"sampled from {gs_in}/part-1.jsonl" in r.output
     assert r.output.count("did you mean 'country'") == 2, r.output
+
+
+@pytest.mark.parametrize("allowed", [False, True])
+def test_min_frequency_above_every_count_fails_unless_allowed(allowed, tmp_path):
+    """country takes 3 values 16 times each in the 48 records kept (a null label rejects the others):
+    min_frequency 21 would keep no term (every id OOV)."""
+    inp = _write(tmp_path / "in", _records(), "json")
+    extra = ", allow_all_missing: true" if allowed else ""
+    cfg = _config(tmp_path, GOOD + f"  - {{name: rare, source: country, transform: vocabulary, min_frequency: 21{extra}}}\n"
+                                   f"  - {{name: words, source: city, transform: text, max_len: 2, min_frequency: 20{extra}}}\n")
+    out = tmp_path / "out"
+    r = _convert(inp, cfg, out, "--splits", "train=1")
+    if allowed:
+        assert r.exit_code == 0, r.output
+        assert json.loads((out / "dataset_info.json").read_text())
+        assert (out / "vocab" / "rare.txt").read_text() == ""
+        return
+    assert r.exit_code == 2, r.output
+    assert ("feature 'rare' (source 'country'): no term of the training split occurs min_frequency (21) times "
+            "or more") in r.output, r.output
+    assert "feature 'words' (source 'city'): no term of the training split occurs min_frequency" in r.output
+    assert "Lower min_frequency" in r.output
+    assert not (out / "dataset_info.json").exists()
+    assert not list(out.glob("train-*"))
+
+
+TS_SCHEMA = {"type": "record", "name": "Ev", "fields": [
+    {"name": "salary", "type": ["null", "long"]}, {"name": "country", "type": "string"}, {"name": "income", "type": "double"},
+    {"name": "ts", "type": ["null", "long"]}]}
+
+
+@pytest.mark.parametrize("unit, factor, fits", [("s", 10**9, False), ("ms", 10**6, False), ("days", 1000, False),
+                                                 ("ns", 10**9, True), ("s", 1, True)])
+def test_epoch_numbers_that_do_not_fit_the_unit_are_refused_before_the_run(kind, unit, factor, fits, tmp_path):
+    """1767225600 s is 2026-01-01: times 10**9 it is nanoseconds, implausible (year 56 billion) as seconds."""
+    recs = [{"salary": i, "country": "fr", "income": float(i), "ts": None if i == 0 else (1_767_225_600 + i) * factor}
+            for i in range(20)]
+    inp = _write(tmp_path / "in", recs, kind, schema=TS_SCHEMA)
+    cfg = _config(tmp_path, GOOD + f"  - {{name: ts, transform: timestamp, unit: {unit}}}\n")
+    out = tmp_path / "out"
+    r = _convert(inp, cfg, out)
+    if fits:
+        assert r.exit_code == 0, r.output
+        return
+    looks = {"s": "ns", "ms": "us", "days": "ms"}[unit]
+    assert r.exit_code == 2, r.output
+    assert f"in the records sampled from {inp}:" in r.output, r.output
+    assert f"feature 'ts' reads 'ts': {(1_767_225_600 + 1) * factor} read as epoch {unit!r} is the year " in r.output
+    assert f"it looks like epoch {looks!r} (the year 2026): set unit: {looks}" in r.output
+    assert "Fix each source path" not in r.output
+    assert not out.exists() or not any(out.iterdir())
+
+
+def test_a_far_off_sentinel_is_not_a_unit_mismatch(tmp_path):
+    recs = [{"salary": i, "country": "fr", "income": 1.0, "ts": 253_402_300_799 if i % 2 else 1_767_225_600} for i in range(10)]
+    inp = _write(tmp_path / "in", recs, "json")
+    cfg = _config(tmp_path, GOOD + "  - {name: ts, transform: timestamp, unit: s}\n")
+    r = _convert(inp, cfg, tmp_path / "out")
+    assert r.exit_code == 0, r.output

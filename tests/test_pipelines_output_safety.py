@@ -81,6 +81,39 @@ def test_an_output_that_is_a_file_is_refused(data, tmp_path):
     assert (tmp_path / "notes.txt").read_text() == "mine"
 
 
+@pytest.mark.parametrize("depth", [["out"], ["a", "b"]])
+def test_an_output_under_a_file_is_refused_before_any_work(data, tmp_path, depth):
+    (tmp_path / "notes.txt").write_text("mine")
+    output = tmp_path.joinpath("notes.txt", *depth)
+    r = _convert("-i", str(data["json"]), "-c", str(data["config"]), "-o", str(output))
+    assert r.exit_code == 2, r.output
+    assert f"lies under {tmp_path / 'notes.txt'}, a file, not a directory" in r.output and "Traceback" not in r.output
+    assert _snapshot(tmp_path) == {"notes.txt": b"mine"}
+
+
+@pytest.fixture
+def read_only_dir(tmp_path):
+    """A real read-only file system (root ignores permission bits, not a read-only mount)."""
+    mnt = tmp_path / "ro"
+    mnt.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(mnt)], capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a read-only tmpfs here: {done.stderr.strip() or done.returncode}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", str(mnt)], check=True, timeout=30)
+
+
+@pytest.mark.parametrize("sub", [[], ["out"], ["a", "b"]])
+def test_an_output_on_a_read_only_file_system_is_refused_before_any_work(data, read_only_dir, sub):
+    output = read_only_dir.joinpath(*sub)
+    r = _convert("-i", str(data["json"]), "-c", str(data["config"]), "-o", str(output))
+    assert r.exit_code == 2, r.output
+    assert f"{read_only_dir} is on a read-only file system; write the dataset to a writable directory" in r.output
+    assert "Traceback" not in r.output and not list(read_only_dir.iterdir())
+
+
 def test_an_output_next_to_the_inputs_is_fine(data, tmp_path):
     same = tmp_path / "same"
     shutil.copytree(Path(data["config"]).parent, same)

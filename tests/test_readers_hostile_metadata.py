@@ -330,6 +330,38 @@ def test_wait_on_a_directory_in_place_of_the_metadata(tmp_path):
         readers.wait_for_dataset(str(tmp_path), timeout=5, poll=0.05)
 
 
+@pytest.mark.parametrize("where", ["output", "parent"])
+def test_wait_on_a_path_that_is_a_file_fails_at_once(tmp_path, where):
+    blocker = tmp_path / "out"
+    blocker.write_text("not a directory")
+    target = blocker if where == "output" else blocker / "day1"
+    started = time.monotonic()
+    r = runner.invoke(app, ["wait", str(target), "--timeout", "5", "--poll", "0.05"])
+    assert r.exit_code == 1 and f"{blocker} is a file, not a directory" in r.output, r.output
+    assert r.exception is None or isinstance(r.exception, SystemExit)
+    with pytest.raises(SpecError, match="is a file, not a directory"):
+        readers.wait_for_dataset(str(target), timeout=5, poll=0.05)
+    assert time.monotonic() - started < 4
+
+
+def test_wait_on_an_output_that_becomes_a_file_fails_at_its_next_check(tmp_path):
+    import threading
+
+    target = tmp_path / "out"
+    target.mkdir()
+
+    def replace() -> None:
+        time.sleep(0.3)
+        target.rmdir()
+        target.write_text("not a directory")
+
+    threading.Thread(target=replace).start()
+    started = time.monotonic()
+    with pytest.raises(SpecError, match="is a file, not a directory"):
+        readers.wait_for_dataset(str(target), timeout=10, poll=0.05)
+    assert time.monotonic() - started < 5
+
+
 def test_wait_still_accepts_a_real_output(out):
     r = runner.invoke(app, ["wait", str(out.root), "--timeout", "1"])
     assert r.exit_code == 0 and "is complete" in r.output, r.output

@@ -31,6 +31,8 @@ from hypothesis import strategies as st
 
 import readers
 from convert.apply import OutputAnalysis, apply_analysis
+from convert.check import unit_problems
+from convert.config import load_config
 from convert.example import encode_examples, split_buffer
 from convert.jsonl import iter_json
 from readers import _serving_wire, serving
@@ -59,7 +61,7 @@ BASE_FEATURES = """
   - {name: b_fill, source: num2, transform: bucketize, on_nan: fill}
   - {name: cat, transform: vocabulary, min_frequency: 2}
   - {name: cat_top, source: cat, transform: vocabulary, top_k: 3}
-  - {name: cat_empty, source: cat, transform: vocabulary, min_frequency: 1000000}
+  - {name: cat_empty, source: cat, transform: vocabulary, min_frequency: 1000000, allow_all_missing: true}
   - {name: tags, transform: vocabulary, max_len: 3}
   - {name: seg, source: user.segment, transform: vocabulary}
   - {name: ts, transform: timestamp, parts: [hour, day_of_week, month], missing_indicator: true}
@@ -819,6 +821,9 @@ def test_parity_with_the_shards_of_an_analysis_from_run(output, layer, tmp_path_
             lines.append(json.dumps(r, allow_nan=True))
         except (TypeError, ValueError):  # bytes: not JSON
             continue
+    # Epoch numbers that fit another unit refuse the whole run (the config check): not this test's subject.
+    config = load_config(_cfg_file(tmp_path))
+    lines = [line for line in lines if not unit_problems(config, [json.loads(line)])]
     (tmp_path / "in.jsonl").write_text("\n".join(lines) + "\n")
     recs = [json.loads(line) for line in lines]
     out = tmp_path / "out"
@@ -984,3 +989,55 @@ def test_parity_on_the_bench_dataset(tmp_path):
     path = tmp_path / "bench.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in bench_records(0, 3000)))
     _convert_and_check(path, ROOT / "bench" / "features.yaml", tmp_path, [])
+
+
+# ------------------------------------------------------------------ hand-written wire inputs
+
+
+def _cut(layer: serving.TransformLayer, path: str, record: dict[str, Any], width: int) -> dict[str, np.ndarray]:
+    """``record`` encoded, then the list at ``path`` cut to ``width`` items with its ``lens`` unchanged."""
+    s = layer.wire.by_path(path)
+    x = layer.encode([record])
+    for name in s.input_names():
+        x[name] = x[name][:, :width]
+    return x
+
+
+@pytest.mark.parametrize("path, feature", [("nums", "n_list"), ("tags", "tags")])
+def test_a_lens_wider_than_the_items_sent_is_reported_for_numeric_and_vocabulary_lists(layer, path, feature):
+    items = [0.5, 1.5, 2.5] if path == "nums" else ["x", "y", "z"]
+    _, errors = layer.transform(_cut(layer, path, {path: items}, 1))
+    assert errors.numpy()[0].decode() == f"{path}: the list has more items than were sent (__len > width)", errors
+    features, errors = layer.transform(_cut(layer, path, {path: items}, 3))  # whole: accepted
+    assert errors.numpy().tolist() == [b""] and features[f"{feature}_len"].numpy().tolist() == [[3]]
+
+
+def test_a_vocabulary_list_sent_up_to_its_last_kept_item_is_accepted(layer):
+    """``encode`` stops at the max_len-th non-null item: the rest is not needed, so not reported."""
+    x = layer.encode([{"tags": ["x", "y", "z", "w", "x"]}])
+    s = layer.wire.by_path("tags")
+    assert x[s.kind_name].shape[1] == 3 and x[layer.wire.positions()[s.len_name][0]].max() == 5
+    _, errors = layer.transform(x)
+    assert errors.numpy().tolist() == [b""]
+
+
+@pytest.mark.parametrize("code", [-3, 8, 2**31 - 1])
+@pytest.mark.parametrize("path", ["num", "cat"])
+def test_an_invalid_kind_code_is_reported_as_such_not_as_null(layer, code, path):
+    s = layer.wire.by_path(path)
+    x = layer.encode([{path: 1.0 if path == "num" else "a"}])
+    packed, j = layer.wire.positions()[s.kind_name]
+    x[packed][0, j] = code
+    _, errors = layer.transform(x)
+    message = errors.numpy()[0].decode()
+    assert message.startswith(f"{path}: invalid kind code {code} on the wire (expected 0..7"), message
+    assert "found null" not in message
+
+
+@pytest.mark.parametrize("path", ["nums", "tags"])
+def test_an_invalid_kind_code_in_a_list_is_reported_as_such(layer, path):
+    s = layer.wire.by_path(path)
+    x = layer.encode([{path: [1.0, 2.0] if path == "nums" else ["x", "y"]}])
+    x[s.kind_name][0, 1] = -3
+    _, errors = layer.transform(x)
+    assert errors.numpy()[0].decode().startswith(f"{path}: a list item has an invalid kind code on the wire"), errors
