@@ -80,6 +80,27 @@ def run_convert(data: Path, out: Path, workers: int, shards: int, extra: list[st
             "workers_mb": workers_mb, "wall_s": round(time.perf_counter() - t0, 1)}
 
 
+#: Per ``make bench`` size: records, and the two distinct-id counts (10x apart).
+SIZES = {"small": (200_000, (20_000, 200_000)), "default": (2_000_000, (200_000, 2_000_000)),
+         "large": (2_000_000, (200_000, 2_000_000))}
+#: The largest process' peak may grow at most this much for 10x the distinct ids.
+MAX_RATIO = 1.3
+
+
+def run_table(size: str, *, log=print, root: Path | None = None, workers: int = 2, shards: int = 128) -> dict:
+    """The bench table: one row per distinct-id count, and whether the largest process stayed flat."""
+    records, distinct = SIZES[size]
+    root = root or Path("/tmp/recordprep-analysis-memory")
+    rows = {}
+    for d in distinct:
+        data = make_data(root, records, d)
+        rows[f"{d}"] = {"records": records, "distinct": d, **run_convert(data, root / f"out-{d}", workers, shards, [])}
+        log(f"analysis memory: {rows[f'{d}']}")
+    largest = [max(r["launcher_mb"], r["largest_worker_mb"]) for r in rows.values()]
+    ratio = round(largest[-1] / largest[0], 2)
+    return {"rows": rows, "largest_ratio": ratio, "ok": ratio <= MAX_RATIO}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--records", type=int, default=2_000_000)
