@@ -11,8 +11,11 @@
 5. Shuffle quality (:mod:`bench.shuffle_quality`): how far batches of input
    sorted by time are from random ones, recordprep's shuffled output against
    ``--no-shuffle``, ``make_batched_features_dataset`` and an ideal permutation.
-6. With ``--size large`` or ``--scaling``: recordprep on default vs large.
-7. Results: ``bench/results/<timestamp>-<size>.json`` (raw, git-ignored) and
+6. Analysis memory vs distinct terms (:mod:`bench.analysis_memory`): the same
+   records with 10x the distinct ids, peak RSS of the launcher and of each
+   worker; the largest may grow at most 1.3x.
+7. With ``--size large`` or ``--scaling``: recordprep on default vs large.
+8. Results: ``bench/results/<timestamp>-<size>.json`` (raw, git-ignored) and
    ``bench/results/latest-<size>.md`` (tables, ratios, targets), also printed.
 
 Every measurement is a fresh subprocess (:mod:`bench.measure`). Logs of each
@@ -34,7 +37,16 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from bench import convert_bench, make_data, reader_bench, remote, report, shuffle_quality, tft
+from bench import (
+    analysis_memory,
+    convert_bench,
+    make_data,
+    reader_bench,
+    remote,
+    report,
+    shuffle_quality,
+    tft,
+)
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -113,6 +125,8 @@ def main(argv: list[str] | None = None) -> int:
                          "`default`; default 1); its ratios then compare medians over N runs")
     ap.add_argument("--skip-tft", action="store_true",
                     help="leave the TF Transform rows out (they build bench/.peers/tft-venv on first use)")
+    ap.add_argument("--skip-analysis-memory", action="store_true",
+                    help="leave the analysis memory vs distinct terms rows out (two conversions, 2 workers)")
     ap.add_argument("--skip-readers", action="store_true", help="leave the reader table out")
     ap.add_argument("--skip-shuffle", action="store_true",
                     help="leave the shuffle-quality rows out (two conversions and five one-epoch reads, about a "
@@ -188,6 +202,17 @@ def main(argv: list[str] | None = None) -> int:
             except Exception as e:  # the other tables still count
                 results["notes"].append(f"tf.data service rows failed: {type(e).__name__}: {e}")
                 log(f"tf.data service rows FAILED: {e}")
+
+    if not args.skip_analysis_memory:
+        try:
+            results["analysis_memory"] = analysis_memory.run_table(args.size, log=log,
+                                                                   root=out_root / "analysis-memory")
+            if not results["analysis_memory"]["ok"]:
+                results["notes"].append(f"analysis memory grew {results['analysis_memory']['largest_ratio']}x "
+                                        f"for 10x the distinct ids (target <= {analysis_memory.MAX_RATIO}x)")
+        except Exception as e:  # the other tables still count
+            results["notes"].append(f"analysis memory rows failed: {type(e).__name__}: {e}")
+            log(f"analysis memory rows FAILED: {e}")
 
     if not args.skip_shuffle:
         results["shuffle"] = shuffle_quality.run_table(args.size, log=log, log_dir=log_dir,

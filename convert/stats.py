@@ -45,6 +45,7 @@ from convert.columns import LabelTerms, Numbers, TermIndexes
 from convert.config import Config, FeatureConfig
 from convert.prepare import PreparedBatch
 from convert.spec import short_repr
+from convert.term_counts import TermSummary
 from convert.vectorize import VectorBatch
 
 #: File beside the shards (listed in the metadata as ``stats_file``).
@@ -307,7 +308,8 @@ class _FeatureSplit:
         self.before = ValueSketch() if kind == "numeric" and raw else None
         self.after = ValueSketch() if kind in ("numeric", "timestamp", "other") and not raw else None
         self.lengths: np.ndarray | None = np.zeros(0, dtype=np.int64) if multi else None
-        self.terms: _TermCounts | None = _TermCounts() if kind in ("categorical", "label") else None
+        #: A summary (``TermSummary``) where the counts were merged per partition of the terms.
+        self.terms: _TermCounts | TermSummary | None = _TermCounts() if kind in ("categorical", "label") else None
         self.items = 0
         self.oov = 0
 
@@ -319,7 +321,7 @@ class _FeatureSplit:
         if self.lengths is not None and o.lengths is not None:
             self.lengths = _add_counts(self.lengths, o.lengths)
         if self.terms is not None and o.terms is not None:
-            self.terms.merge(o.terms)
+            self.terms.merge(o.terms)  # type: ignore[arg-type]
         self.items += o.items
         self.oov += o.oov
 
@@ -398,6 +400,10 @@ class _TermCounts:
     def as_dict(self) -> dict[str, int]:
         terms, counts = self.summed()
         return dict(zip(terms, counts.tolist(), strict=True))
+
+    def summary(self) -> TermSummary:
+        """What the document keeps of these counts (``TOP_TERMS`` terms)."""
+        return TermSummary.of(*self.summed(), TOP_TERMS)
 
     def __getstate__(self) -> _Terms:
         if self._packed is None:  # a unit's result may be pickled more than once
@@ -733,10 +739,9 @@ class StatsAccumulator:
                 if a.lengths is not None:
                     d["lengths"] = a.lengths.tolist()
                 if a.terms is not None:
-                    terms, counts = a.terms.summed()
-                    d.update(terms=_top_terms(terms, counts), distinct=len(terms),
-                             items=a.items if f is not None else int(counts.sum()),
-                             once=int((np.asarray(counts) == 1).sum()))  # drift: the unseen terms' expected share
+                    sm = a.terms.summary()
+                    d.update(terms=sm.top, distinct=sm.distinct, items=a.items if f is not None else sm.total,
+                             once=sm.once)  # drift: the unseen terms' expected share
                     if f is not None:
                         d["oov"] = a.oov
                 elif f is not None and f.transform in ("hash", "cross"):
@@ -770,6 +775,8 @@ class StatsMerger:
         self.splits = list(splits)
         self.terms: dict[tuple[str, int], _TermCounts] = {}  # (feature, split index) -> merged counts
         self.units: dict[int, StatsAccumulator] = {}  # unit index -> its accumulator without term counts
+        #: (feature, split index) -> the units' term counts merged per partition, if they were spilled.
+        self.term_summaries: dict[tuple[str, int], TermSummary] | None = None
 
     def add(self, unit: int, acc: StatsAccumulator) -> None:
         """Merge unit ``unit``'s accumulator (left unchanged; each unit once)."""
@@ -805,24 +812,17 @@ class StatsMerger:
         mine.merge(terms)
 
     def result(self) -> StatsAccumulator:
-        """Every unit's statistics in one accumulator."""
+        """Every unit's statistics in one accumulator; the term counts are
+        ``term_summaries``' where the units' counts were merged per partition
+        of the terms (``pipelines.analyze.merge_stats_terms``)."""
         merged = StatsAccumulator(self.config, self.splits)
         for unit in sorted(self.units):
             merged.merge(self.units[unit])
         for (name, s), terms in self.terms.items():
             merged.feature[name][s].terms = terms
+        for (name, s), summary in (self.term_summaries or {}).items():
+            merged.feature[name][s].terms = summary
         return merged
-
-
-def _top_terms(terms: list[str], counts: np.ndarray, k: int = TOP_TERMS) -> list[list[Any]]:
-    """``[term, count]`` of the ``k`` most frequent terms, ties in term order:
-    only the terms counted at least as often as the ``k``-th are sorted."""
-    cand: Any = range(len(terms))
-    if len(terms) > k:
-        kth = np.partition(counts, counts.size - k)[counts.size - k]
-        cand = np.flatnonzero(counts >= kth).tolist()
-    top = sorted(zip([terms[i] for i in cand], counts[cand].tolist(), strict=True), key=lambda kv: (-kv[1], kv[0]))
-    return [[t, c] for t, c in top[:k]]
 
 
 def _sides(f: FeatureConfig | None, a: _FeatureSplit, st: Mapping[str, Any] | None) -> tuple[ValueSketch | None, ValueSketch | None]:

@@ -10,21 +10,41 @@ candidates. Memory per process is one unit's terms, one partition's terms
 (about distinct terms / partitions) or ``partitions x top_k`` candidates,
 never every distinct term (unless there is no ``top_k``: the vocabulary is
 then as large as its distinct terms). The result equals ``Analyzer.result``'s.
+
+The output statistics' term counts (``convert.stats``: per feature and split)
+go the same way: each unit's are written to ``stats-terms-<unit>-*.bin``
+(``spill_stats_terms``), one task per partition merges that partition of
+every unit file into a ``TermSummary`` per feature and split (top terms,
+distinct, items, terms seen once), and the summaries merge exactly, since a
+term's whole count is in one partition (``merge_stats_terms``).
 """
 
 from __future__ import annotations
 
+import copy
 import uuid
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
 import apache_beam as beam
+import numpy as np
 from apache_beam.io.filesystems import FileSystems
 
+import convert.stats as _stats
 from convert.analysis import Analyzer, vocabulary_label
 from convert.config import Config
-from convert.term_counts import add_counts, merge_top, read_partition, top_terms, write_unit_counts
+from convert.stats import StatsAccumulator, StatsMerger, _TermCounts
+from convert.term_counts import (
+    TermSummary,
+    add_counts,
+    merge_top,
+    read_partition,
+    read_partitions,
+    top_terms,
+    write_term_arrays,
+    write_unit_counts,
+)
 
 
 def spilled_features(config: Config) -> list[str]:
@@ -113,3 +133,88 @@ def merge_vocabularies(merged: Any, config: Config, partitions: int) -> Any:
         | "CountPartition" >> beam.ParDo(_CountPartition(config), beam.pvalue.AsSingleton(merged))
         | "TopVocabularies" >> beam.CombineGlobally(_TopVocabularies(config))
     )
+
+
+# -------------------------------------------------- the output statistics' term counts
+
+
+def spill_stats_terms(acc: StatsAccumulator, tmp_dir: str, unit: int, partitions: int) -> str | None:
+    """Write a unit's statistics' term counts (every term feature and split) to a temp file
+    cut into ``partitions`` blocks by term, and leave ``acc`` without them; the file's
+    path, or None when the unit has no terms."""
+    acc.flush()
+    arrays = {}
+    for name, accs in acc.feature.items():
+        for s, fs in enumerate(accs):
+            if isinstance(fs.terms, _TermCounts):
+                terms, counts = fs.terms.summed()
+                if terms:
+                    arrays[(name, s)] = (terms, counts)
+                fs.terms = _TermCounts()
+    if not arrays:
+        return None
+    path = FileSystems.join(tmp_dir, f"stats-terms-{unit:05d}-{uuid.uuid4().hex[:8]}.bin")
+    with FileSystems.create(path) as out:
+        write_term_arrays(out, arrays, partitions)
+    return path
+
+
+def summarize_partition(paths: list[str], partition: int) -> Iterator[tuple[tuple[str, int], TermSummary]]:
+    """One partition of every unit file's term counts -> ``((feature, split), summary)`` per key:
+    about distinct terms / partitions held at once."""
+    totals: dict[tuple[str, int], Counter] = {}
+    for path in paths:
+        with FileSystems.open(path) as fh:
+            for key, (terms, counts) in read_partitions(fh, partition).items():
+                add_counts(totals.setdefault(key, Counter()), terms, counts)
+    for key in sorted(totals):
+        c = totals.pop(key)
+        yield key, TermSummary.of(list(c), np.fromiter(c.values(), dtype=np.int64, count=len(c)), _stats.TOP_TERMS)
+
+
+class _MergeSummaries(beam.CombineFn):
+    """Partitions' ``((feature, split), TermSummary)`` -> ``{(feature, split): TermSummary}``."""
+
+    def create_accumulator(self) -> dict[tuple[str, int], TermSummary]:
+        return {}
+
+    def add_input(self, acc, element):
+        key, summary = element
+        acc[key] = acc[key].merge(summary, _stats.TOP_TERMS) if key in acc else summary
+        return acc
+
+    def merge_accumulators(self, accs):
+        out: dict[tuple[str, int], TermSummary] = {}
+        for acc in accs:
+            for item in acc.items():
+                out = self.add_input(out, item)
+        return out
+
+    def extract_output(self, acc):
+        return acc
+
+
+def _partition_tasks(paths: list[str | None], partitions: int) -> list[tuple[int, list[str]]]:
+    files = sorted(p for p in paths if p is not None)
+    return [(p, files) for p in range(partitions)] if files else []
+
+
+def merge_stats_terms(results: Any, partitions: int) -> Any:
+    """Unit results (``PCollection[dict]`` with ``"stats_terms"``: a ``spill_stats_terms``
+    file) -> singleton ``{(feature, split): TermSummary}``: one task per partition."""
+    return (
+        results
+        | "StatsTermFiles" >> beam.Map(lambda r: r.get("stats_terms"))
+        | "AllStatsTermFiles" >> beam.combiners.ToList()
+        | "StatsPartitionTasks" >> beam.FlatMap(_partition_tasks, partitions)
+        | "SpreadStatsPartitions" >> beam.Reshuffle()
+        | "SummarizePartition" >> beam.FlatMapTuple(lambda p, files: summarize_partition(files, p))
+        | "MergeSummaries" >> beam.CombineGlobally(_MergeSummaries())
+    )
+
+
+def with_term_summaries(keyed: tuple[None, StatsMerger], summaries: dict) -> tuple[None, StatsMerger]:
+    """The merged statistics with their term counts' partition summaries."""
+    merger = copy.copy(keyed[1])
+    merger.term_summaries = summaries
+    return keyed[0], merger

@@ -732,7 +732,7 @@ def _build_pipeline(opts: ConvertOptions, p: dict[str, Any], analysis: dict[str,
         analysis_pc = pipeline | "ReusedAnalysis" >> beam.Create([AnalysisValue(analysis)])
     else:
         analysis_pc = unit_pc | "Analyze" >> AnalyzeUnits(config, opts, len(units))
-    results, stats = unit_pc | "Convert" >> ConvertUnits(config, opts, analysis_pc, len(units))
+    results, stats = unit_pc | "Convert" >> ConvertUnits(config, opts, analysis_pc, len(units), len(units))
     gathered = None
     if opts.shuffle_seed is not None:  # one element per output shard, after every unit scattered
         gathered = (pipeline | "ShardIndexes" >> beam.Create(range(len(units)), reshuffle=not in_process)

@@ -84,7 +84,14 @@ from convert.vectorize import Vectorizer, unseen_label_rows
 from pipelines._fs import delete as fs_delete
 from pipelines._fs import match_in, size_of
 from pipelines._progress import GATHER, PROGRESS_DIR, UnitProgress
-from pipelines.analyze import merge_vocabularies, spill_unit_counts, spilled_features
+from pipelines.analyze import (
+    merge_stats_terms,
+    merge_vocabularies,
+    spill_stats_terms,
+    spill_unit_counts,
+    spilled_features,
+    with_term_summaries,
+)
 from pipelines.options import ConvertOptions
 from pipelines.plan import InputFile, WorkUnit
 
@@ -1320,8 +1327,8 @@ class _ConvertUnit(beam.DoFn):
     DoFn waiting for them (the convert pass is deflate-bound).
     """
 
-    def __init__(self, config: Config, options: ConvertOptions, num_shards: int):
-        self.config, self.options, self.num_shards = config, options, num_shards
+    def __init__(self, config: Config, options: ConvertOptions, num_shards: int, partitions: int = 1):
+        self.config, self.options, self.num_shards, self.partitions = config, options, num_shards, partitions
         self.records_read = Metrics.counter("recordprep", "records_read")
         self.records_written = Metrics.counter("recordprep", "records_written")
         self.records_rejected = Metrics.counter("recordprep", "records_rejected")
@@ -1414,6 +1421,10 @@ class _ConvertUnit(beam.DoFn):
             except BaseException:
                 out.abort()
                 raise
+            stats_terms = None
+            if self.partitions > 1:  # the statistics' term counts go to a file, merged per partition
+                stats_terms = spill_stats_terms(out.stats, FileSystems.join(self.options.output, TMP_DIR),
+                                                unit.index, self.partitions)
             prog.add(0, nbytes)
             prog.close()
             read = sum(c["read"] for c in per_file.values())
@@ -1422,7 +1433,7 @@ class _ConvertUnit(beam.DoFn):
             self.records_rejected.inc(out.n_err)
             return {"unit": unit.index, "shards": shards if seed is None else None, "scatter": scattered,
                     "errors": {"tmp": out.err_path if out.n_err else None, "count": out.n_err}, "per_file": per_file,
-                    "stats": out.stats}
+                    "stats": out.stats, "stats_terms": stats_terms}
 
         finish.abort = out.abort  # type: ignore[attr-defined]
         return finish
@@ -1478,22 +1489,28 @@ class ConvertUnits(beam.PTransform):
 
     Writes temp shards under ``<output>/.recordprep-tmp/`` (attempt-unique
     names, so retried work never clobbers a committed attempt); nothing is
-    visible to readers until ``CommitOutput``.
+    visible to readers until ``CommitOutput``. With ``partitions`` > 1 (the job
+    passes its unit count) the statistics' term counts are merged per partition
+    of the terms (``pipelines.analyze.merge_stats_terms``), not in ``MergeStats``.
     """
 
-    def __init__(self, config: Config, options: ConvertOptions, analysis, num_shards: int):
+    def __init__(self, config: Config, options: ConvertOptions, analysis, num_shards: int, partitions: int = 1):
         super().__init__()
         self.config, self.options, self.analysis, self.num_shards = config, options, analysis, num_shards
+        self.partitions = partitions
 
     def expand(self, units):
         outputs = units | "ConvertUnit" >> beam.ParDo(
-            _ConvertUnit(self.config, self.options, self.num_shards),
+            _ConvertUnit(self.config, self.options, self.num_shards, self.partitions),
             beam.pvalue.AsSingleton(self.analysis)).with_outputs(STATS_TAG, main="results")
         stats = outputs[STATS_TAG] | "MergeStats" >> beam.CombinePerKey(_MergeStats(self.config, self.options.splits.names))
         # One step of its own between the results and their readers (side inputs): Beam's
         # BundleBasedDirectRunner reads a side input made from one output of a multi-output
         # ParDo as none, or all, of that ParDo's outputs. Fused away on the other runners.
         results = outputs.results | "Results" >> beam.Map(_same)
+        if self.partitions > 1:
+            summaries = merge_stats_terms(results, self.partitions)
+            stats = stats | "TermSummaries" >> beam.Map(with_term_summaries, beam.pvalue.AsSingleton(summaries))
         return results, stats
 
 

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from convert.stats import STATS_FILENAME, ValueSketch, load_stats, reason_group
+from convert.term_counts import top_counted
 from pipelines.cli import app
 
 runner = CliRunner()
@@ -96,7 +97,7 @@ def test_term_counts_summed_in_numpy_equal_a_counter_and_the_top_terms_a_full_so
             merged.merge(one)
     assert merged.as_dict() == dict(want)
     terms, counts = merged.summed()
-    assert stats._top_terms(terms, counts, top) == [[t, c] for t, c in sorted(want.items(), key=lambda kv: (-kv[1], kv[0]))[:top]]
+    assert top_counted(terms, counts, top) == [[t, c] for t, c in sorted(want.items(), key=lambda kv: (-kv[1], kv[0]))[:top]]
 
 
 def test_a_units_term_counts_travel_in_less_room_than_the_terms_themselves():
