@@ -37,8 +37,6 @@ from readers._serving_wire import (
     KIND_NESTED,
     KIND_NULL,
     KIND_STRING,
-    LENS,
-    PACKED,
     Source,
     Wire,
 )
@@ -49,6 +47,8 @@ EXAMPLES_INPUT = "examples"
 _TERM_TRANSFORMS = ("vocabulary", "hash", "cross")
 _TYPES = ("bytes_list", "float_list", "int64_list")
 _INT64_LIMIT = 2.0**63
+#: An Example with one feature (key ""), appended to every batch: ``decode_proto`` takes no empty input.
+_SENTINEL = b"\n\x06\n\x04\n\x00\x12\x00"
 
 
 def example_keys(config: Config, wire: Wire) -> dict[str, str]:
@@ -72,8 +72,9 @@ class ExampleDecoder:
 
     def decode(self, serialized: tf.Tensor) -> tuple[dict[str, tf.Tensor], tf.Tensor]:
         """The layer's inputs, and per row ``""`` or why a value could not be decoded exactly."""
-        entries = _entries(tf.reshape(tf.convert_to_tensor(serialized, tf.string), [-1]))
-        batch = entries["batch"]
+        serialized = tf.reshape(tf.convert_to_tensor(serialized, tf.string), [-1])
+        batch = tf.shape(serialized)[0]
+        entries = _entries(tf.concat([serialized, [_SENTINEL]], 0))
         errors = tf.fill([batch], "")
         per: dict[str, tf.Tensor] = {}
         for s in self.wire.sources:
@@ -87,7 +88,7 @@ class ExampleDecoder:
                 errors = tf.where(mask & tf.equal(errors, ""), f"{self.keys[s.path]}: {why}", errors)
         at = self.wire.positions()
         inputs = {}
-        for name, cols in self.wire.columns.items():
+        for name in self.wire.columns:
             names = sorted((j, n) for n, (p, j) in at.items() if p == name)
             inputs[name] = tf.stack([per[n] for _, n in names], axis=1)
         inputs.update((n, per[n]) for s in self.wire.sources for n in s.input_names())
@@ -165,7 +166,7 @@ def _entries(serialized: tf.Tensor) -> dict[str, Any]:
     _, (keys, values) = tf.io.decode_proto(tf.boolean_mask(maps, inside), "tensorflow.Features.FeatureEntry",
                                            ["key", "value"], [tf.string, tf.string])
     which, lists = tf.io.decode_proto(values[:, 0], "tensorflow.Feature", list(_TYPES), [tf.string] * 3)
-    out: dict[str, Any] = {"batch": batch, "row": rows, "key": keys[:, 0], "typed": tf.reduce_sum(which, axis=1) > 0,
+    out: dict[str, Any] = {"row": rows, "key": keys[:, 0], "typed": tf.reduce_sum(which, axis=1) > 0,
                            "type": tf.argmax(which, axis=1, output_type=tf.int32)}
     counts = []
     for t, (name, dtype, field) in enumerate([("bytes", tf.string, "BytesList"), ("float", tf.float32, "FloatList"),
@@ -181,7 +182,7 @@ def _gather(entries: dict[str, Any], key: str, batch: tf.Tensor) -> dict[str, tf
     """Row by row, the feature ``key`` (the last one where a row repeats it, as protobuf maps merge)."""
     n = tf.shape(entries["key"])[0]
     hit = tf.where(tf.equal(entries["key"], key), tf.range(n), -1)
-    at = tf.math.unsorted_segment_max(hit, entries["row"], batch)  # -1 (or int32's min) where absent
+    at = tf.math.unsorted_segment_max(hit, entries["row"], batch + 1)[:batch]  # -1 or int32's min: absent
     present = at >= 0
     i = tf.maximum(at, 0)
 
