@@ -248,3 +248,14 @@ def test_export_has_both_signatures_and_they_agree(output, layer, tmp_path):
     assert got["recordprep_error"].numpy()[-1].startswith(b"num3: expected a number")
     assert json.loads((export / "assets.extra" / "recordprep_config.json").read_text())["example_keys"] == keys
 
+
+
+def test_the_docs_rest_example_holds_the_records_it_names():
+    """docs/serving.md's serve_examples request: its base64 Examples are those of the records it shows."""
+    import base64
+    import re
+    text = (ROOT / "docs" / "serving.md").read_text(encoding="utf-8")
+    sent = re.findall(r'"examples": \{"b64": "([^"]+)"\}', text)
+    records = [{"age": 43, "price": 9.5, "country": "US", "tags": ["vip", "promo"]}, {"price": 2.0, "country": "FR"}]
+    assert "`{\"age\": 43, \"price\": 9.5, \"country\": \"US\", \"tags\": [\"vip\", \"promo\"]}`" in text
+    assert [base64.b64decode(b) for b in sent] == [to_example(r, ["age", "price", "country", "tags"]) for r in records]
