@@ -24,11 +24,14 @@ from hypothesis import strategies as st
 from test_readers_serving import (
     EXAMPLES,
     HASHED_SUPPORTED,
+    REALDATA,
     ROOT,
     SERVING_LIMITS,
     TS_STRINGS,
     WORDS,
     _config,
+    _realdata_files,
+    _records_of,
     _train_record,
     assert_same,
     cli,
@@ -261,3 +264,60 @@ def test_the_docs_rest_example_holds_the_records_it_names():
     parse = tf.train.Example.FromString  # a map's serialized order is not fixed: compare the messages
     assert [parse(base64.b64decode(b)) for b in sent] == [parse(to_example(r, ["age", "price", "country", "tags"]))
                                                           for r in records]
+
+
+# ------------------------------------------------------------------ real files from other tools
+
+
+def _travels_exactly(record: Any, keys: dict[str, bool]) -> bool:
+    """Whether ``to_example(record)`` says what the record holds at each key (``{key: read as a list}``):
+    no bool or bytes (an Example has neither), floats float32 can hold, no one-item or empty list where a
+    single value is read (an Example's one value is the value), and what ``to_example`` takes at all."""
+    from convert.config import is_multi_path
+    from convert.records import getter
+    if not isinstance(record, dict):
+        return False
+    for key, is_list in keys.items():
+        v = getter(key)(record)
+        items = list(v) if isinstance(v, list | tuple) else [] if v is None else [v]
+        if isinstance(v, list | tuple) and len(v) < 2 and not is_list and not is_multi_path(key):
+            return False
+        floats = any(isinstance(x, float) for x in items)
+        for x in items:
+            if isinstance(x, bool | bytes | bytearray):
+                return False
+            if floats and isinstance(x, int | float) and not (x != x or float(np.float32(x)) == x):
+                return False
+    try:
+        to_example(record, list(keys))
+    except (ValueError, TypeError, UnicodeEncodeError):
+        return False
+    return True
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not (REALDATA / "README.md").is_file(), reason=f"{REALDATA} is absent (real AVRO/JSON files from other tools)")
+@pytest.mark.parametrize("rel", _realdata_files() or ["absent"])
+def test_example_parity_on_real_files(rel, tmp_path):
+    """The records of real files whose Example says what they hold map to the converter's features, bit for bit."""
+    path = REALDATA / rel
+    flags = ["--json-records-path", "users"] if rel.endswith("sample_utf8_bom.json") else []
+    r = cli("infer", "-i", path, *flags)
+    if r.exit_code != 0:
+        pytest.skip(f"recordprep infer cannot draft a config for {rel} (tests/test_realdata_convert.py covers why)")
+    (tmp_path / "features.yaml").write_text(r.stdout.replace("allow_all_missing: false", "allow_all_missing: true"))
+    out = tmp_path / "out"
+    r = cli("convert", "-i", path, "-c", tmp_path / "features.yaml", "-o", out, "--splits", "train=1", "--num-shards", "1",
+            "--max-error-fraction", "1", "--no-progress", *flags)
+    if r.exit_code != 0:
+        pytest.skip(f"{rel} does not convert with its inferred config (tests/test_realdata_convert.py covers why)")
+    try:
+        layer = readers.transform_layer(str(out))
+    except readers.SpecError as e:  # refused with a reason (tests/test_readers_serving.py checks which)
+        pytest.skip(str(e))
+    decoder = ExampleDecoder(layer.config, layer.wire)
+    keys = {key: layer.wire.by_path(p).is_list for p, key in decoder.keys.items()}
+    recs = [x for x in _records_of(path, flags) if _travels_exactly(x, keys)]
+    if not recs:
+        pytest.skip(f"no record of {rel} travels exactly in a tf.train.Example (bools, bytes or float64 values)")
+    check_example_parity(out, layer, recs)
