@@ -7,8 +7,9 @@ mapping, per source field of the config:
 
 - **key**: the ``source`` path as the config writes it (``user.id``,
   ``items[].price``); a ``cross`` lists one key per source.
-- **absent** (or a feature with no values): null. Several values: a list;
-  one value where a list belongs is a one-item list, as in the converter.
+- **absent**: null; no values: an empty list where a list is read, else null.
+  Several values: a list; one value where a list belongs is a one-item list,
+  as in the converter.
 - **kind** from the list type: ``int64_list`` integers, ``float_list`` floats
   (float32: the protobuf type), ``bytes_list`` strings when valid UTF-8, else
   bytes. Example has no bool: send 0/1 where a number is read, ``"true"`` /
