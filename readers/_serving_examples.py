@@ -48,6 +48,7 @@ EXAMPLES_INPUT = "examples"
 _TERM_TRANSFORMS = ("vocabulary", "hash", "cross")
 _TYPES = ("bytes_list", "float_list", "int64_list")
 _INT64_LIMIT = 2.0**63
+_FILL = {"bytes": "", "utf8": True, "float": 0.0, "int": 0}
 #: An Example with one feature (key ""), appended to every batch: ``decode_proto`` takes no empty input.
 _SENTINEL = b"\n\x06\n\x04\n\x00\x12\x00"
 
@@ -79,7 +80,7 @@ class ExampleDecoder:
         errors = tf.fill([batch], "")
         per: dict[str, tf.Tensor] = {}
         for s in self.wire.sources:
-            v = _gather(entries, self.keys[s.path], batch)
+            v = _gather(entries, self.keys[s.path], batch, _width(s))
             if s.is_list:
                 bad = self._list(s, v, per)
             else:
@@ -104,7 +105,7 @@ class ExampleDecoder:
             values = {"bytes": joined[:, None], "float": v["float"][:, :1], "int": v["int"][:, :1]}
             kind = tf.cast(kind, tf.int32)
         else:
-            kind = _kinds(v["type"][:, None], v["bytes"][:, :1])[:, 0]
+            kind = _kinds(v["type"][:, None], v["utf8"][:, :1])[:, 0]
             kind = tf.where(tf.equal(count, 1), kind, tf.where(count > 1, KIND_NESTED, KIND_NULL))
             values = {k: v[k][:, :1] for k in ("bytes", "float", "int")}
         out[s.kind_name] = kind
@@ -117,7 +118,7 @@ class ExampleDecoder:
         count = v["count"]
         width = tf.shape(v["bytes"])[1]
         inside = tf.sequence_mask(count, width)
-        kind = tf.where(inside, _kinds(tf.broadcast_to(v["type"][:, None], tf.shape(inside)), v["bytes"]), KIND_NULL)
+        kind = tf.where(inside, _kinds(tf.broadcast_to(v["type"][:, None], tf.shape(inside)), v["utf8"]), KIND_NULL)
         out[s.kind_name] = kind
         out[s.len_name] = tf.where(v["present"], count, -1)
         forms, bad = _forms(kind, v, s.path in self._reads_terms)
@@ -125,13 +126,19 @@ class ExampleDecoder:
             out[s.input_name(form)] = forms[form]
         if bad is None:
             return None
-        looked_at = max(n for _, n in s.uses)  # Example lists hold no nulls: the first n items are the kept ones
-        return tf.reduce_any(bad[0][:, :looked_at], axis=1), bad[1]
+        return tf.reduce_any(bad[0], axis=1), bad[1]
 
 
-def _kinds(types: tf.Tensor, values: tf.Tensor) -> tf.Tensor:
+def _width(s: Source) -> int | None:
+    """How many leading values of source ``s`` the layer reads (None: all, for a text through lists);
+    an Example's list holds no nulls, so a list's first ``max_len`` items are the ones kept."""
+    if s.is_list:
+        return max([n for _, n in s.uses] + [1])
+    return None if is_multi_path(s.path) else 1
+
+
+def _kinds(types: tf.Tensor, utf8: tf.Tensor) -> tf.Tensor:
     """Per value, its kind from its list type (0 bytes, 1 float, 2 int64): bytes are a string when valid UTF-8."""
-    utf8 = tf.equal(tf.strings.unicode_transcode(values, "UTF-8", "UTF-8", errors="replace"), values)
     text = tf.where(utf8, KIND_STRING, KIND_BYTES)
     return tf.cast(tf.where(tf.equal(types, 2), KIND_INT, tf.where(tf.equal(types, 1), KIND_FLOAT, text)), tf.int32)
 
@@ -175,33 +182,27 @@ def _entries(serialized: tf.Tensor) -> dict[str, Any]:
         n, (vals,) = tf.io.decode_proto(lists[t][:, 0], f"tensorflow.{field}", ["value"], [dtype])
         out[name] = vals
         counts.append(n[:, 0])
+        if name == "bytes":
+            out["utf8"] = tf.equal(tf.strings.unicode_transcode(vals, "UTF-8", "UTF-8", errors="replace"), vals)
     out["count"] = tf.gather(tf.stack(counts, axis=1), out["type"], batch_dims=1)
     return out
 
 
-def _gather(entries: dict[str, Any], key: str, batch: tf.Tensor) -> dict[str, tf.Tensor]:
-    """Row by row, the feature ``key`` (the last one where a row repeats it, as protobuf maps merge)."""
+def _gather(entries: dict[str, Any], key: str, batch: tf.Tensor, width: int | None) -> dict[str, tf.Tensor]:
+    """Row by row, the feature ``key`` (the last one where a row repeats it, as protobuf maps merge):
+    whether it is there, its type, its number of values and its first ``width`` values (all: None),
+    ``[batch, width]``; values of absent rows are any of their dtype."""
     n = tf.shape(entries["key"])[0]
     hit = tf.where(tf.equal(entries["key"], key), tf.range(n), -1)
     at = tf.math.unsorted_segment_max(hit, entries["row"], batch + 1)[:batch]  # -1 or int32's min: absent
     present = at >= 0
-    i = tf.maximum(at, 0)
-
-    def take(t: tf.Tensor, fill: Any) -> tf.Tensor:
-        got = tf.gather(tf.concat([t, tf.fill(tf.concat([[1], tf.shape(t)[1:]], 0), tf.cast(fill, t.dtype))], 0),
-                        tf.where(present, i, n))
-        return got
-
-    width = tf.maximum(tf.reduce_max(tf.stack([tf.shape(entries[k])[1] for k in ("bytes", "float", "int")])), 1)
-
-    def widened(t: tf.Tensor, fill: Any) -> tf.Tensor:
-        return tf.pad(t, [[0, 0], [0, width - tf.shape(t)[1]]], constant_values=fill)
-
-    typed = take(entries["typed"], False)
-    return {"present": present & typed, "type": take(entries["type"], 0),
-            "count": tf.where(present, take(entries["count"], 0), 0),
-            "bytes": widened(take(entries["bytes"], ""), ""), "float": widened(take(entries["float"], 0.0), 0.0),
-            "int": widened(take(entries["int"], 0), 0)}
+    i = tf.maximum(at, 0)  # the sentinel's entry makes 0 valid
+    values = {k: entries[k] for k in ("bytes", "utf8", "float", "int")}
+    w = width if width is not None else tf.maximum(tf.reduce_max(tf.stack([tf.shape(t)[1] for t in values.values()])), 1)
+    out = {k: tf.gather(t[:, :w] if width is not None else t, i) for k, t in values.items()}
+    out = {k: tf.pad(t, [[0, 0], [0, w - tf.shape(t)[1]]], constant_values=_FILL[k]) for k, t in out.items()}
+    return {**out, "present": present & tf.gather(entries["typed"], i), "type": tf.gather(entries["type"], i),
+            "count": tf.where(present, tf.gather(entries["count"], i), 0)}
 
 
 # ------------------------------------------------------------------ client side (Python)
