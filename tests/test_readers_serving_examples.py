@@ -332,3 +332,22 @@ def test_example_parity_on_real_files(rel, tmp_path):
     if not recs:
         pytest.skip(f"no record of {rel} travels exactly in a tf.train.Example (bools, bytes, nested or null items)")
     check_example_parity(out, layer, recs)
+
+
+def test_paths_through_lists_take_each_items_values(tmp_path):
+    """``items[].name`` (a text: the strings joined) and ``items[].price`` (a list) read their values from
+    the feature keyed by the path, as the converter walks the records."""
+    recs = [{"items": [{"name": f"red box {i}", "price": float(i) + 0.5}, {"name": "Blue", "price": i}][: i % 3]}
+            for i in range(40)] + [{"items": None}, {}]
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    (tmp_path / "features.yaml").write_text(
+        "features:\n  - {name: names, source: 'items[].name', transform: text, max_len: 4}\n"
+        "  - {name: prices, source: 'items[].price', transform: identity, max_len: 3, missing_indicator: true}\n")
+    out = tmp_path / "out"
+    r = cli("convert", "--input", tmp_path / "in", "--config", tmp_path / "features.yaml", "--output", out,
+            "--splits", "train=1", "--no-progress")
+    assert r.exit_code == 0, r.output
+    layer = readers.transform_layer(str(out))
+    assert _keys(layer) == ["items[].name", "items[].price"]
+    check_example_parity(out, layer, recs + [{"items": [{"name": "x", "price": 1}] * 5}])
