@@ -453,7 +453,12 @@ def export(
     export_dir: Annotated[str, typer.Argument(help="Where to write the serving SavedModel (must not exist).")],
     trust_model_code: Annotated[bool, typer.Option(help="Load Python code inside the model file (Lambda layers): only for a model you wrote.")] = False,
 ) -> None:
-    """Write a SavedModel for TF Serving whose serving_default takes raw records' fields and applies the converter's transforms exactly (docs/serving.md)."""
+    """Write a SavedModel for TF Serving that applies the converter's transforms exactly to raw records (docs/serving.md).
+
+    Two signatures, same outputs: serving_default takes the packed fields (kinds, numbers, terms, ...);
+    serve_examples takes 'examples', serialized tf.train.Example protos of the raw records (keyed by
+    source path), for clients in any language.
+    """
     if not model.exists():
         _fail(f"model {model}: no such file", code=2)
     _quiet_tensorflow()
@@ -463,6 +468,7 @@ def export(
         _fail(f"{export_dir} exists; export into a new directory (TF Serving reads one version per directory)", code=2)
     import tensorflow as tf  # only this command needs TensorFlow
 
+    from readers._serving_examples import example_keys
     from readers.errors import SpecError
     from readers.serving import export_serving, transform_layer
 
@@ -480,7 +486,9 @@ def export(
     except (ValueError, TypeError, tf.errors.OpError) as e:
         _fail(f"cannot export {model} with the transforms of {output}: {e}")
     inputs = ", ".join(layer.wire.input_names())
-    _echo(f"exported {model} with the transforms of {output} to {export_dir}\nserving_default inputs: {inputs}")
+    keys = ", ".join(example_keys(layer.config, layer.wire).values())
+    _echo(f"exported {model} with the transforms of {output} to {export_dir}\nserving_default inputs: {inputs}\n"
+          f"serve_examples input: examples (tf.train.Example features: {keys})")
 
 
 @app.command()

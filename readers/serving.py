@@ -43,6 +43,7 @@ from convert.config import FeatureConfig, count_path
 from convert.derive import CROSS_SEPARATOR, DAY_SECONDS, UNITS
 from convert.prepare import transform_constants
 from readers import _io
+from readers._serving_examples import EXAMPLES_INPUT, example_keys, transform_examples
 from readers._serving_wire import (
     KIND_BOOL,
     KIND_BYTES,
@@ -946,9 +947,15 @@ class _Serving(tf.Module):
         classes = layer._applied.info.label_classes
         self._classes = None if classes is None else tf.constant(classes, dtype=tf.string)
         self.serve = tf.function(self._serve, input_signature=[layer.input_signature])
+        self.serve_examples = tf.function(self._serve_examples, input_signature=[
+            tf.TensorSpec([None], tf.string, name=EXAMPLES_INPUT)])
 
-    def _serve(self, inputs: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
-        features, errors = self.layer.transform(inputs)
+    def _serve_examples(self, examples: tf.Tensor) -> dict[str, tf.Tensor]:
+        return self._serve(None, transform_examples(self.layer, examples))
+
+    def _serve(self, inputs: dict[str, tf.Tensor] | None,
+               transformed: tuple[dict[str, tf.Tensor], tf.Tensor] | None = None) -> dict[str, tf.Tensor]:
+        features, errors = transformed or self.layer.transform(inputs)
         if self._model_inputs is not None:
             features = {n: features[n] for n in self._model_inputs}
         outputs = self.model(features, training=False)
@@ -973,8 +980,10 @@ def export_serving(model: Any, output: str | TransformLayer, export_dir: str) ->
         embedded), or a layer from :func:`transform_layer`.
       export_dir: where to write the SavedModel (local or ``gs://``).
 
-    The signature's inputs are the layer's wire format (``layer.input_signature``,
-    see ``readers._serving_wire``); its outputs are the model's (a single
+    ``serving_default``'s inputs are the layer's wire format (``layer.input_signature``,
+    see ``readers._serving_wire``); ``serve_examples`` takes ``examples``, serialized
+    ``tf.train.Example`` protos of the raw records (``readers._serving_examples``,
+    TFX's convention). Both return the model's outputs (a single
     tensor is named ``outputs``) plus ``recordprep_error`` (string per row,
     ``""`` when the record converts) and, when the label has classes,
     ``recordprep_classes`` (per row, the class names: column ``j`` names class id ``j``). The SavedModel needs TensorFlow only, not
@@ -982,16 +991,21 @@ def export_serving(model: Any, output: str | TransformLayer, export_dir: str) ->
     """
     layer = output if isinstance(output, TransformLayer) else transform_layer(output)
     module = _Serving(model, layer)
-    tf.saved_model.save(module, export_dir, signatures={"serving_default": module.serve.get_concrete_function()})
+    tf.saved_model.save(module, export_dir, signatures={
+        "serving_default": module.serve.get_concrete_function(),
+        EXAMPLES_SIGNATURE: module.serve_examples.get_concrete_function()})
     # For clients that encode records with recordprep (``wire_of_export``); TF Serving ignores assets.extra.
     extra = _io.join(export_dir, "assets.extra")
     tf.io.gfile.makedirs(extra)
     with tf.io.gfile.GFile(_io.join(extra, EXPORT_CONFIG_FILENAME), "w") as f:
         f.write(json.dumps({"config": layer.config.to_json(), "inputs": layer.wire.input_names(),
-                            "columns": layer.wire.column_names()}, indent=1) + "\n")
+                            "columns": layer.wire.column_names(),
+                            "example_keys": list(example_keys(layer.config, layer.wire).values())}, indent=1) + "\n")
     return export_dir
 
 
+#: The signature taking serialized ``tf.train.Example`` protos of raw records.
+EXAMPLES_SIGNATURE = "serve_examples"
 #: The feature config inside an export (``assets.extra/``), from which a client
 #: rebuilds the wire encoder without the recordprep output.
 EXPORT_CONFIG_FILENAME = "recordprep_config.json"

@@ -970,7 +970,7 @@ def test_export_cli_writes_a_saved_model_that_scores_raw_records(output, layer, 
     model.save(tmp_path / "m.keras")
     r = cli("export", output, tmp_path / "m.keras", tmp_path / "exp", seconds=600)
     assert r.exit_code == 0, r.output
-    assert "serving_default inputs: " in r.output
+    assert "serving_default inputs: " in r.output and "serve_examples input: examples (tf.train.Example features: num, num2" in r.output
     recs = [_train_record(i) for i in range(8)]
     serve = tf.saved_model.load(str(tmp_path / "exp")).signatures["serving_default"]
     got = serve(**{k: tf.constant(v) for k, v in layer.encode(recs).items()})
