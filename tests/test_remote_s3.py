@@ -271,3 +271,15 @@ def test_readers_on_s3_name_a_failed_or_missing_output(s3_stack, tmp_path, monke
         readers.load_info(f"s3://{s3_stack.bucket}/rfail/out")
     with pytest.raises((readers.DatasetIncompleteError, TimeoutError)):
         readers.wait_for_dataset(f"s3://{s3_stack.bucket}/nothing/out", timeout=0.5, poll=0.2)
+
+
+def test_worker_processes_convert_s3_to_s3_like_a_local_run(s3_dataset, s3_stack):  # noqa: F811
+    """Multi-process workers (``pipelines._worker``: Beam's S3 file system loaded because a path uses it)."""
+    out = f"s3://{s3_stack.bucket}/workers/out"
+    result = run_convert(_opts(f"{s3_dataset['s3_in']}/*.avro", s3_dataset["paths"]["config"], out,
+                               num_shards=3, workers=2))
+    assert "2 worker processes" in result.info["runner"]
+    files = _files(s3_stack, "workers/out")
+    for p in s3_dataset["local"].rglob("*.tfrecord.gz"):
+        name = str(p.relative_to(s3_dataset["local"]))
+        assert files[name] == p.read_bytes(), name
