@@ -12,7 +12,6 @@ thread of the staging pool.
 
 from __future__ import annotations
 
-import threading
 import urllib.parse
 from pathlib import Path
 from typing import Any
@@ -28,6 +27,12 @@ def parse_s3_url(url: str) -> tuple[str, str]:
     if parsed.scheme != "s3" or not parsed.netloc:
         raise ValueError(f"not an s3://bucket/key URL: {url!r}")
     return parsed.netloc, parsed.path.lstrip("/")
+
+
+def _pool_config() -> Any:
+    from botocore.config import Config
+
+    return Config(max_pool_connections=32)  # 8 staging threads x 4 parts each
 
 
 def _code(e: Exception) -> str:
@@ -48,18 +53,15 @@ class S3Client:
                 "reading s3:// needs boto3 (installed with recordprep's dependencies: "
                 "pip install 'recordprep[tf]'), or copy the output to local disk or gs:// first"
             ) from e
-        self._local = threading.local()  # a boto3 client per thread: sessions are not thread-safe
-        self._boto3 = boto3
+        # One client for all staging threads: boto3 clients are thread-safe (sessions are not),
+        # and each new one costs tens of ms of CPU loading its service model.
+        self._s3 = boto3.session.Session().client("s3", config=_pool_config())
         self._transfer = TransferConfig(multipart_threshold=16 << 20, multipart_chunksize=16 << 20,
                                         max_concurrency=4)
-        endpoint = self._client().meta.endpoint_url
-        self.description = f"boto3 (endpoint {endpoint})"
+        self.description = f"boto3 (endpoint {self._s3.meta.endpoint_url})"
 
     def _client(self) -> Any:
-        client = getattr(self._local, "client", None)
-        if client is None:
-            client = self._local.client = self._boto3.session.Session().client("s3")
-        return client
+        return self._s3
 
     def _fail(self, op: str, url: str, e: Exception) -> StagingError:
         return StagingError(
