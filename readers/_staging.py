@@ -299,7 +299,7 @@ def _plan_shard(client: HdfsClient, root_url: str, name: str, dest: Path) -> tup
     remote = client.stat(url)
     if remote is None:
         raise ShardNotFoundError(
-            f"{url} is listed in {METADATA_FILENAME} but does not exist on {client.store}: the output "
+            f"{url} is listed in {METADATA_FILENAME} but does not exist on {getattr(client, 'store', 'the store')}: the output "
             f"was modified after the conversion finished. Re-run the conversion."
         )
     size, mtime = remote
@@ -322,7 +322,7 @@ def _copy_shard(client: HdfsClient, root_url: str, name: str, size: int, mtime: 
         written = client.download(url, tmp)
         if written != size:
             raise StagingError(
-                f"copying {url} to {tmp} got {written} bytes, {client.store} reports {size}; "
+                f"copying {url} to {tmp} got {written} bytes, {getattr(client, 'store', 'the store')} reports {size}; "
                 f"the file changed during the copy or the connection dropped, retry"
             )
         if mtime is not None:
@@ -362,7 +362,7 @@ def stage(
         local_root.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise StagingError(
-            f"cannot create the {client.store} staging directory {local_root} ({e}); set "
+            f"cannot create the {getattr(client, 'store', 'the store')} staging directory {local_root} ({e}); set "
             f"{cache_env(root_url)} or ReadOptions({'s3' if _is_s3(root_url) else 'hdfs'}_cache_dir=...) "
             f"to a writable local directory with enough space"
         ) from e

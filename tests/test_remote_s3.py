@@ -283,3 +283,35 @@ def test_worker_processes_convert_s3_to_s3_like_a_local_run(s3_dataset, s3_stack
     for p in s3_dataset["local"].rglob("*.tfrecord.gz"):
         name = str(p.relative_to(s3_dataset["local"]))
         assert files[name] == p.read_bytes(), name
+
+
+def test_analysis_from_an_s3_output(s3_dataset, s3_stack):  # noqa: F811
+    """``--analysis-from s3://``: the vocabularies and scalings of the earlier output, reused as they are."""
+    out = f"s3://{s3_stack.bucket}/reuse/out"
+    cli = _cli("convert", "--input", f"{s3_dataset['s3_in']}/*.avro", "--config", str(s3_dataset["paths"]["config"]),
+               "--output", out, "--num-shards", "2", "--analysis-from", s3_dataset["s3_out"], timeout=300)
+    assert cli.returncode == 0, cli.stdout + cli.stderr
+    reused = _files(s3_stack, "reuse/out")
+    first = _files(s3_stack, "e2e/out")
+    vocab = [n for n in first if n.startswith("vocab/")]
+    assert vocab and all(reused[n] == first[n] for n in vocab)
+
+
+def test_hostile_metadata_on_s3_stages_nothing_outside_its_cache(s3_dataset, s3_stack, tmp_path, monkeypatch):  # noqa: F811
+    """A dataset_info.json naming a shard outside its directory is refused before anything is copied."""
+    import readers
+    from convert.spec import SpecError
+
+    local = s3_dataset["local"]
+    doc = json.loads((local / METADATA_FILENAME).read_text())
+    doc["splits"]["train"]["shards"][0]["file"] = "../../x.sh"
+    s3_stack.client().put_object(Bucket=s3_stack.bucket, Key="x.sh", Body=b"#!/bin/sh\necho owned\n")
+    for p in local.glob("train-*"):
+        s3_stack.client().put_object(Bucket=s3_stack.bucket, Key=f"hostile/out/{p.name}", Body=p.read_bytes())
+    s3_stack.client().put_object(Bucket=s3_stack.bucket, Key=f"hostile/out/{METADATA_FILENAME}",
+                                 Body=json.dumps(doc).encode())
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("RECORDPREP_S3_CACHE", str(cache))
+    with pytest.raises(SpecError, match="must be a plain file name inside the output"):
+        readers.train_dataset(f"s3://{s3_stack.bucket}/hostile/out/train-*", 4, num_epochs=1)
+    assert not [p for p in tmp_path.rglob("*") if p.is_file()]
