@@ -24,7 +24,8 @@ turns out to be another run's fresh lock), ``gs://`` by generation
 preconditions (create, refresh and delete), ``s3://`` by S3's conditional
 writes (``If-None-Match: *`` to create, ``If-Match: <ETag>`` to refresh and
 delete; S3 has been strongly consistent since December 2020, so the lock read
-back is the one written), so no two runs can both win; anything else
+back is the one written; a store refusing ``If-Match`` on delete gets an
+ETag check before the delete), so no two runs can both win; anything else
 (``hdfs://``) is best effort: two runs starting within the same
 second can both pass. Clock skew between hosts and the take-over steps:
 docs/operations.md#one-conversion-per-output.
@@ -246,7 +247,13 @@ class _S3:
                 return True
             if code in ("PreconditionFailed", "412", "ConditionalRequestConflict"):
                 return False
-            raise
+            if code not in ("NotImplemented", "501", "InvalidArgument", "InvalidRequest"):
+                raise
+            # A store without conditional deletes: check the ETag, then delete (best effort).
+            current = self.read()
+            if current is not None and current[1] != state:
+                return False
+            self.client.delete_object(Bucket=self.bucket, Key=self.key)
         return True
 
 

@@ -315,3 +315,25 @@ def test_hostile_metadata_on_s3_stages_nothing_outside_its_cache(s3_dataset, s3_
     with pytest.raises(SpecError, match="must be a plain file name inside the output"):
         readers.train_dataset(f"s3://{s3_stack.bucket}/hostile/out/train-*", 4, num_epochs=1)
     assert not [p for p in tmp_path.rglob("*") if p.is_file()]
+
+
+def test_lock_on_a_store_without_conditional_deletes_checks_the_etag_first(s3_stack, monkeypatch):  # noqa: F811
+    """Where DeleteObject refuses If-Match, release still never removes another run's lock."""
+    from botocore.exceptions import ClientError
+
+    from pipelines.lock import OutputLock
+
+    out = f"s3://{s3_stack.bucket}/lock-nodelete/out"
+    key = f"lock-nodelete/out/{LOCK_FILENAME}"
+    lock = OutputLock(out).acquire()
+    real_delete = lock._store.client.delete_object
+
+    def delete_object(**kw):
+        if "IfMatch" in kw:
+            raise ClientError({"Error": {"Code": "NotImplemented", "Message": "no conditional deletes"}}, "DeleteObject")
+        return real_delete(**kw)
+
+    monkeypatch.setattr(lock._store.client, "delete_object", delete_object)
+    assert lock._store.remove_if('"not-its-etag"') is False and key in s3_stack.names("lock-nodelete/out")
+    lock.release()
+    assert key not in s3_stack.names("lock-nodelete/out")
