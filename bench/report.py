@@ -397,6 +397,10 @@ def markdown(results: dict[str, Any]) -> str:
         from bench import remote as _remote_table
 
         lines += ["## Readers on emulated remote storage (gs://)", "", *_remote_table.markdown(results["remote"]), ""]
+    if results.get("remote_s3"):
+        from bench import remote_s3
+
+        lines += ["## Readers on emulated s3:// (staged)", "", *remote_s3.markdown(results["remote_s3"]), ""]
     if results.get("service"):
         from bench.reader_bench import service_markdown
 

@@ -21,8 +21,12 @@ owner on this host whose process is gone) is taken over with a warning.
 Creation is atomic where the storage allows it: local paths by
 ``O_CREAT | O_EXCL`` (a stale lock is renamed aside first, and put back if it
 turns out to be another run's fresh lock), ``gs://`` by generation
-preconditions (create, refresh and delete), so no two runs can both win;
-anything else (``hdfs://``) is best effort: two runs starting within the same
+preconditions (create, refresh and delete), ``s3://`` by S3's conditional
+writes (``If-None-Match: *`` to create, ``If-Match: <ETag>`` to refresh and
+delete; S3 has been strongly consistent since December 2020, so the lock read
+back is the one written; a store refusing ``If-Match`` on delete gets an
+ETag check before the delete), so no two runs can both win; anything else
+(``hdfs://``) is best effort: two runs starting within the same
 second can both pass. Clock skew between hosts and the take-over steps:
 docs/operations.md#one-conversion-per-output.
 """
@@ -194,6 +198,75 @@ class _Gcs:
         return True
 
 
+class _S3:
+    """A lock object on S3, every change conditional on the object's ETag (its content's MD5).
+
+    The client is Beam's (``--s3_*`` flags, else boto3's own search: environment,
+    profile, instance role), so the lock talks to the same endpoint as the job.
+    """
+
+    def __init__(self, path: str, client: Any = None):
+        self.bucket, _, self.key = path[len("s3://"):].partition("/")
+        self.client = client or _s3_client()
+
+    @staticmethod
+    def _code(e: Exception) -> str:
+        return str(getattr(e, "response", {}).get("Error", {}).get("Code", ""))
+
+    def create(self, data: bytes) -> bool:
+        try:
+            resp = self.client.put_object(Bucket=self.bucket, Key=self.key, Body=data,
+                                          ContentType="application/json", IfNoneMatch="*")
+        except Exception as e:
+            if self._code(e) in ("PreconditionFailed", "412", "ConditionalRequestConflict"):
+                return False
+            raise
+        self.etag = resp["ETag"]
+        return True
+
+    def read(self) -> tuple[bytes, Any, float] | None:
+        try:
+            resp = self.client.get_object(Bucket=self.bucket, Key=self.key)
+        except Exception as e:
+            if self._code(e) in ("NoSuchKey", "404"):
+                return None
+            raise
+        return resp["Body"].read(), resp["ETag"], resp["LastModified"].timestamp()
+
+    def replace(self, data: bytes, held: Any) -> Any:
+        resp = self.client.put_object(Bucket=self.bucket, Key=self.key, Body=data,
+                                      ContentType="application/json", IfMatch=held)
+        return resp["ETag"]
+
+    def remove_if(self, state: Any) -> bool:
+        try:
+            self.client.delete_object(Bucket=self.bucket, Key=self.key, IfMatch=state)
+        except Exception as e:
+            code = self._code(e)
+            if code in ("NoSuchKey", "404"):
+                return True
+            if code in ("PreconditionFailed", "412", "ConditionalRequestConflict"):
+                return False
+            if code not in ("NotImplemented", "501", "InvalidArgument", "InvalidRequest"):
+                raise
+            # A store without conditional deletes: check the ETag, then delete (best effort).
+            current = self.read()
+            if current is not None and current[1] != state:
+                return False
+            self.client.delete_object(Bucket=self.bucket, Key=self.key)
+        return True
+
+
+def _s3_client() -> Any:
+    from apache_beam.io.aws.clients.s3.boto3_client import Client
+    from apache_beam.io.filesystems import FileSystems
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    # The options the job set on FileSystems (pipelines.remote.pipeline_options), if any.
+    options = getattr(FileSystems, "_pipeline_options", None) or PipelineOptions([])
+    return Client(options=options).client
+
+
 class _BeamFs:
     """Any other Beam file system (HDFS): create-if-absent, not atomic (see the module docstring)."""
 
@@ -250,6 +323,8 @@ def _storage(path: str, gcs_client: Any = None) -> Any:
 
             gcs_client = create_storage_client(PipelineOptions([]))
         return _Gcs(path, gcs_client)
+    if path.startswith("s3://"):
+        return _S3(path)
     return _BeamFs(path)
 
 
@@ -312,7 +387,8 @@ class OutputLock:
         for _ in range(3):  # create; else take over a stale lock and create again
             data = self._document()
             if self._store.create(data):
-                self._held = self._store.blob.generation if isinstance(self._store, _Gcs) else data
+                self._held = (self._store.blob.generation if isinstance(self._store, _Gcs)
+                              else self._store.etag if isinstance(self._store, _S3) else data)
                 if isinstance(self._store, _BeamFs):
                     self._check_still_ours()
                 return self
@@ -353,7 +429,7 @@ class OutputLock:
         with self._io:
             if self._held is None:
                 return
-            if not isinstance(self._store, _Gcs):  # GCS: the generation precondition checks it
+            if not isinstance(self._store, _Gcs | _S3):  # the generation or ETag precondition checks it
                 got = self._store.read()
                 if got is None or (_parse(got[0], got[2]).get("owner") or {}).get("token") != self.owner["token"]:
                     log.error("the lock %s is no longer ours (another run took it over); "
@@ -373,7 +449,7 @@ class OutputLock:
             if held is None:
                 return
             try:
-                if not isinstance(self._store, _Gcs):
+                if not isinstance(self._store, _Gcs | _S3):
                     got = self._store.read()
                     if got is None or (_parse(got[0], got[2]).get("owner") or {}).get("token") != self.owner["token"]:
                         return

@@ -96,11 +96,16 @@ def pipeline_options(opts):
 def use_paths(*paths: str | None) -> None:
     """Set ``FileSystems``' options for reading ``paths`` outside a pipeline (``inspect``, ``verify``).
 
-    Only when one of them is on HDFS; other file systems need no options here.
+    HDFS needs its derived flags; Beam's S3 file system needs options to exist
+    at all (empty ones: boto3 then finds the endpoint and credentials itself,
+    in the environment, a profile or the instance role). Other file systems
+    need none here.
     """
+    from apache_beam.io.filesystems import FileSystems
+    from apache_beam.options.pipeline_options import PipelineOptions
+
     flags = hdfs_beam_args(paths, [])
     if flags:
-        from apache_beam.io.filesystems import FileSystems
-        from apache_beam.options.pipeline_options import PipelineOptions
-
         FileSystems.set_options(PipelineOptions(flags))
+    elif any(str(p or "").startswith("s3://") for p in paths) and FileSystems._pipeline_options is None:
+        FileSystems.set_options(PipelineOptions([]))

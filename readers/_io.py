@@ -1,4 +1,5 @@
-"""Small file-system layer: local paths via ``os``, ``hdfs://`` via staging, the rest via ``tf.io.gfile``.
+"""Small file-system layer: local paths via ``os``, ``hdfs://`` and ``s3://`` through the staging
+clients (TensorFlow 2.21 reads neither), the rest via ``tf.io.gfile``.
 
 Local paths never import TensorFlow, so :func:`readers.load_info` and
 :func:`readers.wait_for_dataset` work in environments without it (for example
@@ -20,6 +21,11 @@ def strip_file_scheme(path: str) -> str:
 
 def is_hdfs(path: str) -> bool:
     return path_scheme(path) in ("hdfs", "viewfs")
+
+
+def is_staged(path: str) -> bool:
+    """Read by copying to local disk first (:mod:`readers._staging`): ``hdfs://``, ``s3://``."""
+    return is_hdfs(path) or path_scheme(path) == "s3"
 
 
 def join(root: str, name: str) -> str:
@@ -53,9 +59,9 @@ def _unsupported_scheme(path: str, err: Exception) -> RuntimeError:
     scheme = path_scheme(path)
     return RuntimeError(
         f"TensorFlow here cannot open {scheme}:// paths ({err}). TensorFlow 2.21 ships only local, "
-        f"ram:// and gs:// file systems. For s3:// or az://, install tensorflow-io and "
+        f"ram:// and gs:// file systems. For az://, install tensorflow-io and "
         f"`import tensorflow_io` before reading, or copy the output directory to local disk or "
-        f"gs:// first. hdfs:// is handled by recordprep itself (it stages shards locally)."
+        f"gs:// first. hdfs:// and s3:// are handled by recordprep itself (it stages shards locally)."
     )
 
 
@@ -70,7 +76,7 @@ def _call_gfile(path: str, fn_name: str, *args: Any) -> Any:
 
 
 def exists(path: str) -> bool:
-    if is_hdfs(path):
+    if is_staged(path):
         from readers import _staging
 
         return _staging.client_for(path).stat(path) is not None
@@ -81,7 +87,7 @@ def exists(path: str) -> bool:
 
 def size(path: str) -> int | None:
     """File size in bytes, or ``None`` if it does not exist."""
-    if is_hdfs(path):
+    if is_staged(path):
         from readers import _staging
 
         st = _staging.client_for(path).stat(path)
@@ -100,7 +106,7 @@ def size(path: str) -> int | None:
 
 
 def isdir(path: str) -> bool:
-    if is_hdfs(path):
+    if is_staged(path):
         return True  # only used for messages; a stat of a directory is not needed
     if not path_scheme(path) or path.startswith("file://"):
         return os.path.isdir(strip_file_scheme(path))
@@ -109,7 +115,7 @@ def isdir(path: str) -> bool:
 
 def read_bytes(path: str) -> bytes | None:
     """The whole file, or ``None`` if it does not exist."""
-    if is_hdfs(path):
+    if is_staged(path):
         from readers import _staging
 
         return _staging.client_for(path).read(path)

@@ -1,4 +1,4 @@
-"""Staging ``hdfs://`` shards on local disk, because TensorFlow 2.21 cannot read HDFS.
+"""Staging ``hdfs://`` and ``s3://`` shards on local disk, because TensorFlow 2.21 reads neither.
 
 TensorFlow dropped its built-in HDFS file system (``tf.io.gfile`` raises
 ``UnimplementedError: File system scheme 'hdfs' not implemented``), so for an
@@ -9,7 +9,10 @@ sharding), and a shard already staged with the same size is reused, so a
 restart or a second epoch does not download again.
 
 Where: ``$RECORDPREP_HDFS_CACHE`` or ``~/.cache/recordprep/hdfs`` (or
-``ReadOptions.hdfs_cache_dir``), then ``<namenode>_<port>/<path on HDFS>``.
+``ReadOptions.hdfs_cache_dir``), then ``<namenode>_<port>/<path on HDFS>``;
+for ``s3://`` ``$RECORDPREP_S3_CACHE`` or ``~/.cache/recordprep/s3`` (or
+``ReadOptions.s3_cache_dir``), then ``<bucket>/<key>``. S3's client is
+:mod:`readers._staging_s3` (boto3).
 Files are written under a temporary name and renamed, so a crash never leaves
 a partial shard that looks complete; the local ``dataset_info.json`` is
 written last, as the converter does.
@@ -49,6 +52,7 @@ from readers.errors import ShardNotFoundError, StagingError
 logger = logging.getLogger("readers")
 
 HDFS_CACHE_ENV = "RECORDPREP_HDFS_CACHE"
+S3_CACHE_ENV = "RECORDPREP_S3_CACHE"
 WEBHDFS_URL_ENV = "RECORDPREP_WEBHDFS_URL"
 HDFS_CLIENT_ENV = "RECORDPREP_HDFS_CLIENT"
 DEFAULT_WEBHDFS_PORT = 9870
@@ -64,21 +68,35 @@ def parse_hdfs_url(url: str) -> tuple[str, int | None, str]:
     return parsed.hostname or "", parsed.port, parsed.path or "/"
 
 
-def default_cache_root() -> Path:
-    env = os.environ.get(HDFS_CACHE_ENV)
+def _is_s3(url: str) -> bool:
+    return url.lower().startswith("s3://")
+
+
+def cache_env(url: str) -> str:
+    """The environment variable naming the staging directory of ``url``'s store."""
+    return S3_CACHE_ENV if _is_s3(url) else HDFS_CACHE_ENV
+
+
+def default_cache_root(url: str = "hdfs://") -> Path:
+    env = os.environ.get(cache_env(url))
     if env:
         return Path(env).expanduser()
-    return Path("~/.cache/recordprep/hdfs").expanduser()
+    return Path(f"~/.cache/recordprep/{'s3' if _is_s3(url) else 'hdfs'}").expanduser()
 
 
 def local_path_for(url: str, cache_root: Path) -> Path:
     """Where ``url`` is mirrored under ``cache_root``; ``..`` in the URL cannot climb out of it."""
+    if _is_s3(url):
+        from readers._staging_s3 import parse_s3_url
+
+        bucket, key = parse_s3_url(url)
+        return cache_root / bucket / posixpath.normpath("/" + key).lstrip("/")
     host, port, path = parse_hdfs_url(url)
     path = posixpath.normpath("/" + path)  # "/a/../../x" -> "/x", as HDFS resolves it
     return cache_root / f"{host or 'default'}_{port or 'default'}" / path.lstrip("/")
 
 
-def _inside(root: Path, name: str) -> Path:
+def _inside(root: Path, name: str, env: str = HDFS_CACHE_ENV) -> Path:
     """``root / name``, after checking that ``name`` is a file name inside the output and that
     the path resolves (symlinks included) strictly under ``root``.
 
@@ -86,22 +104,23 @@ def _inside(root: Path, name: str) -> Path:
     second line of defence before anything is written, whatever the caller passes.
     """
     try:
-        check_name(name, f"HDFS staging of {name!r}")
+        check_name(name, f"staging of {name!r}")
     except SpecError as e:
         raise StagingError(str(e)) from None
     dest = root / name
     resolved, base = dest.resolve(), root.resolve()
     if resolved == base or base not in resolved.parents:
         raise StagingError(
-            f"HDFS staging: {name!r} resolves to {resolved}, outside the staging directory {base}; "
+            f"staging: {name!r} resolves to {resolved}, outside the staging directory {base}; "
             f"nothing was copied. Remove the symlink or the file in the cache, or use another "
-            f"{HDFS_CACHE_ENV}"
+            f"{env}"
         )
     return dest
 
 
 class HdfsClient(Protocol):
     description: str
+    store: str  # "HDFS", "S3": for messages
 
     def stat(self, url: str) -> tuple[int, float | None] | None:
         """``(length in bytes, modification time in s or None)``, or None if no such file."""
@@ -115,6 +134,8 @@ class HdfsClient(Protocol):
 
 class WebHdfsClient:
     """WebHDFS REST client on ``urllib`` (simple auth)."""
+
+    store = "HDFS"
 
     def __init__(self, base_url: str, user: str | None = None) -> None:
         self.base_url = base_url.rstrip("/")
@@ -176,6 +197,8 @@ class WebHdfsClient:
 class PyArrowHdfsClient:
     """``pyarrow.fs.HadoopFileSystem`` (libhdfs/JNI)."""
 
+    store = "HDFS"
+
     def __init__(self, host: str, port: int | None) -> None:
         from pyarrow import fs as pafs
 
@@ -221,7 +244,17 @@ _clients_lock = threading.Lock()
 
 
 def client_for(url: str) -> HdfsClient:
-    """The HDFS client for ``url``'s NameNode (cached per process), per ``$RECORDPREP_HDFS_CLIENT``."""
+    """The client for ``url``: boto3 for ``s3://``; for HDFS the NameNode's (cached per process),
+    per ``$RECORDPREP_HDFS_CLIENT``."""
+    if _is_s3(url):
+        from readers._staging_s3 import S3Client
+
+        with _clients_lock:
+            key = ("s3", None, os.environ.get("AWS_ENDPOINT_URL", ""))
+            if key not in _clients:
+                _clients[key] = S3Client()
+                logger.info("s3://: using %s", _clients[key].description)
+            return _clients[key]
     host, port, _ = parse_hdfs_url(url)
     mode = os.environ.get(HDFS_CLIENT_ENV, "auto").strip().lower() or "auto"
     if mode not in ("auto", "pyarrow", "webhdfs"):
@@ -266,7 +299,7 @@ def _plan_shard(client: HdfsClient, root_url: str, name: str, dest: Path) -> tup
     remote = client.stat(url)
     if remote is None:
         raise ShardNotFoundError(
-            f"{url} is listed in {METADATA_FILENAME} but does not exist on HDFS: the output "
+            f"{url} is listed in {METADATA_FILENAME} but does not exist on {getattr(client, 'store', 'the store')}: the output "
             f"was modified after the conversion finished. Re-run the conversion."
         )
     size, mtime = remote
@@ -289,7 +322,7 @@ def _copy_shard(client: HdfsClient, root_url: str, name: str, size: int, mtime: 
         written = client.download(url, tmp)
         if written != size:
             raise StagingError(
-                f"copying {url} to {tmp} got {written} bytes, HDFS reports {size}; "
+                f"copying {url} to {tmp} got {written} bytes, {getattr(client, 'store', 'the store')} reports {size}; "
                 f"the file changed during the copy or the connection dropped, retry"
             )
         if mtime is not None:
@@ -316,22 +349,24 @@ def stage(
     same size and modification time is reused.
 
     Raises:
-      ShardNotFoundError: a listed shard does not exist on HDFS.
-      StagingError: HDFS cannot be reached or a copy failed; the message says
+      ShardNotFoundError: a listed shard does not exist on the store.
+      StagingError: the store cannot be reached or a copy failed; the message says
         what to configure. Also, before anything is written, when a name is
         not a file inside the output or resolves outside ``local_root``.
     """
-    cache_root = cache_root or default_cache_root()
+    cache_root = cache_root or default_cache_root(root_url)
+    scheme = root_url.split("://", 1)[0].lower()
     local_root = local_path_for(root_url, cache_root)
     client = client_for(root_url)
     try:
         local_root.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise StagingError(
-            f"cannot create the HDFS staging directory {local_root} ({e}); set {HDFS_CACHE_ENV} "
-            f"or ReadOptions(hdfs_cache_dir=...) to a writable local directory with enough space"
+            f"cannot create the {getattr(client, 'store', 'the store')} staging directory {local_root} ({e}); set "
+            f"{cache_env(root_url)} or ReadOptions({'s3' if _is_s3(root_url) else 'hdfs'}_cache_dir=...) "
+            f"to a writable local directory with enough space"
         ) from e
-    dests = {name: _inside(local_root, name) for name in [*files, METADATA_FILENAME]}
+    dests = {name: _inside(local_root, name, cache_env(root_url)) for name in [*files, METADATA_FILENAME]}
 
     def plan(name: str) -> tuple[str, int, float | None, bool]:
         return (name, *_plan_shard(client, root_url, name, dests[name]))
@@ -347,8 +382,9 @@ def stage(
         todo_bytes = sum(item[1] for item in todo)
         if todo:
             logger.warning(
-                "TensorFlow cannot read hdfs:// directly: copying %d of %d shard(s) (%.1f MB) of "
+                "TensorFlow cannot read %s:// directly: copying %d of %d shard(s) (%.1f MB) of "
                 "%s into %s via %s with %d threads (%d already staged, unchanged)",
+                scheme,
                 len(todo),
                 len(items),
                 todo_bytes / 1e6,
@@ -363,8 +399,9 @@ def stage(
     meta_tmp.write_bytes(metadata)
     os.replace(meta_tmp, dests[METADATA_FILENAME])
     (logger.warning if todo else logger.info)(
-        "hdfs:// shards of %s are read from the local copy in %s (%d copied, %.1f MB in %.1f s; "
+        "%s:// shards of %s are read from the local copy in %s (%d copied, %.1f MB in %.1f s; "
         "%d reused)",
+        scheme,
         root_url,
         local_root,
         len(todo),

@@ -454,14 +454,15 @@ def _verify_shards(
         )
 
 
-def _stage_if_hdfs(sel: ShardSelection, shards: Sequence[Any], opts: ReadOptions) -> str:
-    if not _io.is_hdfs(sel.root):
+def _stage_if_needed(sel: ShardSelection, shards: Sequence[Any], opts: ReadOptions) -> str:
+    if not _io.is_staged(sel.root):
         return sel.root
     cache_root = None
-    if opts.hdfs_cache_dir:
+    cache_dir = opts.hdfs_cache_dir if _io.is_hdfs(sel.root) else opts.s3_cache_dir
+    if cache_dir:
         from pathlib import Path
 
-        cache_root = Path(opts.hdfs_cache_dir).expanduser()
+        cache_root = Path(cache_dir).expanduser()
     return _staging.stage(
         sel.root,
         [s.file for s in shards],
@@ -473,11 +474,11 @@ def _stage_if_hdfs(sel: ShardSelection, shards: Sequence[Any], opts: ReadOptions
 
 def _open_shards(sel: ShardSelection, shards: Sequence[Any], opts: ReadOptions, skip_corrupt: bool):
     """Where to read ``shards`` and how: ``(paths, counts, remote, cycle_length,
-    num_parallel_calls, read_buffer_bytes)``. HDFS shards are staged to local
+    num_parallel_calls, read_buffer_bytes)``. HDFS and S3 shards are staged to local
     disk first (then read as local); shard files are checked against the
     metadata when ``opts.verify_files``."""
     remote = opts.is_remote(sel.root)
-    root = _stage_if_hdfs(sel, shards, opts)
+    root = _stage_if_needed(sel, shards, opts)
     if root != sel.root:
         remote = False  # staged: read from local disk
     paths = [_io.join(root, s.file) for s in shards]

@@ -155,9 +155,12 @@ class ReadOptions:
         fails at once with its name instead of mid-epoch.
       remote: force the local (False) or remote (True) defaults; ``None``
         detects it from the path.
-      staging_threads: parallel downloads when staging ``hdfs://`` shards.
+      staging_threads: parallel downloads when staging ``hdfs://`` or
+        ``s3://`` shards.
       hdfs_cache_dir: local directory for staged ``hdfs://`` shards; ``None``
         uses ``$RECORDPREP_HDFS_CACHE`` or ``~/.cache/recordprep/hdfs``.
+      s3_cache_dir: local directory for staged ``s3://`` shards; ``None``
+        uses ``$RECORDPREP_S3_CACHE`` or ``~/.cache/recordprep/s3``.
       private_threadpool_size: if set, the pipeline runs on its own
         ``tf.data`` thread pool of this size instead of the shared one.
       epoch_lookahead: how many epochs to start (shuffle their shard order,
@@ -207,6 +210,7 @@ class ReadOptions:
     remote: bool | None = None
     staging_threads: int = DEFAULT_STAGING_THREADS
     hdfs_cache_dir: str | None = None
+    s3_cache_dir: str | None = None
     private_threadpool_size: int | None = None
     epoch_lookahead: bool | int | None = None
     service: str | None = None

@@ -819,12 +819,12 @@ class ServerMissing(RuntimeError):
 class ServerProcess:
     """A server started from this file in its own process; stopped by its pid."""
 
-    def __init__(self, name: str, args: list[str], log_dir: Path) -> None:
+    def __init__(self, name: str, args: list[str], log_dir: Path, script: Path = HERE) -> None:
         self.name = name
         self.log_path = log_dir / f"{name}.log"
         self._log = open(self.log_path, "wb")
         self.proc = subprocess.Popen(
-            [sys.executable, str(HERE), *args],
+            [sys.executable, str(script), *args],
             stdout=subprocess.PIPE,
             stderr=self._log,
             stdin=subprocess.DEVNULL,

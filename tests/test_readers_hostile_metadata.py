@@ -466,6 +466,15 @@ def test_hdfs_url_with_dotdot_stays_in_the_cache(tmp_path):
     assert local == tmp_path / "cache" / "nn_8020" / "etc"
 
 
+def test_s3_url_with_dotdot_stays_in_the_cache(tmp_path, monkeypatch):
+    local = _staging.local_path_for("s3://bucket/a/../../../../etc", tmp_path / "cache")
+    assert local == tmp_path / "cache" / "bucket" / "etc"
+    monkeypatch.delenv("RECORDPREP_S3_CACHE", raising=False)
+    assert _staging.default_cache_root("s3://b/x").parts[-2:] == ("recordprep", "s3")
+    monkeypatch.setenv("RECORDPREP_S3_CACHE", str(tmp_path / "s3cache"))
+    assert _staging.default_cache_root("s3://b/x") == tmp_path / "s3cache"
+
+
 def test_hdfs_staging_of_valid_shards_still_works(fake_hdfs):
     o, client, cache, _ = fake_hdfs
     ds = readers.train_dataset("hdfs://namenode:8020/data/out/train-*", 8, num_epochs=1, drop_remainder=False)

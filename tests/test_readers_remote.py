@@ -220,4 +220,19 @@ def test_reading_through_a_tensorflow_file_system(tmp_path, request):
 
 def test_unsupported_scheme_says_what_to_install():
     with pytest.raises(RuntimeError, match="tensorflow-io"):
+        readers.load_info("az://container/out/train-*")
+
+
+def test_unreachable_s3_says_what_to_check(monkeypatch):
+    """s3:// is staged through boto3 (no tensorflow-io); a store that does not answer is named."""
+    from _ports import free_port
+
+    from readers.errors import StagingError
+
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{free_port()}")  # nothing listens there
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "k")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
+    with pytest.raises(StagingError, match=r"s3://bucket/out/.*AWS_ENDPOINT_URL"):
         readers.load_info("s3://bucket/out/train-*")
