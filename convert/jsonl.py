@@ -213,7 +213,7 @@ def iter_json(f: IO[bytes], path: str, start: int = 0, end: int | None = None,
 
 
 #: Bytes read at a time when counting the lines before a range's start.
-_COUNT_CHUNK_BYTES = 4 << 20
+_COUNT_CHUNK_BYTES = 1 << 20
 
 
 def _count_newlines(f: IO[bytes], upto: int) -> int:

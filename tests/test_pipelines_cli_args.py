@@ -128,7 +128,8 @@ def test_force_reruns_a_complete_output_and_overwrite_does_not(data, tmp_path):
     r = _convert(*args, "--force")
     assert r.exit_code == 0, r.output
     assert "nothing to do" not in r.output
-    assert shard.stat().st_size > 0
+    assert not shard.exists()  # the rerun's shards carry its own run id
+    assert next(out.glob("train-*.tfrecord.gz")).stat().st_size > 0
 
 
 def test_force_never_deletes_files_no_run_wrote(data, tmp_path):

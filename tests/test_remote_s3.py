@@ -15,7 +15,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from _pipelines_data import make_records, write_dataset
+from _pipelines_data import (
+    by_shard,
+    make_records,
+    shards_without_run_id,
+    without_run_id,
+    write_dataset,
+)
 from _remote import stats_by_file_name
 from _remote_s3 import s3_stack  # noqa: F401 - the session fixture
 
@@ -69,17 +75,19 @@ def s3_dataset(s3_stack, tmp_path_factory):  # noqa: F811
 
 
 def test_cli_converts_s3_to_s3_like_a_local_run(s3_dataset, s3_stack):  # noqa: F811
-    files = _files(s3_stack, "e2e/out")
-    local = s3_dataset["local"]
-    expected = sorted(str(p.relative_to(local)) for p in local.rglob("*") if p.is_file())
+    # shard names carry their run's id: the two runs' files are matched without it
+    files = {without_run_id(k): v for k, v in _files(s3_stack, "e2e/out").items()}
+    local = {without_run_id(str(p.relative_to(s3_dataset["local"]))): p
+             for p in s3_dataset["local"].rglob("*") if p.is_file()}
+    expected = sorted(local)
     assert sorted(files) == expected  # the stale temp object and the lock are gone, nothing else is left
     for name in expected:
         if name == METADATA_FILENAME:
             continue
         if name == STATS_FILENAME:  # names its input files: the same statistics per file name
-            assert stats_by_file_name(files[name]) == stats_by_file_name((local / name).read_bytes())
+            assert stats_by_file_name(files[name]) == stats_by_file_name(local[name].read_bytes())
             continue
-        assert files[name] == (local / name).read_bytes(), name
+        assert files[name] == local[name].read_bytes(), name
     # Everything went through the endpoint of the environment (the proxy counts it).
     assert s3_dataset["requests"].get("PUT plain", 0) > 0 and s3_dataset["requests"].get("GET plain", 0) > 0
     assert s3_dataset["cli_seconds"] < 120
@@ -236,7 +244,7 @@ def test_readers_on_s3_stage_the_shards_and_match_local(s3_dataset, s3_stack, tm
     out, local = s3_dataset["s3_out"], str(s3_dataset["local"])
     info = readers.load_info(out + "/train-*")
     local_info = readers.load_info(local)
-    assert info.splits == local_info.splits and info.features == local_info.features
+    assert shards_without_run_id(info) == shards_without_run_id(local_info) and info.features == local_info.features
     for split in ("train", "eval"):
         remote_batches = list(readers.eval_dataset(f"{out}/{split}-*", 32).as_numpy_iterator())
         local_batches = list(readers.eval_dataset(f"{local}/{split}-*", 32).as_numpy_iterator())
@@ -247,7 +255,7 @@ def test_readers_on_s3_stage_the_shards_and_match_local(s3_dataset, s3_stack, tm
                 np.testing.assert_array_equal(rf[k], lf[k], err_msg=k)
     staged = tmp_path / "cache" / s3_stack.bucket / "e2e" / "out"
     for shard in info.splits["train"].shards:
-        assert (staged / shard.file).read_bytes() == (s3_dataset["local"] / shard.file).read_bytes()
+        assert (staged / shard.file).read_bytes() == by_shard(s3_dataset["local"], shard.file).read_bytes()
 
     def ids(pattern: str) -> list[int]:
         ds = readers.train_dataset(pattern, 16, num_epochs=1, drop_remainder=False, seed=3)
@@ -280,8 +288,9 @@ def test_worker_processes_convert_s3_to_s3_like_a_local_run(s3_dataset, s3_stack
                                num_shards=3, workers=2))
     assert "2 worker processes" in result.info["runner"]
     files = _files(s3_stack, "workers/out")
+    files = {without_run_id(k): v for k, v in files.items()}
     for p in s3_dataset["local"].rglob("*.tfrecord.gz"):
-        name = str(p.relative_to(s3_dataset["local"]))
+        name = without_run_id(str(p.relative_to(s3_dataset["local"])))
         assert files[name] == p.read_bytes(), name
 
 
