@@ -38,6 +38,10 @@ TARGETS = {
                         "(batches of 1,024)", ">=", 2.0, "x", None),
     "tft_layer_single": ("recordprep serving layer / TF Transform's layer, median latency of one record",
                          "<=", 0.5, "x", None),
+    # The export runs the layer, then the model: what it adds to the model's batch latency, as a multiple of the
+    # layer's own batch time measured in the same process (1.1: the layer's time + 10%), realistic model.
+    "export_added_per_layer": ("serving export: batch latency added to the model / the layer's standalone batch "
+                               "latency (model of realistic size, batches of 1,024)", "<=", 1.1, "x", None),
     # Shuffle quality (bench/shuffle_quality.py, issue 18): readers.train_dataset with its defaults on the output
     # converted with recordprep's defaults, input sorted by `ts` across its files.
     "shuffle_spread": ("shuffle: spread of per-batch means of the sorted field / iid sampling (train_dataset, "
@@ -141,12 +145,14 @@ def tft_ratios(tft: dict[str, Any] | None) -> dict[str, float | None]:
         "tft_convert_rss": _ratio(g("recordprep_convert", "peak_rss_mb"), g("tft_convert", "peak_rss_mb")),
         "tft_layer_batch": _ratio(g("recordprep_layer", "batch_records_per_s"), g("tft_layer", "batch_records_per_s")),
         "tft_layer_single": _ratio(g("recordprep_layer", "single_median_ms"), g("tft_layer", "single_median_ms")),
+        "export_added_per_layer": g("recordprep_layer", "big_export_added_per_layer"),
     }
 
 
 def tft_notes(tft: dict[str, Any] | None) -> dict[str, str]:
     """Why a TF Transform target has no value: the peer skipped, or recordprep's layer not there yet."""
-    keys = ("tft_convert_rate", "tft_convert_cpu", "tft_convert_rss", "tft_layer_batch", "tft_layer_single")
+    keys = ("tft_convert_rate", "tft_convert_cpu", "tft_convert_rss", "tft_layer_batch", "tft_layer_single",
+            "export_added_per_layer")
     if tft is None:
         return dict.fromkeys(keys, "TF Transform rows not run (--skip-tft)")
     if tft.get("skipped"):
@@ -189,7 +195,8 @@ def tft_md(results: dict[str, Any]) -> list[str]:
     lines += ["", "| ratio (recordprep / TF Transform) | measured |", "|---|---:|"]
     names = {"tft_convert_rate": "conversion records/s", "tft_convert_cpu": "conversion CPU-s per record",
              "tft_convert_rss": "conversion peak RSS", "tft_layer_batch": "serving layer records/s (batches of 1,024)",
-             "tft_layer_single": "serving layer median latency (one record)"}
+             "tft_layer_single": "serving layer median latency (one record)",
+             "export_added_per_layer": "serving export's added batch latency / the layer's own (not a TF Transform ratio)"}
     lines += [f"| {names[k]} | {_fmt_value(val, 'x')} |" for k, val in q.items()]
     return lines
 

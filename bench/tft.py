@@ -35,7 +35,8 @@ the TF Transform ones run ``bench/tft_worker.py`` with the peer's interpreter):
     a row saying "not available yet" where ``readers`` has no such layer or
     it refuses the output. It also times the demo's model (``examples/train.py``)
     alone on converted batches and exported with the layer (``export_serving``):
-    ``model_batch_ms``, ``export_batch_ms``, ``export_overhead``.
+    ``model_batch_ms``, ``export_batch_ms``, ``export_overhead``, and ``export_added_per_layer``: what the
+    export adds to the model's batch latency over the layer's own batch latency (``batch_median_ms``).
 
 The layer rows run ``target_repeats`` times too, interleaved with the
 conversions (median reported).
@@ -178,7 +179,11 @@ def _recordprep_layer(args: argparse.Namespace) -> dict[str, Any]:
     # As TF Transform's row: the concrete function of the layer's serving signature.
     fn = tf.function(lambda x: layer(x), input_signature=[layer.input_signature]).get_concrete_function()
     result = measure_layer(fn, fn, batches, singles, args.seconds)
-    return {**result, **_export_overhead(layer, batches, args)}
+    export = _export_overhead(layer, batches, args)
+    for p in ("", "big_"):  # the export's added latency in units of the layer's own, measured above
+        export[f"{p}export_added_per_layer"] = ((export[f"{p}export_batch_ms"] - export[f"{p}model_batch_ms"])
+                                                / result["batch_median_ms"])
+    return {**result, **export}
 
 
 def _demo_build_model() -> Any:
@@ -372,7 +377,7 @@ def _layer_row(label: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
         peak_rss_mb=_median([r["peak_rss_mb"] for r in ok]),
         **{k: ok[-1]["result"][k] for k in ("batch", "batch_calls", "single_calls", "outputs")})
     for k in (f"{p}{k}" for p in ("", "big_") for k in (  # recordprep's row only
-            "model_batch_ms", "export_batch_ms", "export_overhead",
+            "model_batch_ms", "export_batch_ms", "export_overhead", "export_added_per_layer",
             "model_batch_cpu_ms", "export_batch_cpu_ms", "export_overhead_cpu")):
         if all(k in r["result"] for r in ok):
             row[k] = _median([r["result"][k] for r in ok])

@@ -27,6 +27,7 @@ MEASURED = {
     "prepared_bytes_per_record": 157.0,  # the analysis pass's prepared batches (LZ4), read back once
     "worker_rss_mb": 264.0,  # peak RSS per local worker process (527 MB for 2)
     "tft_worker_rss_mb": 2450.0,  # TF Transform, per worker process (4,900 MB for 2)
+    "bytes_per_held_term": 330.0,  # a distinct term's count held in one process (analysis-memory, one combine)
 }
 
 #: Dataflow batch list prices, us-central1, USD (cloud.google.com/dataflow/pricing, as listed in 2024;
@@ -95,6 +96,11 @@ def estimate(job: JobSize, prices: dict[str, float] | None = None) -> dict[str, 
     # Per worker: one process per vCPU, each at the measured RSS plus the shuffle's buffers (3 spills,
     # 2 key ranges of 16 MB, a read of 8 MB).
     worker_mb = vcpus * (MEASURED["worker_rss_mb"] + 3 * 4 + 2 * 16 + 8)
+    # The analysis and the statistics count terms by partition (pipelines.analyze), one partition per
+    # unit: a process merging one holds about distinct_ids / units terms (per vocabulary feature and split).
+    partition_terms = math.ceil(job.distinct_ids / units) if job.distinct_ids else 0
+    partition_mb = partition_terms * MEASURED["bytes_per_held_term"] / MB
+    worker_mb += vcpus * partition_mb
 
     def cost(vh: float) -> float:
         wh = vh / vcpus
@@ -111,7 +117,8 @@ def estimate(job: JobSize, prices: dict[str, float] | None = None) -> dict[str, 
         "vcpu_hours": vcpu_hours, "worker_hours": worker_hours, "cost_usd": cost(vcpu_hours),
         "tft_vcpu_hours": tft_vcpu_hours, "tft_worker_hours": tft_vcpu_hours / vcpus,
         "tft_cost_usd": cost(tft_vcpu_hours) + 2 * job.input_bytes / 1e9 * price["shuffle_gb"],
-        "distinct_ids": job.distinct_ids,
+        "distinct_ids": job.distinct_ids, "partition_terms": partition_terms, "partition_mb": partition_mb,
+        "one_process_terms_mb": job.distinct_ids * MEASURED["bytes_per_held_term"] / MB,
     }
 
 
@@ -129,8 +136,10 @@ def render(job: JobSize, est: dict[str, float]) -> list[str]:
         f"requests: {e['requests']:,.0f} ({e['requests_per_gb_written']:,.0f} per GB written); the gather's "
         f"{e['gather_reads']:,} reads average {e['gather_read_mb']:.2f} MB",
         f"output: {e['output_gb']:,.1f} GB of shards",
-        f"peak memory per worker: {e['peak_mb_per_worker']:,.0f} MB of {e['worker_mem_mb']:,.0f} MB ({fits}); "
-        f"the analysis of {job.distinct_ids:,} distinct ids is not in this figure",
+        f"peak memory per worker: {e['peak_mb_per_worker']:,.0f} MB of {e['worker_mem_mb']:,.0f} MB ({fits}), "
+        f"with the term counts of one analysis partition per process ({e['partition_terms']:,} of the "
+        f"{job.distinct_ids:,} distinct ids, {e['partition_mb']:,.0f} MB; {e['one_process_terms_mb']:,.0f} MB "
+        f"if one process held them all)",
         f"worker-hours: {e['worker_hours']:,.1f} ({e['vcpu_hours']:,.1f} vCPU-hours at "
         f"{job.cpu_us_per_record:g} µs per record, {job.utilization:.0%} busy)",
         f"cost: ${e['cost_usd']:,.2f} (Dataflow batch list prices: pipelines/estimate.py PRICES)",

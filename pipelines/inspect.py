@@ -14,6 +14,7 @@ from convert.spec import METADATA_FILENAME, PACKED_KEYS, DatasetInfo, SpecError
 from convert.tfrecord import iter_records
 from pipelines import remote
 from pipelines._fs import read_metadata
+from pipelines._terminal import visible
 
 #: What reading a damaged or foreign shard raises (not gzip, truncated, bad CRC, not an Example).
 SHARD_ERRORS = (ValueError, OSError, EOFError, zlib.error)
@@ -54,6 +55,19 @@ def _num(v: Any) -> str:
     return f"{v:.4g}" if isinstance(v, int | float) and not isinstance(v, bool) else repr(v)
 
 
+def _feature_rows(info: DatasetInfo) -> Iterator[str]:
+    """One line per feature, its columns as wide as their longest entry (as the terminal shows it)."""
+    cols = [[visible(f.name), f.dtype, f"shape={list(f.shape)}", f.transform] for f in info.features]
+    widths = [max((len(c[i]) for c in cols), default=0) for i in range(4)]
+    for f, row in zip(info.features, cols, strict=True):
+        what = f" vocab_size={f.params['vocab_size']}" if "vocab_size" in f.params else ""
+        st = _get(f.params, "stats")
+        if _get(st, "mean") is not None:
+            what += f" mean={_num(st['mean'])} std={_num(st.get('std'))}"
+        role = "" if f.role == "feature" else f" [{f.role}]"
+        yield "  " + " ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) + f" <- {f.source}{what}{role}"
+
+
 def inspect_output(path: str, n_examples: int = 3, split: str | None = None) -> Iterator[str]:
     out = _output_dir(path)
     info = load(out)
@@ -71,16 +85,7 @@ def inspect_output(path: str, n_examples: int = 3, split: str | None = None) -> 
     for name, sp in info.splits.items():
         yield f"  split {name}: {sp.num_records} records in {len(sp.shards)} shards, {sp.num_bytes / 1e6:.2f} MB"
     yield f"features ({len(info.features)}):"
-    for f in info.features:
-        params = f.params
-        what = ""
-        if "vocab_size" in params:
-            what = f" vocab_size={params['vocab_size']}"
-        st = _get(params, "stats")
-        if _get(st, "mean") is not None:
-            what += f" mean={_num(st['mean'])} std={_num(st.get('std'))}"
-        role = "" if f.role == "feature" else f" [{f.role}]"
-        yield f"  {f.name:<24} {f.dtype:<8} shape={list(f.shape)!s:<6} {f.transform:<12} <- {f.source}{what}{role}"
+    yield from _feature_rows(info)
     if n_examples <= 0:
         return
     if split and split not in info.splits:

@@ -50,6 +50,17 @@ def test_targets_are_ratios_of_recordprep_to_tf_transform_in_the_same_run():
     assert "| serving layer median latency (one record) | 0.40x |" in md
 
 
+@pytest.mark.parametrize(("added", "status"), [(0.95, "MET"), (1.1, "MET"), (1.3, "NOT MET")])
+def test_the_export_target_is_its_added_latency_over_the_layers_own(added, status):
+    layer = {**_layer(300_000, 0.8), "big_export_added_per_layer": added}
+    res = {"size": "small", "tft": _tft_results(recordprep_convert=_conv(60_000, 0.03, 480), tft_convert=_conv(5_000, 0.5, 2_400),
+                                                tft_layer=_layer(200_000, 2.0), recordprep_layer=layer)}
+    t = {t["key"]: t for t in report.evaluate_targets(res)}["export_added_per_layer"]
+    assert t["value"] == pytest.approx(added) and t["status"] == status and t["threshold"] == 1.1
+    assert f"| serving export's added batch latency / the layer's own (not a TF Transform ratio) | {added:.2f}x |" in \
+        "\n".join(report.tft_md(res))
+
+
 def test_layer_targets_say_recordprep_layer_is_not_available_yet():
     res = _tft_results(recordprep_convert=_conv(60_000, 0.03, 480), tft_convert=_conv(5_000, 0.5, 2_400),
                        tft_layer=_layer(200_000, 2.0),

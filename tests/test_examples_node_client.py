@@ -14,6 +14,7 @@ import select
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -45,15 +46,20 @@ def _node_client() -> Path:
         pytest.skip("Node.js and npm are not installed (apt-get install nodejs npm)")
     NPM_CACHE.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(CLIENT / "package.json", NPM_CACHE / "package.json")
-    if not (NPM_CACHE / "node_modules" / "protobufjs").is_dir():
+    # A registry proxy may refuse requests for a while (HTTP 403 on the tunnel): npm retries each fetch,
+    # and the whole install runs again after a pause, before the test gives up with the reason.
+    for attempt in range(3):
+        if (NPM_CACHE / "node_modules" / "protobufjs").is_dir():
+            return NPM_CACHE
+        if attempt:
+            time.sleep(20)
         try:
-            run = subprocess.run([npm, "install", "--no-audit", "--no-fund", "--loglevel=error"], cwd=NPM_CACHE,
+            run = subprocess.run([npm, "install", "--no-audit", "--no-fund", "--loglevel=error", "--fetch-retries=4",
+                                  "--fetch-retry-mintimeout=2000", "--fetch-retry-maxtimeout=20000"], cwd=NPM_CACHE,
                                  capture_output=True, text=True, timeout=300)
         except subprocess.TimeoutExpired:
             pytest.skip("npm install timed out: is the npm registry reachable?")
-        if run.returncode != 0:
-            pytest.skip(f"npm install failed (is the npm registry reachable?): {run.stderr.strip()[-500:]}")
-    return NPM_CACHE
+    pytest.skip(f"npm install failed 3 times (is the npm registry reachable?): {run.stderr.strip()[-500:]}")
 
 
 def _serve(export: Path, log: Path) -> tuple[subprocess.Popen, str]:

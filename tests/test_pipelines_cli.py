@@ -101,3 +101,20 @@ def test_unknown_layout_is_a_one_line_error(tmp_path, data):
     r = runner.invoke(app, ["convert", "-i", str(data["avro"]), "-c", str(data["config"]), "-o", str(tmp_path / "o"),
                             "--layout", "columnar"])
     assert r.exit_code == 2 and "--layout must be one of" in r.output and "Traceback" not in r.output
+
+
+def test_inspect_aligns_its_feature_columns_however_long_the_names(data, tmp_path):
+    long_name = "a_feature_name_much_longer_than_twenty_four_characters"
+    cfg = tmp_path / "long.yaml"
+    cfg.write_text(f"features:\n  - {{name: {long_name}, source: user.name, transform: vocabulary}}\n"
+                   "  - {name: a, source: user.name, transform: hash, buckets: 8}\n"
+                   "  - {name: x_z, source: x, transform: zscore}\n")
+    out = tmp_path / "out"
+    r = runner.invoke(app, ["convert", "-i", str(data["avro"]), "-c", str(cfg), "-o", str(out), "--num-shards", "1"])
+    assert r.exit_code == 0, r.output
+    r = runner.invoke(app, ["inspect", str(out), "-n", "0"])
+    assert r.exit_code == 0, r.output
+    rows = r.output.split("features (3):\n")[1].splitlines()[:3]
+    assert [row.split()[0] for row in rows] == [long_name, "a", "x_z"], rows
+    for col in ("shape=", "<-"):  # every column starts at one place in every row
+        assert len({row.index(col) for row in rows}) == 1, (col, rows)

@@ -19,6 +19,17 @@ def test_the_example_job_uses_the_plans_shards_and_reads_of_about_a_megabyte():
     assert 1.0 <= e["gather_read_mb"] < 2.0
     assert e["gather_reads"] < e["units"] * e["buckets"] / 10  # not units x shards
     assert e["tft_cost_usd"] > 10 * e["cost_usd"]
+    # the analysis' term counts: one partition (distinct ids / units) per process, not all of them
+    assert e["partition_terms"] == -(-job.distinct_ids // e["units"])
+    assert e["partition_mb"] < 100 < e["one_process_terms_mb"] / 100
+    assert e["peak_mb_per_worker"] < 0.8 * e["worker_mem_mb"]
+
+
+def test_memory_per_worker_grows_with_distinct_ids_per_unit_only():
+    few, many = (estimate(JobSize(records=10**9, input_bytes=200 * 10**9, distinct_ids=n)) for n in (10**6, 10**9))
+    grown = many["peak_mb_per_worker"] - few["peak_mb_per_worker"]
+    assert grown == pytest.approx(4 * (many["partition_mb"] - few["partition_mb"]))  # n1-standard-4: 4 processes
+    assert many["partition_terms"] <= 10**9 // many["units"] + 1
 
 
 def test_requests_grow_with_bytes_not_with_units_times_shards():

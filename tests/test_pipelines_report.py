@@ -5,13 +5,11 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import subprocess
-import urllib.request
 from pathlib import Path
 
 import fastavro
 import pytest
-from _browser import _chromium, _Page
+from _browser import _chromium, _Page, devtools_page
 from _pipelines_data import make_records, write_dataset
 from typer.testing import CliRunner
 
@@ -118,26 +116,8 @@ def test_html_report_in_headless_chromium(tmp_path, monkeypatch):
     names = [f["name"] for f in json.loads((out / "dataset_info.json").read_text())["config"]["features"]]
     assert "drift/skew" in r.output and 'id="gate"' in page_path.read_text()
 
-    profile = tmp_path / "profile"
-    proc = subprocess.Popen([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-                             "--remote-debugging-port=0", f"--user-data-dir={profile}", "--window-size=1280,2000",
-                             "about:blank"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    try:
-        port = None
-        for line in proc.stderr:  # "DevTools listening on ws://127.0.0.1:PORT/devtools/browser/..."
-            if "DevTools listening on" in line:
-                port = int(line.split("ws://127.0.0.1:")[1].split("/")[0])
-                break
-        assert port, "chromium did not open its DevTools port"
-        targets = json.load(urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=10))
-        ws_url = next(t["webSocketDebuggerUrl"] for t in targets if t["type"] == "page")
+    with devtools_page(chromium, tmp_path / "profile") as ws_url:
         shot, checks = asyncio.run(_drive(ws_url, page_path.as_uri(), names))
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
     (tmp_path / "report.png").write_bytes(shot)
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     (ARTIFACTS / "report.png").write_bytes(shot)
