@@ -122,7 +122,13 @@ _QUIET_TENSORFLOW = {"TF_CPP_MIN_LOG_LEVEL": "2", "TF_ENABLE_ONEDNN_OPTS": "0"}
 
 
 def _quiet_tensorflow() -> None:
-    """Before TensorFlow is imported: hide its start-up log lines, keeping any value the user set."""
+    """Before TensorFlow is imported: hide its start-up log lines, keeping any value the user set.
+
+    Once TensorFlow is imported (the CLI called from a Python process that uses it) the settings
+    no longer matter to it, and the environment is left alone: child processes would otherwise
+    run TensorFlow with other kernels (oneDNN off) than their parent's."""
+    if "tensorflow" in sys.modules:
+        return
     for name, value in _QUIET_TENSORFLOW.items():
         os.environ.setdefault(name, value)
 

@@ -520,14 +520,15 @@ START_TIMEOUT_S = 4.0  # --start-timeout of the workers whose dispatcher does no
 SIGNAL_EXIT_S = 10.0  # a server told to stop while it starts exits within this
 
 
-def _answer(host: str, port: int) -> str:
+def _answer(host: str, port: int, up: bool = False) -> str:
     """How a gRPC call to a method no server knows ends at ``host:port``: UNIMPLEMENTED means a
-    TensorFlow server answered, UNAVAILABLE that nothing did."""
+    TensorFlow server answered, UNAVAILABLE that nothing did. ``up``: the server should answer
+    there, so the call waits (bounded) for the channel to connect, as a loaded machine may need."""
     import grpc
 
     with grpc.insecure_channel(f"{host}:{port}") as channel:
         try:
-            channel.unary_unary("/recordprep.test.Nothing/Here")(b"", timeout=5)
+            channel.unary_unary("/recordprep.test.Nothing/Here")(b"", timeout=20 if up else 5, wait_for_ready=up)
         except grpc.RpcError as e:
             return e.code().name
     return "OK"
@@ -552,15 +553,15 @@ def test_servers_answer_on_loopback_only_unless_bound_wider(tmp_path):
     service = Service(tmp_path, workers=1)
     try:
         for server, port in ((service.dispatcher, service.port), (service.workers[0], service.workers[0].wait_up())):
-            assert _answer("127.0.0.1", port) == "UNIMPLEMENTED", server.name
-            assert _answer("[::1]", port) == "UNIMPLEMENTED", server.name
+            assert _answer("127.0.0.1", port, up=True) == "UNIMPLEMENTED", server.name
+            assert _answer("[::1]", port, up=True) == "UNIMPLEMENTED", server.name
             assert {host: _answer(host, port) for host in outside} == dict.fromkeys(outside, "UNAVAILABLE"), server.name
         assert "loopback only" in service.dispatcher.lines[0]
         wide = Server(tmp_path, "wide", ["dispatcher", "--port", "0", "--bind", "0.0.0.0"])
         try:
             port = wide.wait_up()
             assert "UNAUTHENTICATED" in wide.lines[0]
-            assert {host: _answer(host, port) for host in outside} == dict.fromkeys(outside, "UNIMPLEMENTED")
+            assert {host: _answer(host, port, up=True) for host in outside} == dict.fromkeys(outside, "UNIMPLEMENTED")
         finally:
             assert wide.stop() == 0
     finally:
