@@ -286,13 +286,15 @@ def test_malformed_json_document_fails_naming_file(tmp_path):
 
 
 _MEMORY_PROBE = """
-import resource, sys
+import sys
 from pipelines.cli import app
 try:
     app(sys.argv[1:], standalone_mode=True)
 except SystemExit as e:
     code = e.code
-print(f"maxrss_kb={resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}", file=sys.stderr)
+# VmHWM, this process's own peak: ru_maxrss would also count the forking parent's (the test session's) peak
+hwm = next(line for line in open("/proc/self/status") if line.startswith("VmHWM:")).split()[1]
+print(f"maxrss_kb={hwm}", file=sys.stderr)
 sys.exit(code)
 """
 
