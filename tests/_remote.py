@@ -931,8 +931,8 @@ class RemoteStack:
             "HTTPS_PROXY": self.proxy_url,
             "http_proxy": self.proxy_url,
             "HTTP_PROXY": self.proxy_url,
-            "no_proxy": "127.0.0.1,localhost",
-            "NO_PROXY": "127.0.0.1,localhost",
+            "no_proxy": "127.0.0.1,localhost,::1,[::1]",  # loopback is never proxied
+            "NO_PROXY": "127.0.0.1,localhost,::1,[::1]",
             "CURL_CA_BUNDLE": str(self.certs["ca"]),
             "GOOGLE_AUTH_TOKEN_FOR_TESTING": "recordprep-test-token",
             "RECORDPREP_HDFS_CLIENT": "webhdfs",

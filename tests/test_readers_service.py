@@ -526,7 +526,8 @@ def _answer(host: str, port: int, up: bool = False) -> str:
     there, so the call waits (bounded) for the channel to connect, as a loaded machine may need."""
     import grpc
 
-    with grpc.insecure_channel(f"{host}:{port}") as channel:
+    # Straight to the address: the session's remote-storage stand-ins set http(s)_proxy for other tests.
+    with grpc.insecure_channel(f"{host}:{port}", options=[("grpc.enable_http_proxy", 0)]) as channel:
         try:
             channel.unary_unary("/recordprep.test.Nothing/Here")(b"", timeout=20 if up else 5, wait_for_ready=up)
         except grpc.RpcError as e:
