@@ -25,8 +25,8 @@ MEASURED = {
     "scatter_bytes_per_record": 193.0,  # LZ4 frames of the encoded records (the shuffle's temp data)
     "output_bytes_per_record": 158.0,  # gzip shards, all splits
     "prepared_bytes_per_record": 157.0,  # the analysis pass's prepared batches (LZ4), read back once
-    "worker_rss_mb": 264.0,  # peak RSS per local worker process (527 MB for 2)
-    "tft_worker_rss_mb": 2450.0,  # TF Transform, per worker process (4,900 MB for 2)
+    "worker_rss_mb": 264.0,  # peak RSS per local worker process
+    "tft_worker_rss_mb": 2450.0,  # TF Transform, per worker process
     "bytes_per_held_term": 330.0,  # a distinct term's count held in one process (analysis-memory, one combine)
 }
 
