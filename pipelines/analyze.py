@@ -24,7 +24,7 @@ from __future__ import annotations
 import copy
 import uuid
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import apache_beam as beam
@@ -54,6 +54,14 @@ def spilled_features(config: Config) -> list[str]:
     return [f.name for f in config.features if f.needs_vocabulary and (lab is None or f.name != lab.name)]
 
 
+def _spill_file(tmp_dir: str, kind: str, unit: int, write: Callable[[Any], None]) -> str:
+    """A unit's temp file ``<kind>-<unit>-<random>.bin`` in ``tmp_dir``, written by ``write``; its path."""
+    path = FileSystems.join(tmp_dir, f"{kind}-{unit:05d}-{uuid.uuid4().hex[:8]}.bin")
+    with FileSystems.create(path) as out:
+        write(out)
+    return path
+
+
 def spill_unit_counts(acc: Analyzer, tmp_dir: str, unit: int, partitions: int) -> str | None:
     """Write ``acc``'s vocabulary term counts to a temp file and drop them from ``acc``;
     the file's path, or None when the unit has no terms."""
@@ -64,10 +72,7 @@ def spill_unit_counts(acc: Analyzer, tmp_dir: str, unit: int, partitions: int) -
         acc.counts[n] = Counter()
     if not counts:
         return None
-    path = FileSystems.join(tmp_dir, f"terms-{unit:05d}-{uuid.uuid4().hex[:8]}.bin")
-    with FileSystems.create(path) as out:
-        write_unit_counts(out, counts, partitions)
-    return path
+    return _spill_file(tmp_dir, "terms", unit, lambda out: write_unit_counts(out, counts, partitions))
 
 
 class _CountPartition(beam.DoFn):
@@ -153,10 +158,7 @@ def spill_stats_terms(acc: StatsAccumulator, tmp_dir: str, unit: int, partitions
                 fs.terms = _TermCounts()
     if not arrays:
         return None
-    path = FileSystems.join(tmp_dir, f"stats-terms-{unit:05d}-{uuid.uuid4().hex[:8]}.bin")
-    with FileSystems.create(path) as out:
-        write_term_arrays(out, arrays, partitions)
-    return path
+    return _spill_file(tmp_dir, "stats-terms", unit, lambda out: write_term_arrays(out, arrays, partitions))
 
 
 def summarize_partition(paths: list[str], partition: int) -> Iterator[tuple[tuple[str, int], TermSummary]]:
