@@ -44,6 +44,10 @@ def split(path: str) -> tuple[str, str]:
     return os.path.split(path)
 
 
+#: Bytes per read of a remote file read whole (metadata, reports).
+_READ_CHUNK = 8 << 20
+
+
 def _gfile() -> Any:
     try:
         import tensorflow as tf
@@ -113,6 +117,16 @@ def isdir(path: str) -> bool:
     return bool(_call_gfile(path, "isdir"))
 
 
+def _read_to_end(f: Any) -> bytes:
+    """Read in chunks until a short read, never ``GFile.read()``: that reads as many bytes as
+    the file system's stat says, and TensorFlow's GCS stat cache (5 s by default) can hold the
+    size of an object another process has since replaced, which cut the new one short."""
+    chunks = []
+    while chunk := f.read(_READ_CHUNK):
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
 def read_bytes(path: str) -> bytes | None:
     """The whole file, or ``None`` if it does not exist."""
     if is_staged(path):
@@ -130,7 +144,7 @@ def read_bytes(path: str) -> bytes | None:
     gfile = _gfile()
     try:
         with gfile.GFile(path, "rb") as f:
-            return f.read()
+            return _read_to_end(f)
     except tf.errors.NotFoundError:
         return None
     except tf.errors.UnimplementedError as e:

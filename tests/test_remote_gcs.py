@@ -323,3 +323,28 @@ def test_rerun_is_a_no_op_and_overwrite_replaces(gcs_dataset, remote_stack):  # 
     assert shards and all("-of-00002" in n for n in shards)
     names = remote_stack.gcs_names("rerun/out")
     assert not [n for n in names if "gone_feature" in n or "errors/" in n], names  # --overwrite leaves nothing old
+
+
+_STALE_STAT_SCRIPT = r"""
+import sys
+from google.cloud import storage
+from readers import _io
+
+bucket, name = sys.argv[1], sys.argv[2]
+url = f"gs://{bucket}/{name}"
+blob = storage.Client().bucket(bucket).blob(name)
+blob.upload_from_string(b'{"v": 1}')
+assert _io.read_bytes(url) == b'{"v": 1}'  # TensorFlow now holds the object's size in its stat cache
+blob.upload_from_string(b'{"v": 2, "longer": "' + b"x" * 5000 + b'"}')
+sys.stdout.buffer.write(_io.read_bytes(url))
+"""
+
+
+def test_a_replaced_object_is_read_whole_despite_tensorflows_stat_cache(remote_stack, tmp_path):  # noqa: F811
+    # TensorFlow's GCS file system caches an object's size (5 s by default) and GFile.read()
+    # reads that many bytes: metadata replaced by another run came back cut at the old size.
+    env = {**os.environ, **remote_stack.env(), "GCS_STAT_CACHE_MAX_AGE": "300"}
+    r = subprocess.run([sys.executable, "-c", _STALE_STAT_SCRIPT, remote_stack.bucket, "stale/info.json"],
+                       capture_output=True, env=env, timeout=120)
+    assert r.returncode == 0, r.stderr.decode()[-3000:]
+    assert r.stdout == b'{"v": 2, "longer": "' + b"x" * 5000 + b'"}'
