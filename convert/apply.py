@@ -24,18 +24,44 @@ your own client and pass their bytes to :meth:`OutputAnalysis.from_json`.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from convert.analysis import Analysis
 from convert.config import Config, ConfigError, parse_config
-from convert.spec import METADATA_FILENAME, DatasetInfo, SpecError
+from convert.spec import METADATA_FILENAME, DatasetInfo, SpecError, check_name
 from convert.vectorize import VectorBatch, Vectorizer
 
 #: Name of the analysis file when the metadata does not say (``analysis_file``).
 DEFAULT_ANALYSIS_FILENAME = "analysis.json"
+#: How many times a reader re-reads the metadata and the analysis when they belong to different
+#: runs (a conversion replaced the output between the two reads).
+_CONSISTENT_READ_ATTEMPTS = 3
+
+
+class AnalysisReplacedError(SpecError):
+    """The analysis file is not the one the metadata was committed with: the output was replaced
+    while it was read, or the file was damaged or edited."""
+
+
+def content_digest(data: bytes) -> str:
+    """``sha256:<hex>`` of ``data``: how the metadata binds the files written beside it
+    (``analysis_sha256``, each vocabulary's ``sha256``), so a reader can tell that a file
+    belongs to the run whose metadata it read."""
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def check_digest(expected: Any, data: bytes, what: str) -> None:
+    """Raise :class:`AnalysisReplacedError` when ``data`` is not the file the metadata names
+    by ``expected`` (a :func:`content_digest`; ``None``: metadata from before digests, unchecked)."""
+    if expected is not None and content_digest(data) != expected:
+        raise AnalysisReplacedError(
+            f"{what} is not the file its {METADATA_FILENAME} was committed with: the output was replaced "
+            f"by another conversion while it was read (read it again) or the file was changed by hand "
+            f"(re-run the conversion)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,6 +91,9 @@ class OutputAnalysis:
             config = parse_config(raw_config, source=f"{source}: config")
         except ConfigError as e:
             raise SpecError(f"{e}; re-run the conversion with this recordprep") from None
+        if isinstance(analysis, (str, bytes)):
+            raw = analysis.encode("utf-8", "surrogatepass") if isinstance(analysis, str) else analysis
+            check_digest(info.extra.get("analysis_sha256"), raw, f"{source}: the analysis file")
         if not isinstance(analysis, Mapping):
             try:
                 analysis = json.loads(analysis)
@@ -80,19 +109,18 @@ class OutputAnalysis:
 
     @classmethod
     def load(cls, output: str | Path) -> OutputAnalysis:
-        """From a local output directory (``dataset_info.json`` and the analysis file it names)."""
+        """From a local output directory (``dataset_info.json`` and the analysis file it names,
+        of the same run: see :func:`read_output_analysis`)."""
         root = Path(output)
-        meta = root / METADATA_FILENAME
-        try:
-            info = DatasetInfo.loads(meta.read_bytes(), source=str(meta))
-        except FileNotFoundError:
-            raise SpecError(f"{root}: no {METADATA_FILENAME}; point at a completed recordprep output") from None
-        name = info.extra.get("analysis_file", DEFAULT_ANALYSIS_FILENAME)
-        try:
-            analysis = (root / name).read_bytes()
-        except FileNotFoundError:
-            raise SpecError(f"{root}: no {name} (the analysis); re-run the conversion") from None
-        return cls.from_json(info, analysis, source=str(root))
+
+        def read(path: str) -> bytes | None:
+            try:
+                return Path(path).read_bytes()
+            except FileNotFoundError:
+                return None
+
+        return read_output_analysis(read, str(root), str(root / METADATA_FILENAME),
+                                    lambda a, b: str(Path(a) / b))
 
     def vectorizer(self, *, label: bool = False) -> Vectorizer:
         """The converter's vectorizer with this output's analysis fixed;
@@ -109,6 +137,35 @@ class OutputAnalysis:
         ``label=True`` treats it as a conversion does (a record without it is rejected).
         """
         return self.vectorizer(label=label).vectorize(records)
+
+
+def read_output_analysis(read: Callable[[str], bytes | None], root: str, metadata_path: str,
+                         join: Callable[[str, str], str]) -> OutputAnalysis:
+    """The output's metadata and the analysis file of the same run, through ``read`` (a path's
+    bytes, ``None`` when absent): both are re-read, up to a few times, while the analysis does
+    not match the metadata's digest, so a reader never pairs one run's metadata with another
+    run's vocabularies.
+
+    Raises:
+      SpecError: no metadata or analysis, damaged files, or still mismatched after the retries
+        (:class:`AnalysisReplacedError`).
+    """
+    for attempt in range(_CONSISTENT_READ_ATTEMPTS):
+        meta = read(metadata_path)
+        if meta is None:
+            raise SpecError(f"{root}: no {METADATA_FILENAME}; point at a completed recordprep output")
+        info = DatasetInfo.loads(meta, source=metadata_path)
+        name = check_name(info.extra.get("analysis_file", DEFAULT_ANALYSIS_FILENAME),
+                          f"{metadata_path}: analysis_file")
+        analysis = read(join(root, name))
+        if analysis is None:
+            raise SpecError(f"{root}: no {name} (the analysis); re-run the conversion")
+        try:
+            return OutputAnalysis.from_json(info, analysis, source=root)
+        except AnalysisReplacedError:
+            if attempt == _CONSISTENT_READ_ATTEMPTS - 1:
+                raise
+    raise AssertionError("unreachable")
 
 
 def apply_analysis(output: str | Path, records: Sequence[Any], *, label: bool = False) -> VectorBatch:

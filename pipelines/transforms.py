@@ -62,6 +62,7 @@ from isal.igzip import IGzipFile
 from zlib_ng.gzip_ng import GzipNGFile
 
 from convert.analysis import Analysis, Analyzer
+from convert.apply import content_digest
 from convert.check import all_missing_message, common_rejection
 from convert.config import Config
 from convert.example import encode_examples, pack_columns
@@ -1592,18 +1593,20 @@ class _Commit(beam.DoFn):
         # specs, the metadata) is built before the first shard is renamed into
         # place, so such a failure leaves no shards without metadata.
         analysis = Analysis.from_json(analysis_json)
-        info, renames = self._dataset_info(shard_results, analysis, counts, error_files)
+        analysis_data = json.dumps(analysis.to_json()).encode()
+        vocab_data = {name: "".join(_escape_term(t) + "\n" for t in terms).encode("utf-8", "surrogatepass")
+                      for name, terms in analysis.vocabularies.items()}
+        info, renames = self._dataset_info(shard_results, analysis, counts, error_files,
+                                           analysis_data, vocab_data)
         splits, vocab_files = info.splits, info.extra["vocabularies"]
         metadata = info.dumps().encode()
-        analysis_data = json.dumps(analysis.to_json()).encode()
         stats_data = _stats_document(keyed_stats[1].result(), splits, per_file, analysis.stats)
 
         # Shards: temp names -> {split}-{i}-of-{n}; then what an earlier run left.
         _rename_replacing([src for src, _ in renames], [dst for _, dst in renames])
         _remove_stale(out, [f"{s}-*-of-*.tfrecord*" for s in names], {sh.file for sp in splits.values() for sh in sp.shards})
         _remove_stale(out, [f"{ERRORS_DIR}/errors-*.jsonl"], {e["file"] for e in error_files})
-        for name, terms in analysis.vocabularies.items():
-            data = "".join(_escape_term(t) + "\n" for t in terms).encode("utf-8", "surrogatepass")
+        for name, data in vocab_data.items():
             write_atomic(FileSystems.join(out, vocab_files[name]["file"]), data)
         write_atomic(FileSystems.join(out, ANALYSIS_FILENAME), analysis_data)
         write_atomic(FileSystems.join(out, STATS_FILENAME), stats_data)
@@ -1643,9 +1646,11 @@ class _Commit(beam.DoFn):
             if missing:
                 raise ConversionFailed(missing)
 
-    def _dataset_info(self, shard_results: list[dict], analysis: Analysis, counts: dict,
-                      error_files: list[dict]) -> tuple[DatasetInfo, list[tuple[str, str]]]:
-        """The committed dataset's metadata, and the (temp, final) renames of its shards."""
+    def _dataset_info(self, shard_results: list[dict], analysis: Analysis, counts: dict, error_files: list[dict],
+                      analysis_data: bytes, vocab_data: dict[str, bytes]) -> tuple[DatasetInfo, list[tuple[str, str]]]:
+        """The committed dataset's metadata, and the (temp, final) renames of its shards.
+        The digests of the analysis and vocabulary files bind them to this metadata: a reader
+        that finds another run's file beside it (a replacement under way) knows."""
         opts, ctx = self.options, self.ctx
         out, names = opts.output, opts.splits.names
         splits = {}
@@ -1659,7 +1664,8 @@ class _Commit(beam.DoFn):
                 infos.append(ShardInfo(name, sh["records"], sh["bytes"]))
             splits[s] = SplitInfo(s, tuple(infos))
         features: list[FeatureSpec] = Vectorizer(self.config, analysis).feature_specs()
-        vocab_files = {name: {"file": f"{VOCAB_DIR}/{name}.txt", "terms": len(terms)}
+        vocab_files = {name: {"file": f"{VOCAB_DIR}/{name}.txt", "terms": len(terms),
+                              "sha256": content_digest(vocab_data[name])}
                        for name, terms in analysis.vocabularies.items()}
         info = DatasetInfo(
             format_version=FORMAT_VERSION,
@@ -1685,6 +1691,7 @@ class _Commit(beam.DoFn):
                 "vocabularies": vocab_files,
                 "statistics": analysis.stats,
                 "analysis_file": ANALYSIS_FILENAME,
+                "analysis_sha256": content_digest(analysis_data),
                 "stats_file": STATS_FILENAME,
             },
         )

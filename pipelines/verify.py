@@ -18,8 +18,9 @@ import zlib
 from apache_beam.io.filesystems import FileSystems
 
 from convert.analysis import analysis_problems
+from convert.apply import content_digest
 from convert.example import decode_example, unpack_decoded
-from convert.spec import DatasetInfo
+from convert.spec import DatasetInfo, check_name
 from convert.tfrecord import iter_records
 from pipelines._fs import read_file, size_of
 from pipelines.inspect import load
@@ -86,7 +87,7 @@ def verify_output(output: str, max_problems: int = 50) -> VerifyReport:
             records += n
             if n != shard.num_records:
                 problems.append(f"{path}: {n} records readable, metadata says {shard.num_records}")
-    problems += _analysis_problems(output)
+    problems += _analysis_problems(output) + _digest_problems(output, info)
     return VerifyReport(problems, shards, records)
 
 
@@ -101,3 +102,23 @@ def _analysis_problems(output: str) -> list[str]:
     except ValueError as e:
         return [f"{path}: not JSON ({e})"]
     return [f"{path}: {p}" for p in analysis_problems(doc)]
+
+
+def _digest_problems(output: str, info: DatasetInfo) -> list[str]:
+    """The analysis and vocabulary files that are not the ones the metadata was committed with
+    (``analysis_sha256``, each vocabulary's ``sha256``; outputs from before digests are not checked)."""
+    files = [(info.extra.get("analysis_file", ANALYSIS_FILENAME), info.extra.get("analysis_sha256"))]
+    files += [(v.get("file"), v.get("sha256")) for v in (info.extra.get("vocabularies") or {}).values()
+              if isinstance(v, dict)]
+    problems = []
+    for name, digest in files:
+        if digest is None or not isinstance(name, str):
+            continue
+        path = FileSystems.join(output, check_name(name, f"{output}: metadata"))
+        data = read_file(path)
+        if data is None:
+            problems.append(f"{path}: listed in the metadata but missing")
+        elif content_digest(data) != digest:
+            problems.append(f"{path}: not the file the metadata was committed with (its sha256 differs); "
+                            f"re-run the conversion")
+    return problems

@@ -38,7 +38,7 @@ import numpy as np
 import tensorflow as tf
 
 from convert import spec as _spec
-from convert.apply import DEFAULT_ANALYSIS_FILENAME, OutputAnalysis
+from convert.apply import OutputAnalysis, read_output_analysis
 from convert.config import FeatureConfig, count_path
 from convert.derive import CROSS_SEPARATOR, DAY_SECONDS, UNITS
 from convert.prepare import transform_constants
@@ -909,15 +909,7 @@ def transform_layer(output: str) -> TransformLayer:
     exactly (the message says which feature and what to do).
     """
     location = locate(output)
-    meta = _io.read_bytes(location.metadata_path)
-    if meta is None:
-        raise SpecError(f"{location.root}: no {_spec.METADATA_FILENAME}; point at a completed recordprep output")
-    info = _spec.DatasetInfo.loads(meta, source=location.metadata_path)
-    name = info.extra.get("analysis_file", DEFAULT_ANALYSIS_FILENAME)
-    analysis = _io.read_bytes(_io.join(location.root, _spec.check_name(name, f"{location.metadata_path}: analysis_file")))
-    if analysis is None:
-        raise SpecError(f"{location.root}: no {name} (the analysis); re-run the conversion")
-    applied = OutputAnalysis.from_json(info, analysis, source=location.root)
+    applied = read_output_analysis(_io.read_bytes, location.root, location.metadata_path, _io.join)
     try:
         return TransformLayer(applied)
     except (WireError, SpecError) as e:

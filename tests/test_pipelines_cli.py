@@ -95,6 +95,14 @@ def test_verify_finds_damage(data, tmp_path):
     gone.unlink()
     r = runner.invoke(app, ["verify", str(out)])
     assert f"{gone.name}: listed in the metadata but missing" in r.output
+    # The analysis and vocabularies are the committed run's (their digests in the metadata).
+    vocab = sorted((out / "vocab").glob("*.txt"))[0]
+    vocab.write_text("another\nrun\n")
+    (out / "analysis.json").write_text((out / "analysis.json").read_text().replace("[", "[ ", 1))
+    r = runner.invoke(app, ["verify", str(out)])
+    assert r.exit_code == 1
+    for name in (vocab.name, "analysis.json"):
+        assert f"{name}: not the file the metadata was committed with" in r.output.replace("\n", ""), r.output
 
 
 def test_unknown_layout_is_a_one_line_error(tmp_path, data):

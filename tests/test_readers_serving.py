@@ -17,6 +17,7 @@ import io
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -727,13 +728,72 @@ def test_apply_analysis_names_what_is_missing(output, tmp_path):
     with pytest.raises(SpecError, match="no analysis.json"):
         apply_analysis(tmp_path, [{}])
     (tmp_path / "analysis.json").write_text('{"vocabularies": {}, "stats": {}}')
-    with pytest.raises(SpecError, match="no vocabulary for feature 'cat'"):
+    with pytest.raises(SpecError, match="not the file its dataset_info.json was committed with"):
         apply_analysis(tmp_path, [{}])
     meta = json.loads((output / "dataset_info.json").read_text())
+    del meta["analysis_sha256"]  # metadata from before the digests: the analysis is taken as it is
+    (tmp_path / "dataset_info.json").write_text(json.dumps(meta))
+    with pytest.raises(SpecError, match="no vocabulary for feature 'cat'"):
+        apply_analysis(tmp_path, [{}])
     del meta["config"]
     (tmp_path / "dataset_info.json").write_text(json.dumps(meta))
     with pytest.raises(SpecError, match="holds no feature config"):
         apply_analysis(tmp_path, [{}])
+
+
+def test_metadata_binds_the_analysis_and_vocabularies_of_its_run(output):
+    import hashlib
+
+    meta = json.loads((output / "dataset_info.json").read_text())
+    digest = lambda p: "sha256:" + hashlib.sha256(p.read_bytes()).hexdigest()  # noqa: E731
+    assert meta["analysis_sha256"] == digest(output / "analysis.json")
+    assert meta["vocabularies"], "the fixture's config has vocabularies"
+    for v in meta["vocabularies"].values():
+        assert v["sha256"] == digest(output / v["file"])
+
+
+def test_a_reader_never_pairs_one_runs_metadata_with_anothers_analysis(output, tmp_path):
+    """A conversion replacing the output writes the analysis, then the metadata: a reader
+    between the two sees the old metadata and the new analysis. It reads both again."""
+    from convert.apply import AnalysisReplacedError, read_output_analysis
+    from convert.spec import SpecError
+
+    other = tmp_path / "other"
+    other.mkdir()
+    records = [{**_train_record(i), "cat": f"new-{i % 7}"} for i in range(60)]
+    (tmp_path / "in.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    (tmp_path / "features.yaml").write_text(_config(HASHED_SUPPORTED))
+    r = cli("convert", "--input", tmp_path / "in.jsonl", "--config", tmp_path / "features.yaml",
+            "--output", other, "--splits", "train=1", "--no-progress", "--overwrite")
+    assert r.exit_code == 0, r.output
+    old = {n: (output / n).read_bytes() for n in ("dataset_info.json", "analysis.json")}
+    new = {n: (other / n).read_bytes() for n in ("dataset_info.json", "analysis.json")}
+    assert old["analysis.json"] != new["analysis.json"]
+
+    reads: list[str] = []
+
+    def replaced_after_first_metadata_read(path: str) -> bytes:
+        name = os.path.basename(path)
+        reads.append(name)
+        first_metadata = name == "dataset_info.json" and reads.count(name) == 1
+        return old[name] if first_metadata else new[name]
+
+    applied = read_output_analysis(replaced_after_first_metadata_read, "out", "out/dataset_info.json", os.path.join)
+    assert reads == ["dataset_info.json", "analysis.json", "dataset_info.json", "analysis.json"]
+    assert applied.analysis.vocabularies["cat"] == json.loads(new["analysis.json"])["vocabularies"]["cat"]
+
+    def always_mixed(path: str) -> bytes:
+        name = os.path.basename(path)
+        return old[name] if name == "dataset_info.json" else new[name]
+
+    with pytest.raises(AnalysisReplacedError, match="replaced by another conversion while it was read"):
+        read_output_analysis(always_mixed, "out", "out/dataset_info.json", os.path.join)
+    # transform_layer reads through the same function: a hand-edited analysis is refused.
+    edited = tmp_path / "edited"
+    shutil.copytree(output, edited)
+    (edited / "analysis.json").write_bytes(new["analysis.json"])
+    with pytest.raises(SpecError, match="not the file its dataset_info.json was committed with"):
+        readers.transform_layer(str(edited))
 
 
 # ------------------------------------------------------------------ export
