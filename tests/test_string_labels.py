@@ -10,6 +10,7 @@ null label, go to the error output with the reason.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections import Counter
 from pathlib import Path
@@ -108,7 +109,9 @@ def test_classes_are_stored_and_the_shards_hold_their_ids(tmp_path, fmt):
     assert info.feature("gender").dtype == "int64" and info.feature("gender").params["vocabulary_file"] == "vocab/gender.txt"
     assert (out / "vocab" / "gender.txt").read_text().splitlines() == classes
     meta = json.loads((out / "dataset_info.json").read_text())
-    assert meta["vocabularies"]["gender"] == {"file": "vocab/gender.txt", "terms": 3}
+    assert meta["vocabularies"]["gender"] == {
+        "file": "vocab/gender.txt", "terms": 3,
+        "sha256": "sha256:" + hashlib.sha256((out / "vocab" / "gender.txt").read_bytes()).hexdigest()}
     assert json.loads((out / "analysis.json").read_text())["vocabularies"]["gender"] == classes
     # Each record's id is its class's position.
     split = Splits.parse(SPLITS, "id").assign(recs)
