@@ -60,10 +60,24 @@ def markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> list[str]:
     return lines
 
 
-def main(argv: list[str] | None = None) -> int:
+def run(size: str, *, num_shards: tuple[int, ...] = (4, 16), ttfb_ms: float = 20.0, mbps: float = 0.0) -> dict[str, Any]:
+    """Convert the bench dataset of ``size`` gs:// -> gs:// once per shard count: ``{"meta", "rows"}``."""
     sys.path.insert(0, str(REPO / "tests"))
     from _remote import RemoteStack
 
+    from bench import make_data
+
+    manifest = make_data.ensure_dataset(size)
+    avro = make_data.dataset_dir(size) / "avro"
+    with RemoteStack() as stack:
+        gs_in = stack.upload_dir(avro, "bench-in")
+        rows = [convert_row(stack, gs_in, n, ttfb_ms, mbps) for n in num_shards]
+    meta = {"records": manifest["records"], "input_mb": sum(p.stat().st_size for p in avro.glob("*.avro")) / 1e6,
+            "ttfb_ms": ttfb_ms}
+    return {"meta": meta, "rows": rows}
+
+
+def main(argv: list[str] | None = None) -> int:
     from bench import make_data
 
     ap = argparse.ArgumentParser(description="requests of a conversion from and to emulated gs://")
@@ -72,18 +86,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ttfb-ms", type=float, default=20.0)
     ap.add_argument("--mbps", type=float, default=0.0)
     args = ap.parse_args(argv)
-    manifest = make_data.ensure_dataset(args.size)
-    avro = make_data.dataset_dir(args.size) / "avro"
-    with RemoteStack() as stack:
-        gs_in = stack.upload_dir(avro, "bench-in")
-        rows = [convert_row(stack, gs_in, n, args.ttfb_ms, args.mbps) for n in args.num_shards]
-    meta = {"records": manifest["records"], "input_mb": sum(p.stat().st_size for p in avro.glob("*.avro")) / 1e6,
-            "ttfb_ms": args.ttfb_ms}
-    md = "\n".join(markdown(rows, meta))
-    print(md)
+    result = run(args.size, num_shards=tuple(args.num_shards), ttfb_ms=args.ttfb_ms, mbps=args.mbps)
+    print("\n".join(markdown(result["rows"], result["meta"])))
     results = REPO / "bench" / "results"
     results.mkdir(parents=True, exist_ok=True)
-    (results / f"latest-remote-convert-{args.size}.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
+    (results / f"latest-remote-convert-{args.size}.json").write_text(json.dumps(result, indent=1) + "\n")
     return 0
 
 

@@ -408,6 +408,11 @@ def markdown(results: dict[str, Any]) -> str:
         from bench import remote_s3
 
         lines += ["## Readers on emulated s3:// (staged)", "", *remote_s3.markdown(results["remote_s3"]), ""]
+    if results.get("remote_convert"):
+        from bench import remote_convert
+
+        rc = results["remote_convert"]
+        lines += ["## Requests of a conversion on emulated gs://", "", *remote_convert.markdown(rc["rows"], rc["meta"]), ""]
     if results.get("service"):
         from bench.reader_bench import service_markdown
 

@@ -204,6 +204,14 @@ def main(argv: list[str] | None = None) -> int:
                 except Exception as e:  # moto missing or broken: the other tables still count
                     results["notes"].append(f"s3:// reader rows failed: {type(e).__name__}: {e}")
                     log(f"s3:// reader rows FAILED: {e}")
+            from bench import remote_convert
+
+            try:  # requests per GB of a gs:// -> gs:// conversion, for two shard counts
+                results["remote_convert"] = remote_convert.run(args.size, ttfb_ms=args.remote_ttfb_ms,
+                                                               mbps=args.remote_mbps)
+            except Exception as e:  # servers missing or broken: the other tables still count
+                results["notes"].append(f"remote conversion rows failed: {type(e).__name__}: {e}")
+                log(f"remote conversion rows FAILED: {e}")
         if "gzip" in dirs and not args.skip_service:
             try:
                 results["service"] = reader_bench.run_service_table(dirs["gzip"], log=log, log_dir=log_dir,
