@@ -144,6 +144,6 @@ def render(job: JobSize, est: dict[str, float]) -> list[str]:
         f"{job.cpu_us_per_record:g} µs per record, {job.utilization:.0%} busy)",
         f"cost: ${e['cost_usd']:,.2f} (Dataflow batch list prices: pipelines/estimate.py PRICES)",
         f"TF Transform on the same job: {e['tft_worker_hours']:,.1f} worker-hours, ${e['tft_cost_usd']:,.2f} "
-        f"(its measured {MEASURED['tft_cpu_us_per_record']:g} µs per record, Shuffle of 2x the input), "
+        f"(its measured {MEASURED['tft_cpu_us_per_record']:g} µs per record, Shuffle of twice the input), "
         f"{e['tft_peak_mb_per_worker']:,.0f} MB per worker ({tft_fits})",
     ]
