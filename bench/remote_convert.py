@@ -61,10 +61,10 @@ def markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    sys.path.insert(0, str(REPO / "tests"))
-    from _remote import RemoteStack
-
     from bench import make_data
+    from bench.remote import stand_in_servers
+
+    RemoteStack = stand_in_servers().RemoteStack
 
     ap = argparse.ArgumentParser(description="requests of a conversion from and to emulated gs://")
     ap.add_argument("--size", choices=sorted(make_data.SIZES), default="small")
