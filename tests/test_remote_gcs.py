@@ -298,7 +298,7 @@ def test_failed_conversion_on_gcs_is_reported_to_readers(remote_stack, tmp_path)
     assert f"failing/out/{FAILURE_FILENAME}" in names
     assert f"failing/out/{METADATA_FILENAME}" not in names
     assert any(n.startswith("failing/out/errors/") for n in names)
-    assert not any("/.recordprep-tmp/" in n or "-of-" in n.rsplit("/", 1)[-1] and n.endswith(".gz")
+    assert not any("/.recordprep-tmp/" in n or ("-of-" in n.rsplit("/", 1)[-1] and n.endswith(".gz"))
                    for n in names)
     with pytest.raises(readers.DatasetFailedError, match="rejected"):
         readers.load_info(out)
