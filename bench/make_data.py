@@ -216,8 +216,10 @@ def records(file_index: int, per_file: int) -> Iterator[dict[str, Any]]:
         yield from _chunk(rng, first + start, min(CHUNK, per_file - start))
 
 
-def _write_file(args: tuple[Path, int, int]) -> tuple[int, int, int]:
-    """Write one AVRO file and its JSON Lines twin from one record stream."""
+def write_file(args: tuple[Path, int, int]) -> tuple[int, int, int]:
+    """Write one AVRO file and its JSON Lines twin from one record stream: ``(root, file index,
+    records per file)`` -> ``root/avro/part-NNNNN.avro`` and ``root/json/part-NNNNN.jsonl``;
+    returns (records, AVRO bytes, JSON bytes)."""
     root, index, per_file = args
     name = f"part-{index:05d}"
     avro_path, json_path = root / "avro" / f"{name}.avro", root / "json" / f"{name}.jsonl"
@@ -279,9 +281,9 @@ def ensure_dataset(size: str, *, jobs: int | None = None, log=print) -> dict[str
         # which runs it again unless it has a __main__ guard.
         method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
         with multiprocessing.get_context(method).Pool(jobs) as pool:
-            out = pool.map(_write_file, work)
+            out = pool.map(write_file, work)
     else:
-        out = [_write_file(w) for w in work]
+        out = [write_file(w) for w in work]
     manifest = {
         "generator_version": GENERATOR_VERSION, "size": size, "records": sum(c for c, _, _ in out),
         "files": files, "seed": BASE_SEED, "schema": SCHEMA,

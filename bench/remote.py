@@ -46,7 +46,7 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import http.client
-import importlib.util
+import importlib
 import json
 import ssl
 import sys
@@ -112,16 +112,40 @@ def _slug(comp: str) -> str:
     return comp.replace(", ", "-")
 
 
-def load_servers():
-    """``tests/_remote.py`` (the servers and :class:`RemoteStack`), loaded by path."""
-    name = "_remote"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, REPO / "tests" / "_remote.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+def stand_in_servers(name: str = "_remote"):
+    """A stand-in server module of ``tests/`` (``_remote``: the GCS emulator, the proxy, WebHDFS and
+    :class:`RemoteStack`; ``_remote_s3``: the local S3), imported with ``tests/`` on the path as the
+    test run has it (the modules import each other by name)."""
+    tests = str(REPO / "tests")
+    if tests not in sys.path:
+        sys.path.insert(0, tests)
+    return importlib.import_module(name)
+
+
+def clock_log(t0: float | None = None):
+    """A ``log(msg)`` that prints each line after the seconds since ``t0`` (default: now)."""
+    start = time.perf_counter() if t0 is None else t0
+
+    def log(msg: str) -> None:
+        print(f"[{time.perf_counter() - start:7.1f}s] {msg}", flush=True)
+
+    return log
+
+
+def bench_output(size: str, log) -> str:
+    """The bench dataset of ``size`` converted from AVRO with gzip (made, and converted, if missing)."""
+    from bench import make_data
+
+    manifest = make_data.ensure_dataset(size, log=log)
+    out = str(make_data.dataset_dir(size) / "out" / "remote_avro_gzip")
+    if not (Path(out) / "dataset_info.json").exists():
+        from pipelines.job import run_convert
+        from pipelines.options import ConvertOptions
+
+        log(f"converting {manifest['records']:,} records into {out}")
+        run_convert(ConvertOptions(inputs=(str(make_data.dataset_dir(size) / "avro" / "*.avro"),),
+                                   config=str(REPO / "bench" / "features.yaml"), output=out, overwrite=True))
+    return out
 
 
 def probe_link(stack, obj: str, *, repeats: int = 3) -> dict[str, float]:
@@ -163,7 +187,7 @@ def run_table(dirs: dict[str, str], *, log, log_dir: Path, ttfb_ms: float = TTFB
     from bench.measure import run_child
     from bench.reader_bench import BATCH, WINDOWS, _summarize
 
-    servers = load_servers()
+    servers = stand_in_servers()
     comps = [c for c in COMPRESSIONS if c in dirs] or list(dirs)
     log_dir.mkdir(parents=True, exist_ok=True)
     # The GCS stat cache keeps TensorFlow's defaults here (the tests set it to 0).
@@ -376,11 +400,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--skip-stragglers", action="store_true", help="leave the straggler rows out")
     args = ap.parse_args(argv)
-    t0 = time.perf_counter()
-
-    def log(msg: str) -> None:
-        print(f"[{time.perf_counter() - t0:7.1f}s] {msg}", flush=True)
-
+    log = clock_log()
     stamp = _dt.datetime.now(_dt.UTC).strftime("%Y%m%dT%H%M%SZ")
     log_dir = make_data.DATA_ROOT / "logs" / f"{stamp}-remote-{args.size}"
     dirs: dict[str, str] = {}
@@ -389,16 +409,7 @@ def main(argv: list[str] | None = None) -> int:
         comp = "gzip" if info.get("compression") == "GZIP" else "none"
         dirs[comp + (", packed" if info.get("layout") == "packed" else "")] = d
     if not dirs:
-        manifest = make_data.ensure_dataset(args.size, log=log)
-        out = str(make_data.dataset_dir(args.size) / "out" / "remote_avro_gzip")
-        if not (Path(out) / "dataset_info.json").exists():
-            from pipelines.job import run_convert
-            from pipelines.options import ConvertOptions
-
-            log(f"converting {manifest['records']:,} records into {out}")
-            run_convert(ConvertOptions(inputs=(str(make_data.dataset_dir(args.size) / "avro" / "*.avro"),),
-                                       config=str(REPO / "bench" / "features.yaml"), output=out, overwrite=True))
-        dirs["gzip"] = out
+        dirs["gzip"] = bench_output(args.size, log)
     remote = run_table(dirs, log=log, log_dir=log_dir, ttfb_ms=args.remote_ttfb_ms,
                        mbps=args.remote_mbps, repeats=args.repeats, tune=args.remote_tune,
                        stragglers=not args.skip_stragglers)

@@ -62,10 +62,10 @@ def markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> list[str]:
 
 def run(size: str, *, num_shards: tuple[int, ...] = (4, 16), ttfb_ms: float = 20.0, mbps: float = 0.0) -> dict[str, Any]:
     """Convert the bench dataset of ``size`` gs:// -> gs:// once per shard count: ``{"meta", "rows"}``."""
-    sys.path.insert(0, str(REPO / "tests"))
-    from _remote import RemoteStack
-
     from bench import make_data
+    from bench.remote import stand_in_servers
+
+    RemoteStack = stand_in_servers().RemoteStack
 
     manifest = make_data.ensure_dataset(size)
     avro = make_data.dataset_dir(size) / "avro"

@@ -16,7 +16,6 @@ Standalone: ``python -m bench.remote_s3 --size small [--dir OUT]``.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import shutil
 import sys
@@ -25,20 +24,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
-TTFB_MS = 100.0
-MBPS = 20.0
-STRAGGLER_FACTOR = 10.0
-
-
-def load_s3_servers():
-    """``tests/_remote_s3.py`` (and the ``_remote`` it imports), loaded by path."""
-    sys.path.insert(0, str(REPO / "tests"))
-    spec = importlib.util.spec_from_file_location("_remote_s3", REPO / "tests" / "_remote_s3.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["_remote_s3"] = module
-    spec.loader.exec_module(module)
-    return module
+from bench.remote import (
+    MBPS,
+    REPO,
+    STRAGGLER_FACTOR,
+    TTFB_MS,
+    bench_output,
+    clock_log,
+    stand_in_servers,
+)
 
 
 def measure(pattern: str, *, epochs: int, batch_size: int, cache_dir: str | None) -> dict[str, Any]:
@@ -62,7 +56,7 @@ def measure(pattern: str, *, epochs: int, batch_size: int, cache_dir: str | None
 def run(out: str, *, epochs: int, batch_size: int, ttfb_ms: float, mbps: float, log) -> dict[str, Any]:
     import readers
 
-    servers = load_s3_servers()
+    servers = stand_in_servers("_remote_s3")
     info = readers.load_info(out)
     train = info.splits["train"].shards
     rows: dict[str, Any] = {}
@@ -126,22 +120,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--remote-ttfb-ms", type=float, default=TTFB_MS)
     ap.add_argument("--remote-mbps", type=float, default=MBPS)
     args = ap.parse_args(argv)
-    t0 = time.perf_counter()
-
-    def log(msg: str) -> None:
-        print(f"[{time.perf_counter() - t0:7.1f}s] {msg}", flush=True)
-
-    out = args.dir
-    if out is None:
-        manifest = make_data.ensure_dataset(args.size, log=log)
-        out = str(make_data.dataset_dir(args.size) / "out" / "remote_avro_gzip")
-        if not (Path(out) / "dataset_info.json").exists():
-            from pipelines.job import run_convert
-            from pipelines.options import ConvertOptions
-
-            log(f"converting {manifest['records']:,} records into {out}")
-            run_convert(ConvertOptions(inputs=(str(make_data.dataset_dir(args.size) / "avro" / "*.avro"),),
-                                       config=str(REPO / "bench" / "features.yaml"), output=out, overwrite=True))
+    log = clock_log()
+    out = args.dir or bench_output(args.size, log)
     result = run(out, epochs=args.epochs, batch_size=args.batch_size, ttfb_ms=args.remote_ttfb_ms,
                  mbps=args.remote_mbps, log=log)
     md = "\n".join(markdown(result))

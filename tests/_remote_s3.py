@@ -1,28 +1,27 @@
 """A local S3 for the ``s3://`` tests and the bench: ``moto`` in server mode behind the latency proxy.
 
-Like the other stand-ins of ``tests/_remote.py``, each server is a separate
+Like the other stand-ins (``tests/_remote.py``), each server is a separate
 process bound to 127.0.0.1, announces ``READY <port>`` and is stopped by its
-pid. ``python tests/_remote_s3.py s3 --port 0`` serves moto's S3 (in memory,
-with conditional writes: ``If-None-Match: *`` and ``If-Match``); the latency
-proxy of ``tests/_remote.py`` forwards plain HTTP to it, so the time to first
-byte, the bandwidth cap, the straggler and the request counts work as for
-``gs://``. Clients reach it the way a user points them at an S3-compatible
-store: ``AWS_ENDPOINT_URL`` and credentials in the environment (never a
-config file); Beam's S3 file system and boto3 both read them.
+pid (``tests/_remote_process.py``). ``python tests/_remote_s3.py s3 --port 0``
+serves moto's S3 (in memory, with conditional writes: ``If-None-Match: *`` and
+``If-Match``); the latency proxy (``tests/_remote_proxy.py``) forwards plain
+HTTP to it, so the time to first byte, the bandwidth cap, the straggler and the
+request counts work as for ``gs://``. Clients reach it the way a user points
+them at an S3-compatible store: ``AWS_ENDPOINT_URL`` and credentials in the
+environment (never a config file); Beam's S3 file system and boto3 both read
+them. :func:`shared_s3` keeps one per test process (the ``s3_stack`` fixture of
+``tests/conftest.py``).
 """
 
 from __future__ import annotations
 
 import argparse
-import atexit
-import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from _remote import HERE as REMOTE_PY
-from _remote import ServerMissing, ServerProcess, _announce_and_serve, _http_json, make_certs
+from _remote_process import ServerStack, announce_and_serve, shared
+from _remote_proxy import ProxyControl, make_certs
 
 S3_PY = Path(__file__).resolve()
 S3_BUCKET = "recordprep-s3"
@@ -35,17 +34,15 @@ def serve_s3(args) -> None:
 
     app = DomainDispatcherApplication(create_backend_app)  # the service from each request's signature
     server = make_server("127.0.0.1", args.port, app, True, request_handler=MotoRequestHandler)
-    _announce_and_serve(server)
+    announce_and_serve(server)
 
 
-class S3Stack:
+class S3Stack(ServerStack, ProxyControl):
     """moto's S3 + a latency proxy in front of it, and the environment that points clients there."""
 
     def __init__(self, *, workdir: Path | None = None) -> None:
-        self._own_workdir = workdir is None
-        self.workdir = Path(workdir or tempfile.mkdtemp(prefix="recordprep-s3-"))
+        super().__init__(workdir, "recordprep-s3-")
         self.bucket = S3_BUCKET
-        self.processes: list[ServerProcess] = []
         try:
             self.moto = self._start("moto", ["s3", "--port", "0"], S3_PY)
             self.moto_url = f"http://127.0.0.1:{self.moto.port}"
@@ -55,16 +52,11 @@ class S3Stack:
                 ["proxy", "--port", "0", "--upstream", self.moto_url, "--cert", str(certs["cert"]),
                  "--key", str(certs["key"])], REMOTE_PY,
             )
-            self.endpoint = f"http://127.0.0.1:{self.proxy.port}"
+            self.endpoint = self.proxy_url = f"http://127.0.0.1:{self.proxy.port}"
             self.client().create_bucket(Bucket=self.bucket)
         except BaseException:
             self.stop()
             raise
-
-    def _start(self, name: str, args: list[str], script: Path) -> ServerProcess:
-        proc = ServerProcess(name, args, self.workdir, script=script)
-        self.processes.append(proc)
-        return proc
 
     def env(self) -> dict[str, str]:
         """What a user sets for an S3-compatible store: endpoint, region and keys (moto takes any)."""
@@ -77,19 +69,6 @@ class S3Stack:
             "no_proxy": "127.0.0.1,localhost",
             "NO_PROXY": "127.0.0.1,localhost",
         }
-
-    def apply_env(self) -> None:
-        env = self.env()
-        self._saved_env = {k: os.environ.get(k) for k in env}
-        os.environ.update(env)
-
-    def restore_env(self) -> None:
-        for k, v in getattr(self, "_saved_env", {}).items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-        self._saved_env = {}
 
     def client(self) -> Any:
         """A boto3 S3 client on the server, straight to moto (not through the proxy's counts)."""
@@ -114,64 +93,10 @@ class S3Stack:
     def get(self, key: str) -> bytes:
         return self.client().get_object(Bucket=self.bucket, Key=key)["Body"].read()
 
-    def set_latency(self, ttfb_ms: float, mbps: float) -> dict[str, Any]:
-        return _http_json("POST", f"{self.endpoint}/_config?ttfb_ms={ttfb_ms}&mbps={mbps}")
-
-    def set_straggler(self, name: str | None = None, *, every: int | None = None, factor: float = 10.0,
-                      hold: bool = False) -> dict[str, Any]:
-        import urllib.parse
-
-        q = urllib.parse.urlencode({"straggler": name or "", "straggler_every": every or 0,
-                                    "straggler_factor": factor, "straggler_hold": int(hold)})
-        return _http_json("POST", f"{self.endpoint}/_config?{q}")
-
-    def proxy_stats(self, reset: bool = False) -> dict[str, Any]:
-        return _http_json("POST" if reset else "GET", f"{self.endpoint}/_stats")
-
-    def stop(self) -> None:
-        for proc in reversed(self.processes):
-            try:
-                proc.stop()
-            except Exception:  # noqa: BLE001 - stop the others anyway
-                pass
-        self.processes = []
-        if self._own_workdir:
-            shutil.rmtree(self.workdir, ignore_errors=True)
-
-    def __enter__(self) -> S3Stack:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.stop()
-
-
-_STACK: S3Stack | None = None
-
 
 def shared_s3() -> S3Stack:
     """One S3 stack per process, its environment applied to ``os.environ``; stopped at exit."""
-    global _STACK
-    if _STACK is None:
-        _STACK = S3Stack()
-        _STACK.apply_env()
-        atexit.register(_STACK.stop)
-    return _STACK
-
-
-try:
-    import pytest
-
-    @pytest.fixture(scope="session")
-    def s3_stack():
-        try:
-            stack = shared_s3()
-        except ServerMissing as e:  # only when moto is genuinely not installed
-            pytest.skip(f"local S3 server unavailable: {e} (install the dev extra: "
-                        f"pip install -c constraints.txt -e '.[dev]')")
-        yield stack
-        stack.restore_env()
-except ImportError:  # bench/ without pytest
-    pass
+    return shared(S3Stack)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -12,7 +12,6 @@ from collections import Counter
 
 import _readers_fixtures as fx
 import pytest
-from _remote import remote_stack  # noqa: F401 - the session fixture
 
 from bench import remote as bench_remote
 
@@ -24,7 +23,7 @@ DEADLINE_S = 120.0
 
 
 @pytest.fixture(scope="module")
-def gs_output(remote_stack, tmp_path_factory):  # noqa: F811
+def gs_output(remote_stack, tmp_path_factory):
     out = fx.write_output(tmp_path_factory.mktemp("stragglers") / "out", {"train": SHARDS})
     url = remote_stack.upload_dir(out.root, "stragglers/out")
     return out, url
@@ -45,7 +44,7 @@ def _proxy_get(stack, obj: str) -> bytes:
         conn.close()
 
 
-def test_proxy_holds_only_the_straggler_and_can_be_changed_while_running(remote_stack, gs_output):  # noqa: F811
+def test_proxy_holds_only_the_straggler_and_can_be_changed_while_running(remote_stack, gs_output):
     out, _ = gs_output
     first, second = (out.info.splits["train"].shards[i].file for i in (0, 1))
     remote_stack.proxy_stats(reset=True)
@@ -79,7 +78,7 @@ def test_proxy_holds_only_the_straggler_and_can_be_changed_while_running(remote_
 
 
 def test_default_interleave_keeps_yielding_while_a_shard_stalls_and_every_record_arrives_once(
-        remote_stack, gs_output):  # noqa: F811
+        remote_stack, gs_output):
     """While shard 0's reads are held, ``train_dataset``'s defaults (non-deterministic interleave)
     deliver every record of the 7 other shards that fits in complete windows; after the release,
     the epoch holds every record of the split exactly once."""

@@ -11,7 +11,6 @@ from pathlib import Path
 import fastavro
 import pytest
 from _e2e import cli
-from _remote import remote_stack  # noqa: F401 - the session fixture
 
 USER = {"type": "record", "name": "User", "fields": [
     {"name": "country", "type": "string"},
@@ -205,7 +204,7 @@ def test_some_records_rejected_still_suggest_the_tolerance(tmp_path):
 
 
 @pytest.mark.slow
-def test_inputs_on_gcs_are_checked_before_the_run(remote_stack, tmp_path):  # noqa: F811
+def test_inputs_on_gcs_are_checked_before_the_run(remote_stack, tmp_path):
     """Headers and samples of gs:// inputs are read through the emulator (a small read buffer)."""
     up = tmp_path / "up"
     _write(up, _records(), "avro", "part-0")

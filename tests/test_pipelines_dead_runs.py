@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 from _pipelines_data import make_records, write_dataset
-from _remote import remote_stack  # noqa: F401 - the session fixture
 from typer.testing import CliRunner
 
 import readers
@@ -156,7 +155,7 @@ def test_a_frozen_run_keeps_wait_waiting_until_its_heartbeat_is_stale(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_frozen_run_on_gcs_is_reported_dead(remote_stack):  # noqa: F811
+def test_a_frozen_run_on_gcs_is_reported_dead(remote_stack):
     _frozen_run_is_reported(f"gs://{remote_stack.bucket}/dead-runs/out")
 
 

@@ -12,7 +12,6 @@ import threading
 import time
 
 import pytest
-from _remote import remote_stack  # noqa: F401 - the session fixture
 
 from pipelines.lock import LOCK_FILENAME, LockHeldError, OutputLock, is_stale, read_lock
 
@@ -190,7 +189,7 @@ def test_on_gcs_every_change_is_conditional_on_the_generation():
 
 
 @pytest.mark.slow
-def test_on_the_gcs_emulator(remote_stack):  # noqa: F811
+def test_on_the_gcs_emulator(remote_stack):
     """The real google-cloud-storage calls: create, heartbeat, take over, release."""
     client = remote_stack.storage_client()
     out = f"gs://{remote_stack.bucket}/lock-test/out"

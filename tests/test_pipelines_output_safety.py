@@ -18,7 +18,6 @@ from pathlib import Path
 import fastavro
 import pytest
 from _pipelines_data import SCHEMA, make_records, write_dataset
-from _remote import remote_stack  # noqa: F401 - the session fixture
 from typer.testing import CliRunner
 
 from convert.spec import FAILURE_FILENAME, METADATA_FILENAME
@@ -521,7 +520,7 @@ def test_a_full_disk_leaves_a_failure_marker_and_frees_the_temp_files(tmp_path):
 
 
 @pytest.mark.slow
-def test_on_gcs_overwrite_keeps_unknown_objects_and_an_overlapping_output_is_refused(data, tmp_path, remote_stack):  # noqa: F811 - the fixture
+def test_on_gcs_overwrite_keeps_unknown_objects_and_an_overlapping_output_is_refused(data, tmp_path, remote_stack):
     from pipelines.job import OutputExistsError, OutputPathError, run_convert
     from pipelines.options import ConvertOptions
 

@@ -6,7 +6,6 @@ import os
 import socket
 
 import pytest
-from _remote import remote_stack  # noqa: F401 - the session fixture
 
 from pipelines.plan import InputError, discover, plan_units
 
@@ -117,7 +116,7 @@ def test_a_file_removed_after_listing_is_an_input_error(tree):
 
 
 @pytest.mark.slow
-def test_gcs_prefixes_and_literal_object_names(remote_stack, tmp_path):  # noqa: F811
+def test_gcs_prefixes_and_literal_object_names(remote_stack, tmp_path):
     """On gs:// (emulator): a prefix with or without slash is its data objects; an object
     whose name has glob characters is taken literally."""
     local = tmp_path / "up"

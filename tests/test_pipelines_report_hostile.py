@@ -176,7 +176,7 @@ def test_all_rejected_names_the_fields_with_escapes_shown(tmp_path):
     cfg.write_text(json.dumps({"label": {"source": "y", "dtype": "int64"},
                                "features": [{"name": "a", "source": f"[{json.dumps(OSC_TITLE)}]", "transform": "zscore"}]}))
     r = runner.invoke(app, ["convert", "--no-progress", "-i", str(data), "-c", str(cfg), "-o", str(tmp_path / "o")])
-    assert r.exit_code != 0 and r.exception is None or isinstance(r.exception, SystemExit), r.output
+    assert r.exit_code != 0 and (r.exception is None or isinstance(r.exception, SystemExit)), r.output
     _shown_safely(r.output)
     assert "fields are" in r.output and "\\x1b]0;PWNED\\x1b" in r.output and "[bold red]B" in r.output, r.output
     assert "\\u202eevil" in r.output

@@ -249,7 +249,8 @@ def test_metadata_that_is_a_directory_splits_a_list_or_deep(out, tmp_path):
         for cmd in (["inspect", str(out.root)], ["verify", str(out.root)]):
             r = runner.invoke(app, cmd)
             assert r.exit_code == 1, (what, cmd, r.output)
-            assert "Traceback" not in r.output and r.exception is None or isinstance(r.exception, SystemExit)
+            assert "Traceback" not in r.output, (what, cmd, r.output)
+            assert r.exception is None or isinstance(r.exception, SystemExit), (what, cmd, r.exception)
             assert str(meta) in r.output, (what, cmd, r.output)
 
 

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 from _pipelines_data import make_records, write_dataset
-from _remote import remote_stack  # noqa: F401 - the session fixture
 
 pytestmark = pytest.mark.slow
 
@@ -98,7 +97,7 @@ def test_local_reader_mid_epoch_never_mixes_runs(tmp_path, kind):
     assert {int(i) for i in _all_ids(str(out / "train-*"))} <= set(range(_NEW_IDS, _NEW_IDS + 1600))
 
 
-def test_gcs_reader_mid_epoch_never_mixes_runs(tmp_path, remote_stack):  # noqa: F811
+def test_gcs_reader_mid_epoch_never_mixes_runs(tmp_path, remote_stack):
     old, new = _inputs(tmp_path / "old", new=False), _inputs(tmp_path / "new", new=True)
     urls = {}
     for name in ("old", "new"):

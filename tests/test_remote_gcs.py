@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from _pipelines_data import make_records, shards_without_run_id, without_run_id, write_dataset
-from _remote import remote_stack, stats_by_file_name  # noqa: F401 - the session fixture
+from _remote import stats_by_file_name
 
 from convert.spec import METADATA_FILENAME
 from convert.stats import STATS_FILENAME
@@ -31,7 +31,7 @@ def _opts(inputs: str, config: Path, output: str, **kw) -> ConvertOptions:
     return ConvertOptions(inputs=(inputs,), config=str(config), output=output, **kw)
 
 
-def _local_files(remote_stack, prefix: str) -> dict[str, bytes]:  # noqa: F811
+def _local_files(remote_stack, prefix: str) -> dict[str, bytes]:
     bucket = remote_stack.storage_client().bucket(remote_stack.bucket)
     return {
         without_run_id(name[len(prefix) + 1 :]): bucket.blob(name).download_as_bytes()
@@ -40,7 +40,7 @@ def _local_files(remote_stack, prefix: str) -> dict[str, bytes]:  # noqa: F811
 
 
 @pytest.fixture(scope="module")
-def gcs_dataset(remote_stack, tmp_path_factory):  # noqa: F811
+def gcs_dataset(remote_stack, tmp_path_factory):
     """AVRO inputs on gs://, converted by the CLI (gs:// -> gs://) and locally with run_convert."""
     root = tmp_path_factory.mktemp("gcs")
     paths = write_dataset(root / "data", make_records(400, seed=5))
@@ -68,7 +68,7 @@ def gcs_dataset(remote_stack, tmp_path_factory):  # noqa: F811
             "cli": cli, "cli_seconds": cli_seconds}
 
 
-def test_cli_converts_gs_to_gs_like_a_local_run(gcs_dataset, remote_stack):  # noqa: F811
+def test_cli_converts_gs_to_gs_like_a_local_run(gcs_dataset, remote_stack):
     files = _local_files(remote_stack, "e2e/out")
     local = {without_run_id(str(p.relative_to(gcs_dataset["local"]))): p.read_bytes()
              for p in gcs_dataset["local"].rglob("*") if p.is_file()}
@@ -89,7 +89,7 @@ def test_cli_converts_gs_to_gs_like_a_local_run(gcs_dataset, remote_stack):  # n
     assert "train" in gcs_dataset["cli"].stdout
 
 
-def test_worker_processes_convert_gs_to_gs_like_a_local_run(gcs_dataset, remote_stack):  # noqa: F811
+def test_worker_processes_convert_gs_to_gs_like_a_local_run(gcs_dataset, remote_stack):
     """Multi-process workers (``pipelines._worker``, unused Beam connectors not loaded) read and write gs://."""
     out = f"gs://{remote_stack.bucket}/workers/out"
     result = run_convert(_opts(f"{gcs_dataset['gs_in']}/*.avro", gcs_dataset["paths"]["config"], out,
@@ -101,14 +101,14 @@ def test_worker_processes_convert_gs_to_gs_like_a_local_run(gcs_dataset, remote_
         assert files[name] == p.read_bytes(), name
 
 
-def test_metadata_is_written_last(gcs_dataset, remote_stack):  # noqa: F811
+def test_metadata_is_written_last(gcs_dataset, remote_stack):
     blobs = list(remote_stack.storage_client().list_blobs(remote_stack.bucket, prefix="e2e/out/"))
     meta = next(b for b in blobs if b.name.endswith("/" + METADATA_FILENAME))
     others = [b for b in blobs if b is not meta]
     assert others and all(b.time_created <= meta.time_created for b in others)
 
 
-def test_load_info_and_datasets_on_gcs_match_local(gcs_dataset, remote_stack):  # noqa: F811
+def test_load_info_and_datasets_on_gcs_match_local(gcs_dataset, remote_stack):
     import readers
 
     gs_out, local = gcs_dataset["gs_out"], str(gcs_dataset["local"])
@@ -139,7 +139,7 @@ def test_load_info_and_datasets_on_gcs_match_local(gcs_dataset, remote_stack):  
     assert after.get("GET range", 0) > before.get("GET range", 0)
 
 
-def test_reading_under_latency_and_bandwidth_cap(gcs_dataset, remote_stack, tmp_path):  # noqa: F811
+def test_reading_under_latency_and_bandwidth_cap(gcs_dataset, remote_stack, tmp_path):
     import readers
 
     gs_out = gcs_dataset["gs_out"]
@@ -163,7 +163,7 @@ def test_reading_under_latency_and_bandwidth_cap(gcs_dataset, remote_stack, tmp_
         remote_stack.set_latency(ttfb_ms=0, mbps=0)
 
 
-def test_shards_are_opened_without_listing_them_first(gcs_dataset, remote_stack, monkeypatch):  # noqa: F811
+def test_shards_are_opened_without_listing_them_first(gcs_dataset, remote_stack, monkeypatch):
     """On gs:// a shard is opened straight away: no listing request per shard (each
     waits a time to first byte before the shard's own requests could start)."""
     import readers
@@ -185,7 +185,7 @@ def test_shards_are_opened_without_listing_them_first(gcs_dataset, remote_stack,
     assert globbed - direct >= shards, (direct, globbed)
 
 
-def test_shard_reads_bypass_the_gcs_per_file_block(gcs_dataset, remote_stack):  # noqa: F811
+def test_shard_reads_bypass_the_gcs_per_file_block(gcs_dataset, remote_stack):
     """On gs:// every shard read asks for more than TensorFlow's GCS block, so its
     file system sends it straight into the reader's buffer instead of zero-filling
     a 64 MB block per opened shard first (same number of requests either way)."""
@@ -213,7 +213,7 @@ def test_shard_reads_bypass_the_gcs_per_file_block(gcs_dataset, remote_stack):  
     assert old[block + 1] == 0 and old[block] >= shards
 
 
-def test_next_epochs_open_their_shards_before_the_current_one_ends(gcs_dataset, remote_stack):  # noqa: F811
+def test_next_epochs_open_their_shards_before_the_current_one_ends(gcs_dataset, remote_stack):
     """On gs:// (epoch_lookahead, the remote default: two epochs ahead for a split this
     small) the next epochs' shard reads are in flight while the current epoch's are,
     so an epoch start does not wait a time to first byte per shard, and a slow shard
@@ -244,7 +244,7 @@ def test_next_epochs_open_their_shards_before_the_current_one_ends(gcs_dataset, 
     assert len(ids) == 3 * n
 
 
-def test_shard_deleted_from_gcs_is_named_not_retried(gcs_dataset, remote_stack, tmp_path):  # noqa: F811
+def test_shard_deleted_from_gcs_is_named_not_retried(gcs_dataset, remote_stack, tmp_path):
     """Without the listing, a missing object fails at its first read; the read-time
     check names it as missing (instead of TFRecordDataset retrying an open forever)."""
     import tensorflow as tf
@@ -266,7 +266,7 @@ def test_shard_deleted_from_gcs_is_named_not_retried(gcs_dataset, remote_stack, 
                 pass
 
 
-def test_incomplete_output_is_refused(gcs_dataset, remote_stack, tmp_path):  # noqa: F811
+def test_incomplete_output_is_refused(gcs_dataset, remote_stack, tmp_path):
     import readers
 
     partial = tmp_path / "partial"
@@ -282,7 +282,7 @@ def test_incomplete_output_is_refused(gcs_dataset, remote_stack, tmp_path):  # n
         readers.wait_for_dataset(url, timeout=0.5, poll=0.2)
 
 
-def test_failed_conversion_on_gcs_is_reported_to_readers(remote_stack, tmp_path):  # noqa: F811
+def test_failed_conversion_on_gcs_is_reported_to_readers(remote_stack, tmp_path):
     import readers
 
     paths = write_dataset(tmp_path / "data", make_records(60, seed=9), bad_json_lines=True)
@@ -298,13 +298,13 @@ def test_failed_conversion_on_gcs_is_reported_to_readers(remote_stack, tmp_path)
     assert f"failing/out/{FAILURE_FILENAME}" in names
     assert f"failing/out/{METADATA_FILENAME}" not in names
     assert any(n.startswith("failing/out/errors/") for n in names)
-    assert not any("/.recordprep-tmp/" in n or "-of-" in n.rsplit("/", 1)[-1] and n.endswith(".gz")
+    assert not any("/.recordprep-tmp/" in n or ("-of-" in n.rsplit("/", 1)[-1] and n.endswith(".gz"))
                    for n in names)
     with pytest.raises(readers.DatasetFailedError, match="rejected"):
         readers.load_info(out)
 
 
-def test_rerun_is_a_no_op_and_overwrite_replaces(gcs_dataset, remote_stack):  # noqa: F811
+def test_rerun_is_a_no_op_and_overwrite_replaces(gcs_dataset, remote_stack):
     paths = gcs_dataset["paths"]
     opts = _opts(f"{gcs_dataset['gs_in']}/*.avro", paths["config"], gcs_dataset["gs_out"] + "/",
                  num_shards=3)
@@ -340,7 +340,7 @@ sys.stdout.buffer.write(_io.read_bytes(url))
 """
 
 
-def test_a_replaced_object_is_read_whole_despite_tensorflows_stat_cache(remote_stack, tmp_path):  # noqa: F811
+def test_a_replaced_object_is_read_whole_despite_tensorflows_stat_cache(remote_stack, tmp_path):
     # TensorFlow's GCS file system caches an object's size (5 s by default) and GFile.read()
     # reads that many bytes: metadata replaced by another run came back cut at the old size.
     env = {**os.environ, **remote_stack.env(), "GCS_STAT_CACHE_MAX_AGE": "300"}

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from _pipelines_data import make_records, shards_without_run_id, without_run_id, write_dataset
 from _ports import free_port
-from _remote import remote_stack, stats_by_file_name  # noqa: F401 - the session fixture
+from _remote import stats_by_file_name
 
 from convert.spec import METADATA_FILENAME
 from convert.stats import STATS_FILENAME
@@ -32,7 +32,7 @@ def _opts(inputs: str, config: Path, output: str, **kw) -> ConvertOptions:
 
 
 @pytest.fixture(scope="module")
-def hdfs_dataset(remote_stack, tmp_path_factory):  # noqa: F811
+def hdfs_dataset(remote_stack, tmp_path_factory):
     root = tmp_path_factory.mktemp("hdfs")
     paths = write_dataset(root / "data", make_records(300, seed=4))
     ns = remote_stack.hdfs_root / "hdfs-e2e"
@@ -52,7 +52,7 @@ def hdfs_dataset(remote_stack, tmp_path_factory):  # noqa: F811
 
 
 @pytest.mark.slow
-def test_cli_converts_hdfs_to_hdfs_like_a_local_run(hdfs_dataset, remote_stack):  # noqa: F811
+def test_cli_converts_hdfs_to_hdfs_like_a_local_run(hdfs_dataset, remote_stack):
     remote_stack.webhdfs_stats(reset=True)
     url = hdfs_dataset["url"]
     # Only RECORDPREP_WEBHDFS_URL (the readers' setting) is set: the Beam flags are derived.
@@ -77,7 +77,7 @@ def test_cli_converts_hdfs_to_hdfs_like_a_local_run(hdfs_dataset, remote_stack):
 
 
 @pytest.mark.slow
-def test_readers_on_hdfs_match_local(hdfs_dataset, remote_stack, tmp_path, monkeypatch):  # noqa: F811
+def test_readers_on_hdfs_match_local(hdfs_dataset, remote_stack, tmp_path, monkeypatch):
     import readers
     from readers import _staging
 
@@ -105,7 +105,7 @@ def test_readers_on_hdfs_match_local(hdfs_dataset, remote_stack, tmp_path, monke
 
 
 @pytest.mark.slow
-def test_inspect_and_verify_on_hdfs(hdfs_dataset, remote_stack):  # noqa: F811
+def test_inspect_and_verify_on_hdfs(hdfs_dataset, remote_stack):
     if not (hdfs_dataset["ns"] / "out" / METADATA_FILENAME).exists():
         test_cli_converts_hdfs_to_hdfs_like_a_local_run(hdfs_dataset, remote_stack)
     url = hdfs_dataset["url"] + "/out"
@@ -117,7 +117,7 @@ def test_inspect_and_verify_on_hdfs(hdfs_dataset, remote_stack):  # noqa: F811
 
 
 @pytest.mark.slow
-def test_explicit_beam_flags_and_overwrite(hdfs_dataset, remote_stack):  # noqa: F811
+def test_explicit_beam_flags_and_overwrite(hdfs_dataset, remote_stack):
     url = "hdfs://other-name/hdfs-e2e"  # the server part is ignored by Beam with --hdfs_full_urls
     opts = _opts(f"{url}/in/part-0.avro", hdfs_dataset["paths"]["config"], f"{url}/flags-out",
                  num_shards=2, beam_args=tuple(remote_stack.hdfs_beam_args()))
@@ -148,7 +148,7 @@ def test_hdfs_flags_are_derived_like_the_readers(monkeypatch):
     assert hdfs_beam_args(["hdfs://nn/out"], given) == []
 
 
-def test_webhdfs_stand_in_follows_hdfs_semantics(remote_stack):  # noqa: F811
+def test_webhdfs_stand_in_follows_hdfs_semantics(remote_stack):
     import hdfs
 
     client = hdfs.InsecureClient(remote_stack.webhdfs_url, user="tester")
@@ -191,7 +191,7 @@ def test_wait_on_an_unreachable_or_unnamed_namenode_says_so_in_one_line(tmp_path
 
 
 @pytest.mark.slow
-def test_wait_on_hdfs_sees_a_complete_output_and_times_out_on_a_missing_one(hdfs_dataset, remote_stack):  # noqa: F811
+def test_wait_on_hdfs_sees_a_complete_output_and_times_out_on_a_missing_one(hdfs_dataset, remote_stack):
     shutil.copytree(hdfs_dataset["local"], hdfs_dataset["ns"] / "waited", dirs_exist_ok=True)
     url = hdfs_dataset["url"]
     done = subprocess.run([str(RECORDPREP), "wait", f"{url}/waited", "--timeout", "60", "--poll", "0.1"],

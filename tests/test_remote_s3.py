@@ -23,7 +23,6 @@ from _pipelines_data import (
     write_dataset,
 )
 from _remote import stats_by_file_name
-from _remote_s3 import s3_stack  # noqa: F401 - the session fixture
 
 from convert.lockfile import LOCK_FILENAME
 from convert.spec import METADATA_FILENAME
@@ -41,12 +40,12 @@ def _opts(inputs: str, config: Path, output: str, **kw) -> ConvertOptions:
     return ConvertOptions(inputs=(inputs,), config=str(config), output=output, **kw)
 
 
-def _files(s3_stack, prefix: str) -> dict[str, bytes]:  # noqa: F811
+def _files(s3_stack, prefix: str) -> dict[str, bytes]:
     return {name[len(prefix) + 1:]: s3_stack.get(name) for name in s3_stack.names(prefix)}
 
 
 @pytest.fixture(scope="module")
-def s3_dataset(s3_stack, tmp_path_factory):  # noqa: F811
+def s3_dataset(s3_stack, tmp_path_factory):
     """AVRO inputs on s3://, converted by the CLI (s3:// -> s3://) and locally with run_convert."""
     root = tmp_path_factory.mktemp("s3")
     paths = write_dataset(root / "data", make_records(400, seed=5))
@@ -74,7 +73,7 @@ def s3_dataset(s3_stack, tmp_path_factory):  # noqa: F811
             "cli": cli, "cli_seconds": cli_seconds, "requests": s3_stack.proxy_stats()["counts"]}
 
 
-def test_cli_converts_s3_to_s3_like_a_local_run(s3_dataset, s3_stack):  # noqa: F811
+def test_cli_converts_s3_to_s3_like_a_local_run(s3_dataset, s3_stack):
     # shard names carry their run's id: the two runs' files are matched without it
     files = {without_run_id(k): v for k, v in _files(s3_stack, "e2e/out").items()}
     local = {without_run_id(str(p.relative_to(s3_dataset["local"]))): p
@@ -99,7 +98,7 @@ def test_rerun_is_a_no_op(s3_dataset):
     assert run_convert(opts).skipped  # same inputs (s3:// sizes and mtimes) and config
 
 
-def test_lock_on_s3_lets_exactly_one_of_many_racing_runs_win(s3_stack):  # noqa: F811
+def test_lock_on_s3_lets_exactly_one_of_many_racing_runs_win(s3_stack):
     """S3's conditional create (If-None-Match: *): runs starting at the same instant cannot
     both take the lock (a check-then-write would let several through)."""
     from pipelines.lock import LockHeldError, OutputLock
@@ -128,7 +127,7 @@ def test_lock_on_s3_lets_exactly_one_of_many_racing_runs_win(s3_stack):  # noqa:
         assert f"lock-race/out/{LOCK_FILENAME}" not in s3_stack.names("lock-race/out")
 
 
-def test_lock_on_s3_is_not_taken_when_another_run_writes_it_first(s3_stack, monkeypatch):  # noqa: F811
+def test_lock_on_s3_is_not_taken_when_another_run_writes_it_first(s3_stack, monkeypatch):
     """Another run's lock lands between our check and our write (the race a check-then-write
     loses, deterministic here): the conditional create refuses, and that run keeps its lock."""
     import boto3
@@ -162,7 +161,7 @@ def test_lock_on_s3_is_not_taken_when_another_run_writes_it_first(s3_stack, monk
     s3_stack.client().delete_object(Bucket=s3_stack.bucket, Key=key)
 
 
-def test_lock_on_s3_heartbeat_take_over_and_release(s3_stack):  # noqa: F811
+def test_lock_on_s3_heartbeat_take_over_and_release(s3_stack):
     from pipelines.lock import LockHeldError, OutputLock, read_lock
 
     out = f"s3://{s3_stack.bucket}/lock-test/out"
@@ -205,7 +204,7 @@ def test_wait_verify_and_report_on_s3(s3_dataset, tmp_path):
     assert "train" in (tmp_path / "r.html").read_text()
 
 
-def test_wait_ends_at_once_on_a_dead_run_on_s3(s3_stack):  # noqa: F811
+def test_wait_ends_at_once_on_a_dead_run_on_s3(s3_stack):
     key = f"dead/out/{LOCK_FILENAME}"
     s3_stack.client().put_object(Bucket=s3_stack.bucket, Key=key, Body=json.dumps(
         {"owner": {"host": "elsewhere", "pid": 1, "user": "bob"}, "heartbeat_unix": time.time() - 3600,
@@ -216,7 +215,7 @@ def test_wait_ends_at_once_on_a_dead_run_on_s3(s3_stack):  # noqa: F811
     assert "lock" in waited.stderr.lower()
 
 
-def test_failed_conversion_on_s3_leaves_its_failure_report(s3_stack, tmp_path):  # noqa: F811
+def test_failed_conversion_on_s3_leaves_its_failure_report(s3_stack, tmp_path):
     paths = write_dataset(tmp_path / "data", make_records(60, seed=9), bad_json_lines=True)
     upload = tmp_path / "upload"
     upload.mkdir()
@@ -235,7 +234,7 @@ def test_failed_conversion_on_s3_leaves_its_failure_report(s3_stack, tmp_path): 
     assert waited.returncode == 1 and "rejected" in waited.stderr, waited.stdout + waited.stderr
 
 
-def test_readers_on_s3_stage_the_shards_and_match_local(s3_dataset, s3_stack, tmp_path, monkeypatch):  # noqa: F811
+def test_readers_on_s3_stage_the_shards_and_match_local(s3_dataset, s3_stack, tmp_path, monkeypatch):
     """TensorFlow 2.21 has no S3 file system: the readers copy the metadata and the shards they
     read to local disk (boto3, the environment's endpoint and keys) and read them there."""
     import readers
@@ -269,7 +268,7 @@ def test_readers_on_s3_stage_the_shards_and_match_local(s3_dataset, s3_stack, tm
     assert counts.get("bytes_out", 0) < min(s.num_bytes for s in info.splits["train"].shards) + 64 << 10
 
 
-def test_readers_on_s3_name_a_failed_or_missing_output(s3_stack, tmp_path, monkeypatch):  # noqa: F811
+def test_readers_on_s3_name_a_failed_or_missing_output(s3_stack, tmp_path, monkeypatch):
     import readers
 
     monkeypatch.setenv("RECORDPREP_S3_CACHE", str(tmp_path / "cache"))
@@ -281,7 +280,7 @@ def test_readers_on_s3_name_a_failed_or_missing_output(s3_stack, tmp_path, monke
         readers.wait_for_dataset(f"s3://{s3_stack.bucket}/nothing/out", timeout=0.5, poll=0.2)
 
 
-def test_worker_processes_convert_s3_to_s3_like_a_local_run(s3_dataset, s3_stack):  # noqa: F811
+def test_worker_processes_convert_s3_to_s3_like_a_local_run(s3_dataset, s3_stack):
     """Multi-process workers (``pipelines._worker``: Beam's S3 file system loaded because a path uses it)."""
     out = f"s3://{s3_stack.bucket}/workers/out"
     result = run_convert(_opts(f"{s3_dataset['s3_in']}/*.avro", s3_dataset["paths"]["config"], out,
@@ -294,7 +293,7 @@ def test_worker_processes_convert_s3_to_s3_like_a_local_run(s3_dataset, s3_stack
         assert files[name] == p.read_bytes(), name
 
 
-def test_analysis_from_an_s3_output(s3_dataset, s3_stack):  # noqa: F811
+def test_analysis_from_an_s3_output(s3_dataset, s3_stack):
     """``--analysis-from s3://``: the vocabularies and scalings of the earlier output, reused as they are."""
     out = f"s3://{s3_stack.bucket}/reuse/out"
     cli = _cli("convert", "--input", f"{s3_dataset['s3_in']}/*.avro", "--config", str(s3_dataset["paths"]["config"]),
@@ -306,7 +305,7 @@ def test_analysis_from_an_s3_output(s3_dataset, s3_stack):  # noqa: F811
     assert vocab and all(reused[n] == first[n] for n in vocab)
 
 
-def test_hostile_metadata_on_s3_stages_nothing_outside_its_cache(s3_dataset, s3_stack, tmp_path, monkeypatch):  # noqa: F811
+def test_hostile_metadata_on_s3_stages_nothing_outside_its_cache(s3_dataset, s3_stack, tmp_path, monkeypatch):
     """A dataset_info.json naming a shard outside its directory is refused before anything is copied."""
     import readers
     from convert.spec import SpecError
@@ -326,7 +325,7 @@ def test_hostile_metadata_on_s3_stages_nothing_outside_its_cache(s3_dataset, s3_
     assert not [p for p in tmp_path.rglob("*") if p.is_file()]
 
 
-def test_lock_on_a_store_without_conditional_deletes_checks_the_etag_first(s3_stack, monkeypatch):  # noqa: F811
+def test_lock_on_a_store_without_conditional_deletes_checks_the_etag_first(s3_stack, monkeypatch):
     """Where DeleteObject refuses If-Match, release still never removes another run's lock."""
     from botocore.exceptions import ClientError
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import pytest
 from _pipelines_data import make_records, without_run_id, write_dataset
-from _remote import remote_stack  # noqa: F401 - the session fixture
 
 from pipelines import transforms
 from pipelines.job import run_convert
@@ -34,7 +33,7 @@ def dataset(tmp_path_factory):
 
 
 @pytest.mark.parametrize("fan_in_bytes", [1, 10 << 10, 1 << 20], ids=["units-alone", "pairs", "one-group"])
-def test_scatter_reads_follow_the_formula_and_shards_are_the_same_bytes(dataset, remote_stack, monkeypatch,  # noqa: F811
+def test_scatter_reads_follow_the_formula_and_shards_are_the_same_bytes(dataset, remote_stack, monkeypatch,
                                                                         fan_in_bytes):
     opts, local = dataset
     monkeypatch.setattr(transforms, "_SPILL_BYTES", 16 << 10)  # several spills per unit, as at scale
@@ -91,7 +90,7 @@ def test_scatter_reads_follow_the_formula_and_shards_are_the_same_bytes(dataset,
           f"{gathered / gathers:,.0f} bytes")
 
 
-def test_blocks_larger_than_a_read_are_read_in_pieces_with_the_same_bytes(dataset, remote_stack, monkeypatch):  # noqa: F811
+def test_blocks_larger_than_a_read_are_read_in_pieces_with_the_same_bytes(dataset, remote_stack, monkeypatch):
     opts, local = dataset
     monkeypatch.setattr(transforms, "_SPILL_BYTES", 16 << 10)
     monkeypatch.setattr(transforms, "_READ_BYTES", 4 << 10)  # under a block: header, then runs of frames
