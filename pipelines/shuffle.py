@@ -23,7 +23,7 @@ round trip) the layout and reads are sized for requests
 file and writes its scatter file as one *block* per bucket at close;
 consecutive units are merged into groups (``fan_in_groups``) until a group's
 blocks average ``_FAN_IN_READ_BYTES``; a gathering shard reads each group's
-block in one ranged GET of exactly its bytes (``_ranged_reader``; Beam's reader
+block in one ranged GET of exactly its bytes (``ranged_reader``; Beam's reader
 fetches 16 MB from wherever a read starts), at most ``_READ_BYTES`` at a time.
 Requests of the gather then grow with bytes / ``_FAN_IN_READ_BYTES``, not with
 units x shards; local runs keep the plain layout (reads are cheap).
@@ -56,7 +56,6 @@ undecodable frame or block raises ``ConversionFailed``.
 from __future__ import annotations
 
 import concurrent.futures
-import contextlib
 import ctypes
 import os
 import struct
@@ -75,6 +74,7 @@ from apache_beam.transforms.window import GlobalWindows
 from convert.tfrecord import frame_records, take_records
 from pipelines import tempfile_format
 from pipelines._fs import delete as fs_delete
+from pipelines._fs import ranged_reader
 from pipelines._progress import GATHER, PROGRESS_DIR, UnitProgress
 from pipelines.options import ConvertOptions
 from pipelines.run_files import TMP_DIR, ConversionFailed
@@ -282,39 +282,6 @@ def _runs(frames: list[tuple[int, ...]]) -> Iterator[tuple[int, int, list[tuple[
         yield start, end - start, run
 
 
-_GCS_CLIENTS: dict[str | None, Any] = {}
-_GCS_LOCK = threading.Lock()
-
-
-def _gcs_client(path: str) -> Any:
-    """Beam's storage client for ``path``, one per process and endpoint (making one takes
-    a credential lookup; ``STORAGE_EMULATOR_HOST`` is the endpoint of the test emulator)."""
-    key = os.environ.get("STORAGE_EMULATOR_HOST")
-    with _GCS_LOCK:
-        if key not in _GCS_CLIENTS:
-            gcsio = getattr(FileSystems.get_filesystem(path), "_gcsIO", None)
-            _GCS_CLIENTS[key] = gcsio().client if gcsio is not None else None
-        return _GCS_CLIENTS[key]
-
-
-@contextlib.contextmanager
-def _ranged_reader(path: str) -> Iterator[Callable[[int, int], bytes]]:
-    """``read(offset, size)``: one request per call on gs:// (Beam's reader would fetch 16 MB
-    from ``offset`` on, whatever was asked), a seek and a read of an open file elsewhere."""
-    client = _gcs_client(path) if path.startswith("gs://") else None
-    if client is not None:
-        bucket, name = path[len("gs://"):].split("/", 1)
-        blob = client.bucket(bucket).blob(name)
-        yield lambda offset, size: blob.download_as_bytes(start=offset, end=offset + size - 1,
-                                                          raw_download=True, checksum=None)
-        return
-    with FileSystems.open(path, compression_type="uncompressed") as f:
-        def read_fs(offset: int, size: int) -> bytes:
-            f.seek(offset)
-            return f.read(size)
-        yield read_fs
-
-
 def _read_frames(path: str, frames: list[tuple[int, int, int, int]],
                  into: memoryview | None = None) -> Iterator[tuple[np.ndarray, np.ndarray, memoryview]]:
     """``(order keys, framed lengths, framed records)`` of the frames of one scatter file
@@ -358,7 +325,7 @@ def _read_lz4_frames(path: str, entries: list[tuple[int, ...]],
                      into: memoryview | None) -> Iterator[tuple[np.ndarray, np.ndarray, memoryview]]:
     """:func:`_read_frames` of a remote temp file: adjacent entries in one ranged read
     (:func:`_runs`); a block larger than ``_READ_BYTES`` is read as its frames, after its header."""
-    with _ranged_reader(path) as read:
+    with ranged_reader(path) as read:
         yield from _read_lz4_entries(path, entries, into, read)
 
 
@@ -641,7 +608,7 @@ def _merge_scatter(units: Iterable[dict], options: ConvertOptions) -> dict:
         for r in group:
             sc = r["scatter"]
             total, base = _scatter_bytes(r), local.seek(0, os.SEEK_END)
-            with _ranged_reader(sc["path"]) as read:
+            with ranged_reader(sc["path"]) as read:
                 for at in range(0, total, _READ_BYTES):
                     data = read(at, min(_READ_BYTES, total - at))
                     if len(data) != min(_READ_BYTES, total - at):

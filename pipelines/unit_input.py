@@ -69,9 +69,9 @@ def relaxed_gc() -> Iterator[None]:
 
     A batch holds thousands of decoded records (dicts, lists) alive, and with
     the default threshold (700 allocations) the collector traverses them again
-    and again (a threshold of 50 000 is measurably faster, docs/benchmarks.md#design-converter).
-    Records hold no reference cycles; reference
-    counting frees them either way. Process-wide, so counted across threads.
+    and again (a threshold of 50 000 saves that time: docs/benchmarks.md#design-converter).
+    Records hold no reference cycles; reference counting frees them either way.
+    Process-wide, so counted across threads.
     """
     global _gc_users, _gc_saved
     with _gc_lock:
