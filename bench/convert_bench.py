@@ -149,13 +149,13 @@ def _json_read(args: argparse.Namespace) -> dict[str, Any]:
 
     from convert.sources import iter_records
     from pipelines.options import ConvertOptions
-    from pipelines.transforms import _relaxed_gc
+    from pipelines.unit_input import relaxed_gc
 
     batch_size = ConvertOptions.batch_size  # the default
     n = 0
     # As a worker reads its ranges: Beam's file object, the job's batch size,
     # the job's GC setting while a unit runs.
-    with WorkTimer() as t, _relaxed_gc():
+    with WorkTimer() as t, relaxed_gc():
         for path in args.inputs:
             with FileSystems.open(path, compression_type="uncompressed") as f:
                 for batch in iter_records(f, path, 0, None, batch_size):

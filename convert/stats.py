@@ -673,7 +673,7 @@ class StatsAccumulator:
 
     # -- rejections
     def add_errors(self, lines: Sequence[bytes]) -> None:
-        """Group error-output lines (``pipelines.transforms._error_line``) by field and reason."""
+        """Group error-output lines (``pipelines.unit_input._error_line``) by field and reason."""
         for line in lines:
             self.rejected += 1
             try:

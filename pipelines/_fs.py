@@ -4,16 +4,20 @@
 glob characters, so an output directory named ``out[1]`` would match
 ``out1`` (or nothing). The converter's own paths are never patterns: these
 helpers take them literally and glob only the file-name pattern given
-apart.
+apart. ``ranged_reader`` reads byte ranges in one request each on gs://.
 """
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import re
 import shutil
+import threading
 import warnings
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from apache_beam.io.filesystems import FileSystems
 
@@ -62,7 +66,40 @@ def size_of(path: str) -> int:
     return int(FileSystems.get_filesystem(path).metadata(path).size_in_bytes)
 
 
-__all__ = ["delete", "escape_glob", "match_in", "size_of"]
+_GCS_CLIENTS: dict[str | None, Any] = {}
+_GCS_LOCK = threading.Lock()
+
+
+def _gcs_client(path: str) -> Any:
+    """Beam's storage client for ``path``, one per process and endpoint (making one takes
+    a credential lookup; ``STORAGE_EMULATOR_HOST`` is the endpoint of the test emulator)."""
+    key = os.environ.get("STORAGE_EMULATOR_HOST")
+    with _GCS_LOCK:
+        if key not in _GCS_CLIENTS:
+            gcsio = getattr(FileSystems.get_filesystem(path), "_gcsIO", None)
+            _GCS_CLIENTS[key] = gcsio().client if gcsio is not None else None
+        return _GCS_CLIENTS[key]
+
+
+@contextlib.contextmanager
+def ranged_reader(path: str) -> Iterator[Callable[[int, int], bytes]]:
+    """``read(offset, size)``: one request per call on gs:// (Beam's reader would fetch 16 MB
+    from ``offset`` on, whatever was asked), a seek and a read of an open file elsewhere."""
+    client = _gcs_client(path) if path.startswith("gs://") else None
+    if client is not None:
+        bucket, name = path[len("gs://"):].split("/", 1)
+        blob = client.bucket(bucket).blob(name)
+        yield lambda offset, size: blob.download_as_bytes(start=offset, end=offset + size - 1,
+                                                          raw_download=True, checksum=None)
+        return
+    with FileSystems.open(path, compression_type="uncompressed") as f:
+        def read_fs(offset: int, size: int) -> bytes:
+            f.seek(offset)
+            return f.read(size)
+        yield read_fs
+
+
+__all__ = ["delete", "escape_glob", "match_in", "ranged_reader", "size_of"]
 
 
 def read_file(path: str) -> bytes | None:

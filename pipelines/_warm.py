@@ -53,7 +53,7 @@ ENV_SWITCH = "RECORDPREP_WARM_WORKERS"
 #: What a conversion worker imports beyond the launcher, done in each child
 #: before it is handed a job.
 _PRELOAD = ("polars", "zlib_ng.gzip_ng", "isal.igzip", "lz4.frame", "apache_beam.runners.worker.sdk_worker_main",
-            "pipelines.transforms", "convert.example", "convert.sources", "convert.vectorize")
+            "pipelines.convert_pass", "pipelines.commit", "convert.example", "convert.sources", "convert.vectorize")
 
 
 def can_fork() -> bool:

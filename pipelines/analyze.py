@@ -1,6 +1,18 @@
-"""The vocabulary merge that scales out: term counts partitioned by term.
+"""The analysis pass: vocabularies and statistics of the training split.
 
-With more than one unit, each ``_AnalyzeUnit`` writes its vocabulary term
+::
+
+    units ──AnalyzeUnit──> (unit, Analyzer, prepared file, term counts file)
+          ──MergeAnalysis──> AnalysisValue (singleton; the convert pass' side input)
+
+``AnalyzeUnits`` reads each unit once (``pipelines.unit_input``), analyzes its
+training records and writes its prepared batches to a temp file the convert
+pass reads instead of the input (``pipelines.tempfile_format``). Vocabulary
+counts merge exactly in any order; the numeric partials are merged in unit
+order, so the same input always gives bit-identical statistics.
+
+The vocabulary merge scales out: term counts are partitioned by term. With
+more than one unit, each ``_AnalyzeUnit`` writes its vocabulary term
 counts to ``<output>/.recordprep-tmp/terms-<unit>-*.bin`` cut into
 ``partitions`` blocks by term (``convert.term_counts``) instead of sending
 them through the global combine. One task per (feature, partition) then
@@ -22,6 +34,8 @@ term's whole count is in one partition (``merge_stats_terms``).
 from __future__ import annotations
 
 import copy
+import dataclasses
+import pickle
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -30,10 +44,12 @@ from typing import Any
 import apache_beam as beam
 import numpy as np
 from apache_beam.io.filesystems import FileSystems
+from apache_beam.runners.worker.statecache import CacheAware
 
 import convert.stats as _stats
 from convert.analysis import Analyzer, vocabulary_label
 from convert.config import Config
+from convert.prepare import Preparer
 from convert.stats import StatsAccumulator, StatsMerger, _TermCounts
 from convert.term_counts import (
     TermSummary,
@@ -45,6 +61,176 @@ from convert.term_counts import (
     write_term_arrays,
     write_unit_counts,
 )
+from pipelines.options import ConvertOptions
+from pipelines.plan import WorkUnit
+from pipelines.run_files import TMP_DIR
+from pipelines.tempfile_format import PreparedWriter
+from pipelines.unit_input import prepare_unit, relaxed_gc, unit_bytes, unit_progress
+
+#: Key of the analysis side input mapping unit index -> its prepared-batches temp file.
+PREPARED_KEY = "prepared_units"
+#: Key of the analysis side input mapping feature -> values seen in the training
+#: split (``Analyzer.present``); absent with a reused analysis (``--analysis-from``).
+PRESENT_KEY = "present_values"
+
+
+class _AnalyzeUnit(beam.DoFn):
+    """A unit -> ``(index, Analyzer, prepared file, term counts file)``.
+
+    With ``partitions`` > 1 the unit's vocabulary term counts go to a temp
+    file cut by term (``spill_unit_counts``), not into the yielded analyzer.
+    """
+
+    def __init__(self, config: Config, options: ConvertOptions, partitions: int = 1):
+        self.config, self.options, self.partitions = config, options, partitions
+
+    def process(self, unit: WorkUnit):
+        acc = Analyzer(self.config)
+        path = None
+        if unit.ranges:
+            # The unit's prepared batches go to a temp file the convert pass
+            # reads instead of decoding and preparing the input again.
+            path = FileSystems.join(self.options.output, TMP_DIR, f"prepared-{unit.index:05d}-{uuid.uuid4().hex[:8]}.bin")
+            prog = unit_progress(self.options, "analyze", unit)
+            with PreparedWriter(path) as out, relaxed_gc():
+                for item in prepare_unit(unit, self.options, Preparer(self.config, unit_terms=True), acc):
+                    out.write(item)
+                    prog.add(item.read)
+            prog.add(0, unit_bytes(unit))
+            prog.close()
+        acc.flush()
+        spill = None
+        if self.partitions > 1:
+            spill = spill_unit_counts(acc, FileSystems.join(self.options.output, TMP_DIR), unit.index, self.partitions)
+        yield unit.index, acc, path, spill
+
+
+@dataclasses.dataclass
+class _MergedAnalysis:
+    """The global combine's output when term counts were spilled: all but the vocabularies."""
+
+    analyzer: Analyzer
+    prepared: dict[int, str | None]
+    spills: dict[int, str | None]
+
+    def value(self, config: Config, vocabularies: dict[str, list[str]] | None = None) -> AnalysisValue:
+        # Where each unit's prepared batches are, and which features had values
+        # (for the commit's check; neither is part of the saved analysis).
+        present = {f.name: self.analyzer.present[f.name] for f in config.features}
+        analysis = self.analyzer.result(vocabularies)
+        self.analyzer.check_vocabularies(analysis)  # before any shard is written
+        return AnalysisValue({**analysis.to_json(), PREPARED_KEY: self.prepared, PRESENT_KEY: present})
+
+
+class _MergeAnalyzers(beam.CombineFn):
+    """Merges per-unit analyzers into one ``Analysis``, reproducibly.
+
+    Vocabulary counts merge exactly in any order. Floating-point statistics
+    do not, and the runner picks the merge order, so the per-unit numeric
+    partials are kept apart and merged in unit order at the end: the same
+    input always gives bit-identical statistics, hence identical shards.
+    With ``spilled`` the term counts are in files (``spill_unit_counts``) and
+    the output is a ``_MergedAnalysis`` still without those vocabularies.
+    """
+
+    def __init__(self, config: Config, spilled: bool = False):
+        self.config, self.spilled = config, spilled
+
+    def create_accumulator(self):
+        return (Analyzer(self.config), {}, {}, {})
+
+    def add_input(self, acc, element):
+        unit, analyzer, prepared, *spill = element
+        analyzer.flush()
+        for k, c in analyzer.counts.items():
+            acc[0].counts[k].update(c)
+        acc[0].present.update(analyzer.present)
+        acc[1][unit] = analyzer.numeric
+        acc[2][unit] = prepared
+        acc[3][unit] = spill[0] if spill else None
+        return acc
+
+    def merge_accumulators(self, accs):
+        accs = iter(accs)
+        first = next(accs)
+        for counts_acc, partials, prepared, spills in accs:
+            for k, c in counts_acc.counts.items():
+                first[0].counts[k].update(c)
+            first[0].present.update(counts_acc.present)
+            first[1].update(partials)
+            first[2].update(prepared)
+            first[3].update(spills)
+        return first
+
+    def extract_output(self, acc):
+        analyzer, partials, prepared, spills = acc
+        for unit in sorted(partials):
+            for k, st in partials[unit].items():
+                analyzer.numeric[k].merge(st)
+        merged = _MergedAnalysis(analyzer, prepared, spills)
+        return merged if self.spilled else merged.value(self.config)
+
+
+class AnalysisValue(CacheAware):
+    """The analysis side input: ``Analysis.to_json()`` (plus ``PREPARED_KEY``) in ``.json``.
+
+    Why a wrapper: Beam's state cache weighs every side input value it loads
+    by walking its whole object graph (objsize), again at each bundle that
+    loads it, which is slow for an analysis of tens of thousands of terms
+    (docs/benchmarks.md#design-converter). ``CacheAware`` is Beam's hook for this: the
+    weight is estimated once, where the analysis is made, and the cache reads
+    it from ``__sizeof__`` instead of walking the graph. The estimate is 8x
+    the pickled size, a little above what the walk finds on real analyses:
+    the cache (100 MB by default) only needs the right order of magnitude.
+    """
+
+    def __init__(self, analysis_json: dict[str, Any]):
+        super().__init__()
+        self.json = analysis_json
+        self.weight = 8 * len(pickle.dumps(analysis_json, protocol=pickle.HIGHEST_PROTOCOL))
+
+    def get_referents_for_cache(self) -> list[Any]:
+        return []
+
+    def __sizeof__(self) -> int:
+        return self.weight
+
+
+class AnalyzeUnits(beam.PTransform):
+    """``PCollection[WorkUnit]`` -> singleton ``PCollection[AnalysisValue]``.
+
+    Vocabulary counts and numeric statistics over the first split (training)
+    only, so eval data never leaks into the mapping. Each unit's prepared
+    batches are written to ``<output>/.recordprep-tmp/prepared-*.bin``; the
+    output's ``PREPARED_KEY`` maps unit index to that file.
+
+    With ``partitions`` > 1 (the job passes its unit count) vocabulary term
+    counts are merged per partition of the terms (``merge_vocabularies``), so
+    no process holds every distinct term; with one unit they go through the
+    global combine. Both give the same analysis.
+    """
+
+    def __init__(self, config: Config, options: ConvertOptions, partitions: int = 1):
+        super().__init__()
+        self.config, self.options = config, options
+        self.partitions = partitions if spilled_features(config) else 1
+
+    def expand(self, units):
+        spilled = self.partitions > 1
+        merged = (
+            units
+            | "AnalyzeUnit" >> beam.ParDo(_AnalyzeUnit(self.config, self.options, self.partitions))
+            | "MergeAnalysis" >> beam.CombineGlobally(_MergeAnalyzers(self.config, spilled))
+        )
+        if not spilled:
+            return merged
+        vocabularies = merge_vocabularies(merged, self.config, self.partitions)
+        config = self.config
+        return merged | "FinishAnalysis" >> beam.Map(
+            lambda m, v: m.value(config, v), beam.pvalue.AsSingleton(vocabularies))
+
+
+# -------------------------------------------------- the partitioned vocabulary merge
 
 
 def spilled_features(config: Config) -> list[str]:

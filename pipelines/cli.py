@@ -247,7 +247,7 @@ def convert(
     from pipelines.lock import LockHeldError
     from pipelines.options import ConvertOptions, OptionsError
     from pipelines.plan import InputError
-    from pipelines.transforms import ConversionFailed
+    from pipelines.run_files import ConversionFailed
 
     try:
         opts = ConvertOptions(

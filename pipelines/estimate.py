@@ -2,7 +2,7 @@
 memory, worker-hours and cost on Dataflow, beside TF Transform on the same job.
 
 The model is the plan's own arithmetic (:func:`pipelines.plan.default_num_shards`,
-one unit per shard, the shuffle's fan-in of ``pipelines.transforms``) applied to
+one unit per shard, the shuffle's fan-in of ``pipelines.shuffle``) applied to
 per-record constants measured by the bench (:data:`MEASURED`; figures and dates in
 ``docs/benchmarks.md#sizing-constants``). Prices are list prices (:data:`PRICES`,
 with their date and source), overridable; a user with their own data should pass
@@ -41,8 +41,8 @@ MACHINES = {
     "n2-standard-8": (8, 32.0), "e2-standard-4": (4, 16.0),
 }
 
-_READ = 8 * MB  # pipelines.transforms._READ_BYTES
-_FAN_IN = 1 * MB  # pipelines.transforms._FAN_IN_READ_BYTES
+_READ = 8 * MB  # pipelines.shuffle._READ_BYTES
+_FAN_IN = 1 * MB  # pipelines.shuffle._FAN_IN_READ_BYTES
 _BEAM_READ = 16 * MB  # Beam's gs:// reader fetches this much per request
 _UPLOAD_CHUNK = 8 * MB  # resumable upload chunk of Beam's gs:// writer (about)
 _DISK_GB = 250  # Dataflow's default persistent disk per batch worker

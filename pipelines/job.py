@@ -49,26 +49,16 @@ from pipelines._progress import PROGRESS_DIR, ProgressReporter, run_passes
 from pipelines._warm import WarmPool, frozen_heap
 from pipelines._worker import command as worker_command
 from pipelines._worker import schemes_of
+from pipelines.analyze import AnalysisValue, AnalyzeUnits
+from pipelines.commit import CommitContext, CommitOutput, cleanup_tmp, write_atomic
+from pipelines.convert_pass import ConvertUnits
 from pipelines.interrupt import Interrupted
 from pipelines.lock import LOCK_FILENAME, OutputLock
 from pipelines.options import ConvertOptions, beam_flag
 from pipelines.plan import InputFile, default_num_shards, discover, input_fingerprint, plan_units
+from pipelines.run_files import ANALYSIS_FILENAME, ERRORS_DIR, TMP_DIR, VOCAB_DIR, ConversionFailed
+from pipelines.shuffle import GatherShards
 from pipelines.staging import LOCAL_RUNNERS, staging_args
-from pipelines.transforms import (
-    ANALYSIS_FILENAME,
-    ERRORS_DIR,
-    TMP_DIR,
-    VOCAB_DIR,
-    AnalysisValue,
-    AnalyzeUnits,
-    CommitContext,
-    CommitOutput,
-    ConversionFailed,
-    ConvertUnits,
-    GatherShards,
-    cleanup_tmp,
-    write_atomic,
-)
 
 log = logging.getLogger("recordprep")
 

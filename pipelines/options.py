@@ -17,7 +17,7 @@ from convert.splits import Splits
 
 COMPRESSIONS = ("none", "gzip")
 #: Record order of the shards: ``shuffled`` (each shard a uniform random sample
-#: of its split, in random order; ``pipelines.transforms``) or ``input``.
+#: of its split, in random order; ``pipelines.shuffle``) or ``input``.
 ORDERS = ("shuffled", "input")
 #: ``--seed`` when none is given: fixed, so a re-run writes the same bytes.
 DEFAULT_SEED = 0

@@ -24,7 +24,7 @@ from convert.spec import DatasetInfo, check_name
 from convert.tfrecord import iter_records
 from pipelines._fs import read_file, size_of
 from pipelines.inspect import load
-from pipelines.transforms import ANALYSIS_FILENAME
+from pipelines.run_files import ANALYSIS_FILENAME
 
 
 @dataclasses.dataclass

@@ -81,9 +81,9 @@ def test_shards_are_byte_identical_with_the_one_combine_path(tmp_path, monkeypat
     import random
 
     import pipelines.job
+    from pipelines.analyze import AnalyzeUnits
     from pipelines.job import run_convert
     from pipelines.options import ConvertOptions
-    from pipelines.transforms import AnalyzeUnits
 
     rng = random.Random(7)
     recs = [{"id": f"u{rng.randrange(300)}", "words": " ".join(rng.choice("ab bc cd de ef fg".split())
@@ -98,11 +98,11 @@ def test_shards_are_byte_identical_with_the_one_combine_path(tmp_path, monkeypat
                                    output=str(tmp_path / out), num_shards=4))
         return _digests(tmp_path / out)
 
-    import pipelines.transforms
+    import pipelines.analyze
 
     spills = []
-    real_spill = pipelines.transforms.spill_unit_counts
-    monkeypatch.setattr(pipelines.transforms, "spill_unit_counts", lambda *a: spills.append(a[2]) or real_spill(*a))
+    real_spill = pipelines.analyze.spill_unit_counts
+    monkeypatch.setattr(pipelines.analyze, "spill_unit_counts", lambda *a: spills.append(a[2]) or real_spill(*a))
     spilled = convert("spilled")
     assert sorted(spills) == [0, 1, 2, 3]  # in process: every unit took the partitioned path
 

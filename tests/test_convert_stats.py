@@ -276,9 +276,10 @@ def _unit_stats(tmp_path, n_units: int) -> tuple[object, list[tuple[int, object]
 
     from convert.analysis import Analyzer
     from convert.config import load_config
+    from pipelines.analyze import AnalysisValue
+    from pipelines.convert_pass import STATS_TAG, _ConvertUnit
     from pipelines.options import ConvertOptions
     from pipelines.plan import discover, plan_units
-    from pipelines.transforms import STATS_TAG, AnalysisValue, _ConvertUnit
 
     records = make_records(400, seed=11)
     data = write_dataset(tmp_path / "in", records, bad_json_lines=True)

@@ -19,7 +19,7 @@ import pytest
 from _pipelines_data import by_shard, make_records, without_run_id, write_dataset
 
 from convert.spec import METADATA_FILENAME
-from pipelines.transforms import TMP_DIR
+from pipelines.run_files import TMP_DIR
 
 pytestmark = pytest.mark.slow
 

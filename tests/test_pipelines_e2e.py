@@ -14,10 +14,10 @@ import pytest
 from _expected_values import tokens
 from _pipelines_data import make_records, without_run_id, write_dataset
 
-from convert.spec import METADATA_FILENAME
+from convert.spec import FAILURE_FILENAME, METADATA_FILENAME
 from pipelines.job import OutputExistsError, run_convert
 from pipelines.options import ConvertOptions
-from pipelines.transforms import FAILURE_FILENAME, ConversionFailed
+from pipelines.run_files import ConversionFailed
 
 pytestmark = pytest.mark.slow
 

@@ -338,16 +338,16 @@ def test_a_truncated_avro_input_leaves_a_failure_marker(tmp_path):
 
 
 def test_an_exception_in_the_commit_leaves_a_failure_marker_and_no_shards(data, tmp_path, monkeypatch):
-    from pipelines import transforms
+    from pipelines import commit
 
-    real = transforms._rename_replacing
+    real = commit._rename_replacing
 
     def broken_rename(src, dst):  # the shards' renames fail, the rest works
         if any(".tfrecord" in d for d in dst):
             raise OSError("injected rename failure")
         real(src, dst)
 
-    monkeypatch.setattr(transforms, "_rename_replacing", broken_rename)
+    monkeypatch.setattr(commit, "_rename_replacing", broken_rename)
     out = tmp_path / "out"
     r = _convert("-i", str(data["json"]), "-c", str(data["config"]), "-o", str(out), "--num-shards", "2")
     assert r.exit_code == 1 and "injected rename failure" in r.output, r.output
@@ -358,12 +358,12 @@ def test_an_exception_in_the_commit_leaves_a_failure_marker_and_no_shards(data, 
 def test_a_config_that_fails_at_commit_places_no_shards_before_it_fails(data, tmp_path, monkeypatch):
     """Anything that can fail on the config (metadata, feature specs) is built before
     the first shard is renamed into the output."""
-    from pipelines import transforms
+    from pipelines import commit
 
     def too_big(*a, **k):
         raise MemoryError("injected: num_oov_buckets too large")
 
-    monkeypatch.setattr(transforms, "DatasetInfo", too_big)
+    monkeypatch.setattr(commit, "DatasetInfo", too_big)
     out = tmp_path / "out"
     r = _convert("-i", str(data["json"]), "-c", str(data["config"]), "-o", str(out))
     assert r.exit_code == 1, r.output
@@ -377,9 +377,9 @@ def test_a_config_that_fails_at_commit_places_no_shards_before_it_fails(data, tm
 
 def test_after_a_full_disk_temp_files_go_before_the_marker_is_written(data, tmp_path, monkeypatch):
     """The clean-up order, with ENOSPC injected in the commit (the real full disk is below)."""
-    from pipelines import job, transforms
+    from pipelines import commit, job
 
-    real = transforms._rename_replacing
+    real = commit._rename_replacing
 
     def full(src, dst):
         if any(".tfrecord" in d for d in dst):
@@ -397,7 +397,7 @@ def test_after_a_full_disk_temp_files_go_before_the_marker_is_written(data, tmp_
         calls.append(("marker", (Path(path).parent / TMP).exists()))
         write(path, payload)
 
-    monkeypatch.setattr(transforms, "_rename_replacing", full)
+    monkeypatch.setattr(commit, "_rename_replacing", full)
     monkeypatch.setattr(job, "cleanup_tmp", record_cleanup)
     monkeypatch.setattr(job, "write_atomic", record_write)
     out = tmp_path / "out"

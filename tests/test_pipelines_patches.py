@@ -18,7 +18,7 @@ from _pipelines_data import by_shard, make_records, write_dataset
 from pipelines import _patches
 from pipelines.job import _MODE_WARNING, run_convert
 from pipelines.options import ConvertOptions
-from pipelines.transforms import ConversionFailed
+from pipelines.run_files import ConversionFailed
 
 
 def _state() -> dict:

@@ -140,11 +140,11 @@ def test_the_same_bytes_in_process_and_with_two_workers(data, tmp_path):
 
 
 def test_a_large_bucket_is_gathered_in_key_ranges_with_the_same_bytes(data, tmp_path, monkeypatch):
-    from pipelines import transforms
+    from pipelines import shuffle
 
     _convert(data, tmp_path / "one", "--num-shards", "2")
-    monkeypatch.setattr(transforms, "_GATHER_BYTES", 20_000)  # several ranges per shard
-    monkeypatch.setattr(transforms, "_SPILL_BYTES", 30_000)  # several spills per unit
+    monkeypatch.setattr(shuffle, "_GATHER_BYTES", 20_000)  # several ranges per shard
+    monkeypatch.setattr(shuffle, "_SPILL_BYTES", 30_000)  # several spills per unit
     info = _convert(data, tmp_path / "ranges", "--num-shards", "2")
     for split in SPLITS:
         for sh in info["splits"][split]["shards"]:
@@ -276,8 +276,9 @@ def test_a_failed_unit_stops_the_scatter_threads_of_the_pending_one(tmp_path):
 
     from convert.analysis import Analyzer
     from convert.config import load_config
+    from pipelines.analyze import AnalysisValue
+    from pipelines.convert_pass import _ConvertUnit
     from pipelines.plan import ByteRange, WorkUnit
-    from pipelines.transforms import AnalysisValue, _ConvertUnit
 
     paths = write_dataset(tmp_path / "d", make_records(120))
     config = load_config(str(paths["config"]))
@@ -303,7 +304,8 @@ def test_a_failed_unit_stops_the_scatter_threads_of_the_pending_one(tmp_path):
 def test_a_failed_shard_surfaces_after_the_other_shards_threads_stopped(tmp_path):
     import threading
 
-    from pipelines.transforms import ConversionFailed, _GatherShard
+    from pipelines.run_files import ConversionFailed
+    from pipelines.shuffle import _GatherShard
 
     (tmp_path / "o" / ".recordprep-tmp").mkdir(parents=True)
     bad = tmp_path / "scatter-00000.bin"
@@ -330,7 +332,7 @@ def _one_unit(tmp_path: Path, records: int = 120, **opts_kw):
     """A config, options and analysis for converting ``part-0.avro`` of a small dataset as unit 0."""
     from convert.analysis import Analyzer
     from convert.config import load_config
-    from pipelines.transforms import AnalysisValue
+    from pipelines.analyze import AnalysisValue
 
     paths = write_dataset(tmp_path / "d", make_records(records))
     config = load_config(str(paths["config"]))
@@ -343,7 +345,7 @@ def _one_unit(tmp_path: Path, records: int = 120, **opts_kw):
 
 
 def _convert_unit(config, opts, unit, analysis, num_shards: int) -> dict:
-    from pipelines.transforms import _ConvertUnit
+    from pipelines.convert_pass import _ConvertUnit
 
     fn = _ConvertUnit(config, opts, num_shards)
     fn.start_bundle()
@@ -355,7 +357,7 @@ def _convert_unit(config, opts, unit, analysis, num_shards: int) -> dict:
 def test_the_gather_reports_records_written_and_the_input_bytes_they_stand_for(tmp_path):
     from pipelines._progress import GATHER, PROGRESS_DIR, read_totals
     from pipelines.plan import ByteRange, WorkUnit
-    from pipelines.transforms import _GatherShard
+    from pipelines.shuffle import _GatherShard
 
     config, opts, files, analysis = _one_unit(tmp_path, progress=True)
     root = tmp_path / "o" / ".recordprep-tmp" / PROGRESS_DIR
@@ -380,18 +382,18 @@ def test_a_local_run_prints_the_gather_pass_only_when_shuffling(data, tmp_path, 
     import io
 
     import pipelines.job as job
-    from pipelines import transforms
+    from pipelines import shuffle
     from pipelines._progress import ProgressReporter
 
-    slow = transforms._gathered
+    slow = shuffle._gathered
 
     def gathered(sources, spill):  # a gather slow enough for the reporter to see it
         for piece in slow(sources, spill):
             time.sleep(0.1)
             yield piece
 
-    monkeypatch.setattr(transforms, "_gathered", gathered)
-    monkeypatch.setattr(transforms, "_GATHER_CHUNK", 100)
+    monkeypatch.setattr(shuffle, "_gathered", gathered)
+    monkeypatch.setattr(shuffle, "_GATHER_CHUNK", 100)
     texts = {}
     for order in ("shuffled", "input"):
         stream = io.StringIO()
@@ -406,8 +408,8 @@ def test_a_local_run_prints_the_gather_pass_only_when_shuffling(data, tmp_path, 
 
 
 def test_the_convert_pass_removes_each_prepared_file_once_read_and_a_retry_prepares_again(tmp_path):
+    from pipelines.analyze import PREPARED_KEY, AnalysisValue, _AnalyzeUnit
     from pipelines.plan import ByteRange, WorkUnit
-    from pipelines.transforms import PREPARED_KEY, AnalysisValue, _AnalyzeUnit
 
     config, opts, files, analysis = _one_unit(tmp_path)
     unit = WorkUnit(0, (ByteRange(files[0], 0, None),))
@@ -424,10 +426,10 @@ def test_the_convert_pass_removes_each_prepared_file_once_read_and_a_retry_prepa
 
 def test_no_prepared_file_outlives_the_convert_pass_and_no_key_range_file_its_shard(data, tmp_path, monkeypatch):
     """Disk: the prepared files are gone before the gather starts; a shard's key-range file once the shard is written."""
-    from pipelines import transforms
+    from pipelines import shuffle
 
     seen: list[tuple[list[str], bool]] = []
-    real = transforms._gathered
+    real = shuffle._gathered
 
     def gathered(sources, spill):
         tmp = Path(spill).parent
@@ -435,8 +437,8 @@ def test_no_prepared_file_outlives_the_convert_pass_and_no_key_range_file_its_sh
         yield from real(sources, spill)
         seen.append((before, os.path.exists(spill)))
 
-    monkeypatch.setattr(transforms, "_gathered", gathered)
-    monkeypatch.setattr(transforms, "_GATHER_BYTES", 20_000)  # several key ranges per shard: a key-range file each
+    monkeypatch.setattr(shuffle, "_gathered", gathered)
+    monkeypatch.setattr(shuffle, "_GATHER_BYTES", 20_000)  # several key ranges per shard: a key-range file each
     job_opts = ConvertOptions(inputs=(str(data["avro"]),), config=str(data["config"]), output=str(tmp_path / "o"),
                               num_shards=2, workers=1)
     run_convert(job_opts)
@@ -448,16 +450,16 @@ def test_scatter_frames_are_raw_on_local_disk_lz4_on_remote_file_systems_and_gat
     """A local disk's scatter and key-range files hold the frames as they are (no LZ4 CPU);
     a remote output's stay LZ4 (their bytes cross the network), in one block per bucket.
     The gathered shard is the same."""
-    from pipelines import transforms
+    from pipelines import shuffle, tempfile_format
     from pipelines.plan import ByteRange, WorkUnit
 
-    monkeypatch.setattr(transforms, "_SPILL_BYTES", 8_000)  # several frames per unit
+    monkeypatch.setattr(shuffle, "_SPILL_BYTES", 8_000)  # several frames per unit
     gathered = {}
     for remote in (False, True):
         root = tmp_path / ("remote" if remote else "local")
         with monkeypatch.context() as m:
             if remote:
-                m.setattr(transforms, "_lz4_temp", lambda path: True)
+                m.setattr(tempfile_format, "lz4_temp", lambda path: True)
             config, opts, files, analysis = _one_unit(root, records=600, batch_size=50)
             results = [_convert_unit(config, opts, WorkUnit(i, (ByteRange(f, 0, None),)), analysis, 1)
                        for i, f in enumerate(files)]
@@ -474,10 +476,10 @@ def test_scatter_frames_are_raw_on_local_disk_lz4_on_remote_file_systems_and_gat
                     f.seek(first)
                     assert (f.read(4) == b"\x04\x22\x4d\x18") is remote  # LZ4 frame magic
             sources = [(r["scatter"]["path"], r["scatter"]["index"][0]) for r in results]  # the train bucket
-            m.setattr(transforms, "_GATHER_BYTES", 20_000)  # key ranges through a spill file too
-            m.setattr(transforms, "_GATHER_CHUNK", 16)
+            m.setattr(shuffle, "_GATHER_BYTES", 20_000)  # key ranges through a spill file too
+            m.setattr(shuffle, "_GATHER_CHUNK", 16)
             spill = str(root / "o" / ".recordprep-tmp" / "gather.bin")
-            gathered[remote] = [piece for piece, _ in transforms._gathered(sources, spill)]
+            gathered[remote] = [piece for piece, _ in shuffle._gathered(sources, spill)]
     assert len(gathered[False]) > 1 and gathered[False] == gathered[True]
 
 
@@ -487,20 +489,20 @@ def test_a_gathering_shard_holds_one_key_range_not_its_bucket(tmp_path, monkeypa
     (no second copy of it), about ``_GATHER_BYTES`` when it is split into key ranges."""
     import tracemalloc
 
-    from pipelines import transforms
+    from pipelines import shuffle
     from pipelines.plan import ByteRange, WorkUnit
 
     config, opts, files, analysis = _one_unit(tmp_path, records=3000, batch_size=100)
-    monkeypatch.setattr(transforms, "_SPILL_BYTES", 8_000)  # many small frames, as a large unit has
-    monkeypatch.setattr(transforms, "_GATHER_CHUNK", 16)
+    monkeypatch.setattr(shuffle, "_SPILL_BYTES", 8_000)  # many small frames, as a large unit has
+    monkeypatch.setattr(shuffle, "_GATHER_CHUNK", 16)
     results = [_convert_unit(config, opts, WorkUnit(i, (ByteRange(f, 0, None),)), analysis, 1) for i, f in enumerate(files)]
     sources = [(r["scatter"]["path"], r["scatter"]["index"][0]) for r in results]  # the train bucket
     bucket = sum(fr[3] for _, frames in sources for fr in frames)
-    monkeypatch.setattr(transforms, "_GATHER_BYTES", bucket // ranges + 1)
+    monkeypatch.setattr(shuffle, "_GATHER_BYTES", bucket // ranges + 1)
     spill = str(tmp_path / "o" / ".recordprep-tmp" / "gather.bin")
     tracemalloc.start()
     try:
-        n = sum(k for _, k in transforms._gathered(sources, spill))
+        n = sum(k for _, k in shuffle._gathered(sources, spill))
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()

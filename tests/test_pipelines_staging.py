@@ -28,7 +28,7 @@ def test_wheel_holds_the_packages_and_base_requirements_only(tmp_path):
         names = set(zf.namelist())
         meta = next(zf.read(n).decode() for n in names if n.endswith(".dist-info/METADATA"))
         record = next(zf.read(n).decode() for n in names if n.endswith(".dist-info/RECORD"))
-    for mod in ("convert/sources.py", "convert/vectorize.py", "pipelines/transforms.py", "pipelines/job.py"):
+    for mod in ("convert/sources.py", "convert/vectorize.py", "pipelines/convert_pass.py", "pipelines/job.py"):
         assert mod in names
     # Compiled modules only under this platform's full suffix, which no other platform or Python imports
     ext = sysconfig.get_config_var("EXT_SUFFIX")
@@ -58,7 +58,7 @@ def test_pip_installs_the_wheel_and_workers_can_use_it(tmp_path):
     # A worker's interpreter: the installed wheel first, no access to this checkout.
     probe = (
         "import sys; sys.path.insert(0, sys.argv[1]);"
-        "import convert.vectorize, pipelines.transforms, convert.example;"
+        "import convert.vectorize, pipelines.convert_pass, pipelines.commit, convert.example;"
         "assert convert.vectorize.__file__.startswith(sys.argv[1]), convert.vectorize.__file__;"
         "assert 'tensorflow' not in sys.modules;"
         + "".join(f"import convert.{m}; assert convert.{m}.__file__.startswith(sys.argv[1]);"  # the staged C paths

@@ -155,7 +155,7 @@ def test_a_pending_unit_that_fails_to_close_leaves_no_writer_thread_of_the_next_
 
     from convert.analysis import Analyzer
     from convert.config import load_config
-    from pipelines import transforms
+    from pipelines import analyze, convert_pass, tempfile_format
     from pipelines.plan import ByteRange, WorkUnit
 
     paths = write_dataset(tmp_path / "d", make_records(120))
@@ -166,15 +166,15 @@ def test_a_pending_unit_that_fails_to_close_leaves_no_writer_thread_of_the_next_
     assert opts.compression_type == "GZIP"
     a = Analyzer(config)
     a.add_records(make_records(120))
-    analysis = transforms.AnalysisValue(a.result().to_json())
-    fn = transforms._ConvertUnit(config, opts, 3)
+    analysis = analyze.AnalysisValue(a.result().to_json())
+    fn = convert_pass._ConvertUnit(config, opts, 3)
     fn.start_bundle()
     assert list(fn.process(WorkUnit(0, (ByteRange(files[0], 0, None),)), analysis)) == []
 
     def disk_full(self):
         raise OSError("disk full")
 
-    monkeypatch.setattr(transforms._Writer, "close", disk_full)
+    monkeypatch.setattr(tempfile_format.ShardWriter, "close", disk_full)
     try:
         with pytest.raises(OSError, match="disk full"):
             list(fn.process(WorkUnit(1, (ByteRange(files[1], 0, None),)), analysis))

@@ -1,4 +1,4 @@
-"""pipelines.transforms hot path: the analysis pass leaves each unit prepared for
+"""The conversion hot path (pipelines.analyze, convert_pass, tempfile_format): the analysis pass leaves each unit prepared for
 the convert pass (decode once), writer threads, GC thresholds; the output must
 not depend on which path ran."""
 
@@ -13,18 +13,13 @@ from _pipelines_data import make_records, without_run_id, write_dataset
 
 from convert.config import load_config
 from convert.prepare import Preparer
+from pipelines.analyze import PREPARED_KEY, _MergeAnalyzers
 from pipelines.job import run_convert
 from pipelines.options import ConvertOptions
 from pipelines.plan import ByteRange, WorkUnit
-from pipelines.transforms import (
-    ANALYSIS_FILENAME,
-    PREPARED_KEY,
-    ConversionFailed,
-    _MergeAnalyzers,
-    _prepare_unit,
-    _PreparedWriter,
-    _read_prepared,
-)
+from pipelines.run_files import ANALYSIS_FILENAME, ConversionFailed
+from pipelines.tempfile_format import PreparedWriter, read_prepared
+from pipelines.unit_input import prepare_unit
 
 pytestmark = pytest.mark.slow
 
@@ -54,13 +49,13 @@ def test_prepared_file_round_trip_and_truncation(tmp_path):
     src = str(tmp_path / "d" / "part-0.avro")
     opts = ConvertOptions(inputs=(src,), config=str(paths["config"]), output=str(tmp_path / "o"), batch_size=10)
     unit = WorkUnit(0, (ByteRange(src, 0, None),))
-    items = list(_prepare_unit(unit, opts, Preparer(config)))
+    items = list(prepare_unit(unit, opts, Preparer(config)))
     assert sum(i.read for i in items) == 200 and len(items) > 1
     path = str(tmp_path / "prepared.bin")
-    with _PreparedWriter(path) as w:
+    with PreparedWriter(path) as w:
         for it in items:
             w.write(it)
-    back = list(_read_prepared(path))
+    back = list(read_prepared(path))
     assert [(i.path, i.read, i.errors) for i in back] == [(i.path, i.read, i.errors) for i in items]
     for x, y in zip(back, items, strict=True):
         np.testing.assert_array_equal(x.split, y.split)
@@ -68,29 +63,29 @@ def test_prepared_file_round_trip_and_truncation(tmp_path):
     data = (tmp_path / "prepared.bin").read_bytes()
     (tmp_path / "prepared.bin").write_bytes(data[:-3])
     with pytest.raises(ConversionFailed, match="truncated"):
-        list(_read_prepared(path))
+        list(read_prepared(path))
 
 
 def test_prepared_file_holds_pickles_on_local_disk_and_lz4_frames_on_remote_file_systems(tmp_path, monkeypatch):
     """LZ4 costs CPU where the page cache's copy is cheaper (a local disk); a remote
     output's temp files (bytes over the network) stay LZ4. Both read back the same."""
-    from pipelines import transforms
+    from pipelines import tempfile_format
 
     paths = write_dataset(tmp_path / "d", make_records(200))
     config = load_config(str(paths["config"]))
     src = str(tmp_path / "d" / "part-0.avro")
     opts = ConvertOptions(inputs=(src,), config=str(paths["config"]), output=str(tmp_path / "o"), batch_size=10)
-    items = list(_prepare_unit(WorkUnit(0, (ByteRange(src, 0, None),)), opts, Preparer(config)))
+    items = list(prepare_unit(WorkUnit(0, (ByteRange(src, 0, None),)), opts, Preparer(config)))
     back = {}
     for remote in (False, True):
         path = str(tmp_path / f"prepared-{remote}.bin")
         with monkeypatch.context() as m:
             if remote:
-                m.setattr(transforms, "_lz4_temp", lambda path: True)
-            with _PreparedWriter(path) as w:
+                m.setattr(tempfile_format, "lz4_temp", lambda path: True)
+            with PreparedWriter(path) as w:
                 for it in items:
                     w.write(it)
-            back[remote] = list(_read_prepared(path))
+            back[remote] = list(read_prepared(path))
         frame = (tmp_path / f"prepared-{remote}.bin").read_bytes()[8:]
         if remote:
             assert frame[:4] == b"\x04\x22\x4d\x18"  # LZ4 frame magic
@@ -128,10 +123,10 @@ def test_gzip_writer_thread_writes_the_same_bytes_as_inline_gzip(tmp_path, level
     import io
     import threading
 
-    from pipelines.transforms import _Writer, gzip_file
+    from pipelines.tempfile_format import ShardWriter, gzip_file
 
     chunks = [bytes([i % 251]) * (1000 + 7919 * i) for i in range(12)]
-    w = _Writer(str(tmp_path / "a.gz"), "GZIP", level)
+    w = ShardWriter(str(tmp_path / "a.gz"), "GZIP", level)
     assert w._bg is not None
     for c in chunks:
         w.write(c, 2)
@@ -144,7 +139,7 @@ def test_gzip_writer_thread_writes_the_same_bytes_as_inline_gzip(tmp_path, level
     assert gzip.decompress(inline.getvalue()) == b"".join(chunks)  # plain gzip, whatever wrote it
     assert w.records == 24 and not any(t.name.startswith("recordprep-writer") for t in threading.enumerate())
 
-    plain = _Writer(str(tmp_path / "b"), "NONE", level)
+    plain = ShardWriter(str(tmp_path / "b"), "NONE", level)
     assert plain._bg is None
     plain.write(b"xy", 1)
     assert plain.close() == 2
@@ -162,7 +157,7 @@ def test_gzip_levels_pick_their_library_and_every_level_reads_back(tmp_path):
     from zlib_ng.gzip_ng import GzipNGFile
 
     from pipelines.options import ConvertOptions
-    from pipelines.transforms import ISAL_LEVELS, gzip_file
+    from pipelines.tempfile_format import ISAL_LEVELS, gzip_file
 
     assert ISAL_LEVELS == (1, 2) and ConvertOptions(inputs=("x",), config="c", output="o").gzip_level in ISAL_LEVELS
     rng = np.random.default_rng(0)
@@ -193,9 +188,9 @@ def test_gzip_levels_pick_their_library_and_every_level_reads_back(tmp_path):
 
 
 def test_gzip_writer_thread_failure_surfaces_and_abort_stops_it(tmp_path):
-    from pipelines.transforms import _Writer
+    from pipelines.tempfile_format import ShardWriter
 
-    w = _Writer(str(tmp_path / "a.gz"), "GZIP", 1)
+    w = ShardWriter(str(tmp_path / "a.gz"), "GZIP", 1)
 
     def boom(data):
         raise OSError("disk full")
@@ -213,16 +208,16 @@ def test_gzip_writer_thread_failure_surfaces_and_abort_stops_it(tmp_path):
 def test_prepared_writer_failure_surfaces_and_leaves_no_thread(tmp_path):
     import threading
 
-    from pipelines.transforms import _PreparedWriter
+    from pipelines.tempfile_format import PreparedWriter
 
-    with pytest.raises(OSError, match="disk full"), _PreparedWriter(str(tmp_path / "p.bin")) as w:
+    with pytest.raises(OSError, match="disk full"), PreparedWriter(str(tmp_path / "p.bin")) as w:
         def boom(data):
             raise OSError("disk full")
 
         w.f.write = boom
         for _ in range(100):  # on a later write, or when the with block ends
             w.write(b"x" * 1000)
-    with pytest.raises(RuntimeError, match="unit failed"), _PreparedWriter(str(tmp_path / "q.bin")) as w:
+    with pytest.raises(RuntimeError, match="unit failed"), PreparedWriter(str(tmp_path / "q.bin")) as w:
         w.write(b"y")
         raise RuntimeError("unit failed")
     assert not any(t.name.startswith("recordprep-prepared") for t in threading.enumerate())
@@ -231,17 +226,17 @@ def test_prepared_writer_failure_surfaces_and_leaves_no_thread(tmp_path):
 def test_relaxed_gc_raises_thresholds_while_any_unit_runs_then_restores_them():
     import gc
 
-    from pipelines.transforms import _relaxed_gc
+    from pipelines.unit_input import relaxed_gc
 
     before = gc.get_threshold()
-    with _relaxed_gc():
+    with relaxed_gc():
         inside = gc.get_threshold()
         assert inside[0] >= 50_000 and inside[0] >= before[0]
-        with _relaxed_gc():  # a second unit (another thread) overlapping
+        with relaxed_gc():  # a second unit (another thread) overlapping
             assert gc.get_threshold() == inside
         assert gc.get_threshold() == inside  # the first is still running
     assert gc.get_threshold() == before
-    with pytest.raises(RuntimeError), _relaxed_gc():
+    with pytest.raises(RuntimeError), relaxed_gc():
         raise RuntimeError("unit failed")
     assert gc.get_threshold() == before
 
@@ -253,7 +248,8 @@ def test_convert_unit_emits_each_result_after_the_next_unit_and_at_bundle_end(tm
     from apache_beam.utils.windowed_value import WindowedValue
 
     from convert.analysis import Analyzer
-    from pipelines.transforms import STATS_TAG, AnalysisValue, _ConvertUnit
+    from pipelines.analyze import AnalysisValue
+    from pipelines.convert_pass import STATS_TAG, _ConvertUnit
 
     paths = write_dataset(tmp_path / "d", make_records(120))
     config = load_config(str(paths["config"]))
@@ -293,7 +289,7 @@ def test_analysis_side_input_is_weighed_once_not_walked_by_beams_state_cache(mon
 
     from apache_beam.runners.worker import statecache
 
-    from pipelines.transforms import AnalysisValue
+    from pipelines.analyze import AnalysisValue
 
     analysis = {"vocabularies": {"q": [f"term{i}" for i in range(5000)]}, "stats": {"x": {"mean": 1.0}}}
     value = pickle.loads(pickle.dumps(AnalysisValue(analysis)))  # as a worker receives it

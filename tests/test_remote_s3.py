@@ -25,11 +25,11 @@ from _pipelines_data import (
 from _remote import stats_by_file_name
 
 from convert.lockfile import LOCK_FILENAME
-from convert.spec import METADATA_FILENAME
+from convert.spec import FAILURE_FILENAME, METADATA_FILENAME
 from convert.stats import STATS_FILENAME
 from pipelines.job import run_convert
 from pipelines.options import ConvertOptions
-from pipelines.transforms import FAILURE_FILENAME, ConversionFailed
+from pipelines.run_files import ConversionFailed
 
 pytestmark = pytest.mark.slow
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 from _pipelines_data import make_records, without_run_id, write_dataset
 
-from pipelines import transforms
+from pipelines import shuffle
 from pipelines.job import run_convert
 from pipelines.options import ConvertOptions
 
@@ -27,7 +27,7 @@ def dataset(tmp_path_factory):
     opts = {"inputs": (str(data["avro"]),), "config": str(data["config"]), "num_shards": SHARDS, "batch_size": 100}
     local = root / "local"
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(transforms, "_SPILL_BYTES", 16 << 10)
+        mp.setattr(shuffle, "_SPILL_BYTES", 16 << 10)
         run_convert(ConvertOptions(output=str(local), **opts))
     return opts, local
 
@@ -36,24 +36,24 @@ def dataset(tmp_path_factory):
 def test_scatter_reads_follow_the_formula_and_shards_are_the_same_bytes(dataset, remote_stack, monkeypatch,
                                                                         fan_in_bytes):
     opts, local = dataset
-    monkeypatch.setattr(transforms, "_SPILL_BYTES", 16 << 10)  # several spills per unit, as at scale
-    monkeypatch.setattr(transforms, "_FAN_IN_READ_BYTES", fan_in_bytes)
+    monkeypatch.setattr(shuffle, "_SPILL_BYTES", 16 << 10)  # several spills per unit, as at scale
+    monkeypatch.setattr(shuffle, "_FAN_IN_READ_BYTES", fan_in_bytes)
     written: list[dict] = []
-    close = transforms._Scatter.close
+    close = shuffle.Scatter.close
 
     def recording_close(self, input_bytes):
         written.append(close(self, input_bytes))
         return written[-1]
 
-    monkeypatch.setattr(transforms._Scatter, "close", recording_close)
+    monkeypatch.setattr(shuffle.Scatter, "close", recording_close)
     gathered_from: dict[int, dict] = {}  # what the gather read: the groups' (or units') files
-    write_shard = transforms._GatherShard._write_shard
+    write_shard = shuffle._GatherShard._write_shard
 
     def recording_write_shard(self, shard, results):
         gathered_from.update((r["unit"], r) for r in results)
         return write_shard(self, shard, results)
 
-    monkeypatch.setattr(transforms._GatherShard, "_write_shard", recording_write_shard)
+    monkeypatch.setattr(shuffle._GatherShard, "_write_shard", recording_write_shard)
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", remote_stack.env(counted=True)["STORAGE_EMULATOR_HOST"])
     out = f"requests/{fan_in_bytes}"
     remote_stack.proxy_stats(reset=True)
@@ -63,7 +63,7 @@ def test_scatter_reads_follow_the_formula_and_shards_are_the_same_bytes(dataset,
     units = [{"unit": int(r["path"].split("scatter-")[1][:5]), "scatter": r} for r in written]
     # One index entry per (unit, bucket) however many spills: a block listing the spills' frames.
     assert all(len(e) == 1 and e[0][4] > 2 for r in written for e in r["index"].values())
-    of = transforms.fan_in_groups([(u["unit"], transforms._scatter_bytes(u)) for u in units], SHARDS * SPLITS)
+    of = shuffle.fan_in_groups([(u["unit"], shuffle._scatter_bytes(u)) for u in units], SHARDS * SPLITS)
     groups = [[u for u in units if of[u["unit"]] == g] for g in sorted(set(of.values()))]
     merged = [u for g in groups if len(g) > 1 for u in g]
     # The formula: a merged unit's file is read whole (one GET: each is under _READ_BYTES), then
@@ -72,8 +72,8 @@ def test_scatter_reads_follow_the_formula_and_shards_are_the_same_bytes(dataset,
     # (one per unit of a group and bucket: not as many as the units' spills)
     assert counts["GET range scatter"] == expected_gets
     assert len(gathered_from) == len(groups)
-    gathered = sum(transforms._scatter_bytes(g) for g in gathered_from.values())
-    assert counts["bytes_out range scatter"] == gathered + sum(transforms._scatter_bytes(u) for u in merged)
+    gathered = sum(shuffle._scatter_bytes(g) for g in gathered_from.values())
+    assert counts["bytes_out range scatter"] == gathered + sum(shuffle._scatter_bytes(u) for u in merged)
     assert len(groups) == {1: len(units), 10 << 10: len(units) // 2, 1 << 20: 1}[fan_in_bytes]
 
     bucket = remote_stack.storage_client().bucket(remote_stack.bucket)
@@ -92,8 +92,8 @@ def test_scatter_reads_follow_the_formula_and_shards_are_the_same_bytes(dataset,
 
 def test_blocks_larger_than_a_read_are_read_in_pieces_with_the_same_bytes(dataset, remote_stack, monkeypatch):
     opts, local = dataset
-    monkeypatch.setattr(transforms, "_SPILL_BYTES", 16 << 10)
-    monkeypatch.setattr(transforms, "_READ_BYTES", 4 << 10)  # under a block: header, then runs of frames
+    monkeypatch.setattr(shuffle, "_SPILL_BYTES", 16 << 10)
+    monkeypatch.setattr(shuffle, "_READ_BYTES", 4 << 10)  # under a block: header, then runs of frames
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", remote_stack.env(counted=True)["STORAGE_EMULATOR_HOST"])
     remote_stack.proxy_stats(reset=True)
     run_convert(ConvertOptions(output=f"gs://{remote_stack.bucket}/requests/pieces", **opts))

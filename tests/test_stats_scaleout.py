@@ -106,12 +106,12 @@ def _digests(out: Path) -> dict[str, str]:
 
 @pytest.mark.slow
 def test_output_directory_is_byte_identical_with_the_one_merge_path(tmp_path, monkeypatch):
+    import pipelines.convert_pass
     import pipelines.job
-    import pipelines.transforms
     from convert.splits import Splits
+    from pipelines.convert_pass import ConvertUnits
     from pipelines.job import run_convert
     from pipelines.options import ConvertOptions
-    from pipelines.transforms import ConvertUnits
 
     monkeypatch.setattr(convert.stats, "TOP_TERMS", 40)  # the document cuts the id column's terms
     rng = random.Random(11)
@@ -130,8 +130,8 @@ def test_output_directory_is_byte_identical_with_the_one_merge_path(tmp_path, mo
         return _digests(tmp_path / out)
 
     spills = []
-    real_spill = pipelines.transforms.spill_stats_terms
-    monkeypatch.setattr(pipelines.transforms, "spill_stats_terms", lambda *a: spills.append(a[2]) or real_spill(*a))
+    real_spill = pipelines.convert_pass.spill_stats_terms
+    monkeypatch.setattr(pipelines.convert_pass, "spill_stats_terms", lambda *a: spills.append(a[2]) or real_spill(*a))
     partitioned = run("partitioned")
     assert sorted(spills) == [0, 1, 2, 3]  # in process: every unit took the partitioned path
 
