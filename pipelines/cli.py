@@ -257,7 +257,7 @@ def convert(
             max_error_fraction=max_error_fraction, json_records_path=json_records_path,
             max_record_mb=max_record_mb, max_block_mb=max_block_mb,
             analysis_from=analysis_from, overwrite=overwrite, force=force, beam_args=tuple(beam_args or ()), progress=progress, workers=workers,
-            pre_fork=True,  # the CLI's own process: its workers may fork from it (pipelines._warm)
+            pre_fork=True,  # the CLI's own process: its workers may fork from it (pipelines.local.warm)
         )
         if dry_run:
             _print_plan(opts)
@@ -731,8 +731,8 @@ def data_service_worker(
 
 
 def main() -> None:
-    from pipelines._worker import prepare_launcher
     from pipelines.interrupt import Interrupted, raise_on_signals
+    from pipelines.local.worker import prepare_launcher
 
     prepare_launcher(sys.argv[1:])  # a local convert loads no more of Beam than its workers
     raise_on_signals()  # a run stopped by Ctrl-C or a scheduler's SIGTERM cleans up and says so

@@ -83,7 +83,6 @@ from convert.tfrecord import frame_records, take_records
 from convert.vectorize import Vectorizer, unseen_label_rows
 from pipelines._fs import delete as fs_delete
 from pipelines._fs import match_in, size_of
-from pipelines._progress import GATHER, PROGRESS_DIR, UnitProgress
 from pipelines.analyze import (
     merge_stats_terms,
     merge_vocabularies,
@@ -92,6 +91,7 @@ from pipelines.analyze import (
     spilled_features,
     with_term_summaries,
 )
+from pipelines.local.progress import GATHER, PROGRESS_DIR, UnitProgress
 from pipelines.options import ConvertOptions
 from pipelines.plan import InputFile, WorkUnit
 

@@ -6,7 +6,7 @@ import io
 import json
 import threading
 
-from pipelines._progress import ProgressReporter, UnitProgress, format_line, read_totals
+from pipelines.local.progress import ProgressReporter, UnitProgress, format_line, read_totals
 
 
 def test_units_report_and_the_launcher_sums_per_pass(tmp_path):

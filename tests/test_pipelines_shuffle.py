@@ -353,7 +353,7 @@ def _convert_unit(config, opts, unit, analysis, num_shards: int) -> dict:
 
 
 def test_the_gather_reports_records_written_and_the_input_bytes_they_stand_for(tmp_path):
-    from pipelines._progress import GATHER, PROGRESS_DIR, read_totals
+    from pipelines.local.progress import GATHER, PROGRESS_DIR, read_totals
     from pipelines.plan import ByteRange, WorkUnit
     from pipelines.transforms import _GatherShard
 
@@ -381,7 +381,7 @@ def test_a_local_run_prints_the_gather_pass_only_when_shuffling(data, tmp_path, 
 
     import pipelines.job as job
     from pipelines import transforms
-    from pipelines._progress import ProgressReporter
+    from pipelines.local.progress import ProgressReporter
 
     slow = transforms._gathered
 

@@ -5,8 +5,8 @@ option (each patch's docstring says why). ``pipelines.job`` enters each one as
 a context manager only for the runs that need it, and leaves it when the run
 ends, failed or not, so a process that calls ``run_convert`` (a notebook, an
 Airflow worker, a service) finds gRPC and Beam as it left them. Worker
-processes of our own (``pipelines._worker``, the children of
-``pipelines._warm``) and the ``python -m pipelines._loopback`` launcher keep
+processes of our own (``pipelines.local.worker``, the children of
+``pipelines.local.warm``) and the ``python -m pipelines.local.loopback`` launcher keep
 theirs for their lifetime (:func:`apply_for_process`).
 
 Each patch names the library and the version range it was written and
@@ -87,7 +87,7 @@ class Patch:
             raise PatchError(f"{self.what}: {self.dist} is not installed") from None
         if not self.lowest <= have < self.below:
             raise PatchError(f"{self.what}: written for {self.dist} >={_show(self.lowest)},<{_show(self.below)}, "
-                             f"found {_show(have)}; check the patch against it (pipelines/_patches.py) and widen the range")
+                             f"found {_show(have)}; check the patch against it (pipelines/local/patches.py) and widen the range")
         if not self._active:  # (applied, the code it replaces looks changed: by this patch)
             self._fits()
 
@@ -437,7 +437,7 @@ WorkerStart = Callable[[str, dict], Any]
 
 
 class WorkerStarts(Patch):
-    """Beam's local worker starts can be served by a hook (the pre-forked pool of ``pipelines._warm``).
+    """Beam's local worker starts can be served by a hook (the pre-forked pool of ``pipelines.local.warm``).
 
     ``local_job_service.SubprocessSdkWorker.run`` starts each worker with
     ``subprocess.Popen(command, shell=True, env=...)`` through the module's
