@@ -380,6 +380,7 @@ def test_a_local_run_prints_the_gather_pass_only_when_shuffling(data, tmp_path, 
     import io
 
     import pipelines.job as job
+    import pipelines.local.runner
     from pipelines import transforms
     from pipelines.local.progress import ProgressReporter
 
@@ -395,7 +396,7 @@ def test_a_local_run_prints_the_gather_pass_only_when_shuffling(data, tmp_path, 
     texts = {}
     for order in ("shuffled", "input"):
         stream = io.StringIO()
-        monkeypatch.setattr(job, "ProgressReporter", functools.partial(ProgressReporter, interval=0.02, stream=stream))
+        monkeypatch.setattr(pipelines.local.runner, "ProgressReporter", functools.partial(ProgressReporter, interval=0.02, stream=stream))
         job.run_convert(ConvertOptions(inputs=(str(data["avro"]),), config=str(data["config"]), output=str(tmp_path / order),
                                        num_shards=2, workers=1, progress=True, order=order))
         texts[order] = stream.getvalue()

@@ -6,7 +6,9 @@ import pytest
 from _pipelines_data import by_shard, make_records, write_dataset
 
 from pipelines import job
-from pipelines.job import MULTIPROCESS_MIN_BYTES, local_workers, run_convert
+from pipelines.job import run_convert
+from pipelines.local import MULTIPROCESS_MIN_BYTES, local_workers
+from pipelines.local import runner as local_runner
 from pipelines.options import ConvertOptions, OptionsError
 
 
@@ -15,7 +17,7 @@ def _o(**kw) -> ConvertOptions:
 
 
 def test_auto_uses_cores_only_when_the_input_repays_start_up(monkeypatch):
-    monkeypatch.setattr(job, "_cores", lambda: 8)
+    monkeypatch.setattr(local_runner, "_cores", lambda: 8)
     assert local_workers(_o(), MULTIPROCESS_MIN_BYTES - 1, 16) == 1
     assert local_workers(_o(), MULTIPROCESS_MIN_BYTES, 16) == 8
     assert local_workers(_o(), 10 * MULTIPROCESS_MIN_BYTES, 3) == 3  # no idle workers

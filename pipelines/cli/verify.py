@@ -22,7 +22,7 @@ from convert.example import decode_example, unpack_decoded
 from convert.spec import DatasetInfo
 from convert.tfrecord import iter_records
 from pipelines._fs import read_file, size_of
-from pipelines.inspect import load
+from pipelines.cli.inspect import load
 from pipelines.transforms import ANALYSIS_FILENAME
 
 

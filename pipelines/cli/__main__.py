@@ -1,0 +1,5 @@
+"""``python -m pipelines.cli``: the ``recordprep`` command."""
+
+from pipelines.cli import main
+
+main()
