@@ -15,8 +15,9 @@ import warnings
 import pytest
 from _pipelines_data import by_shard, make_records, write_dataset
 
-from pipelines.job import _MODE_WARNING, run_convert
+from pipelines.job import run_convert
 from pipelines.local import patches as _patches
+from pipelines.local.runner import _MODE_WARNING
 from pipelines.options import ConvertOptions
 from pipelines.transforms import ConversionFailed
 

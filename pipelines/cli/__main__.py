@@ -2,4 +2,5 @@
 
 from pipelines.cli import main
 
-main()
+if __name__ == "__main__":  # imported, as by a walk over every module, it runs nothing
+    main()
