@@ -14,41 +14,13 @@ launcher of ``recordprep convert``), ``warm`` (pre-forked workers),
 (per-unit progress files and the launcher's reporter), ``loopback``
 (``python -m pipelines.local.loopback``: Beam's own services on loopback).
 
-Importing this package imports nothing else of it: ``python -m
-pipelines.local.worker`` imports it before it sets its process up, and the
-launcher of ``recordprep convert`` before it marks Beam's unused connectors
-absent (:func:`prepare_launcher`). Its names load on first use.
+Importing this package imports neither Beam nor the job's modules (the
+standard library only): ``python -m pipelines.local.worker`` imports it
+before it sets its process up, and the launcher of ``recordprep convert``
+before it marks Beam's unused connectors absent (:func:`prepare_launcher`).
 """
 
-from __future__ import annotations
-
-import importlib
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:  # pragma: no cover
-    from pipelines.local.runner import (
-        MULTIPROCESS_MIN_BYTES,
-        Runner,
-        Work,
-        local_workers,
-        runner_for,
-    )
-    from pipelines.local.worker import prepare_launcher
+from pipelines.local.runner import MULTIPROCESS_MIN_BYTES, Runner, Work, local_workers, runner_for
+from pipelines.local.worker import prepare_launcher
 
 __all__ = ["MULTIPROCESS_MIN_BYTES", "Runner", "Work", "local_workers", "prepare_launcher", "runner_for"]
-
-_LAZY = {"prepare_launcher": "pipelines.local.worker", **dict.fromkeys(
-    ("MULTIPROCESS_MIN_BYTES", "Runner", "Work", "local_workers", "runner_for"), "pipelines.local.runner")}
-
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'pipelines.local' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))

@@ -12,8 +12,9 @@ when asked and safe (:mod:`pipelines.local.warm`).
 applies the patches the run needs (:mod:`pipelines.local.patches`), freezes
 the launcher's heap and forks the workers while it is open, and undoes all of
 it when it closes, whether the run returned or raised. Beam is imported only
-when it opens: ``python -m pipelines.local.worker`` imports this package
-before it marks Beam's unused connectors absent.
+when it opens, and the job's modules when they are used:
+``python -m pipelines.local.worker`` imports this package before it sets
+its process up.
 """
 
 from __future__ import annotations
@@ -22,15 +23,16 @@ import contextlib
 import dataclasses
 import os
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pipelines.local import patches
 from pipelines.local.progress import PROGRESS_DIR, ProgressReporter, run_passes
 from pipelines.local.warm import WarmPool, frozen_heap
 from pipelines.local.worker import command as worker_command
 from pipelines.local.worker import schemes_of
-from pipelines.options import ConvertOptions, beam_flag
-from pipelines.staging import LOCAL_RUNNERS
+
+if TYPE_CHECKING:  # pragma: no cover
+    from pipelines.options import ConvertOptions
 
 #: Below this much input, starting worker processes (each loads Beam) costs
 #: more than a second core gains (docs/benchmarks.md#design-converter).
@@ -152,6 +154,8 @@ def _cores() -> int:
 
 def beam_sets_workers(beam_args: Sequence[str]) -> bool:
     """The Beam flags choose the local runner's workers themselves."""
+    from pipelines.options import beam_flag
+
     return any(beam_flag(beam_args, f) is not None for f in ("--direct_num_workers", "--direct_running_mode"))
 
 
@@ -185,6 +189,8 @@ def _multiprocess_runner(fn_api_runner: Any, command: str) -> Any:
 
 def _choose(opts: ConvertOptions, args: list[str], runner_name: str | None, work: Work) -> _Choice:
     """The runner and its Beam flags; changes nothing in this process."""
+    from pipelines.staging import LOCAL_RUNNERS
+
     local = runner_name is None or runner_name.split(".")[-1] in LOCAL_RUNNERS
     if runner_name is not None:
         return _Choice(None, args, runner_name, local, False, 1, None)
