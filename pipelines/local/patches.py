@@ -310,12 +310,13 @@ class ArgspecCache(Patch):
     """Beam inspects each Python function's signature once, not once per DoFn.
 
     ``userstate.get_dofn_specs`` builds a ``MethodWrapper`` for every bound
-    method of a DoFn (about 30, most of them ``DoFn``'s own), each calling
+    method of a DoFn (most of them ``DoFn``'s own), each calling
     ``core.get_function_args_defaults``, i.e. ``inspect.signature``. Beam does
     it for every DoFn at ``ParDo`` construction, again in ``to_runner_api``
-    and in every bundle descriptor a worker builds: thousands of signatures
-    of the same few dozen functions per job, a fifth of the launcher's CPU
-    building and submitting the pipeline.
+    and in every bundle descriptor a worker builds: the signatures of the
+    same few dozen functions over and over, a sizeable share of the
+    launcher's CPU building and submitting the pipeline (the counts and the
+    cost: docs/benchmarks.md#design-converter).
 
     The answer for a plain function or a method bound to any instance depends
     only on the function: its code, defaults, keyword defaults and its

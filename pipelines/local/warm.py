@@ -185,7 +185,7 @@ def frozen_heap() -> Iterator[None]:
     """While open, the objects that existed when it opened are left out of the cyclic GC
     (``gc.freeze``); closing gives them back to it (``gc.unfreeze``).
 
-    A conversion's launcher holds Beam, numpy and this package, about 100k
+    A conversion's launcher holds Beam, numpy and this package, a great many
     objects, and a full collection walks them all: one in the launcher's
     pipeline set-up and one in each forked child, before the first record is
     read (docs/benchmarks.md#design-converter). Frozen, a collection walks only
