@@ -69,7 +69,7 @@ CONFIG = str(Path(__file__).resolve().parent / "features.yaml")
 
 def _recordprep(args: argparse.Namespace) -> dict[str, Any]:
     # This process is the launcher: set up as `recordprep convert` sets up its own.
-    from pipelines._worker import prepare_launcher
+    from pipelines.local.worker import prepare_launcher
 
     prepare_launcher(["convert", *args.inputs, args.config, args.output])
     from pipelines.job import run_convert

@@ -262,8 +262,8 @@ def _add_args(ap: argparse.ArgumentParser) -> None:
 
 
 def _workers_for(avro: list[str]) -> int:
-    """The worker processes ``recordprep convert`` picks for these files (pipelines.job.local_workers)."""
-    from pipelines.job import MULTIPROCESS_MIN_BYTES
+    """The worker processes ``recordprep convert`` picks for these files (pipelines.local.local_workers)."""
+    from pipelines.local import MULTIPROCESS_MIN_BYTES
 
     total = sum(os.path.getsize(p) for p in avro)
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1

@@ -39,7 +39,6 @@ from convert.stats import StatsAccumulator, StatsMerger
 from convert.tfrecord import frame_records
 from convert.vectorize import Vectorizer
 from pipelines._fs import delete as fs_delete
-from pipelines._progress import UnitProgress
 from pipelines.analyze import (
     PREPARED_KEY,
     AnalysisValue,
@@ -47,6 +46,7 @@ from pipelines.analyze import (
     spill_stats_terms,
     with_term_summaries,
 )
+from pipelines.local.progress import UnitProgress
 from pipelines.options import ConvertOptions
 from pipelines.plan import WorkUnit
 from pipelines.run_files import TMP_DIR

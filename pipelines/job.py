@@ -2,11 +2,12 @@
 
 ``run_convert`` is the library entry point behind ``recordprep convert``: it
 plans in the launcher (inputs, shards, fingerprint), builds the Beam pipeline
-from the PTransforms in ``pipelines.transforms``, runs it, and returns a
-summary. The default runner is Beam's in-process ``FnApiRunner``, chosen
-explicitly: ``DirectRunner`` first tries to download the Prism runner binary,
-which hangs or fails on an offline or firewalled machine. Any other runner
-comes from the Beam flags passed through (``-- --runner DataflowRunner ...``).
+from the PTransforms of ``pipelines.analyze``, ``convert_pass``, ``shuffle`` and
+``commit``, runs it, and returns a summary. The runner and what a local one sets up in this process come from
+one entry, :func:`pipelines.local.runner_for`; the plan from
+:func:`pipelines.plan.plan`. Beam's file systems have the run's options
+(``--hdfs_*`` and the like) from its start to its end, and the ones they had
+before after it (:func:`pipelines.remote.filesystem_options`).
 
 The output is guarded in stages, each before the next may write: an output
 overlapping an input is refused (``_guard_output``); the output's lock is
@@ -37,28 +38,23 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
 from convert.analysis import Analysis, AnalysisMismatchError
-from convert.check import check_inputs
-from convert.config import Config, load_config
+from convert.config import Config
 from convert.sources import InputFileError
 from convert.spec import FAILURE_FILENAME, FORMAT_VERSION, METADATA_FILENAME
 from convert.stats import STATS_FILENAME
-from pipelines import _patches, remote
+from pipelines import local, remote
 from pipelines._fs import delete as fs_delete
 from pipelines._fs import match_in, read_metadata
-from pipelines._progress import PROGRESS_DIR, ProgressReporter, run_passes
-from pipelines._warm import WarmPool, frozen_heap
-from pipelines._worker import command as worker_command
-from pipelines._worker import schemes_of
 from pipelines.analyze import AnalysisValue, AnalyzeUnits
 from pipelines.commit import CommitContext, CommitOutput, cleanup_tmp, write_atomic
 from pipelines.convert_pass import ConvertUnits
 from pipelines.interrupt import Interrupted
 from pipelines.lock import LOCK_FILENAME, OutputLock
-from pipelines.options import ConvertOptions, beam_flag
-from pipelines.plan import InputFile, default_num_shards, discover, input_fingerprint, plan_units
+from pipelines.options import ConvertOptions
+from pipelines.plan import InputFile, Plan, plan
 from pipelines.run_files import ANALYSIS_FILENAME, ERRORS_DIR, TMP_DIR, VOCAB_DIR, ConversionFailed
 from pipelines.shuffle import GatherShards
-from pipelines.staging import LOCAL_RUNNERS, staging_args
+from pipelines.staging import staging_args
 
 log = logging.getLogger("recordprep")
 
@@ -345,109 +341,14 @@ def load_analysis(old_output: str, config: Config) -> dict[str, Any]:
     return data
 
 
-#: Below this much input, starting worker processes (each loads Beam) costs
-#: more than a second core gains (docs/benchmarks.md#design-converter).
-MULTIPROCESS_MIN_BYTES = 32 * 1024 * 1024
-
-
-def _cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
-
-
-def _beam_sets_workers(beam_args: tuple[str, ...]) -> bool:
-    return any(beam_flag(beam_args, f) is not None for f in ("--direct_num_workers", "--direct_running_mode"))
-
-
-def local_workers(opts: ConvertOptions, total_bytes: int, num_units: int, beam_args: tuple[str, ...] = ()) -> int:
-    """Worker processes for a local run: ``opts.workers`` if given; else one
-    per core (at most one per work unit) when the input repays their start-up.
-    Beam flags ``--direct_num_workers``/``--direct_running_mode`` win."""
-    if _beam_sets_workers(beam_args):
-        return 1  # the user's Beam flags decide; leave them untouched
-    if opts.workers is not None:
-        return opts.workers
-    if total_bytes < MULTIPROCESS_MIN_BYTES:
-        return 1
-    return max(1, min(_cores(), num_units))
-
-
-#: Beam warns that ``direct_num_workers`` > 1 wants a multi-process running
-#: mode; ours is multi-process through its own worker environment. Dropped
-#: while such a run goes (``_patches.log_records_dropped``).
-_MODE_WARNING = ("apache_beam.runners.portability.fn_api_runner.fn_runner", "If direct_num_workers is not equal to 1")
-
-
-def _multiprocess_runner(fn_api_runner: Any, command: str) -> Any:
-    """An FnApiRunner whose workers are ``python -m pipelines._worker`` processes.
-
-    The same as ``--direct_running_mode multi_processing`` (which hard-codes
-    Beam's own worker command) with our worker entry point: less memory per
-    worker, loopback-only gRPC (see :mod:`pipelines._worker`); ``command``
-    (``worker_command``) names the file systems of every path the workers
-    open, so they load only those. A :class:`~pipelines._warm.WarmPool` may
-    serve these starts with forked children instead.
-    """
-    from apache_beam.transforms.environments import SubprocessSDKEnvironment
-
-    return fn_api_runner(default_environment=SubprocessSDKEnvironment.from_command_string(command))
-
-
-#: gs:// reads fetch this much at a time for the config check, which reads
-#: headers and samples (Beam's own reader would fetch 16 MB per file).
-_CHECK_READ_BUFFER = 1 << 20
-
-
-def _open_input(path: str) -> Any:
-    """An input for the config check (headers and samples only)."""
-    if path.startswith("gs://"):
-        gcsio = getattr(FileSystems.get_filesystem(path), "_gcsIO", None)
-        if gcsio is not None:
-            return gcsio().open(path, "rb", read_buffer_size=_CHECK_READ_BUFFER)
-    return FileSystems.open(path, compression_type="uncompressed")
-
-
-def plan(opts: ConvertOptions) -> dict[str, Any]:
-    """Everything the run will do, without running it (``--dry-run``).
-
-    The config is checked against the inputs here (:func:`convert.check.check_inputs`:
-    every Avro schema, a sample of the JSON), so a misspelled path fails
-    before anything is written.
-    """
-    remote.pipeline_options(opts)  # hdfs:// flags, set on FileSystems before listing inputs
-    config = load_config(opts.config)
-    files = discover(opts.inputs)
-    data_check = check_inputs(config, [f.path for f in files], _open_input, json_records_path=opts.json_records_path,
-                              max_record_bytes=opts.max_record_bytes, max_block_bytes=opts.max_block_bytes,
-                              split_key=opts.splits.key)
-    total = sum(f.size for f in files)
-    n = opts.num_shards or default_num_shards(total, opts.target_shard_mb)
-    units = plan_units(files, n, opts.json_records_path)
-    return {
-        "inputs": [{"path": f.path, "size": f.size} for f in files],
-        "total_bytes": total,
-        "num_shards": n,
-        "units": [[(r.path, r.start, r.end) for r in u.ranges] for u in units],
-        "splits": dict(zip(opts.splits.names, opts.splits.weights, strict=True)),
-        "split_key": opts.splits.key,
-        "features": config.to_json(),
-        "fingerprint": input_fingerprint(files, config.hash, opts.fingerprint_fields()),
-        "data_check": data_check.describe(),
-        "config": config,
-        "files": files,
-        "unit_objs": units,
-    }
-
-
 class _ViewCachingOptions(PipelineOptions):
     """``PipelineOptions`` that make each view once.
 
     Beam asks the pipeline's options for a view per transform it applies
-    (``view_as(TypeOptions)`` and others, 145 calls building this job), and
-    every view builds an argparse parser of its options and parses the flags
-    again: a measurable part of the job's set-up (docs/benchmarks.md#design-converter). Views of one options
+    (``view_as(TypeOptions)`` and others, many times per job), and every view
+    builds an argparse parser of its options and parses the flags again: a
+    measurable part of the job's set-up (the count and the cost:
+    docs/benchmarks.md#design-converter). Views of one options
     object share its values (``_all_options``) and its flags never change, so
     a view made once answers every later call alike. Adds no options.
     """
@@ -487,25 +388,31 @@ def run_convert(opts: ConvertOptions) -> ConvertResult:
         tolerance, unreadable input); ``_FAILURE.json`` says why.
     """
     t0 = time.perf_counter()
+    with remote.filesystem_options(opts) as beam_options:  # the launcher's own I/O; restored when the run ends
+        return _convert(opts, beam_options, t0)
+
+
+def _convert(opts: ConvertOptions, beam_options: PipelineOptions, t0: float) -> ConvertResult:
+    """:func:`run_convert` in stages: plan, guard the output, lock it, check it, clear it, run, read the result."""
     p = plan(opts)
-    _guard_output(opts, p["files"])
-    existing = _check_existing(opts, p["fingerprint"])
+    _guard_output(opts, list(p.files))
+    existing = _check_existing(opts, p.fingerprint)
     if existing is not None:
         return ConvertResult(opts.output, True, existing, time.perf_counter() - t0)
-    analysis = load_analysis(opts.analysis_from, p["config"]) if opts.analysis_from else None  # before any clearing
+    analysis = load_analysis(opts.analysis_from, p.config) if opts.analysis_from else None  # before any clearing
 
-    lock = _lock(opts, p["fingerprint"])
+    lock = _lock(opts, p.fingerprint, beam_options)
     try:  # released even when a signal ends acquire() after the lock file was made
         lock.acquire()
-        existing, previous = _check_output(opts, p["fingerprint"], lock)
+        existing, previous = _check_output(opts, p.fingerprint, lock)
         if existing is not None:  # the run that held the lock made this very dataset
             return ConvertResult(opts.output, True, existing, time.perf_counter() - t0)
         # From here on the output is this run's: any failure, a signal included, leaves the marker.
         try:
             _clear_previous(opts, previous)
-            workers, pre_forked = _run(opts, p, analysis, lock)
+            workers, pre_forked = _run(p, analysis, lock)
         except BaseException as e:
-            _record_failure(opts.output, p["fingerprint"], e)
+            _record_failure(opts.output, p.fingerprint, e)
             raise
     finally:
         lock.release()
@@ -515,13 +422,13 @@ def run_convert(opts: ConvertOptions) -> ConvertResult:
     return ConvertResult(opts.output, False, info, time.perf_counter() - t0, workers, pre_forked)
 
 
-def _lock(opts: ConvertOptions, fingerprint: str) -> OutputLock:
+def _lock(opts: ConvertOptions, fingerprint: str, beam_options: PipelineOptions) -> OutputLock:
     """The output's lock; on gs:// through a client made from the job's Beam options (project, credentials)."""
     client = None
     if opts.output.startswith("gs://"):
         from apache_beam.io.gcp.gcsio import create_storage_client
 
-        client = create_storage_client(remote.pipeline_options(opts))
+        client = create_storage_client(beam_options)
     return OutputLock(opts.output, fingerprint=fingerprint, version=tool_version(), gcs_client=client)
 
 
@@ -636,87 +543,18 @@ def _record_failure(output: str, fingerprint: str, e: BaseException) -> None:
         log.warning("could not write %s: %s", marker, err)
 
 
-@dataclasses.dataclass(frozen=True)
-class _RunnerSetup:
-    """The runner of a run and what its set-up needs to know.
-
-    ``runner``: an FnApiRunner, or None for the runner the Beam flags name;
-    ``local``: a local runner; ``in_process``: bundles run in this process
-    (no worker processes, no gRPC servers); ``workers``: worker processes of
-    our FnApiRunner (1: none); ``command``: their start command.
-    """
-
-    runner: Any
-    args: list[str]
-    runner_name: str | None
-    local: bool
-    in_process: bool
-    workers: int
-    command: str | None
-
-    def label(self, warm: WarmPool | None) -> str:
-        """The runner as the metadata names it."""
-        if self.runner_name is not None:
-            return self.runner_name
-        if self.in_process:
-            return "FnApiRunner (local, in-process)"
-        return f"FnApiRunner (local, {self.workers} worker processes{', pre-forked' if warm else ''})"
-
-
-def _runner(opts: ConvertOptions, p: dict[str, Any]) -> _RunnerSetup:
-    """The runner and Beam flags; changes nothing in this process but ``FileSystems``' options."""
-    remote.pipeline_options(opts)  # also hands the hdfs:// flags to FileSystems
-    args = remote.beam_args_for(opts)
-    runner_name = PipelineOptions(args).view_as(StandardOptions).runner
-    local = runner_name is None or runner_name.split(".")[-1] in LOCAL_RUNNERS
-    # Remote workers get this package as a wheel (no setup.py, no TensorFlow).
-    args += staging_args(runner_name, opts.beam_args)
-    if runner_name is not None:
-        return _RunnerSetup(None, args, runner_name, local, False, 1, None)
-    from apache_beam.runners.portability.fn_api_runner import FnApiRunner
-
-    workers = local_workers(opts, p["total_bytes"], len(p["unit_objs"]), beam_args=opts.beam_args)
-    runner: Any = FnApiRunner()
-    command = None
-    if workers > 1:
-        paths = [f.path for f in p["files"]] + [opts.output] + ([opts.analysis_from] if opts.analysis_from else [])
-        command = worker_command(schemes_of(paths))
-        runner = _multiprocess_runner(FnApiRunner, command)
-        args += ["--direct_num_workers", str(workers)]
-    in_process = workers == 1 and not _beam_sets_workers(opts.beam_args)
-    return _RunnerSetup(runner, args, None, local, in_process, workers, command)
-
-
-def _run_patches(setup: _RunnerSetup, pre_fork: bool) -> list[contextlib.AbstractContextManager[Any]]:
-    """The patches (:mod:`pipelines._patches`) this run needs, entered for its duration only.
-
-    Worker processes started by Beam apply their own; pre-forked ones
-    inherit the launcher's, so those are on before the pool forks.
-    """
-    patches: list[contextlib.AbstractContextManager[Any]] = [_patches.ARGSPEC_CACHE.applied()]  # the launcher builds DoFns
-    if not setup.local:
-        return patches
-    if not setup.in_process:  # Beam's gRPC servers for its worker processes live in this process
-        patches.append(_patches.LOOPBACK_BINDS.applied())
-        patches.append(_patches.EMPTY_BUNDLES_SKIPPED.applied())
-    if setup.in_process or setup.runner_name is not None or pre_fork:  # bundles run here, or in forks of it
-        patches.append(_patches.SHORT_SAMPLER_SLEEPS.applied())
-    if setup.command is not None:
-        patches.append(_patches.log_records_dropped(*_MODE_WARNING))
-    return patches
-
-
-def _build_pipeline(opts: ConvertOptions, p: dict[str, Any], analysis: dict[str, Any] | None, runner: Any,
-                    args: list[str], runner_name: str, in_process: bool) -> beam.Pipeline:
-    config, units = p["config"], p["unit_objs"]
+def _build_pipeline(p: Plan, analysis: dict[str, Any] | None, runner: local.Runner) -> beam.Pipeline:
+    """The job's pipeline: analyze (or reuse an analysis), convert, gather the shuffled shards, commit."""
+    opts, config, units = p.options, p.config, list(p.units)
     ctx = CommitContext(
-        inputs=p["files"], num_shards=len(units), fingerprint=p["fingerprint"], config_json=config.to_json(),
-        config_hash=config.hash, runner=runner_name, tool_version=tool_version(),
+        inputs=list(p.files), num_shards=len(units), fingerprint=p.fingerprint, config_json=config.to_json(),
+        config_hash=config.hash, runner=runner.label, tool_version=tool_version(),
         started=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"), run_id=new_run_id(),
     )
-    pipeline = beam.Pipeline(runner=runner, options=_ViewCachingOptions(args))
+    pipeline = beam.Pipeline(runner=runner.beam_runner, options=_ViewCachingOptions(runner.args))
     # The reshuffle spreads the units over workers; in one process there is
     # nothing to spread, and it costs a GroupByKey stage.
+    in_process = runner.in_process
     unit_pc = pipeline | "Units" >> beam.Create(units, reshuffle=not in_process)
     if analysis is not None:
         analysis_pc = pipeline | "ReusedAnalysis" >> beam.Create([AnalysisValue(analysis)])
@@ -731,34 +569,34 @@ def _build_pipeline(opts: ConvertOptions, p: dict[str, Any], analysis: dict[str,
     return pipeline
 
 
-def _run(opts: ConvertOptions, p: dict[str, Any], analysis: dict[str, Any] | None, lock: OutputLock) -> tuple[int, int]:
+def _beam_args(opts: ConvertOptions) -> tuple[list[str], str | None]:
+    """The run's Beam flags (given, derived for remote paths, staging for remote workers) and the runner they name."""
+    args = remote.beam_args_for(opts)
+    runner_name = PipelineOptions(args).view_as(StandardOptions).runner
+    # Remote workers get this package as a wheel (no setup.py, no TensorFlow).
+    return args + staging_args(runner_name, opts.beam_args), runner_name
+
+
+def _run(p: Plan, analysis: dict[str, Any] | None, lock: OutputLock) -> tuple[int, int]:
     """Build and run the pipeline; Beam's wrapped errors come out as ours (``_unwrap``).
 
     Returns ``(worker processes, how many of them were pre-forked)``. Every
-    change to gRPC and Beam the run makes is undone when it returns or raises.
+    change to gRPC and Beam the run makes is undone when it returns or raises
+    (:func:`pipelines.local.runner_for`).
     """
-    setup = _runner(opts, p)
-    pre_fork = opts.pre_fork and setup.command is not None
-    with contextlib.ExitStack() as scope:
-        for patch in _run_patches(setup, pre_fork):
-            scope.enter_context(patch)
-        scope.enter_context(frozen_heap())
-        # Before any thread starts: the workers fork from this process (pipelines/_warm.py).
-        warm = WarmPool.start(setup.workers, setup.command) if pre_fork and setup.command else None
-        if warm is not None:
-            scope.callback(warm.close)  # dismissed whatever happens from here
+    opts = p.options
+    args, runner_name = _beam_args(opts)
+    paths = (*(f.path for f in p.files), opts.output, *((opts.analysis_from,) if opts.analysis_from else ()))
+    tmp_dir = FileSystems.join(opts.output, TMP_DIR) if opts.progress and "://" not in opts.output else None
+    work = local.Work(total_bytes=p.total_bytes, num_units=p.num_shards, paths=paths, tmp_dir=tmp_dir)
+    with local.runner_for(opts, args, runner_name, work) as runner:
         lock.start_heartbeat()  # a thread: only once the workers are forked
-        pipeline = _build_pipeline(opts, p, analysis, setup.runner, setup.args, setup.label(warm), setup.in_process)
-        progress = opts.progress and setup.local and "://" not in opts.output
-        reporter = (ProgressReporter(FileSystems.join(opts.output, TMP_DIR, PROGRESS_DIR), p["total_bytes"],
-                                     run_passes(bool(opts.analysis_from), opts.shuffle_seed is not None))
-                    if progress else contextlib.nullcontext())
+        pipeline = _build_pipeline(p, analysis, runner)
         try:
-            with reporter, (warm.serving_beam() if warm else contextlib.nullcontext()):
-                pipeline.run().wait_until_finish()
+            runner.run(pipeline)
         except Exception as e:
             raise _unwrap(e) from e
-        return setup.workers, warm.handed if warm is not None else 0
+        return runner.workers, runner.pre_forked
 
 
 def _clean(msg: str) -> str:

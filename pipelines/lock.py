@@ -262,7 +262,7 @@ def _s3_client() -> Any:
     from apache_beam.io.filesystems import FileSystems
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    # The options the job set on FileSystems (pipelines.remote.pipeline_options), if any.
+    # The options the run set on FileSystems (pipelines.remote.filesystem_options), if any.
     options = getattr(FileSystems, "_pipeline_options", None) or PipelineOptions([])
     return Client(options=options).client
 

@@ -54,7 +54,7 @@ class ConvertOptions:
       compression: ``gzip`` or ``none``.
       gzip_level: 0 (stored) .. 9 (smallest); each step up compresses more
         slowly into fewer bytes. 1 and 2 are ISA-L's igzip, 3..9 zlib-ng's.
-        Default 2: a fifth of the deflate CPU of level 5 for about 1.17x its
+        Default 2: much less deflate CPU than level 5 for somewhat more
         bytes (the size zlib's level 1 writes); 5 writes shards smaller than
         zlib's default 6 (what TensorFlow's and Beam's writers use), for when
         storage or the network between storage and trainers is the limit
@@ -84,7 +84,7 @@ class ConvertOptions:
         1 = in-process (least memory).
       pre_fork: local runs with worker processes: fork them from this
         process before the pipeline starts (Linux, when safe; see
-        ``pipelines._warm``) instead of starting new interpreters, which
+        ``pipelines.local.warm``) instead of starting new interpreters, which
         saves each worker's imports. Off by default: forking the caller's
         process is the caller's choice. ``recordprep convert`` turns it on.
         Not in the fingerprint (same bytes either way).

@@ -1,9 +1,9 @@
-"""Input discovery and work planning, done once in the launcher.
+"""Input discovery and work planning, done once in the launcher: :func:`plan` -> :class:`Plan`.
 
 The job's unit of work is a *work unit*: a list of byte ranges of input files.
 Each unit is read and vectorized by one DoFn call, and its records go to
 exactly one shard per split (``--order input``) or are scattered over the
-``N`` output shards (shuffled; ``pipelines.transforms``), so ``--num-shards N``
+``N`` output shards (shuffled; ``pipelines.shuffle``), so ``--num-shards N``
 gives exactly N shards per split, the data never passes through a GroupByKey
 (memory stays flat on the local runner, which buffers shuffles in memory), and
 Beam's per-element overhead is paid per unit or shard, not per record.
@@ -21,12 +21,16 @@ import re
 import stat
 import warnings
 from collections.abc import Sequence
+from typing import Any
 
 from apache_beam.io.filesystem import FileSystem
 from apache_beam.io.filesystems import FileSystems
 
+from convert.check import check_inputs
+from convert.config import Config, load_config
 from convert.sources import is_splittable
 from convert.spec import FORMAT_VERSION, MAX_SHARDS
+from pipelines.options import ConvertOptions
 
 
 class InputError(ValueError):
@@ -283,3 +287,106 @@ def input_fingerprint(files: Sequence[InputFile], config_hash: str, options: dic
         sort_keys=True, default=str,
     ).encode()
     return hashlib.sha256(blob).hexdigest()
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """Everything a run of ``options`` will do, decided in the launcher before anything is written.
+
+    Attributes:
+      options: the run's options.
+      config: the feature config, checked against the inputs.
+      files: the input files, sorted by path, each once (:func:`discover`).
+      units: the work units, one per output shard of each split (:func:`plan_units`).
+      fingerprint: the conversion's identity (:func:`input_fingerprint`).
+      data_check: what the config was checked against (Avro schemas, a JSON sample).
+    """
+
+    options: ConvertOptions
+    config: Config
+    files: tuple[InputFile, ...]
+    units: tuple[WorkUnit, ...]
+    fingerprint: str
+    data_check: str
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(f.size for f in self.files)
+
+    @property
+    def num_shards(self) -> int:
+        """Shards per split: one per work unit."""
+        return len(self.units)
+
+    def to_json(self) -> dict[str, Any]:
+        """The plan as the user sees it: inputs, shards, units, splits, features, fingerprint, the data check."""
+        splits = self.options.splits
+        return {
+            "inputs": [{"path": f.path, "size": f.size} for f in self.files],
+            "total_bytes": self.total_bytes,
+            "num_shards": self.num_shards,
+            "units": [[(r.path, r.start, r.end) for r in u.ranges] for u in self.units],
+            "splits": dict(zip(splits.names, splits.weights, strict=True)),
+            "split_key": splits.key,
+            "features": self.config.to_json(),
+            "fingerprint": self.fingerprint,
+            "data_check": self.data_check,
+        }
+
+    def describe(self) -> list[str]:
+        """``convert --dry-run``'s lines: what a run would do, from :meth:`to_json`."""
+        shown, opts = self.to_json(), self.options
+        lines = [f"inputs: {len(shown['inputs'])} files, {shown['total_bytes'] / 1e6:.2f} MB"]
+        lines += [f"  {f['path']}  {f['size']:,} bytes" for f in shown["inputs"][:_INPUTS_SHOWN]]
+        if len(shown["inputs"]) > _INPUTS_SHOWN:
+            lines.append(f"  ... and {len(shown['inputs']) - _INPUTS_SHOWN} more")
+        lines.append(f"splits: {shown['splits']} (key: {shown['split_key'] or 'whole record'})")
+        lines.append(f"shards per split: {shown['num_shards']}  compression: {opts.compression}")
+        lines.append(f"order: {opts.order}" + (f" (seed {opts.shuffle_seed})" if opts.shuffle_seed is not None else ""))
+        lines.append("features:")
+        for feat in shown["features"]["features"]:
+            extra = {k: v for k, v in feat.items() if k in ("max_len", "top_k", "buckets", "fill") and v is not None}
+            lines.append(f"  {feat['name']:<20} <- {feat['source']:<24} {feat['transform']} {extra or ''}")
+        label = shown["features"]["label"]
+        if label:
+            lines.append(f"label: {label['name']} <- {label['source']}")
+        lines.append(f"config checked against: {shown['data_check']}")
+        return lines
+
+
+#: How many input files ``convert --dry-run`` lists.
+_INPUTS_SHOWN = 20
+
+#: gs:// reads fetch this much at a time for the config check, which reads
+#: headers and samples (Beam's own reader would fetch 16 MB per file).
+_CHECK_READ_BUFFER = 1 << 20
+
+
+def _open_input(path: str) -> Any:
+    """An input for the config check (headers and samples only)."""
+    if path.startswith("gs://"):
+        gcsio = getattr(FileSystems.get_filesystem(path), "_gcsIO", None)
+        if gcsio is not None:
+            return gcsio().open(path, "rb", read_buffer_size=_CHECK_READ_BUFFER)
+    return FileSystems.open(path, compression_type="uncompressed")
+
+
+def plan(opts: ConvertOptions) -> Plan:
+    """Everything the run will do, without running it (``--dry-run``).
+
+    The config is checked against the inputs here (:func:`convert.check.check_inputs`:
+    every Avro schema, a sample of the JSON), so a misspelled path fails
+    before anything is written. Remote inputs are listed with the file-system
+    options in force: a caller sets them (``remote.filesystem_options``).
+    """
+    config = load_config(opts.config)
+    files = discover(opts.inputs)
+    data_check = check_inputs(config, [f.path for f in files], _open_input, json_records_path=opts.json_records_path,
+                              max_record_bytes=opts.max_record_bytes, max_block_bytes=opts.max_block_bytes,
+                              split_key=opts.splits.key)
+    total = sum(f.size for f in files)
+    n = opts.num_shards or default_num_shards(total, opts.target_shard_mb)
+    units = plan_units(files, n, opts.json_records_path)
+    return Plan(options=opts, config=config, files=tuple(files), units=tuple(units),
+                fingerprint=input_fingerprint(files, config.hash, opts.fingerprint_fields()),
+                data_check=data_check.describe())

@@ -15,16 +15,22 @@ way the readers find WebHDFS:
 * ``--hdfs_full_urls`` always.
 
 Flags given after ``--`` win. The planner lists and stats inputs before the
-pipeline exists, so :func:`pipeline_options` also hands the options to
-``FileSystems`` at once (a ``Pipeline`` would only do it when built).
+pipeline exists, so a run hands the options to ``FileSystems`` itself, once,
+for its whole length (:func:`filesystem_options`; a ``Pipeline`` would only
+do it when built).
 """
 
 from __future__ import annotations
 
+import contextlib
 import getpass
 import os
 import urllib.parse
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover
+    from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines.options import beam_flag
 
@@ -76,21 +82,39 @@ def hdfs_beam_args(paths: Iterable[str | None], beam_args: Sequence[str]) -> lis
     return extra
 
 
-def beam_args_for(opts) -> list[str]:
+def beam_args_for(opts: Any) -> list[str]:
     """``opts.beam_args`` plus the derived remote-storage flags (``ConvertOptions`` in)."""
     args = list(opts.beam_args)
     paths = [*opts.inputs, opts.output, getattr(opts, "analysis_from", None)]
     return args + hdfs_beam_args(paths, args)
 
 
-def pipeline_options(opts):
-    """``PipelineOptions`` for ``opts``, also set on ``FileSystems`` for the launcher's own I/O."""
-    from apache_beam.io.filesystems import FileSystems
+def pipeline_options(opts: Any) -> PipelineOptions:
+    """``PipelineOptions`` for ``opts`` (``ConvertOptions``): its Beam flags and the derived ones. Sets nothing."""
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    options = PipelineOptions(beam_args_for(opts))
+    return PipelineOptions(beam_args_for(opts))
+
+
+@contextlib.contextmanager
+def filesystem_options(opts: Any) -> Iterator[PipelineOptions]:
+    """While open, ``FileSystems`` reads and writes with the options of a run of ``opts``; on
+    close, the options it had before are back.
+
+    Beam's file systems take their options (``--hdfs_*``, S3's and GCS's
+    settings) from one process-wide place, which a ``Pipeline`` sets only when
+    it is built; the launcher lists inputs, checks and clears the output
+    before that, so a run sets them once, for its whole length.
+    """
+    from apache_beam.io.filesystems import FileSystems
+
+    before = FileSystems._pipeline_options
+    options = pipeline_options(opts)
     FileSystems.set_options(options)
-    return options
+    try:
+        yield options
+    finally:
+        FileSystems.set_options(before)
 
 
 def use_paths(*paths: str | None) -> None:

@@ -75,7 +75,7 @@ from convert.tfrecord import frame_records, take_records
 from pipelines import tempfile_format
 from pipelines._fs import delete as fs_delete
 from pipelines._fs import ranged_reader
-from pipelines._progress import GATHER, PROGRESS_DIR, UnitProgress
+from pipelines.local.progress import GATHER, PROGRESS_DIR, UnitProgress
 from pipelines.options import ConvertOptions
 from pipelines.run_files import TMP_DIR, ConversionFailed
 from pipelines.tempfile_format import Serial, ShardWriter

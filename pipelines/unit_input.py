@@ -31,7 +31,7 @@ from convert.prepare import PreparedBatch, Preparer
 from convert.sources import iter_records
 from convert.vectorize import unseen_label_rows
 from pipelines._fs import size_of
-from pipelines._progress import PROGRESS_DIR, UnitProgress
+from pipelines.local.progress import PROGRESS_DIR, UnitProgress
 from pipelines.options import ConvertOptions
 from pipelines.plan import WorkUnit
 from pipelines.run_files import TMP_DIR

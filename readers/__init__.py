@@ -35,10 +35,19 @@ from readers.errors import (
     SpecError,
     StagingError,
 )
-from readers.info import keras_inputs, load_info, wait_for_dataset
+from readers.info import (
+    check_wait_arguments,
+    keras_inputs,
+    load_info,
+    locate,
+    wait_for_dataset,
+    wait_for_metadata,
+)
 from readers.options import ReadOptions
 
 if TYPE_CHECKING:  # pragma: no cover
+    from readers._io import exists
+    from readers._serving_examples import example_keys
     from readers.dataset import eval_dataset, parse_plan, train_dataset
     from readers.serving import TransformLayer, export_serving, transform_layer
 
@@ -53,18 +62,24 @@ __all__ = [
     "SpecError",
     "StagingError",
     "TransformLayer",
+    "check_wait_arguments",
     "eval_dataset",
+    "example_keys",
     "export_serving",
+    "exists",
     "keras_inputs",
     "load_info",
+    "locate",
     "parse_plan",
     "train_dataset",
     "transform_layer",
     "wait_for_dataset",
+    "wait_for_metadata",
 ]
 
 _LAZY = {"train_dataset": "readers.dataset", "eval_dataset": "readers.dataset", "parse_plan": "readers.dataset",
-         "transform_layer": "readers.serving", "export_serving": "readers.serving", "TransformLayer": "readers.serving"}
+         "transform_layer": "readers.serving", "export_serving": "readers.serving", "TransformLayer": "readers.serving",
+         "example_keys": "readers._serving_examples", "exists": "readers._io"}
 
 
 def __getattr__(name: str) -> Any:

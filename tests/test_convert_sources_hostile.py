@@ -350,7 +350,7 @@ def test_schemas_past_the_field_limit_take_the_fastavro_path_with_the_same_recor
 
 
 def test_cli_defaults_are_the_readers_defaults():
-    from pipelines import cli
+    from pipelines.cli import converting as cli
 
     assert cli._DEFAULT_RECORD_MB * MB == DEFAULT_MAX_RECORD_BYTES
     assert cli._DEFAULT_BLOCK_MB * MB == DEFAULT_MAX_BLOCK_BYTES

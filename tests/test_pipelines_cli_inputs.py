@@ -154,17 +154,17 @@ def test_an_unreadable_input_is_named(data, command):
 @pytest.mark.parametrize("num_shards", ["1", "2"])
 def test_an_input_removed_after_listing_is_a_one_line_error(data, monkeypatch, num_shards):
     """Removed between discovery and reading: in planning (2 shards cut the file) or in the job (1 shard)."""
-    import pipelines.job
+    import pipelines.plan
 
     gone = data["dir"] / "part-1.jsonl"
-    real = pipelines.job.discover
+    real = pipelines.plan.discover
 
     def discover_then_remove(patterns):
         files = real(patterns)
         gone.unlink()
         return files
 
-    monkeypatch.setattr(pipelines.job, "discover", discover_then_remove)
+    monkeypatch.setattr(pipelines.plan, "discover", discover_then_remove)
     r = runner.invoke(app, ["convert", "-i", str(gone), "-c", str(data["config"]), "-o", str(data["root"] / "out"), "--num-shards", num_shards])
     assert r.exit_code in (1, 2), r.output
     assert str(gone) in r.output and "Traceback" not in r.output

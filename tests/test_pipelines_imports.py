@@ -14,7 +14,7 @@ sys.meta_path.insert(0, _Block())
 
 BLOCK_TF = _NO_TF + """
 import convert.config, convert.example, convert.sources, convert.splits, convert.spec, convert.tfrecord, convert.vectorize
-import pipelines.cli, pipelines.job, pipelines.convert_pass, pipelines.commit, pipelines.inspect, pipelines.plan
+import pipelines.cli, pipelines.job, pipelines.convert_pass, pipelines.commit, pipelines.cli.inspect, pipelines.plan
 assert "tensorflow" not in sys.modules
 print("ok")
 """

@@ -54,7 +54,8 @@ def test_tiny_or_nan_target_shard_mb_exits_2(files, tmp_path, mb, words, dry_run
 
 
 def test_beam_flags_are_read_in_one_place_for_every_form():
-    from pipelines import job, remote, staging
+    from pipelines import remote, staging
+    from pipelines.local import runner
     from pipelines.options import beam_flag
 
     args = ["--runner", "DataflowRunner", "--hdfs_full_urls", "--environment_type=PROCESS", "--runner=Direct"]
@@ -65,5 +66,5 @@ def test_beam_flags_are_read_in_one_place_for_every_form():
     # the places that read them agree with it
     assert not staging.needs_staging("DataflowRunner", ["--environment_type", "LOOPBACK"])
     assert staging.needs_staging("DataflowRunner", ["--environment_type_extra=LOOPBACK"])
-    assert job._beam_sets_workers(("--direct_num_workers=4",)) and not job._beam_sets_workers(("--direct_num_workers_x=4",))
+    assert runner.beam_sets_workers(("--direct_num_workers=4",)) and not runner.beam_sets_workers(("--direct_num_workers_x=4",))
     assert remote.hdfs_beam_args(["hdfs://nn/x"], ["--hdfs_host=h", "--hdfs_port", "1", "--hdfs_user=u", "--hdfs_full_urls"]) == []

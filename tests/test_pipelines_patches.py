@@ -1,4 +1,4 @@
-"""The changes a run makes to gRPC and Beam (pipelines/_patches.py): each fits the
+"""The changes a run makes to gRPC and Beam (pipelines/local/patches.py): each fits the
 installed library, is on only while a run needs it, and is undone when the run
 ends, failed or not, so the calling process finds both as it left them."""
 
@@ -15,8 +15,9 @@ import warnings
 import pytest
 from _pipelines_data import by_shard, make_records, write_dataset
 
-from pipelines import _patches
-from pipelines.job import _MODE_WARNING, run_convert
+from pipelines.job import run_convert
+from pipelines.local import patches as _patches
+from pipelines.local.runner import _MODE_WARNING
 from pipelines.options import ConvertOptions
 from pipelines.run_files import ConversionFailed
 
@@ -298,7 +299,7 @@ def test_importing_every_module_changes_no_process_wide_setting():
     r = subprocess.run([sys.executable, "-c", _IMPORT_PROBE, *modules], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     got = json.loads(r.stdout.strip().splitlines()[-1])
-    assert {"pipelines.cli", "pipelines._patches", "readers.dataset", "convert.vectorize"} <= set(got["imported"])
+    assert {"pipelines.cli", "pipelines.local.patches", "readers.dataset", "convert.vectorize"} <= set(got["imported"])
     assert got["changed"] == {}
 
 

@@ -2,7 +2,7 @@
 (``local_job_service_main``) receives the job over gRPC and runs it on an
 external worker pool (``worker_pool_main``) whose SDK workers are separate
 processes importing this package — the same path Flink or Spark job servers
-take. Both services are started through ``pipelines._loopback`` so they
+take. Both services are started through ``pipelines.local.loopback`` so they
 listen on loopback only; the test checks that too.
 """
 
@@ -68,7 +68,7 @@ def services(tmp_path_factory):
     # The pool starts SDK workers as plain `python`: make that this venv's.
     env = {**os.environ, "PYTHONUNBUFFERED": "1",
            "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])}
-    launch = [sys.executable, "-m", "pipelines._loopback"]
+    launch = [sys.executable, "-m", "pipelines.local.loopback"]
     procs = []
     try:
         for name, args, port in (
@@ -142,7 +142,7 @@ def test_beam_local_services_listen_on_loopback_only(services):
 _PROBE = """
 import sys, concurrent.futures, grpc, psutil
 if sys.argv[1] == "patched":
-    from pipelines._loopback import bind_loopback_only
+    from pipelines.local.loopback import bind_loopback_only
     assert bind_loopback_only()
 s = grpc.server(concurrent.futures.ThreadPoolExecutor(1))
 port = s.add_insecure_port("[::]:0")

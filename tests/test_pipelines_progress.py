@@ -6,7 +6,7 @@ import io
 import json
 import threading
 
-from pipelines._progress import ProgressReporter, UnitProgress, format_line, read_totals
+from pipelines.local.progress import ProgressReporter, UnitProgress, format_line, read_totals
 
 
 def test_units_report_and_the_launcher_sums_per_pass(tmp_path):
@@ -73,10 +73,11 @@ def test_a_local_run_reports_progress_and_leaves_no_progress_files(tmp_path, mon
     from _pipelines_data import make_records, write_dataset
 
     import pipelines.job as job
+    import pipelines.local.runner
     from pipelines.options import ConvertOptions
 
     out_stream = io.StringIO()
-    monkeypatch.setattr(job, "ProgressReporter", functools.partial(ProgressReporter, interval=0.02, stream=out_stream))
+    monkeypatch.setattr(pipelines.local.runner, "ProgressReporter", functools.partial(ProgressReporter, interval=0.02, stream=out_stream))
     paths = write_dataset(tmp_path / "d", make_records(3000))
     out = tmp_path / "out"
     job.run_convert(ConvertOptions(inputs=(str(paths["avro"]),), config=str(paths["config"]), output=str(out),

@@ -187,7 +187,7 @@ def test_html_attributes_hold_a_hostile_feature_name_as_its_value(hostile):
     names, so the report is given one directly: each attribute parses back to the name, nothing more."""
     from html.parser import HTMLParser
 
-    from pipelines.report import build_report, render_html
+    from pipelines.cli.report import build_report, render_html
 
     rep = build_report(str(hostile["out"]))
     name = "\"' onmouseover=\"document.title='PWNED'\" zz='<!--<script>{{data}}"
@@ -206,7 +206,7 @@ def test_html_attributes_hold_a_hostile_feature_name_as_its_value(hostile):
 
 def test_html_escapes_numbers_that_a_damaged_output_holds_as_text(hostile):
     """The metadata's params and the statistics' counts are data too: a string where a number belongs is text."""
-    from pipelines.report import build_report, render_html
+    from pipelines.cli.report import build_report, render_html
 
     rep = build_report(str(hostile["out"]))
     rep["features"]["term"]["params"]["vocab_size"] = f"<img src=x onerror={PWN}>"
@@ -220,7 +220,7 @@ def test_terminal_prints_numbers_that_a_damaged_output_holds_as_text(hostile):
 
     from rich.console import Console
 
-    from pipelines.report import build_report, render_terminal
+    from pipelines.cli.report import build_report, render_terminal
 
     rep = build_report(str(hostile["out"]))
     rep["files"][0]["read"] = f"[/]{OSC_TITLE}"

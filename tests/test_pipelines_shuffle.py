@@ -355,7 +355,7 @@ def _convert_unit(config, opts, unit, analysis, num_shards: int) -> dict:
 
 
 def test_the_gather_reports_records_written_and_the_input_bytes_they_stand_for(tmp_path):
-    from pipelines._progress import GATHER, PROGRESS_DIR, read_totals
+    from pipelines.local.progress import GATHER, PROGRESS_DIR, read_totals
     from pipelines.plan import ByteRange, WorkUnit
     from pipelines.shuffle import _GatherShard
 
@@ -382,8 +382,9 @@ def test_a_local_run_prints_the_gather_pass_only_when_shuffling(data, tmp_path, 
     import io
 
     import pipelines.job as job
+    import pipelines.local.runner
     from pipelines import shuffle
-    from pipelines._progress import ProgressReporter
+    from pipelines.local.progress import ProgressReporter
 
     slow = shuffle._gathered
 
@@ -397,7 +398,7 @@ def test_a_local_run_prints_the_gather_pass_only_when_shuffling(data, tmp_path, 
     texts = {}
     for order in ("shuffled", "input"):
         stream = io.StringIO()
-        monkeypatch.setattr(job, "ProgressReporter", functools.partial(ProgressReporter, interval=0.02, stream=stream))
+        monkeypatch.setattr(pipelines.local.runner, "ProgressReporter", functools.partial(ProgressReporter, interval=0.02, stream=stream))
         job.run_convert(ConvertOptions(inputs=(str(data["avro"]),), config=str(data["config"]), output=str(tmp_path / order),
                                        num_shards=2, workers=1, progress=True, order=order))
         texts[order] = stream.getvalue()

@@ -1,4 +1,4 @@
-"""``pipelines._terminal``: data printed to a terminal shows its control characters and rich markup as text."""
+"""``pipelines.cli.terminal``: data printed to a terminal shows its control characters and rich markup as text."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import logging
 import pytest
 from rich.console import Console
 
-from pipelines._terminal import markup, text, visible
+from pipelines.cli.terminal import markup, text, visible
 
 
 @pytest.mark.parametrize(("raw", "shown"), [
@@ -38,7 +38,7 @@ def test_text_and_markup_print_literally_through_rich(raw):
 
 
 def test_cli_log_lines_show_control_characters():
-    from pipelines.cli import _VisibleFormatter
+    from pipelines.cli.base import _VisibleFormatter
 
     rec = logging.LogRecord("recordprep", logging.WARNING, __file__, 1, "could not remove %s", ("o-\x1b]0;PWNED\x07",), None)
     assert _VisibleFormatter("%(levelname)s %(message)s").format(rec) == "WARNING could not remove o-\\x1b]0;PWNED\\x07"

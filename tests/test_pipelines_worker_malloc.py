@@ -1,4 +1,4 @@
-"""A local worker's malloc set-up (``pipelines._worker``) keeps batch-sized buffers in its heap.
+"""A local worker's malloc set-up (``pipelines.local.worker``) keeps batch-sized buffers in its heap.
 
 Each batch allocates and frees buffers of a few MB (encoded Examples, id and
 float columns, framed records). If glibc maps each one afresh, every page of it
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="gl
 _PROBE = """
 import json, resource, sys
 import numpy as np
-from pipelines import _worker
+from pipelines.local import worker as _worker
 tuned = _worker._tune_malloc()
 between = sys.argv[1] == "between"
 def faults():

@@ -6,7 +6,9 @@ import pytest
 from _pipelines_data import by_shard, make_records, write_dataset
 
 from pipelines import job
-from pipelines.job import MULTIPROCESS_MIN_BYTES, local_workers, run_convert
+from pipelines.job import run_convert
+from pipelines.local import MULTIPROCESS_MIN_BYTES, local_workers
+from pipelines.local import runner as local_runner
 from pipelines.options import ConvertOptions, OptionsError
 
 
@@ -15,7 +17,7 @@ def _o(**kw) -> ConvertOptions:
 
 
 def test_auto_uses_cores_only_when_the_input_repays_start_up(monkeypatch):
-    monkeypatch.setattr(job, "_cores", lambda: 8)
+    monkeypatch.setattr(local_runner, "_cores", lambda: 8)
     assert local_workers(_o(), MULTIPROCESS_MIN_BYTES - 1, 16) == 1
     assert local_workers(_o(), MULTIPROCESS_MIN_BYTES, 16) == 8
     assert local_workers(_o(), 10 * MULTIPROCESS_MIN_BYTES, 3) == 3  # no idle workers
@@ -41,22 +43,23 @@ def test_worker_processes_write_the_same_bytes(tmp_path):
 
 
 def test_worker_entry_point_skips_unused_connectors_and_keeps_gcs(tmp_path):
-    """What ``python -m pipelines._worker`` sets up before Beam's worker runs."""
+    """What ``python -m pipelines.local.worker`` sets up before Beam's worker runs."""
     import json
     import subprocess
     import sys
 
-    from pipelines import _patches, _worker
+    from pipelines.local import patches as _patches
+    from pipelines.local import worker as _worker
 
     probe = (
         "import json, sys\n"
-        "from pipelines import _worker\n"
+        "from pipelines.local import worker as _worker\n"
         "_worker.prepare()\n"
         "import apache_beam.runners.worker.sdk_worker_main, pipelines.convert_pass, pipelines.commit\n"
         "from apache_beam.runners.worker import statesampler\n"
         "from apache_beam.utils.counters import CounterFactory\n"
         "from apache_beam.io.filesystems import FileSystems\n"
-        "from pipelines import _patches\n"
+        "from pipelines.local import patches as _patches\n"
         "print(json.dumps({'loaded': [m for m in _worker.UNUSED_MODULES if sys.modules.get(m) is not None],\n"
         "                  'gcs': type(FileSystems.get_filesystem('gs://bucket/x')).__name__,\n"
         "                  'malloc': _worker._tune_malloc(),\n"
@@ -71,7 +74,7 @@ def test_worker_entry_point_skips_unused_connectors_and_keeps_gcs(tmp_path):
     assert got["sampling_ms"] == _patches.STATE_SAMPLING_PERIOD_MS < 200  # bundles end without a 200 ms wait
     if sys.platform.startswith("linux"):
         assert got["malloc"]
-    assert _worker.command().endswith("-m pipelines._worker --recordprep-schemes=gs,hdfs,s3")
+    assert _worker.command().endswith("-m pipelines.local.worker --recordprep-schemes=gs,hdfs,s3")
     assert _worker.command(_worker.schemes_of(["/data/x.avro", "gs://b/in/*.avro"])).endswith("--recordprep-schemes=gs")
     # Without prepare(), Beam loads them: the probe would catch a Beam that stopped doing so.
     plain = subprocess.run([sys.executable, "-c", "import sys, apache_beam; print('pyarrow' in sys.modules)"],
@@ -86,11 +89,11 @@ def test_a_local_job_without_remote_paths_loads_no_remote_file_system(tmp_path):
     import subprocess
     import sys
 
-    from pipelines import _worker
+    from pipelines.local import worker as _worker
 
     probe = (
         "import json, sys\n"
-        "from pipelines import _worker\n"
+        "from pipelines.local import worker as _worker\n"
         "_worker.prepare(sys.argv[1].split(',') if sys.argv[1] else [])\n"
         "import apache_beam.runners.worker.sdk_worker_main, pipelines.convert_pass, pipelines.commit\n"
         "from apache_beam.io.filesystems import FileSystems\n"
@@ -114,7 +117,7 @@ def test_a_local_job_without_remote_paths_loads_no_remote_file_system(tmp_path):
     # the launcher: a local convert only; Dataflow and other commands keep everything
     for argv, applies in ((["convert", "-i", "x"], True), (["convert", "-i", "x", "--", "--runner", "DirectRunner"], True),
                           (["convert", "-i", "x", "--", "--runner=DataflowRunner"], False), (["infer", "-i", "x"], False)):
-        code = f"import sys; from pipelines import _worker; print(_worker.prepare_launcher({argv!r}), 'google.cloud.dataflow' in sys.modules)"
+        code = f"import sys; from pipelines.local import worker as _worker; print(_worker.prepare_launcher({argv!r}), 'google.cloud.dataflow' in sys.modules)"
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
         assert out.stdout.split() == [str(applies), str(applies)]  # applied: marked absent (a None entry)
 
@@ -134,7 +137,7 @@ def _run_cli(src, out, env_extra, workers=2):
 
 @pytest.mark.slow
 def test_pre_forked_workers_write_the_same_bytes_as_started_ones(tmp_path):
-    """The CLI forks its workers from the launcher (pipelines/_warm.py) and hands
+    """The CLI forks its workers from the launcher (pipelines/local/warm.py) and hands
     every one of them to Beam; the output is byte for byte what workers started by
     Beam write, and no worker is left behind."""
     import gzip
@@ -166,7 +169,7 @@ def test_warm_pool_serves_only_its_command_and_dismisses_the_rest():
 
     probe = (
         "import os, sys\n"
-        "from pipelines._warm import WarmPool\n"
+        "from pipelines.local.warm import WarmPool\n"
         "pool = WarmPool.start(2, 'the-worker-command')\n"
         "assert pool is not None\n"
         "pids = [pid for pid, _ in pool._idle]\n"
@@ -192,7 +195,7 @@ def test_warm_pool_is_off_where_forking_is_unsafe():
 
     probe = (
         "import json, os, sys, threading\n"
-        "from pipelines import _warm\n"
+        "from pipelines.local import warm as _warm\n"
         "got = {'fresh': _warm.can_fork()}\n"
         "os.environ[_warm.ENV_SWITCH] = '0'\n"
         "got['switched_off'] = _warm.can_fork()\n"
@@ -252,7 +255,7 @@ def test_frozen_heap_freezes_while_open_and_leaves_a_callers_freeze_alone():
     back as it was: unfrozen, or frozen by the caller as the caller left it."""
     import gc
 
-    from pipelines._warm import frozen_heap
+    from pipelines.local.warm import frozen_heap
 
     if gc.get_freeze_count():
         pytest.skip("this test process already froze objects")

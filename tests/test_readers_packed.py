@@ -9,9 +9,9 @@ from _pipelines_data import CONFIG, make_records, write_dataset
 
 import readers
 from convert.spec import PACKED_KEYS
+from pipelines.cli.verify import verify_output
 from pipelines.job import run_convert
 from pipelines.options import ConvertOptions, OptionsError
-from pipelines.verify import verify_output
 
 pytestmark = pytest.mark.slow
 
@@ -93,7 +93,7 @@ def test_parse_plan_lets_other_pipelines_read_packed_shards(outputs):
 
 
 def test_verify_and_inspect_understand_the_packed_layout(outputs):
-    from pipelines.inspect import inspect_output
+    from pipelines.cli.inspect import inspect_output
 
     report = verify_output(str(outputs["packed"]))
     assert report.ok, report.problems

@@ -90,7 +90,7 @@ def test_cli_converts_gs_to_gs_like_a_local_run(gcs_dataset, remote_stack):
 
 
 def test_worker_processes_convert_gs_to_gs_like_a_local_run(gcs_dataset, remote_stack):
-    """Multi-process workers (``pipelines._worker``, unused Beam connectors not loaded) read and write gs://."""
+    """Multi-process workers (``pipelines.local.worker``, unused Beam connectors not loaded) read and write gs://."""
     out = f"gs://{remote_stack.bucket}/workers/out"
     result = run_convert(_opts(f"{gcs_dataset['gs_in']}/*.avro", gcs_dataset["paths"]["config"], out,
                                num_shards=3, workers=2))

@@ -27,8 +27,8 @@ TIMEOUT_S = 600
 # The CLI with each worker started under ``prlimit --as`` (Beam runs the worker command through a shell).
 LAUNCH = f"""
 import sys
-import pipelines._worker, pipelines.job
-pipelines.job.worker_command = lambda schemes: "prlimit --as={CAP_MB << 20} -- " + pipelines._worker.command(schemes)
+import pipelines.local.worker, pipelines.local.runner
+pipelines.local.runner.worker_command = lambda schemes: "prlimit --as={CAP_MB << 20} -- " + pipelines.local.worker.command(schemes)
 sys.argv = ["recordprep", *sys.argv[1:]]
 from pipelines.cli import main
 main()

@@ -1,7 +1,7 @@
 """Pre-forked workers for local multi-process conversions (PySpark's daemon pattern).
 
 Beam's multi-process ``FnApiRunner`` starts each worker as a new
-interpreter (``python -m pipelines._worker``) that imports Beam, numpy,
+interpreter (``python -m pipelines.local.worker``) that imports Beam, numpy,
 polars and this package before it reads a record: a sizeable share of a
 local job's CPU (docs/benchmarks.md#design-converter). The launcher has imported
 nearly all of it already, so :class:`WarmPool` forks the workers from it
@@ -36,7 +36,7 @@ import sys
 import threading
 from collections.abc import Iterator
 
-from pipelines._patches import (
+from pipelines.local.patches import (
     ARGSPEC_CACHE,
     LOOPBACK_BINDS,
     QUIET_BUNDLE_TRACEBACKS,
@@ -175,7 +175,7 @@ class WarmPool:
     @contextlib.contextmanager
     def serving_beam(self) -> Iterator[None]:
         """While open, Beam's local worker starts go to this pool's children
-        (:class:`pipelines._patches.WorkerStarts`)."""
+        (:class:`pipelines.local.patches.WorkerStarts`)."""
         with WORKER_STARTS.serving(self.popen):
             yield
 
@@ -185,7 +185,7 @@ def frozen_heap() -> Iterator[None]:
     """While open, the objects that existed when it opened are left out of the cyclic GC
     (``gc.freeze``); closing gives them back to it (``gc.unfreeze``).
 
-    A conversion's launcher holds Beam, numpy and this package, about 100k
+    A conversion's launcher holds Beam, numpy and this package, a great many
     objects, and a full collection walks them all: one in the launcher's
     pipeline set-up and one in each forked child, before the first record is
     read (docs/benchmarks.md#design-converter). Frozen, a collection walks only
@@ -208,7 +208,7 @@ def _child(job_fd: int) -> None:
     """A forked worker: preload, wait for the job, run Beam's worker entry point, exit."""
     code = 1
     try:
-        from pipelines._worker import _tune_malloc
+        from pipelines.local.worker import _tune_malloc
 
         _tune_malloc()
         signal.signal(signal.SIGINT, signal.SIG_DFL)
@@ -236,7 +236,7 @@ def _child(job_fd: int) -> None:
         from apache_beam.runners.worker import sdk_worker_main
 
         # The launcher's run applied all but the traceback one before forking;
-        # this process keeps them, as a started worker does (pipelines._worker).
+        # this process keeps them, as a started worker does (pipelines.local.worker).
         apply_for_process(LOOPBACK_BINDS, SHORT_SAMPLER_SLEEPS, ARGSPEC_CACHE, QUIET_BUNDLE_TRACEBACKS)
         sys.argv = ["apache_beam.runners.worker.sdk_worker_main"]
         sdk_worker_main.main(sys.argv)  # what `python -m` of it runs

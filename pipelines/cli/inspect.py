@@ -14,7 +14,7 @@ from convert.spec import METADATA_FILENAME, PACKED_KEYS, DatasetInfo, SpecError
 from convert.tfrecord import iter_records
 from pipelines import remote
 from pipelines._fs import read_metadata
-from pipelines._terminal import visible
+from pipelines.cli.terminal import visible
 
 #: What reading a damaged or foreign shard raises (not gzip, truncated, bad CRC, not an Example).
 SHARD_ERRORS = (ValueError, OSError, EOFError, zlib.error)

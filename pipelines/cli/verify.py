@@ -23,7 +23,7 @@ from convert.example import decode_example, unpack_decoded
 from convert.spec import DatasetInfo, check_name
 from convert.tfrecord import iter_records
 from pipelines._fs import read_file, size_of
-from pipelines.inspect import load
+from pipelines.cli.inspect import load
 from pipelines.run_files import ANALYSIS_FILENAME
 
 

@@ -23,8 +23,8 @@ from apache_beam.io.filesystems import FileSystems
 from convert import drift as _drift
 from convert.spec import check_name
 from convert.stats import STATS_FILENAME, StatsFormatError, ValueSketch, load_stats
-from pipelines._terminal import text, visible
-from pipelines.inspect import InspectError, load
+from pipelines.cli.inspect import InspectError, load
+from pipelines.cli.terminal import text, visible
 
 #: Terms shown per feature and split in the HTML page and the terminal.
 TERMS_SHOWN = 20
@@ -342,7 +342,7 @@ def _feature_section(name: str, feat: Mapping[str, Any], splits: Sequence[str], 
 
 def render_html(report: Mapping[str, Any]) -> str:
     """The whole page: one string, no external resource."""
-    template = resources.files("pipelines").joinpath("report_template.html").read_text(encoding="utf-8")
+    template = resources.files("pipelines.cli").joinpath("report_template.html").read_text(encoding="utf-8")
     splits = list(report["splits"])
     body = [f"<h1>recordprep report: {_esc(report['output'])}</h1>",
             f"<p>layout {_esc(report['layout'])} · order {_esc(report['order'])} · format {_esc(report['format_version'])}"

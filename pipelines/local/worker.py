@@ -2,7 +2,7 @@
 
 Beam's multi-process ``FnApiRunner`` starts each worker as
 ``python -m apache_beam.runners.worker.sdk_worker_main``. A local run of
-``recordprep convert`` starts ``python -m pipelines._worker`` instead: it sets
+``recordprep convert`` starts ``python -m pipelines.local.worker`` instead: it sets
 the process up, then runs that same Beam module unchanged. The set-up changes
 what a worker costs (docs/benchmarks.md#design-converter), not what it writes;
 each point's reasons: docs/converting.md#worker-processes.
@@ -17,12 +17,12 @@ each point's reasons: docs/converting.md#worker-processes.
 - **gRPC binds loopback only**, **bundles end promptly**, **each function's
   signature is inspected once** and **a failed bundle's traceback is not
   printed** to the stderr it shares with the CLI: the patches of
-  :mod:`pipelines._patches`, kept for the worker's lifetime.
+  :mod:`pipelines.local.patches`, kept for the worker's lifetime.
 - **It exits at once** when the harness returns (``os._exit`` after flushing
   logs): the runner waits for each worker's interpreter teardown in turn.
 
 Where it is safe, a local run forks its workers from the launcher instead
-(:mod:`pipelines._warm`), which has already done this set-up and most of the
+(:mod:`pipelines.local.warm`), which has already done this set-up and most of the
 imports. Remote runners (Dataflow, Flink, Spark) start their own workers;
 nothing here applies to them.
 """
@@ -38,7 +38,7 @@ import shlex
 import sys
 from collections.abc import Iterable, Sequence
 
-from pipelines._patches import (
+from pipelines.local.patches import (
     ARGSPEC_CACHE,
     LOOPBACK_BINDS,
     QUIET_BUNDLE_TRACEBACKS,
@@ -76,7 +76,7 @@ def schemes_of(paths: Iterable[str]) -> set[str]:
 def command(schemes: Iterable[str] = tuple(FILESYSTEM_MODULES)) -> str:
     """The shell command Beam runs to start one worker (it uses ``shell=True``);
     ``schemes``: the remote file systems the job's paths use (the others are not loaded)."""
-    return f"{shlex.quote(sys.executable)} -m pipelines._worker {_SCHEMES_FLAG}{','.join(sorted(schemes))}"
+    return f"{shlex.quote(sys.executable)} -m pipelines.local.worker {_SCHEMES_FLAG}{','.join(sorted(schemes))}"
 
 
 def _tune_malloc() -> bool:

@@ -1,8 +1,8 @@
 """Launcher of Beam's own local services with their gRPC servers on loopback only.
 
-``python -m pipelines._loopback MODULE [ARGS...]`` runs ``MODULE`` (e.g.
+``python -m pipelines.local.loopback MODULE [ARGS...]`` runs ``MODULE`` (e.g.
 ``apache_beam.runners.worker.worker_pool_main --service_port 50000``) as
-``python -m`` would, with :class:`pipelines._patches.LoopbackBinds` applied
+``python -m`` would, with :class:`pipelines.local.patches.LoopbackBinds` applied
 for the life of that process (the portable-runner tests start Beam's job
 service and worker pool this way). A conversion applies the same patch only
 while a run needs it (``pipelines.job``).
@@ -13,7 +13,7 @@ from __future__ import annotations
 import runpy
 import sys
 
-from pipelines._patches import LOOPBACK_BINDS, apply_for_process
+from pipelines.local.patches import LOOPBACK_BINDS, apply_for_process
 
 
 def bind_loopback_only() -> bool:
@@ -24,7 +24,7 @@ def bind_loopback_only() -> bool:
 
 def _main(argv: list[str]) -> None:
     if not argv:
-        raise SystemExit("usage: python -m pipelines._loopback MODULE [ARGS...]")
+        raise SystemExit("usage: python -m pipelines.local.loopback MODULE [ARGS...]")
     bind_loopback_only()
     sys.argv = [argv[0], *argv[1:]]
     runpy.run_module(argv[0], run_name="__main__", alter_sys=True)

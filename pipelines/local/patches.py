@@ -5,8 +5,8 @@ option (each patch's docstring says why). ``pipelines.job`` enters each one as
 a context manager only for the runs that need it, and leaves it when the run
 ends, failed or not, so a process that calls ``run_convert`` (a notebook, an
 Airflow worker, a service) finds gRPC and Beam as it left them. Worker
-processes of our own (``pipelines._worker``, the children of
-``pipelines._warm``) and the ``python -m pipelines._loopback`` launcher keep
+processes of our own (``pipelines.local.worker``, the children of
+``pipelines.local.warm``) and the ``python -m pipelines.local.loopback`` launcher keep
 theirs for their lifetime (:func:`apply_for_process`).
 
 Each patch names the library and the version range it was written and
@@ -87,7 +87,7 @@ class Patch:
             raise PatchError(f"{self.what}: {self.dist} is not installed") from None
         if not self.lowest <= have < self.below:
             raise PatchError(f"{self.what}: written for {self.dist} >={_show(self.lowest)},<{_show(self.below)}, "
-                             f"found {_show(have)}; check the patch against it (pipelines/_patches.py) and widen the range")
+                             f"found {_show(have)}; check the patch against it (pipelines/local/patches.py) and widen the range")
         if not self._active:  # (applied, the code it replaces looks changed: by this patch)
             self._fits()
 
@@ -310,12 +310,13 @@ class ArgspecCache(Patch):
     """Beam inspects each Python function's signature once, not once per DoFn.
 
     ``userstate.get_dofn_specs`` builds a ``MethodWrapper`` for every bound
-    method of a DoFn (about 30, most of them ``DoFn``'s own), each calling
+    method of a DoFn (most of them ``DoFn``'s own), each calling
     ``core.get_function_args_defaults``, i.e. ``inspect.signature``. Beam does
     it for every DoFn at ``ParDo`` construction, again in ``to_runner_api``
-    and in every bundle descriptor a worker builds: thousands of signatures
-    of the same few dozen functions per job, a fifth of the launcher's CPU
-    building and submitting the pipeline.
+    and in every bundle descriptor a worker builds: the signatures of the
+    same few dozen functions over and over, a sizeable share of the
+    launcher's CPU building and submitting the pipeline (the counts and the
+    cost: docs/benchmarks.md#design-converter).
 
     The answer for a plain function or a method bound to any instance depends
     only on the function: its code, defaults, keyword defaults and its
@@ -437,7 +438,7 @@ WorkerStart = Callable[[str, dict], Any]
 
 
 class WorkerStarts(Patch):
-    """Beam's local worker starts can be served by a hook (the pre-forked pool of ``pipelines._warm``).
+    """Beam's local worker starts can be served by a hook (the pre-forked pool of ``pipelines.local.warm``).
 
     ``local_job_service.SubprocessSdkWorker.run`` starts each worker with
     ``subprocess.Popen(command, shell=True, env=...)`` through the module's
