@@ -124,7 +124,7 @@ def _exit_codes(verbose: bool) -> Iterator[None]:
     from pipelines.lock import LockHeldError
     from pipelines.options import OptionsError
     from pipelines.plan import InputError
-    from pipelines.transforms import ConversionFailed
+    from pipelines.run_files import ConversionFailed
 
     try:
         yield
