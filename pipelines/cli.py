@@ -197,7 +197,7 @@ def _gate(report: dict, fail: bool) -> None:
 
 @app.command(cls=_InputsCommand, context_settings={"allow_extra_args": False})
 def convert(
-    input: Annotated[list[str], typer.Option("--input", "-i", help="Input files, globs or directories (local, gs://, s3://, hdfs://; s3:// credentials and endpoint as boto3 finds them: AWS_* environment, profile, role): several after one -i, or repeat -i.")],
+    input: Annotated[list[str], typer.Option("--input", "-i", help="Input files, globs or directories (local, gs://, s3://, azfs://account/container/path, hdfs://; s3:// credentials and endpoint as boto3 finds them: AWS_* environment, profile, role; azfs:// from AZURE_STORAGE_CONNECTION_STRING or DefaultAzureCredential): several after one -i, or repeat -i.")],
     config: Annotated[Path, typer.Option("--config", "-c", help="Feature config (YAML or JSON); `recordprep infer` drafts one.")],
     output: Annotated[str, typer.Option("--output", "-o", help="Output directory (local ones must be creatable and writable: checked before any work). dataset_info.json appears there last, when the run is complete.")],
     splits: Annotated[str, typer.Option(help="Named splits with weights; the first one is analyzed (vocabularies, statistics).")] = "train=0.9,eval=0.1",
@@ -571,6 +571,8 @@ def wait(
 
         hint = (f" (for hdfs://, the NameNode's WebHDFS address: {remote.WEBHDFS_URL_ENV})" if output.startswith("hdfs://")
                 else " (for s3://, the credentials, region and AWS_ENDPOINT_URL boto3 finds)" if output.startswith("s3://")
+                else " (for azfs://, AZURE_STORAGE_CONNECTION_STRING or the identity DefaultAzureCredential finds)"
+                if output.startswith("azfs://")
                 else "")
         _fail(f"cannot read {location.metadata_path}: {failure_reason(e)}; check the path and that its file system is reachable{hint}")
     except SpecError as e:
