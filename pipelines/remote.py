@@ -128,9 +128,20 @@ def pipeline_options(opts):
     from apache_beam.io.filesystems import FileSystems
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    options = PipelineOptions(beam_args_for(opts))
+    args = beam_args_for(opts)
+    _azure_patch([*opts.inputs, opts.output, getattr(opts, "analysis_from", None)])
+    options = PipelineOptions(args)
     FileSystems.set_options(options)
     return options
+
+
+def _azure_patch(paths: Iterable[str | None]) -> None:
+    """Beam's ``exists`` fixed for the process once a path is on ``azfs://`` (``_patches.AzureExists``)."""
+    if any(str(p or "").startswith("azfs://") for p in paths):
+        from pipelines._patches import AZURE_EXISTS, apply_for_process
+
+        if not AZURE_EXISTS.active:
+            apply_for_process(AZURE_EXISTS)
 
 
 def use_paths(*paths: str | None) -> None:
@@ -146,6 +157,7 @@ def use_paths(*paths: str | None) -> None:
     from apache_beam.options.pipeline_options import PipelineOptions
 
     flags = hdfs_beam_args(paths, []) + azure_beam_args(paths, [])
+    _azure_patch(paths)
     if flags:
         FileSystems.set_options(PipelineOptions(flags))
     elif (any(str(p or "").startswith(("s3://", "azfs://")) for p in paths)
