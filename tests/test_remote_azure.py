@@ -379,3 +379,18 @@ def test_paths_of_another_account_or_scheme_are_refused_before_anything_runs(az_
               "--output", "az://devstoreaccount1/recordprep/out")
     assert az.returncode != 0 and "azfs://<account>/<container>/<path>" in az.stderr, az.stderr
     assert not azure_stack.names("out")
+
+
+def test_unreachable_azure_says_what_to_check(monkeypatch, tmp_path):
+    """The readers' client gives up on a store that does not answer within seconds, naming what to check."""
+    from _ports import free_port
+
+    import readers
+    from readers.errors import StagingError
+
+    monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING",
+                       AzureStack.connection_string(f"http://127.0.0.1:{free_port()}"))  # nothing listens there
+    started = time.monotonic()
+    with pytest.raises(StagingError, match=r"azfs://devstoreaccount1/recordprep/out/.*AZURE_STORAGE_CONNECTION_STRING"):
+        readers.load_info("azfs://devstoreaccount1/recordprep/out/train-*")
+    assert time.monotonic() - started < 60
