@@ -408,6 +408,10 @@ def markdown(results: dict[str, Any]) -> str:
         from bench import remote_s3
 
         lines += ["## Readers on emulated s3:// (staged)", "", *remote_s3.markdown(results["remote_s3"]), ""]
+    if results.get("remote_azure"):
+        from bench import remote_s3
+
+        lines += ["## Readers on emulated azfs:// (Azurite, staged)", "", *remote_s3.markdown(results["remote_azure"]), ""]
     if results.get("service"):
         from bench.reader_bench import service_markdown
 

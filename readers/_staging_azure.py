@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -136,41 +137,32 @@ class AzureClient:
             f"container exist; or copy the output to local disk first."
         )
 
-    def stat(self, url: str) -> tuple[int, float | None] | None:
+    def _call(self, op: str, url: str, fn: Callable[[Any], Any], missing: Callable[[Exception], Any]) -> Any:
+        """``fn(blob client of url)``; a missing blob goes to ``missing``, any other failure is a StagingError."""
         from azure.core.exceptions import ResourceNotFoundError
 
+        blob = self._blob(url)
         try:
-            props = self._blob(url).get_blob_properties()
-        except ResourceNotFoundError:
-            return None
-        except StagingError:
-            raise
+            return fn(blob)
+        except ResourceNotFoundError as e:
+            return missing(e)
         except Exception as e:
-            raise self._fail("HEAD", url, e) from e
-        return int(props.size), props.last_modified.timestamp()
+            raise self._fail(op, url, e) from e
+
+    def stat(self, url: str) -> tuple[int, float | None] | None:
+        props = self._call("HEAD", url, lambda b: b.get_blob_properties(), lambda e: None)
+        return None if props is None else (int(props.size), props.last_modified.timestamp())
 
     def read(self, url: str) -> bytes | None:
-        from azure.core.exceptions import ResourceNotFoundError
-
-        try:
-            return self._blob(url).download_blob().readall()
-        except ResourceNotFoundError:
-            return None
-        except StagingError:
-            raise
-        except Exception as e:
-            raise self._fail("GET", url, e) from e
+        return self._call("GET", url, lambda b: b.download_blob().readall(), lambda e: None)
 
     def download(self, url: str, dest: Path) -> int:
-        from azure.core.exceptions import ResourceNotFoundError
-
-        try:
-            with open(dest, "wb") as out:
-                self._blob(url).download_blob(max_concurrency=4).readinto(out)
-        except ResourceNotFoundError as e:
+        def missing(e: Exception) -> None:
             raise ShardNotFoundError(f"{url} does not exist on Azure Blob Storage") from e
-        except StagingError:
-            raise
-        except Exception as e:
-            raise self._fail("GET", url, e) from e
+
+        def copy(blob: Any) -> None:
+            with open(dest, "wb") as out:
+                blob.download_blob(max_concurrency=4).readinto(out)
+
+        self._call("GET", url, copy, missing)
         return dest.stat().st_size

@@ -29,7 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from _remote import HERE as REMOTE_PY
-from _remote import READY_TIMEOUT_S, ServerMissing, ServerProcess, _http_json, make_certs
+from _remote import READY_TIMEOUT_S, ServerMissing, ServerProcess, make_certs
+from _remote_stack import ProxiedStack
 
 AZURITE_VERSION = "3.37.0"
 AZURITE_CACHE_ENV = "RECORDPREP_AZURITE_CACHE"
@@ -114,7 +115,7 @@ class AzuriteProcess(ServerProcess):
         return port[0]
 
 
-class AzureStack:
+class AzureStack(ProxiedStack):
     """Azurite + a latency proxy in front of it, and the environment that points clients there."""
 
     def __init__(self, *, workdir: Path | None = None) -> None:
@@ -150,19 +151,6 @@ class AzureStack:
             "NO_PROXY": "127.0.0.1,localhost,::1",
         }
 
-    def apply_env(self) -> None:
-        env = self.env()
-        self._saved_env = {k: os.environ.get(k) for k in env}
-        os.environ.update(env)
-
-    def restore_env(self) -> None:
-        for k, v in getattr(self, "_saved_env", {}).items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-        self._saved_env = {}
-
     def url(self, prefix: str) -> str:
         return f"azfs://{self.account}/{self.container}/{prefix.strip('/')}"
 
@@ -192,36 +180,6 @@ class AzureStack:
         for path in sorted(p for p in Path(local).rglob("*") if p.is_file()):
             self.put(f"{prefix.strip('/')}/{path.relative_to(local).as_posix()}", path.read_bytes())
         return self.url(prefix)
-
-    def set_latency(self, ttfb_ms: float, mbps: float) -> dict[str, Any]:
-        return _http_json("POST", f"{self.endpoint}/_config?ttfb_ms={ttfb_ms}&mbps={mbps}")
-
-    def set_straggler(self, name: str | None = None, *, every: int | None = None, factor: float = 10.0,
-                      hold: bool = False) -> dict[str, Any]:
-        import urllib.parse
-
-        q = urllib.parse.urlencode({"straggler": name or "", "straggler_every": every or 0,
-                                    "straggler_factor": factor, "straggler_hold": int(hold)})
-        return _http_json("POST", f"{self.endpoint}/_config?{q}")
-
-    def proxy_stats(self, reset: bool = False) -> dict[str, Any]:
-        return _http_json("POST" if reset else "GET", f"{self.endpoint}/_stats")
-
-    def stop(self) -> None:
-        for proc in reversed(self.processes):
-            try:
-                proc.stop()
-            except Exception:  # noqa: BLE001 - stop the others anyway
-                pass
-        self.processes = []
-        if self._own_workdir:
-            shutil.rmtree(self.workdir, ignore_errors=True)
-
-    def __enter__(self) -> AzureStack:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.stop()
 
 
 _STACK: AzureStack | None = None

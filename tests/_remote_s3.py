@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import argparse
 import atexit
-import os
-import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
 
 from _remote import HERE as REMOTE_PY
-from _remote import ServerMissing, ServerProcess, _announce_and_serve, _http_json, make_certs
+from _remote import ServerMissing, ServerProcess, _announce_and_serve, make_certs
+from _remote_stack import ProxiedStack
 
 S3_PY = Path(__file__).resolve()
 S3_BUCKET = "recordprep-s3"
@@ -38,7 +37,7 @@ def serve_s3(args) -> None:
     _announce_and_serve(server)
 
 
-class S3Stack:
+class S3Stack(ProxiedStack):
     """moto's S3 + a latency proxy in front of it, and the environment that points clients there."""
 
     def __init__(self, *, workdir: Path | None = None) -> None:
@@ -78,19 +77,6 @@ class S3Stack:
             "NO_PROXY": "127.0.0.1,localhost",
         }
 
-    def apply_env(self) -> None:
-        env = self.env()
-        self._saved_env = {k: os.environ.get(k) for k in env}
-        os.environ.update(env)
-
-    def restore_env(self) -> None:
-        for k, v in getattr(self, "_saved_env", {}).items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-        self._saved_env = {}
-
     def client(self) -> Any:
         """A boto3 S3 client on the server, straight to moto (not through the proxy's counts)."""
         import boto3
@@ -111,38 +97,17 @@ class S3Stack:
                                                                         Prefix=prefix.strip("/") + "/")
         return sorted(o["Key"] for page in pages for o in page.get("Contents", []))
 
+    def url(self, prefix: str) -> str:
+        return f"s3://{self.bucket}/{prefix.strip('/')}"
+
+    def put(self, key: str, data: bytes) -> None:
+        self.client().put_object(Bucket=self.bucket, Key=key, Body=data)
+
+    def delete(self, key: str) -> None:
+        self.client().delete_object(Bucket=self.bucket, Key=key)
+
     def get(self, key: str) -> bytes:
         return self.client().get_object(Bucket=self.bucket, Key=key)["Body"].read()
-
-    def set_latency(self, ttfb_ms: float, mbps: float) -> dict[str, Any]:
-        return _http_json("POST", f"{self.endpoint}/_config?ttfb_ms={ttfb_ms}&mbps={mbps}")
-
-    def set_straggler(self, name: str | None = None, *, every: int | None = None, factor: float = 10.0,
-                      hold: bool = False) -> dict[str, Any]:
-        import urllib.parse
-
-        q = urllib.parse.urlencode({"straggler": name or "", "straggler_every": every or 0,
-                                    "straggler_factor": factor, "straggler_hold": int(hold)})
-        return _http_json("POST", f"{self.endpoint}/_config?{q}")
-
-    def proxy_stats(self, reset: bool = False) -> dict[str, Any]:
-        return _http_json("POST" if reset else "GET", f"{self.endpoint}/_stats")
-
-    def stop(self) -> None:
-        for proc in reversed(self.processes):
-            try:
-                proc.stop()
-            except Exception:  # noqa: BLE001 - stop the others anyway
-                pass
-        self.processes = []
-        if self._own_workdir:
-            shutil.rmtree(self.workdir, ignore_errors=True)
-
-    def __enter__(self) -> S3Stack:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.stop()
 
 
 _STACK: S3Stack | None = None
