@@ -257,3 +257,17 @@ def test_unreachable_azure_says_what_to_check(monkeypatch, tmp_path):
     with pytest.raises(StagingError, match=r"azfs://devstoreaccount1/recordprep/out/.*AZURE_STORAGE_CONNECTION_STRING"):
         readers.load_info("azfs://devstoreaccount1/recordprep/out/train-*")
     assert time.monotonic() - started < 60
+
+
+def test_beam_azure_exists_answers_false_for_a_missing_blob(azure_stack):  # noqa: F811
+    """Beam 2.77's BlobStorageIO.exists raises for a missing blob; with recordprep's patch
+    (applied once a path is on azfs://) it answers False, and True for one that exists."""
+    from apache_beam.io.filesystems import FileSystems
+
+    from pipelines import _patches, remote
+
+    azure_stack.put("exists/here.txt", b"x")
+    remote.use_paths(azure_stack.url("exists"))
+    assert _patches.AZURE_EXISTS.active
+    assert FileSystems.exists(azure_stack.url("exists/here.txt"))
+    assert not FileSystems.exists(azure_stack.url("exists/missing.txt"))
