@@ -551,12 +551,12 @@ class AzureExists(Patch):
                     return False
                 raise
 
-        return exists, _replace_attr(blobstorageio.BlobStorageIO, "exists", exists)
+        cls = blobstorageio.BlobStorageIO
+        return cls, exists, _replace_attr(cls, "exists", exists)
 
     def _undo(self, saved: Any) -> None:
-        from apache_beam.io.azure import blobstorageio
-
-        _restore_attr(blobstorageio.BlobStorageIO, "exists", *saved)
+        cls, *attr = saved  # no import here: a process applying it for good undoes it at shutdown
+        _restore_attr(cls, "exists", *attr)
 
 
 LOOPBACK_BINDS = LoopbackBinds()

@@ -30,6 +30,8 @@ pipeline exists, so :func:`pipeline_options` also hands the options to
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import getpass
 import os
 import urllib.parse
@@ -135,13 +137,17 @@ def pipeline_options(opts):
     return options
 
 
+_AZURE_PATCH = contextlib.ExitStack()
+atexit.register(_AZURE_PATCH.close)  # undone before the interpreter's teardown, not during it
+
+
 def _azure_patch(paths: Iterable[str | None]) -> None:
     """Beam's ``exists`` fixed for the process once a path is on ``azfs://`` (``_patches.AzureExists``)."""
     if any(str(p or "").startswith("azfs://") for p in paths):
-        from pipelines._patches import AZURE_EXISTS, apply_for_process
+        from pipelines._patches import AZURE_EXISTS
 
         if not AZURE_EXISTS.active:
-            apply_for_process(AZURE_EXISTS)
+            _AZURE_PATCH.enter_context(AZURE_EXISTS.applied())
 
 
 def use_paths(*paths: str | None) -> None:
