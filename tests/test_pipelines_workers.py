@@ -71,7 +71,7 @@ def test_worker_entry_point_skips_unused_connectors_and_keeps_gcs(tmp_path):
     assert got["sampling_ms"] == _patches.STATE_SAMPLING_PERIOD_MS < 200  # bundles end without a 200 ms wait
     if sys.platform.startswith("linux"):
         assert got["malloc"]
-    assert _worker.command().endswith("-m pipelines._worker --recordprep-schemes=gs,hdfs,s3,azfs")
+    assert _worker.command().endswith("-m pipelines._worker --recordprep-schemes=azfs,gs,hdfs,s3")
     assert _worker.command(_worker.schemes_of(["/data/x.avro", "gs://b/in/*.avro"])).endswith("--recordprep-schemes=gs")
     # Without prepare(), Beam loads them: the probe would catch a Beam that stopped doing so.
     plain = subprocess.run([sys.executable, "-c", "import sys, apache_beam; print('pyarrow' in sys.modules)"],

@@ -49,6 +49,15 @@ from pipelines.transforms import FAILURE_FILENAME
 pytestmark = pytest.mark.slow
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _beam_patch_undone_after_the_module():
+    """The conversions here apply ``_patches.AzureExists`` for the process; later test modules find Beam as it was."""
+    yield
+    from pipelines import remote
+
+    remote._AZURE_PATCH.close()
+
+
 @pytest.fixture(scope="module")
 def az_dataset(azure_stack, tmp_path_factory):  # noqa: F811
     """AVRO inputs on azfs://, converted by the CLI (azfs:// -> azfs://) and locally with run_convert."""
