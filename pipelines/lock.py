@@ -289,13 +289,13 @@ class _Azure:
         self.blob = (client or _azure_client()).get_blob_client(container, name)
 
     def create(self, data: bytes) -> bool:
-        from azure.core.exceptions import ResourceExistsError
+        from azure.core.exceptions import ResourceExistsError, ResourceModifiedError
         from azure.storage.blob import ContentSettings
 
         try:  # overwrite=False sends If-None-Match: *
             resp = self.blob.upload_blob(data, overwrite=False,
                                          content_settings=ContentSettings(content_type="application/json"))
-        except ResourceExistsError:
+        except (ResourceExistsError, ResourceModifiedError):  # 409 BlobAlreadyExists, or 412 from a proxy
             return False
         self.etag = resp["etag"]
         return True
