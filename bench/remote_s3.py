@@ -35,11 +35,13 @@ from bench.remote import (
 )
 
 
-def measure(pattern: str, *, epochs: int, batch_size: int, cache_dir: str | None) -> dict[str, Any]:
-    """Time to first batch and examples/s over ``epochs`` (the clock starts before the dataset is built)."""
+def measure(pattern: str, *, epochs: int, batch_size: int, cache_dir: str | None,
+            cache_option: str = "s3_cache_dir") -> dict[str, Any]:
+    """Time to first batch and examples/s over ``epochs`` (the clock starts before the dataset is built);
+    ``cache_option`` names the ``ReadOptions`` field ``cache_dir`` goes to (the store's staging directory)."""
     import readers
 
-    opts = readers.ReadOptions(s3_cache_dir=cache_dir) if cache_dir else readers.ReadOptions()
+    opts = readers.ReadOptions(**{cache_option: cache_dir}) if cache_dir else readers.ReadOptions()
     start = time.perf_counter()
     ds = readers.train_dataset(pattern, batch_size, num_epochs=epochs, drop_remainder=False, seed=1, options=opts)
     first = None
@@ -110,9 +112,16 @@ def markdown(result: dict[str, Any]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    return main_for(run, "s3", "s3:// reader rows (staged) against a local S3", argv)
+
+
+def main_for(run_rows, store: str, description: str, argv: list[str] | None) -> int:
+    """The command line of a store's rows: ``run_rows`` (this module's :func:`run` or a twin) on the
+    bench dataset, converted first if needed; the table printed, the figures in
+    ``bench/results/latest-remote-<store>.json``."""
     from bench import make_data
 
-    ap = argparse.ArgumentParser(description="s3:// reader rows (staged) against a local S3")
+    ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--size", choices=sorted(make_data.SIZES), default="small")
     ap.add_argument("--dir", default=None, help="an existing recordprep output (default: convert the bench dataset)")
     ap.add_argument("--epochs", type=int, default=3)
@@ -122,14 +131,14 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     log = clock_log()
     out = args.dir or bench_output(args.size, log)
-    result = run(out, epochs=args.epochs, batch_size=args.batch_size, ttfb_ms=args.remote_ttfb_ms,
-                 mbps=args.remote_mbps, log=log)
+    result = run_rows(out, epochs=args.epochs, batch_size=args.batch_size, ttfb_ms=args.remote_ttfb_ms,
+                      mbps=args.remote_mbps, log=log)
     md = "\n".join(markdown(result))
     print()
     print(md)
     results = REPO / "bench" / "results"
     results.mkdir(parents=True, exist_ok=True)
-    (results / "latest-remote-s3.json").write_text(json.dumps(result, indent=1) + "\n")
+    (results / f"latest-remote-{store}.json").write_text(json.dumps(result, indent=1) + "\n")
     return 0
 
 

@@ -413,6 +413,10 @@ def markdown(results: dict[str, Any]) -> str:
 
         rc = results["remote_convert"]
         lines += ["## Requests of a conversion on emulated gs://", "", *remote_convert.markdown(rc["rows"], rc["meta"]), ""]
+    if results.get("remote_azure"):
+        from bench import remote_s3
+
+        lines += ["## Readers on emulated azfs:// (Azurite, staged)", "", *remote_s3.markdown(results["remote_azure"]), ""]
     if results.get("service"):
         from bench.reader_bench import service_markdown
 

@@ -134,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--skip-service", action="store_true",
                     help="leave the tf.data service rows (a local dispatcher with 1 and 2 workers) out")
     ap.add_argument("--skip-remote", action="store_true",
-                    help="leave the remote reader tables (emulated gs://, bench/remote.py; s3://, bench/remote_s3.py) out")
+                    help="leave the remote reader tables (emulated gs://, bench/remote.py; s3://, bench/remote_s3.py; azfs://, bench/remote_azure.py) out")
     ap.add_argument("--remote-ttfb-ms", type=float, default=remote.TTFB_MS,
                     help="emulated time to first byte of every gs:// response")
     ap.add_argument("--remote-mbps", type=float, default=remote.MBPS, help="emulated MB/s per gs:// connection")
@@ -204,6 +204,14 @@ def main(argv: list[str] | None = None) -> int:
                 except Exception as e:  # moto missing or broken: the other tables still count
                     results["notes"].append(f"s3:// reader rows failed: {type(e).__name__}: {e}")
                     log(f"s3:// reader rows FAILED: {e}")
+                from bench import remote_azure
+
+                try:
+                    results["remote_azure"] = remote_azure.run(dirs["gzip"], epochs=5, batch_size=1024, log=log,
+                                                               ttfb_ms=args.remote_ttfb_ms, mbps=args.remote_mbps)
+                except Exception as e:  # Node.js or the npm registry missing: the other tables still count
+                    results["notes"].append(f"azfs:// reader rows failed: {type(e).__name__}: {e}")
+                    log(f"azfs:// reader rows FAILED: {e}")
             from bench import remote_convert
 
             try:  # requests per GB of a gs:// -> gs:// conversion, for two shard counts

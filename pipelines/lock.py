@@ -25,7 +25,10 @@ preconditions (create, refresh and delete), ``s3://`` by S3's conditional
 writes (``If-None-Match: *`` to create, ``If-Match: <ETag>`` to refresh and
 delete; S3 has been strongly consistent since December 2020, so the lock read
 back is the one written; a store refusing ``If-Match`` on delete gets an
-ETag check before the delete), so no two runs can both win; anything else
+ETag check before the delete), ``azfs://`` by Azure Blob Storage's
+conditional requests (Put Blob with ``If-None-Match: *`` to create, ``If-Match:
+<ETag>`` to refresh and delete; Blob Storage is strongly consistent), so no two
+runs can both win; anything else
 (``hdfs://``) is best effort: two runs starting within the same
 second can both pass. Clock skew between hosts and the take-over steps:
 docs/operations.md#one-conversion-per-output.
@@ -267,6 +270,77 @@ def _s3_client() -> Any:
     return Client(options=options).client
 
 
+class _Azure:
+    """A lock blob on Azure Blob Storage, every change conditional on the blob's ETag.
+
+    The client is Beam's (``--azure_connection_string``, else
+    ``$AZURE_STORAGE_CONNECTION_STRING``, else ``--blob_service_endpoint`` with
+    ``DefaultAzureCredential``), so the lock talks to the same account as the job.
+    A lease would also exclude other writers, but its holder must renew it at
+    most every 60 s and a dead holder's lease blocks every other run until it
+    expires; the ETag conditions need no renewal and leave the judgement of a
+    dead run to the heartbeat, as on the other stores.
+    """
+
+    def __init__(self, path: str, client: Any = None):
+        from readers._staging_azure import parse_azfs_url
+
+        _, container, name = parse_azfs_url(path)
+        self.blob = (client or _azure_client()).get_blob_client(container, name)
+
+    def create(self, data: bytes) -> bool:
+        from azure.core.exceptions import ResourceExistsError, ResourceModifiedError
+        from azure.storage.blob import ContentSettings
+
+        try:  # overwrite=False sends If-None-Match: *
+            resp = self.blob.upload_blob(data, overwrite=False,
+                                         content_settings=ContentSettings(content_type="application/json"))
+        except (ResourceExistsError, ResourceModifiedError):  # 409 BlobAlreadyExists, or 412 from a proxy
+            return False
+        self.etag = resp["etag"]
+        return True
+
+    def read(self) -> tuple[bytes, Any, float] | None:
+        from azure.core.exceptions import ResourceNotFoundError
+
+        try:
+            stream = self.blob.download_blob()
+            data = stream.readall()
+        except ResourceNotFoundError:
+            return None
+        return data, stream.properties.etag, stream.properties.last_modified.timestamp()
+
+    def replace(self, data: bytes, held: Any) -> Any:
+        from azure.core import MatchConditions
+        from azure.storage.blob import ContentSettings
+
+        resp = self.blob.upload_blob(data, overwrite=True, etag=held, match_condition=MatchConditions.IfNotModified,
+                                     content_settings=ContentSettings(content_type="application/json"))
+        return resp["etag"]
+
+    def remove_if(self, state: Any) -> bool:
+        from azure.core import MatchConditions
+        from azure.core.exceptions import ResourceModifiedError, ResourceNotFoundError
+
+        try:
+            self.blob.delete_blob(etag=state, match_condition=MatchConditions.IfNotModified)
+        except ResourceNotFoundError:
+            return True
+        except ResourceModifiedError:
+            return False
+        return True
+
+
+def _azure_client() -> Any:
+    from apache_beam.io.azure.blobstorageio import BlobStorageIO
+    from apache_beam.io.filesystems import FileSystems
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    # The options the job set on FileSystems (pipelines.remote.pipeline_options), if any.
+    options = getattr(FileSystems, "_pipeline_options", None) or PipelineOptions([])
+    return BlobStorageIO(pipeline_options=options).client
+
+
 class _BeamFs:
     """Any other Beam file system (HDFS): create-if-absent, not atomic (see the module docstring)."""
 
@@ -325,6 +399,8 @@ def _storage(path: str, gcs_client: Any = None) -> Any:
         return _Gcs(path, gcs_client)
     if path.startswith("s3://"):
         return _S3(path)
+    if path.startswith("azfs://"):
+        return _Azure(path)
     return _BeamFs(path)
 
 
@@ -388,7 +464,7 @@ class OutputLock:
             data = self._document()
             if self._store.create(data):
                 self._held = (self._store.blob.generation if isinstance(self._store, _Gcs)
-                              else self._store.etag if isinstance(self._store, _S3) else data)
+                              else self._store.etag if isinstance(self._store, _S3 | _Azure) else data)
                 if isinstance(self._store, _BeamFs):
                     self._check_still_ours()
                 return self
@@ -429,7 +505,7 @@ class OutputLock:
         with self._io:
             if self._held is None:
                 return
-            if not isinstance(self._store, _Gcs | _S3):  # the generation or ETag precondition checks it
+            if not isinstance(self._store, _Gcs | _S3 | _Azure):  # the generation or ETag precondition checks it
                 got = self._store.read()
                 if got is None or (_parse(got[0], got[2]).get("owner") or {}).get("token") != self.owner["token"]:
                     log.error("the lock %s is no longer ours (another run took it over); "
@@ -449,7 +525,7 @@ class OutputLock:
             if held is None:
                 return
             try:
-                if not isinstance(self._store, _Gcs | _S3):
+                if not isinstance(self._store, _Gcs | _S3 | _Azure):
                     got = self._store.read()
                     if got is None or (_parse(got[0], got[2]).get("owner") or {}).get("token") != self.owner["token"]:
                         return

@@ -1,4 +1,4 @@
-"""Beam settings for remote paths of a conversion (``hdfs://``), set before planning.
+"""Beam settings for remote paths of a conversion (``hdfs://``, ``azfs://``), set before planning.
 
 Beam's ``HadoopFileSystem`` talks WebHDFS (through the ``hdfs`` package) and
 needs ``--hdfs_host``, ``--hdfs_port`` (the NameNode's *HTTP* port, 9870 on
@@ -14,6 +14,15 @@ way the readers find WebHDFS:
 * user: ``$HADOOP_USER_NAME``, else the login name;
 * ``--hdfs_full_urls`` always.
 
+Beam's Azure file system (``azfs://<account>/<container>/<path>``) takes its
+client from ``--azure_connection_string``, else ``$AZURE_STORAGE_CONNECTION_STRING``,
+else ``--blob_service_endpoint`` with ``DefaultAzureCredential``; that client
+serves one account whatever account a path names. So the paths of a job must
+name one account, the connection string's if there is one (checked here), and
+without a connection string ``--blob_service_endpoint`` is derived from the
+account (``https://<account>.blob.core.windows.net``). ``az://`` and
+``abfs://`` paths are refused with the ``azfs://`` form to write.
+
 Flags given after ``--`` win. The planner lists and stats inputs before the
 pipeline exists, so a run hands the options to ``FileSystems`` itself, once,
 for its whole length (:func:`filesystem_options`; a ``Pipeline`` would only
@@ -22,6 +31,7 @@ do it when built).
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import getpass
 import os
@@ -82,11 +92,42 @@ def hdfs_beam_args(paths: Iterable[str | None], beam_args: Sequence[str]) -> lis
     return extra
 
 
+def azure_beam_args(paths: Iterable[str | None], beam_args: Sequence[str]) -> list[str]:
+    """The ``--blob_service_endpoint`` flag missing from ``beam_args`` when any of ``paths`` is on
+    ``azfs://``; raises ``ValueError`` for paths Beam's one Azure client cannot serve."""
+    from readers._staging_azure import (
+        CONNECTION_STRING_ENV,
+        account_url,
+        check_account,
+        is_azure,
+        other_scheme_hint,
+        parse_azfs_url,
+    )
+
+    for p in paths:
+        hint = other_scheme_hint(str(p or ""))
+        if hint:
+            raise ValueError(hint)
+    accounts = sorted({parse_azfs_url(str(p))[0] for p in paths if p and is_azure(str(p))})
+    if not accounts:
+        return []
+    if len(accounts) > 1:
+        raise ValueError(f"the paths of one conversion are on the Azure accounts {', '.join(accounts)}; Beam's "
+                         f"Azure client serves one account per job: copy the inputs into one account first")
+    conn = beam_flag(beam_args, "--azure_connection_string") or os.environ.get(CONNECTION_STRING_ENV, "")
+    if conn:
+        check_account(accounts[0], conn)
+        return []
+    if _given(beam_args, "--blob_service_endpoint"):
+        return []
+    return ["--blob_service_endpoint", account_url(accounts[0])]
+
+
 def beam_args_for(opts: Any) -> list[str]:
     """``opts.beam_args`` plus the derived remote-storage flags (``ConvertOptions`` in)."""
     args = list(opts.beam_args)
     paths = [*opts.inputs, opts.output, getattr(opts, "analysis_from", None)]
-    return args + hdfs_beam_args(paths, args)
+    return args + hdfs_beam_args(paths, args) + azure_beam_args(paths, args)
 
 
 def pipeline_options(opts: Any) -> PipelineOptions:
@@ -110,6 +151,7 @@ def filesystem_options(opts: Any) -> Iterator[PipelineOptions]:
 
     before = FileSystems._pipeline_options
     options = pipeline_options(opts)
+    _azure_patch([*opts.inputs, opts.output, getattr(opts, "analysis_from", None)])
     FileSystems.set_options(options)
     try:
         yield options
@@ -117,19 +159,35 @@ def filesystem_options(opts: Any) -> Iterator[PipelineOptions]:
         FileSystems.set_options(before)
 
 
+_AZURE_PATCH = contextlib.ExitStack()
+atexit.register(_AZURE_PATCH.close)  # undone before the interpreter's teardown, not during it
+
+
+def _azure_patch(paths: Iterable[str | None]) -> None:
+    """Beam's ``exists`` fixed for the process once a path is on ``azfs://`` (``pipelines.local.patches.AzureExists``)."""
+    if any(str(p or "").startswith("azfs://") for p in paths):
+        from pipelines.local.patches import AZURE_EXISTS
+
+        if not AZURE_EXISTS.active:
+            _AZURE_PATCH.enter_context(AZURE_EXISTS.applied())
+
+
 def use_paths(*paths: str | None) -> None:
     """Set ``FileSystems``' options for reading ``paths`` outside a pipeline (``inspect``, ``verify``).
 
-    HDFS needs its derived flags; Beam's S3 file system needs options to exist
-    at all (empty ones: boto3 then finds the endpoint and credentials itself,
-    in the environment, a profile or the instance role). Other file systems
-    need none here.
+    HDFS and Azure need their derived flags; Beam's S3 and Azure file systems
+    need options to exist at all (empty ones: boto3 then finds the endpoint
+    and credentials itself, in the environment, a profile or the instance
+    role; Azure's client reads ``$AZURE_STORAGE_CONNECTION_STRING``). Other
+    file systems need none here.
     """
     from apache_beam.io.filesystems import FileSystems
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    flags = hdfs_beam_args(paths, [])
+    flags = hdfs_beam_args(paths, []) + azure_beam_args(paths, [])
+    _azure_patch(paths)
     if flags:
         FileSystems.set_options(PipelineOptions(flags))
-    elif any(str(p or "").startswith("s3://") for p in paths) and FileSystems._pipeline_options is None:
+    elif (any(str(p or "").startswith(("s3://", "azfs://")) for p in paths)
+          and FileSystems._pipeline_options is None):
         FileSystems.set_options(PipelineOptions([]))

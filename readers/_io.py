@@ -1,5 +1,5 @@
-"""Small file-system layer: local paths via ``os``, ``hdfs://`` and ``s3://`` through the staging
-clients (TensorFlow 2.21 reads neither), the rest via ``tf.io.gfile``.
+"""Small file-system layer: local paths via ``os``, ``hdfs://``, ``s3://`` and ``azfs://`` through the
+staging clients (TensorFlow 2.21 reads none of them), the rest via ``tf.io.gfile``.
 
 Local paths never import TensorFlow, so :func:`readers.load_info` and
 :func:`readers.wait_for_dataset` work in environments without it (for example
@@ -24,8 +24,8 @@ def is_hdfs(path: str) -> bool:
 
 
 def is_staged(path: str) -> bool:
-    """Read by copying to local disk first (:mod:`readers._staging`): ``hdfs://``, ``s3://``."""
-    return is_hdfs(path) or path_scheme(path) == "s3"
+    """Read by copying to local disk first (:mod:`readers._staging`): ``hdfs://``, ``s3://``, ``azfs://``."""
+    return is_hdfs(path) or path_scheme(path) in ("s3", "azfs")
 
 
 def join(root: str, name: str) -> str:
@@ -60,12 +60,15 @@ def _gfile() -> Any:
 
 
 def _unsupported_scheme(path: str, err: Exception) -> RuntimeError:
+    from readers._staging_azure import other_scheme_hint
+
     scheme = path_scheme(path)
+    hint = other_scheme_hint(path)
     return RuntimeError(
         f"TensorFlow here cannot open {scheme}:// paths ({err}). TensorFlow 2.21 ships only local, "
-        f"ram:// and gs:// file systems. For az://, install tensorflow-io and "
-        f"`import tensorflow_io` before reading, or copy the output directory to local disk or "
-        f"gs:// first. hdfs:// and s3:// are handled by recordprep itself (it stages shards locally)."
+        f"ram:// and gs:// file systems; hdfs://, s3:// and azfs:// (Azure) are handled by recordprep "
+        f"itself (it stages shards locally). " + (hint or
+        "For another store, copy the output directory to local disk or gs:// first.")
     )
 
 

@@ -1,4 +1,4 @@
-"""Staging ``hdfs://`` and ``s3://`` shards on local disk, because TensorFlow 2.21 reads neither.
+"""Staging ``hdfs://``, ``s3://`` and ``azfs://`` shards on local disk, because TensorFlow 2.21 reads none.
 
 TensorFlow dropped its built-in HDFS file system (``tf.io.gfile`` raises
 ``UnimplementedError: File system scheme 'hdfs' not implemented``), so for an
@@ -11,8 +11,11 @@ restart or a second epoch does not download again.
 Where: ``$RECORDPREP_HDFS_CACHE`` or ``~/.cache/recordprep/hdfs`` (or
 ``ReadOptions.hdfs_cache_dir``), then ``<namenode>_<port>/<path on HDFS>``;
 for ``s3://`` ``$RECORDPREP_S3_CACHE`` or ``~/.cache/recordprep/s3`` (or
-``ReadOptions.s3_cache_dir``), then ``<bucket>/<key>``. S3's client is
-:mod:`readers._staging_s3` (boto3).
+``ReadOptions.s3_cache_dir``), then ``<bucket>/<key>``; for ``azfs://``
+``$RECORDPREP_AZURE_CACHE`` or ``~/.cache/recordprep/azure`` (or
+``ReadOptions.azure_cache_dir``), then ``<account>/<container>/<blob>``. S3's
+client is :mod:`readers._staging_s3` (boto3), Azure's
+:mod:`readers._staging_azure` (azure-storage-blob).
 Files are written under a temporary name and renamed, so a crash never leaves
 a partial shard that looks complete; the local ``dataset_info.json`` is
 written last, as the converter does.
@@ -53,6 +56,7 @@ logger = logging.getLogger("readers")
 
 HDFS_CACHE_ENV = "RECORDPREP_HDFS_CACHE"
 S3_CACHE_ENV = "RECORDPREP_S3_CACHE"
+AZURE_CACHE_ENV = "RECORDPREP_AZURE_CACHE"
 WEBHDFS_URL_ENV = "RECORDPREP_WEBHDFS_URL"
 HDFS_CLIENT_ENV = "RECORDPREP_HDFS_CLIENT"
 DEFAULT_WEBHDFS_PORT = 9870
@@ -72,16 +76,23 @@ def _is_s3(url: str) -> bool:
     return url.lower().startswith("s3://")
 
 
+def _store_key(url: str) -> str:
+    """``s3``, ``azure`` or ``hdfs``: the store's name in cache directories and options."""
+    from readers._staging_azure import is_azure
+
+    return "s3" if _is_s3(url) else "azure" if is_azure(url) else "hdfs"
+
+
 def cache_env(url: str) -> str:
     """The environment variable naming the staging directory of ``url``'s store."""
-    return S3_CACHE_ENV if _is_s3(url) else HDFS_CACHE_ENV
+    return {"s3": S3_CACHE_ENV, "azure": AZURE_CACHE_ENV}.get(_store_key(url), HDFS_CACHE_ENV)
 
 
 def default_cache_root(url: str = "hdfs://") -> Path:
     env = os.environ.get(cache_env(url))
     if env:
         return Path(env).expanduser()
-    return Path(f"~/.cache/recordprep/{'s3' if _is_s3(url) else 'hdfs'}").expanduser()
+    return Path(f"~/.cache/recordprep/{_store_key(url)}").expanduser()
 
 
 def local_path_for(url: str, cache_root: Path) -> Path:
@@ -91,6 +102,11 @@ def local_path_for(url: str, cache_root: Path) -> Path:
 
         bucket, key = parse_s3_url(url)
         return cache_root / bucket / posixpath.normpath("/" + key).lstrip("/")
+    if _store_key(url) == "azure":
+        from readers._staging_azure import parse_azfs_url
+
+        account, container, blob = parse_azfs_url(url)
+        return cache_root / account / container / posixpath.normpath("/" + blob).lstrip("/")
     host, port, path = parse_hdfs_url(url)
     path = posixpath.normpath("/" + path)  # "/a/../../x" -> "/x", as HDFS resolves it
     return cache_root / f"{host or 'default'}_{port or 'default'}" / path.lstrip("/")
@@ -244,7 +260,8 @@ _clients_lock = threading.Lock()
 
 
 def client_for(url: str) -> HdfsClient:
-    """The client for ``url``: boto3 for ``s3://``; for HDFS the NameNode's (cached per process),
+    """The client for ``url``: boto3 for ``s3://``, azure-storage-blob for ``azfs://`` (per account
+    and connection string); for HDFS the NameNode's (cached per process),
     per ``$RECORDPREP_HDFS_CLIENT``."""
     if _is_s3(url):
         from readers._staging_s3 import S3Client
@@ -254,6 +271,16 @@ def client_for(url: str) -> HdfsClient:
             if key not in _clients:
                 _clients[key] = S3Client()
                 logger.info("s3://: using %s", _clients[key].description)
+            return _clients[key]
+    if _store_key(url) == "azure":
+        from readers._staging_azure import CONNECTION_STRING_ENV, AzureClient, parse_azfs_url
+
+        account = parse_azfs_url(url)[0]
+        with _clients_lock:
+            key = ("azfs", hash(os.environ.get(CONNECTION_STRING_ENV, "")), account)
+            if key not in _clients:
+                _clients[key] = AzureClient(account)
+                logger.info("azfs://%s: using %s", account, _clients[key].description)
             return _clients[key]
     host, port, _ = parse_hdfs_url(url)
     mode = os.environ.get(HDFS_CLIENT_ENV, "auto").strip().lower() or "auto"
@@ -363,7 +390,7 @@ def stage(
     except OSError as e:
         raise StagingError(
             f"cannot create the {getattr(client, 'store', 'the store')} staging directory {local_root} ({e}); set "
-            f"{cache_env(root_url)} or ReadOptions({'s3' if _is_s3(root_url) else 'hdfs'}_cache_dir=...) "
+            f"{cache_env(root_url)} or ReadOptions({_store_key(root_url)}_cache_dir=...) "
             f"to a writable local directory with enough space"
         ) from e
     dests = {name: _inside(local_root, name, cache_env(root_url)) for name in [*files, METADATA_FILENAME]}

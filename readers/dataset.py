@@ -458,7 +458,8 @@ def _stage_if_needed(sel: ShardSelection, shards: Sequence[Any], opts: ReadOptio
     if not _io.is_staged(sel.root):
         return sel.root
     cache_root = None
-    cache_dir = opts.hdfs_cache_dir if _io.is_hdfs(sel.root) else opts.s3_cache_dir
+    cache_dir = {"hdfs": opts.hdfs_cache_dir, "viewfs": opts.hdfs_cache_dir, "s3": opts.s3_cache_dir,
+                 "azfs": opts.azure_cache_dir}[_io.path_scheme(sel.root)]
     if cache_dir:
         from pathlib import Path
 

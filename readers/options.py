@@ -155,12 +155,15 @@ class ReadOptions:
         fails at once with its name instead of mid-epoch.
       remote: force the local (False) or remote (True) defaults; ``None``
         detects it from the path.
-      staging_threads: parallel downloads when staging ``hdfs://`` or
-        ``s3://`` shards.
+      staging_threads: parallel downloads when staging ``hdfs://``,
+        ``s3://`` or ``azfs://`` shards.
       hdfs_cache_dir: local directory for staged ``hdfs://`` shards; ``None``
         uses ``$RECORDPREP_HDFS_CACHE`` or ``~/.cache/recordprep/hdfs``.
       s3_cache_dir: local directory for staged ``s3://`` shards; ``None``
         uses ``$RECORDPREP_S3_CACHE`` or ``~/.cache/recordprep/s3``.
+      azure_cache_dir: local directory for staged ``azfs://`` shards;
+        ``None`` uses ``$RECORDPREP_AZURE_CACHE`` or
+        ``~/.cache/recordprep/azure``.
       private_threadpool_size: if set, the pipeline runs on its own
         ``tf.data`` thread pool of this size instead of the shared one.
       epoch_lookahead: how many epochs to start (shuffle their shard order,
@@ -211,6 +214,7 @@ class ReadOptions:
     staging_threads: int = DEFAULT_STAGING_THREADS
     hdfs_cache_dir: str | None = None
     s3_cache_dir: str | None = None
+    azure_cache_dir: str | None = None
     private_threadpool_size: int | None = None
     epoch_lookahead: bool | int | None = None
     service: str | None = None

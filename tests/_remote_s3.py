@@ -90,6 +90,15 @@ class S3Stack(ServerStack, ProxyControl):
                                                                         Prefix=prefix.strip("/") + "/")
         return sorted(o["Key"] for page in pages for o in page.get("Contents", []))
 
+    def url(self, prefix: str) -> str:
+        return f"s3://{self.bucket}/{prefix.strip('/')}"
+
+    def put(self, key: str, data: bytes) -> None:
+        self.client().put_object(Bucket=self.bucket, Key=key, Body=data)
+
+    def delete(self, key: str) -> None:
+        self.client().delete_object(Bucket=self.bucket, Key=key)
+
     def get(self, key: str) -> bytes:
         return self.client().get_object(Bucket=self.bucket, Key=key)["Body"].read()
 

@@ -1,6 +1,6 @@
 """Fixtures shared by the test files: the local remote-storage stand-ins, one per test session.
 
-The servers are real processes on 127.0.0.1 (tests/_remote.py, tests/_remote_s3.py), started on
+The servers are real processes on 127.0.0.1 (tests/_remote.py, tests/_remote_s3.py, tests/_remote_azure.py), started on
 first use and stopped at exit. A stack's environment (emulator host, proxy, credentials) is
 applied to os.environ from the first test that uses it (TensorFlow reads the GCS settings once per
 process) and restored when the session's fixtures end; TensorFlow keeps the GCS settings it read,
@@ -35,5 +35,18 @@ def s3_stack():
         stack = shared_s3()
     except ServerMissing as e:  # only when moto is genuinely not installed
         pytest.skip(f"local S3 server unavailable: {e} ({_INSTALL})")
+    yield stack
+    stack.restore_env()
+
+
+@pytest.fixture(scope="session")
+def azure_stack():
+    """Microsoft's Azurite (from npm, cached) behind the latency proxy (tests/_remote_azure.py: AzureStack)."""
+    from _remote_azure import shared_azure
+
+    try:
+        stack = shared_azure()
+    except ServerMissing as e:  # Node.js missing or the npm registry unreachable
+        pytest.skip(f"Azurite unavailable: {e}")
     yield stack
     stack.restore_env()

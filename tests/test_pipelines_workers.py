@@ -74,7 +74,7 @@ def test_worker_entry_point_skips_unused_connectors_and_keeps_gcs(tmp_path):
     assert got["sampling_ms"] == _patches.STATE_SAMPLING_PERIOD_MS < 200  # bundles end without a 200 ms wait
     if sys.platform.startswith("linux"):
         assert got["malloc"]
-    assert _worker.command().endswith("-m pipelines.local.worker --recordprep-schemes=gs,hdfs,s3")
+    assert _worker.command().endswith("-m pipelines.local.worker --recordprep-schemes=azfs,gs,hdfs,s3")
     assert _worker.command(_worker.schemes_of(["/data/x.avro", "gs://b/in/*.avro"])).endswith("--recordprep-schemes=gs")
     # Without prepare(), Beam loads them: the probe would catch a Beam that stopped doing so.
     plain = subprocess.run([sys.executable, "-c", "import sys, apache_beam; print('pyarrow' in sys.modules)"],
@@ -102,18 +102,21 @@ def test_a_local_job_without_remote_paths_loads_no_remote_file_system(tmp_path):
         "        return type(FileSystems.get_filesystem(p)).__name__\n"
         "    except ValueError as e:\n"
         "        return 'none'\n"
-        "print(json.dumps({'gs': fs('gs://b/x'), 'hdfs': fs('hdfs://h/x'), 's3': fs('s3://b/x'), 'local': fs('/tmp/x'),\n"
+        "print(json.dumps({'gs': fs('gs://b/x'), 'hdfs': fs('hdfs://h/x'), 's3': fs('s3://b/x'), 'azfs': fs('azfs://a/c/x'),\n"
+        "                  'local': fs('/tmp/x'),\n"
         "                  'dataflow': sys.modules.get('google.cloud.dataflow') is not None}))\n"
     )
-    for schemes, want in (("", {"gs": "none", "hdfs": "none", "s3": "none"}),
-                          ("gs", {"gs": "GCSFileSystem", "hdfs": "none", "s3": "none"}),
-                          ("s3", {"gs": "none", "hdfs": "none", "s3": "S3FileSystem"})):
+    for schemes, want in (("", {"gs": "none", "hdfs": "none", "s3": "none", "azfs": "none"}),
+                          ("gs", {"gs": "GCSFileSystem", "hdfs": "none", "s3": "none", "azfs": "none"}),
+                          ("s3", {"gs": "none", "hdfs": "none", "s3": "S3FileSystem", "azfs": "none"}),
+                          ("azfs", {"gs": "none", "hdfs": "none", "s3": "none", "azfs": "BlobStorageFileSystem"})):
         out = subprocess.run([sys.executable, "-c", probe, schemes], capture_output=True, text=True, timeout=120, check=True)
         got = json.loads(out.stdout.strip().splitlines()[-1])
         assert {k: got[k] for k in want} == want and got["local"] == "LocalFileSystem" and not got["dataflow"]
 
     assert _worker.schemes_of(["-i", "hdfs://nn/x/*.avro", "-o", "/out"]) == {"hdfs"}
     assert _worker.schemes_of(["-i", "s3://b/x/*.avro", "-o", "/out"]) == {"s3"}
+    assert _worker.schemes_of(["-i", "azfs://a/c/x/*.avro", "-o", "/out"]) == {"azfs"}
     # the launcher: a local convert only; Dataflow and other commands keep everything
     for argv, applies in ((["convert", "-i", "x"], True), (["convert", "-i", "x", "--", "--runner", "DirectRunner"], True),
                           (["convert", "-i", "x", "--", "--runner=DataflowRunner"], False), (["infer", "-i", "x"], False)):

@@ -218,9 +218,15 @@ def test_reading_through_a_tensorflow_file_system(tmp_path, request):
         readers.load_info(root)
 
 
-def test_unsupported_scheme_says_what_to_install():
-    with pytest.raises(RuntimeError, match="tensorflow-io"):
-        readers.load_info("az://container/out/train-*")
+def test_unsupported_scheme_says_what_to_do():
+    with pytest.raises(RuntimeError, match="copy the output directory to local disk"):
+        readers.load_info("oss://bucket/out/train-*")
+
+
+def test_az_and_abfs_paths_name_the_azfs_form():
+    for path in ("az://account/container/out/train-*", "abfs://container@account.dfs.core.windows.net/out"):
+        with pytest.raises(RuntimeError, match=r"azfs://<account>/<container>/<path>"):
+            readers.load_info(path)
 
 
 def test_unreachable_s3_says_what_to_check(monkeypatch):

@@ -127,6 +127,8 @@ def setup_logging(verbose: bool) -> None:
         # the CLI prints one clear line instead.
         logging.getLogger("apache_beam").setLevel(logging.CRITICAL)
     logging.getLogger("recordprep").setLevel(logging.INFO)
+    # The Azure SDK logs every HTTP request and response at INFO (secrets redacted): thousands of lines a run.
+    logging.getLogger("azure.core.pipeline.policies.http_logging_policy").setLevel(logging.WARNING)
 
 
 def thresholds(pairs: list[str] | None) -> dict[str, float]:

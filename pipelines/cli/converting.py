@@ -40,7 +40,7 @@ def _order(order: str | None, no_shuffle: bool) -> str:
 
 
 def convert(
-    input: Annotated[list[str], typer.Option("--input", "-i", help="Input files, globs or directories (local, gs://, s3://, hdfs://; s3:// credentials and endpoint as boto3 finds them: AWS_* environment, profile, role): several after one -i, or repeat -i.")],
+    input: Annotated[list[str], typer.Option("--input", "-i", help="Input files, globs or directories (local, gs://, s3://, azfs://account/container/path, hdfs://; s3:// credentials and endpoint as boto3 finds them: AWS_* environment, profile, role; azfs:// from AZURE_STORAGE_CONNECTION_STRING or DefaultAzureCredential): several after one -i, or repeat -i.")],
     config: Annotated[Path, typer.Option("--config", "-c", help="Feature config (YAML or JSON); `recordprep infer` drafts one.")],
     output: Annotated[str, typer.Option("--output", "-o", help="Output directory (local ones must be creatable and writable: checked before any work). dataset_info.json appears there last, when the run is complete.")],
     splits: Annotated[str, typer.Option(help="Named splits with weights; the first one is analyzed (vocabularies, statistics).")] = "train=0.9,eval=0.1",

@@ -132,6 +132,8 @@ def wait(
 
         hint = (f" (for hdfs://, the NameNode's WebHDFS address: {remote.WEBHDFS_URL_ENV})" if output.startswith("hdfs://")
                 else " (for s3://, the credentials, region and AWS_ENDPOINT_URL boto3 finds)" if output.startswith("s3://")
+                else " (for azfs://, AZURE_STORAGE_CONNECTION_STRING or the identity DefaultAzureCredential finds)"
+                if output.startswith("azfs://")
                 else "")
         fail(f"cannot read {location.metadata_path}: {failure_reason(e)}; check the path and that its file system is reachable{hint}")
     except SpecError as e:

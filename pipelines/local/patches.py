@@ -1,6 +1,6 @@
 """Every change recordprep makes to third-party code, each scoped to the run that needs it.
 
-A conversion changes six things in gRPC and Beam that neither offers as an
+A conversion changes seven things in gRPC and Beam that neither offers as an
 option (each patch's docstring says why). ``pipelines.job`` enters each one as
 a context manager only for the runs that need it, and leaves it when the run
 ends, failed or not, so a process that calls ``run_convert`` (a notebook, an
@@ -509,15 +509,67 @@ class WorkerStarts(Patch):
                 self._hooks.remove(hook)
 
 
+class AzureExists(Patch):
+    """Beam's Azure file system answers ``exists`` with False for a missing blob.
+
+    ``BlobStorageIO._blob_properties`` turns Azure's ``ResourceNotFoundError``
+    into Beam's own ``BlobStorageError(code=404)``, and ``BlobStorageIO.exists``
+    catches only the former, so every ``FileSystems.exists`` of a missing
+    ``azfs://`` path raised ``BeamIOError`` instead of returning False: an
+    input glob, an output not written yet, a lock not taken could not be
+    planned. The replacement treats that 404 as "does not exist" and raises
+    everything else as before. Applied for the process by
+    :func:`pipelines.remote.pipeline_options` and :func:`pipelines.remote.use_paths`
+    once a path is on ``azfs://`` (the launcher and ``verify``/``wait``/``inspect``
+    call ``exists`` outside a run too; workers only read and write).
+    """
+
+    dist, lowest, below = "apache-beam", (2, 77), (3,)
+    what = "missing azfs:// blobs do not exist (apache_beam.io.azure.blobstorageio.BlobStorageIO.exists)"
+
+    def _fits(self) -> None:
+        from apache_beam.io.azure import blobstorageio
+
+        cls = getattr(blobstorageio, "BlobStorageIO", None)
+        if cls is None or not callable(getattr(cls, "_blob_properties", None)):
+            raise PatchError(f"{self.what}: BlobStorageIO._blob_properties is gone")
+        if list(inspect.signature(cls.exists).parameters) != ["self", "path"]:
+            raise PatchError(f"{self.what}: BlobStorageIO.exists no longer takes (self, path)")
+        if not hasattr(blobstorageio, "BlobStorageError"):
+            raise PatchError(f"{self.what}: blobstorageio.BlobStorageError is gone")
+
+    def _apply(self) -> Any:
+        from apache_beam.io.azure import blobstorageio
+
+        original = blobstorageio.BlobStorageIO.exists
+
+        @functools.wraps(original)
+        def exists(self: Any, path: str) -> bool:
+            try:
+                return original(self, path)
+            except blobstorageio.BlobStorageError as e:
+                if e.code == 404:
+                    return False
+                raise
+
+        cls = blobstorageio.BlobStorageIO
+        return cls, exists, _replace_attr(cls, "exists", exists)
+
+    def _undo(self, saved: Any) -> None:
+        cls, *attr = saved  # no import here: a process applying it for good undoes it at shutdown
+        _restore_attr(cls, "exists", *attr)
+
+
 LOOPBACK_BINDS = LoopbackBinds()
 SHORT_SAMPLER_SLEEPS = ShortSamplerSleeps()
 QUIET_BUNDLE_TRACEBACKS = QuietBundleTracebacks()
 WORKER_STARTS = WorkerStarts()
 ARGSPEC_CACHE = ArgspecCache()
 EMPTY_BUNDLES_SKIPPED = EmptyBundlesSkipped()
+AZURE_EXISTS = AzureExists()
 #: Every patch, for the checks in the tests.
 ALL = (LOOPBACK_BINDS, SHORT_SAMPLER_SLEEPS, QUIET_BUNDLE_TRACEBACKS, WORKER_STARTS, ARGSPEC_CACHE,
-       EMPTY_BUNDLES_SKIPPED)
+       EMPTY_BUNDLES_SKIPPED, AZURE_EXISTS)
 
 _FOREVER = contextlib.ExitStack()
 

@@ -64,7 +64,7 @@ _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD, _M_ARENA_MAX = -1, -3, -8
 LOCAL_UNUSED_MODULES = ("google.cloud.dataflow",)
 #: Beam's file system plugins by URL scheme: loaded only when a path uses it.
 FILESYSTEM_MODULES = {"gs": "apache_beam.io.gcp.gcsfilesystem", "hdfs": "apache_beam.io.hadoopfilesystem",
-                      "s3": "apache_beam.io.aws.s3filesystem"}
+                      "s3": "apache_beam.io.aws.s3filesystem", "azfs": "apache_beam.io.azure.blobstoragefilesystem"}
 _SCHEMES_FLAG = "--recordprep-schemes="
 
 

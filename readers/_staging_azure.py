@@ -1,0 +1,168 @@
+"""Azure Blob Storage for recordprep: ``azfs://`` URLs, the client from the standard credentials,
+and the staging client of the readers (:mod:`readers._staging`).
+
+The scheme is Beam's own, ``azfs://<account>/<container>/<blob path>``, so a path
+a user writes is the path Beam lists, reads and writes, with no translation
+between the conversion and the readers. ``az://`` (tensorflow-io's spelling)
+and ``abfs://`` (Hadoop's) are refused with a message naming the ``azfs://``
+form.
+
+Credentials, the way the Azure SDK reads them (recordprep never reads a secret
+itself, stores one in a file or logs one):
+
+* ``AZURE_STORAGE_CONNECTION_STRING``: an account key or a SAS token, and the
+  endpoint (``BlobEndpoint=`` for Azurite or a sovereign cloud);
+* otherwise ``DefaultAzureCredential`` (``AZURE_CLIENT_ID`` /
+  ``AZURE_TENANT_ID`` / ``AZURE_CLIENT_SECRET``, workload or managed identity,
+  ``az login``) against ``https://<account>.blob.core.windows.net``.
+
+Beam's client serves one account (the connection string's or the endpoint's)
+whatever account a path names, so :func:`check_account` refuses a path of
+another account before anything is read or written.
+
+TensorFlow 2.21 has no Azure file system (``tensorflow-io`` had one; the
+readers never need it): shards are copied to local disk like ``hdfs://`` and
+``s3://`` ones, each in parallel ranged GETs of the Azure SDK.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from readers.errors import ShardNotFoundError, StagingError
+
+SCHEME = "azfs"
+CONNECTION_STRING_ENV = "AZURE_STORAGE_CONNECTION_STRING"  # the Azure SDK's and Beam's name
+_URL = re.compile(r"^azfs://([a-z0-9]{3,24})/([a-z0-9](?:[a-z0-9]|-(?!-)){1,61}[a-z0-9])(?:/(.*))?$")
+OTHER_SCHEMES = ("az", "abfs", "abfss", "wasb", "wasbs")
+
+
+def is_azure(path: str) -> bool:
+    return str(path).lower().startswith(f"{SCHEME}://")
+
+
+def parse_azfs_url(url: str) -> tuple[str, str, str]:
+    """``azfs://account/container/a/b`` -> ``("account", "container", "a/b")``."""
+    match = _URL.match(url)
+    if match is None:
+        raise ValueError(
+            f"{url!r} is not an Azure Blob Storage path: write azfs://<account>/<container>/<path> "
+            f"(account: 3-24 lowercase letters or digits; container: 3-63 lowercase letters, digits, "
+            f"single hyphens)"
+        )
+    return match.group(1), match.group(2), match.group(3) or ""
+
+
+def other_scheme_hint(path: str) -> str | None:
+    """For ``az://``, ``abfs://``, ``wasb://`` paths: what to write instead; else None."""
+    scheme = str(path).split("://", 1)[0].lower() if "://" in str(path) else ""
+    if scheme not in OTHER_SCHEMES:
+        return None
+    return (f"{path}: recordprep reads Azure Blob Storage as azfs://<account>/<container>/<path> "
+            f"(Apache Beam's scheme), not {scheme}://; see docs/remote-storage.md#azure")
+
+
+def _connection_account(conn: str) -> str | None:
+    parts = dict(p.split("=", 1) for p in conn.split(";") if "=" in p)
+    return parts.get("AccountName")
+
+
+def check_account(account: str, connection_string: str | None = None) -> None:
+    """Raise ``ValueError`` when the connection string is for another account than ``account``."""
+    conn = connection_string if connection_string is not None else os.environ.get(CONNECTION_STRING_ENV, "")
+    named = _connection_account(conn) if conn else None
+    if named and named != account:
+        raise ValueError(
+            f"azfs://{account}/...: the connection string ({CONNECTION_STRING_ENV} or --azure_connection_string) "
+            f"is for the account {named!r}, and Azure's client serves only that account; use its "
+            f"connection string, or a path on azfs://{named}/"
+        )
+
+
+def account_url(account: str) -> str:
+    return f"https://{account}.blob.core.windows.net"
+
+
+def service_client(account: str) -> Any:
+    """A ``BlobServiceClient`` for ``account`` from the standard credentials (module docstring)."""
+    try:
+        from azure.storage.blob import BlobServiceClient
+    except ImportError as e:
+        raise StagingError(
+            "reading azfs:// needs azure-storage-blob and azure-identity (installed with recordprep's "
+            "dependencies, apache-beam[azure]), or copy the output to local disk first"
+        ) from e
+    from azure.storage.blob import ExponentialRetry
+
+    # The SDK's default retries (15 s, then x3) keep an unreachable store silent for 80 s; these
+    # wait 1, 3, 5, 9 s (plus jitter) before the error names what to check.
+    kwargs = {"max_single_get_size": 16 << 20, "max_chunk_get_size": 16 << 20, "connection_timeout": 20,
+              "retry_policy": ExponentialRetry(initial_backoff=1, increment_base=2, retry_total=4)}
+    conn = os.environ.get(CONNECTION_STRING_ENV, "")
+    if conn:
+        check_account(account, conn)
+        return BlobServiceClient.from_connection_string(conn, **kwargs)
+    from azure.identity import DefaultAzureCredential
+
+    return BlobServiceClient(account_url(account), credential=DefaultAzureCredential(), **kwargs)
+
+
+class AzureClient:
+    """stat / read / download of blobs (the ``HdfsClient`` protocol of ``_staging``), one account."""
+
+    store = "Azure Blob Storage"
+
+    def __init__(self, account: str) -> None:
+        self.account = account
+        self._service = service_client(account)
+        how = "connection string" if os.environ.get(CONNECTION_STRING_ENV) else "DefaultAzureCredential"
+        # The URL only: a SAS token in the query would be a secret.
+        self.description = f"azure-storage-blob ({self._service.primary_endpoint.split('?')[0]}, {how})"
+
+    def _blob(self, url: str) -> Any:
+        account, container, blob = parse_azfs_url(url)
+        if account != self.account:
+            raise StagingError(f"{url}: the staging client is for the account {self.account!r}")
+        return self._service.get_blob_client(container, blob)
+
+    def _fail(self, op: str, url: str, e: Exception) -> StagingError:
+        return StagingError(
+            f"Azure {op} {url} failed ({type(e).__name__}: {getattr(e, 'reason', None) or str(e)[:300]}). "
+            f"Check {CONNECTION_STRING_ENV} (or the identity DefaultAzureCredential finds: AZURE_CLIENT_ID/"
+            f"AZURE_TENANT_ID/AZURE_CLIENT_SECRET, managed identity, az login) and that the account and "
+            f"container exist; or copy the output to local disk first."
+        )
+
+    def _call(self, op: str, url: str, fn: Callable[[Any], Any], missing: Callable[[Exception], Any]) -> Any:
+        """``fn(blob client of url)``; a missing blob goes to ``missing``, any other failure is a StagingError."""
+        from azure.core.exceptions import ResourceNotFoundError
+
+        blob = self._blob(url)
+        try:
+            return fn(blob)
+        except ResourceNotFoundError as e:
+            return missing(e)
+        except Exception as e:
+            raise self._fail(op, url, e) from e
+
+    def stat(self, url: str) -> tuple[int, float | None] | None:
+        props = self._call("HEAD", url, lambda b: b.get_blob_properties(), lambda e: None)
+        return None if props is None else (int(props.size), props.last_modified.timestamp())
+
+    def read(self, url: str) -> bytes | None:
+        return self._call("GET", url, lambda b: b.download_blob().readall(), lambda e: None)
+
+    def download(self, url: str, dest: Path) -> int:
+        def missing(e: Exception) -> None:
+            raise ShardNotFoundError(f"{url} does not exist on Azure Blob Storage") from e
+
+        def copy(blob: Any) -> None:
+            with open(dest, "wb") as out:
+                blob.download_blob(max_concurrency=4).readinto(out)
+
+        self._call("GET", url, copy, missing)
+        return dest.stat().st_size
