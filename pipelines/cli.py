@@ -591,7 +591,7 @@ def _sample_records(files: list[InputFile], input: list[str], sample: int, json_
     """
     from apache_beam.io.filesystems import FileSystems
 
-    from convert.sources import InputFileError, detect_format, iter_records, read_avro_schema
+    from convert.sources import InputFileError, detect_format, iter_records, read_record_schema
 
     schemas: list = []
     records: list = []
@@ -602,7 +602,7 @@ def _sample_records(files: list[InputFile], input: list[str], sample: int, json_
         for f in files:
             read_from.append(f.path)
             with FileSystems.open(f.path, compression_type="uncompressed") as fh:
-                is_avro = detect_format(f.path, fh.read(4)) == "avro"
+                has_schema = detect_format(f.path, fh.read(4)) in ("avro", "parquet")
                 # Records first: the reader checks the magic and names what is wrong.
                 for batch in iter_records(fh, f.path, 0, None, 1024, json_records_path,
                                           max_record_bytes=max_record_bytes, max_block_bytes=max_block_bytes):
@@ -613,8 +613,8 @@ def _sample_records(files: list[InputFile], input: list[str], sample: int, json_
                     records.extend(batch.records[: sample - len(records)])
                     if len(records) >= sample:
                         break
-                if is_avro:
-                    schemas.append(read_avro_schema(fh, f.path))
+                if has_schema:
+                    schemas.append(read_record_schema(fh, f.path))
             if len(records) >= sample:
                 break
     except InputFileError as e:

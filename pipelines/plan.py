@@ -53,7 +53,7 @@ class WorkUnit:
     ranges: tuple[ByteRange, ...]
 
 
-_DATA_SUFFIXES = (".avro", ".json", ".jsonl", ".ndjson", ".gz")
+_DATA_SUFFIXES = (".avro", ".json", ".jsonl", ".ndjson", ".gz", ".parquet")
 _GLOB_CHARS = "*?["
 
 
@@ -100,7 +100,9 @@ def _discover_local(pat: str) -> list[InputFile]:
 
 
 def _list_directory(directory: str) -> list[InputFile]:
-    """Every data file directly in ``directory`` (by suffix: ``_DATA_SUFFIXES``).
+    """Every data file directly in ``directory`` (by suffix: ``_DATA_SUFFIXES``),
+    and in its hive-style partition subdirectories (``key=value``, at any depth:
+    Parquet datasets written by Spark, pyarrow, polars or DuckDB).
 
     Subdirectories and files with other suffixes are skipped: a directory
     holds data files next to configs, logs and outputs. An entry with a data
@@ -111,12 +113,16 @@ def _list_directory(directory: str) -> list[InputFile]:
     """
     try:
         with os.scandir(directory) as it:
-            entries = sorted(e.name for e in it if not e.is_dir())
+            listed = [(e.name, e.is_dir(), e.is_dir(follow_symlinks=False)) for e in it]
     except OSError as e:
         raise InputError(f"--input {directory!r}: cannot list it ({e.strerror or e})") from e
     root = directory.rstrip("/") or "/"
+    entries = sorted(n for n, is_dir, _ in listed if not is_dir)
     names = [n for n in entries if not _is_hidden(n) and n.lower().endswith(_DATA_SUFFIXES)]
-    return [_regular_file(os.path.join(root, n), directory) for n in names]
+    found = [_regular_file(os.path.join(root, n), directory) for n in names]
+    # (real directories only: a symlinked one could loop)
+    partitions = sorted(n for n, _, real_dir in listed if real_dir and "=" in n[1:] and not _is_hidden(n))
+    return found + [f for n in partitions for f in _list_directory(os.path.join(root, n))]
 
 
 def _glob_local(pat: str) -> list[str]:
