@@ -50,8 +50,8 @@ def _open(f: IO[bytes], path: str) -> pq.ParquetFile:
     try:
         pf = pq.ParquetFile(f)
     except Exception as e:  # pyarrow raises ArrowInvalid, OSError, ... for bad footers
-        raise InputFileError(path, f"not a readable Parquet file ({_quoted(e)}); is it complete (the footer is "
-                                   "written last)?", 0) from e
+        raise InputFileError(path, f"not a readable Parquet file ({_quoted(e)}); its footer or schema is "
+                                   "damaged, or the file is incomplete (writers write the footer last)", 0) from e
     names = pf.schema_arrow.names
     dup = next((n for i, n in enumerate(names) if n in names[:i]), None)
     if dup is not None:
