@@ -82,7 +82,7 @@ def _real_files() -> list[Path]:
 
 
 @pytest.mark.skipif(not _real_files(), reason=f"apache/parquet-testing is not copied to {REAL} (optional: "
-                                              "docs/development.md#real-parquet-files)")
+                                              "docs/development.md)")
 @pytest.mark.parametrize("path", _real_files(), ids=lambda p: p.name)
 def test_real_files_read_the_same_on_both_paths_or_name_what_is_wrong(path):
     """Every file either reads to the same records on both paths, or fails with
