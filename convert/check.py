@@ -47,7 +47,13 @@ from convert.config import (
 )
 from convert.derive import unit_mismatch
 from convert.records import getter
-from convert.sources import InputFileError, detect_format, iter_records, read_avro_schema, read_parquet_schema
+from convert.sources import (
+    InputFileError,
+    detect_format,
+    iter_records,
+    read_avro_schema,
+    read_parquet_schema,
+)
 
 __all__ = [
     "DataMismatchError",

@@ -19,9 +19,15 @@ from convert.infer import infer_config
 from convert.parquet import iter_parquet, row_group_offsets
 from convert.parquet_types import partition_fields
 from convert.source_types import InputFileError
-from convert.sources import detect_format, is_splittable, iter_avro, iter_records, read_record_schema
+from convert.sources import (
+    detect_format,
+    is_splittable,
+    iter_avro,
+    iter_records,
+    read_record_schema,
+)
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 
 #: One Avro schema with every logical type both formats hold, and its Parquet (Arrow) twin.
 AVRO_SCHEMA = {"type": "record", "name": "R", "fields": [

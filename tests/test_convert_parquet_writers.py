@@ -20,7 +20,7 @@ from convert.source_types import InputFileError
 #: string, a list of strings, a struct, a UTC timestamp in microseconds, a date, a decimal.
 ROWS = [
     {"id": i, "x": None if i % 4 == 0 else i / 4, "s": f"s{i % 3}", "tags": ["a", "b"][: i % 3],
-     "u": {"name": f"n{i}", "n": i * 10}, "ts": dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(seconds=i),
+     "u": {"name": f"n{i}", "n": i * 10}, "ts": dt.datetime(2024, 1, 1, tzinfo=dt.UTC) + dt.timedelta(seconds=i),
      "day": dt.date(2024, 1, 1) + dt.timedelta(days=i), "price": decimal.Decimal(f"{i}.25")}
     for i in range(50)
 ]
