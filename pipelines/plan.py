@@ -206,20 +206,33 @@ def _discover_remote(pat: str) -> list[InputFile]:
     """An object of exactly that name, else a glob, else a directory (prefix).
 
     A pattern without glob characters and without an object of that name is a
-    directory: its data files (``_DATA_SUFFIXES``), as for local directories.
+    directory: its data files (``_DATA_SUFFIXES``) and those of its hive-style
+    partition directories, as for local directories.
     """
     try:
         fs = FileSystems.get_filesystem(pat)
         if not pat.endswith("/") and fs.exists(pat):
             return [_input_file(fs.metadata(pat))]
         glob = _is_glob(pat)
-        matched = _match(pat if glob else FileSystems.join(pat.rstrip("/"), "*"))
+        # a directory: everything under it, then its data files and those of its partitions
+        matched = _match(pat if glob else FileSystems.join(pat.rstrip("/"), "**"))
     except Exception as e:
         raise InputError(f"--input {pat!r}: cannot list it ({e})") from e
     files = [m for m in matched if not _is_hidden(m.path)]
     if not glob:
-        files = [m for m in files if m.path.lower().endswith(_DATA_SUFFIXES)]
+        root = pat.rstrip("/") + "/"
+        files = [m for m in files if m.path.lower().endswith(_DATA_SUFFIXES) and _in_partitions(root, m.path)]
     return [_input_file(m) for m in files]
+
+
+def _in_partitions(root: str, path: str) -> bool:
+    """Whether ``path`` lies directly in the directory ``root`` or in hive-style
+    partition directories (``key=value``, not hidden) under it, as
+    :func:`_list_directory` finds local files."""
+    if not path.startswith(root):
+        return False
+    dirs = path[len(root):].split("/")[:-1]
+    return all("=" in d[1:] and not d.startswith((".", "_")) for d in dirs)
 
 
 def _input_file(m) -> InputFile:

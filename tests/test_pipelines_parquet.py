@@ -14,10 +14,12 @@ import pyarrow.parquet as pq
 import pytest
 from _e2e import check_accounting, cli, error_rows
 from _pipelines_data import make_records, without_run_id, write_dataset
+from _remote import remote_stack  # noqa: F401 - the session fixture
 
 from convert.splits import Splits
 from pipelines.job import run_convert
 from pipelines.options import ConvertOptions
+from pipelines.plan import discover
 
 pytestmark = pytest.mark.slow
 
@@ -151,3 +153,33 @@ def test_parquet_fast_and_reference_paths_write_the_same_bytes(tmp_path):
     assert fast.keys() == ref.keys() and any(k.startswith("errors/") for k in fast)
     for k in fast:
         assert fast[k] == ref[k], k
+
+
+def _partitioned_tree(root: Path, records: list[dict]) -> None:
+    """Part files under ``dt=`` partitions, plus files a partition walk must skip."""
+    for k, dt in enumerate(("2024-01-01", "2024-01-02")):
+        (root / f"dt={dt}").mkdir(parents=True)
+        pq.write_table(pa.Table.from_pylist(records[k::2], schema=ARROW), root / f"dt={dt}" / "part-0.parquet")
+    for skipped in ("notes/x.parquet", "_tmp=1/y.parquet", "dt=2024-01-01/_SUCCESS"):
+        (root / skipped).parent.mkdir(parents=True, exist_ok=True)
+        (root / skipped).write_bytes(b"PAR1")
+
+
+def test_a_directory_input_finds_partition_files_locally_and_on_gcs(tmp_path, remote_stack):  # noqa: F811
+    from apache_beam.io.filesystems import FileSystems
+
+    from convert.sources import iter_records
+
+    records = make_records(40)
+    local = tmp_path / "table"
+    _partitioned_tree(local, records)
+    want = ["dt=2024-01-01/part-0.parquet", "dt=2024-01-02/part-0.parquet"]
+    assert [f.path[len(str(local)) + 1:] for f in discover([str(local)])] == want
+    remote = remote_stack.upload_dir(local, "parquet-partitions")
+    found = [f.path for f in discover([remote])]
+    assert [p[len(remote) + 1:] for p in found] == want
+    read = []
+    for path in found:  # pyarrow reads through Beam's gs:// file objects
+        with FileSystems.open(path, compression_type="uncompressed") as f:
+            read.extend((r["id"], r["dt"]) for b in iter_records(f, path) for r in b.records)
+    assert sorted(read) == sorted((r["id"], "2024-01-0" + str(1 + r["id"] % 2)) for r in records)
