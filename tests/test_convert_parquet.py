@@ -222,3 +222,16 @@ def test_infer_and_the_check_read_the_parquet_schema(tmp_path):
     bad = parse_config({"features": [{"name": "n", "source": "user.nmae", "transform": "hash", "buckets": 8}]})
     with pytest.raises(ValueError, match="user.nmae"):
         check_inputs(bad, [str(path)], lambda p: open(p, "rb"))
+
+
+def test_raw_arrays_of_sliced_nested_columns_equal_the_reference_values():
+    """Arrow slices share buffers at an offset: the fast path's casts must honour it at every depth."""
+    from convert.parquet_records import record_value
+    from convert.parquet_types import raw_array
+
+    t = pa.struct([("x", pa.int64()), ("l", pa.list_(pa.timestamp("ms"))), ("d", pa.decimal128(5, 1))])
+    a = pa.array([{"x": 1, "l": [1, 2], "d": decimal.Decimal("1.5")}, None, {"x": 3, "l": None, "d": None},
+                  {"x": 4, "l": [5], "d": decimal.Decimal("-2.5")}], t)
+    for s in (a.slice(1), a.slice(2, 2), a.slice(0, 2), a.slice(3)):
+        assert raw_array(s).to_pylist() == [record_value(v) for v in s]
+    assert raw_array(a.slice(3)).to_pylist() == [{"x": 4, "l": [5], "d": b"\xe7"}]
