@@ -18,6 +18,15 @@ Rows (each one fresh subprocess, see :mod:`bench.measure`):
     what the polars decode buys end to end.
 ``recordprep JSON -> gzip``
     The same records as JSON Lines.
+``recordprep Parquet -> gzip``
+    The same job on the same records written as Parquet (``parquet_twins``:
+    polars' ``write_parquet`` of each Avro file, zstd, row groups of
+    ``PARQUET_ROW_GROUP`` rows), against ``recordprep AVRO -> gzip``.
+``recordprep Parquet input stage``
+    ``convert.sources.iter_records`` over those Parquet files in one process
+    (the fast path, each record's JSON as for the whole-record split),
+    against ``limit: pyarrow Parquet decode``: ``pyarrow.parquet`` decoding
+    the same files to Arrow tables, doing nothing else.
 ``naive Beam (AVRO -> gzip)``
     :mod:`bench.naive`: ReadFromAvro -> per-record dict -> per-record
     ``tf.train.Example`` -> WriteToTFRecord(gzip), analysis by Beam combiners as
@@ -144,6 +153,51 @@ def _json_decode(args: argparse.Namespace) -> dict[str, Any]:
     return {**t.to_json(), "records": n}
 
 
+def _parquet_decode(args: argparse.Namespace) -> dict[str, Any]:
+    import pyarrow.parquet as pq
+
+    n = 0
+    with WorkTimer() as t:
+        for path in args.inputs:
+            n += pq.read_table(path, use_threads=False).num_rows
+    return {**t.to_json(), "records": n}
+
+
+def _parquet_read(args: argparse.Namespace) -> dict[str, Any]:
+    import polars  # noqa: F401 - imported before the timer, as in a warm worker
+
+    from convert.sources import iter_records
+    from pipelines.options import ConvertOptions
+
+    n = 0
+    with WorkTimer() as t:
+        for path in args.inputs:
+            with open(path, "rb") as f:
+                for batch in iter_records(f, path, 0, None, ConvertOptions.batch_size, record_json=True):
+                    n += len(batch.records)
+    return {**t.to_json(), "records": n}
+
+
+#: Rows per row group of the bench's Parquet files (``parquet_twins``).
+PARQUET_ROW_GROUP = 16384
+
+
+def parquet_twins(avro: list[str], root: Path) -> list[str]:
+    """Each Avro file rewritten as Parquet under ``root`` (made once, kept): the same records."""
+    import polars as pl
+
+    root.mkdir(parents=True, exist_ok=True)
+    out = []
+    for path in avro:
+        target = root / (Path(path).stem + ".parquet")
+        if not target.exists():
+            tmp = target.with_name(target.name + ".tmp")
+            pl.read_avro(path).write_parquet(tmp, compression="zstd", row_group_size=PARQUET_ROW_GROUP)
+            os.replace(tmp, target)
+        out.append(str(target))
+    return out
+
+
 def _json_read(args: argparse.Namespace) -> dict[str, Any]:
     from apache_beam.io.filesystems import FileSystems
 
@@ -208,6 +262,8 @@ CASES = {
     "polars-decode": _polars_decode,
     "json-decode": _json_decode,
     "json-read": _json_read,
+    "parquet-decode": _parquet_decode,
+    "parquet-read": _parquet_read,
     "wide-read": _wide_read,
 }
 
@@ -266,6 +322,7 @@ def run_table(size: str, manifest: dict[str, Any], *, repeats: int, log, out_roo
     avro = make_data.avro_files(size, manifest)
     jsonl = make_data.json_files(size, manifest)
     per_file = {str(make_data.dataset_dir(size) / f["path"]): f["records"] for f in manifest["avro"]["files"]}
+    parquet = parquet_twins(avro, out_root / "parquet-input")
     subset = naive_subset(size, avro, naive_files)
     subset_records = sum(per_file[f] for f in subset)
     outputs = {
@@ -273,6 +330,7 @@ def run_table(size: str, manifest: dict[str, Any], *, repeats: int, log, out_roo
         "recordprep_avro_none": out_root / "recordprep-avro-none",
         "recordprep_avro_gzip_packed": out_root / "recordprep-avro-gzip-packed",
         "recordprep_json_gzip": out_root / "recordprep-json-gzip",
+        "recordprep_parquet_gzip": out_root / "recordprep-parquet-gzip",
         "recordprep_subset_gzip": out_root / "recordprep-subset-gzip",
         "recordprep_avro_gzip_workers": out_root / "recordprep-avro-gzip-workers",
         "recordprep_avro_gzip_fastavro": out_root / "recordprep-avro-gzip-fastavro",
@@ -288,6 +346,11 @@ def run_table(size: str, manifest: dict[str, Any], *, repeats: int, log, out_roo
          ["--case", "recordprep", "--inputs", *avro, "--output", str(outputs["recordprep_avro_gzip"])]),
         ("recordprep_json_gzip", "recordprep JSON -> gzip",
          ["--case", "recordprep", "--inputs", *jsonl, "--output", str(outputs["recordprep_json_gzip"])]),
+        ("limit_parquet", "limit: pyarrow Parquet decode", ["--case", "parquet-decode", "--inputs", *parquet]),
+        ("recordprep_parquet_read", "recordprep Parquet input stage (read into batches, one process)",
+         ["--case", "parquet-read", "--inputs", *parquet]),
+        ("recordprep_parquet_gzip", "recordprep Parquet -> gzip",
+         ["--case", "recordprep", "--inputs", *parquet, "--output", str(outputs["recordprep_parquet_gzip"])]),
     ]
     if (os.cpu_count() or 1) > 1:
         plan.append(("recordprep_avro_gzip_workers", "recordprep AVRO -> gzip (--workers 1, in-process)",

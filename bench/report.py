@@ -226,8 +226,9 @@ def conversion_md(results: dict[str, Any]) -> list[str]:
         return ["_conversion table not run_"]
     rows = conv["rows"]
     order = ["recordprep_avro_gzip", "recordprep_avro_gzip_workers", "recordprep_avro_none", "recordprep_avro_gzip_packed",
-             "recordprep_avro_gzip_fastavro", "recordprep_json_gzip", "recordprep_subset_gzip",
-             "naive", "recordprep_json_read", "wide_auto", "wide_fastavro", "limit_avro", "limit_polars", "limit_json"]
+             "recordprep_avro_gzip_fastavro", "recordprep_json_gzip", "recordprep_parquet_gzip", "recordprep_subset_gzip",
+             "naive", "recordprep_json_read", "recordprep_parquet_read", "wide_auto", "wide_fastavro", "limit_avro",
+             "limit_polars", "limit_json", "limit_parquet"]
     lines = ["| row | records | records/s | CPU-s / 1k records | peak RSS (MB) | runs |",
              "|---|---:|---:|---:|---:|---:|"]
     lines += _conversion_rows(rows, order)
@@ -244,6 +245,8 @@ def conversion_md(results: dict[str, Any]) -> list[str]:
         ("recordprep JSON / limit JSON decode, records/s", _ratio(g("recordprep_json_gzip", "records_per_s"), g("limit_json", "records_per_s"))),
         ("recordprep JSON input stage / limit JSON decode, records/s", _ratio(g("recordprep_json_read", "records_per_s"), g("limit_json", "records_per_s"))),
         ("recordprep JSON / recordprep AVRO, records/s", _ratio(g("recordprep_json_gzip", "records_per_s"), g("recordprep_avro_gzip", "records_per_s"))),
+        ("recordprep Parquet / recordprep AVRO (same records), records/s", _ratio(g("recordprep_parquet_gzip", "records_per_s"), g("recordprep_avro_gzip", "records_per_s"))),
+        ("recordprep Parquet input stage / limit pyarrow Parquet decode, records/s", _ratio(g("recordprep_parquet_read", "records_per_s"), g("limit_parquet", "records_per_s"))),
         ("recordprep default / --workers 1 (in-process), records/s", _ratio(g("recordprep_avro_gzip", "records_per_s"), g("recordprep_avro_gzip_workers", "records_per_s"))),
         ("recordprep gzip / uncompressed, records/s", _ratio(g("recordprep_avro_gzip", "records_per_s"), g("recordprep_avro_none", "records_per_s"))),
         ("wide schema: --avro-decoder auto / fastavro, records/s", _ratio(g("wide_auto", "records_per_s"), g("wide_fastavro", "records_per_s"))),

@@ -513,6 +513,17 @@ def _decode_avro_blocks(pl: Any, data: bytes, n: int, path: str, record_json: bo
     raw = {c: _raw_dtype(t) for c, t in df.schema.items()}
     if any(raw[c] != t for c, t in df.schema.items()):
         df = df.cast(raw)
+    return frame_records(df, path, record_json)
+
+
+def frame_records(df: Any, path: str, record_json: bool) -> ColumnRecords:
+    """A polars DataFrame of raw values (logical types already as their raw
+    integers) as ``ColumnRecords``: numeric arrays, term codes, deferred
+    columns and, with ``record_json``, each row's canonical JSON. Shared by
+    the Avro and the Parquet fast paths, so both hand over the same columns."""
+    import polars as pl
+
+    n = df.height
     leaves = _leaves(df)  # once: each record field is a polars call
     arrays = _numeric_arrays(leaves)
     coders = _term_coders(leaves)

@@ -47,7 +47,13 @@ from convert.config import (
 )
 from convert.derive import unit_mismatch
 from convert.records import getter
-from convert.sources import InputFileError, detect_format, iter_records, read_avro_schema
+from convert.sources import (
+    InputFileError,
+    detect_format,
+    iter_records,
+    read_avro_schema,
+    read_parquet_schema,
+)
 
 __all__ = [
     "DataMismatchError",
@@ -549,7 +555,10 @@ def _probe(path: str, open_file: Callable[[str], IO[bytes]]) -> tuple[str, Any]:
         with open_file(path) as f:
             head = f.read(4)
             f.seek(0)
-            if detect_format(path, head) != "avro":
+            fmt = detect_format(path, head)
+            if fmt == "parquet":  # its Avro-equivalent schema (convert.parquet_types)
+                return "avro", read_parquet_schema(f, path)
+            if fmt != "avro":
                 return "json", None
             return "avro", _avro_schema(f, path)
     except (InputFileError, OSError):

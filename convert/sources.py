@@ -1,4 +1,4 @@
-"""Reading AVRO and JSON input into batches of records.
+"""Reading AVRO, Parquet and JSON input into batches of records.
 
 Functions here take an already-open *binary* file object (the pipeline opens
 files through Beam's filesystems, so local, ``gs://`` and ``hdfs://`` work the
@@ -24,7 +24,8 @@ This module holds the entry points; the concepts live beside it:
 ``convert.source_types`` (caps, ``InputFileError``, ``RecordBatch``),
 ``convert.avro_framing`` (header, sync marker, block headers, size checks),
 ``convert.avro_columnar`` (the polars path), ``convert.avro_records`` (the
-fastavro path's helpers) and ``convert.jsonl`` (JSON input).
+fastavro path's helpers), ``convert.jsonl`` (JSON input) and ``convert.parquet``
+(Parquet input, row groups as the units of byte ranges).
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ from convert.avro_records import (
     _too_deep,
 )
 from convert.jsonl import iter_json
+from convert.parquet import is_parquet, iter_parquet, read_parquet_schema
 from convert.source_types import (
     AVRO_MAGIC,
     DEFAULT_MAX_BLOCK_BYTES,
@@ -79,7 +81,7 @@ __all__ = [
     "AVRO_DECODERS", "AVRO_MAGIC", "DEFAULT_MAX_BLOCK_BYTES", "DEFAULT_MAX_RECORD_BYTES", "GZIP_MAGIC",
     "MAX_AVRO_BLOCK_BYTES", "MAX_AVRO_EMPTY_RECORDS", "MAX_ERROR_TEXT_BYTES", "VALUE_FIELD", "ColumnRecords",
     "InputFileError", "RecordBatch", "detect_format", "is_record_schema", "is_splittable", "iter_avro",
-    "iter_json", "iter_records", "read_avro_schema",
+    "iter_json", "iter_parquet", "iter_records", "read_avro_schema", "read_parquet_schema", "read_record_schema",
 ]
 
 
@@ -90,9 +92,11 @@ AVRO_DECODERS = ("auto", "fastavro")
 
 
 def detect_format(path: str, head: bytes) -> str:
-    """``"avro"`` or ``"json"`` from the magic bytes, falling back to the name."""
+    """``"avro"``, ``"parquet"`` or ``"json"`` from the magic bytes, falling back to the name."""
     if head.startswith(AVRO_MAGIC[:3]):
         return "avro"  # "Obj" + version: no JSON text starts with "O"
+    if is_parquet(path, head):
+        return "parquet"  # "PAR1": no JSON text starts with "P"
     lower = path.lower()
     if lower.endswith(".avro"):
         return "avro"  # let the Avro reader report the bad magic
@@ -103,8 +107,8 @@ def is_splittable(path: str, head: bytes, json_records_path: str | None = None) 
     """Whether a file may be read in byte ranges by several workers."""
     if head.startswith(GZIP_MAGIC):
         return False
-    if detect_format(path, head) == "avro":
-        return True
+    if detect_format(path, head) in ("avro", "parquet"):
+        return True  # at Avro blocks, Parquet row groups
     if json_records_path:
         return False
     stripped = head.lstrip(b"\xef\xbb\xbf \t\r\n")
@@ -121,6 +125,18 @@ def read_avro_schema(f: IO[bytes], path: str) -> dict[str, Any]:
     if problem:
         raise InputFileError(path, problem, 0)
     return schema
+
+
+def read_record_schema(f: IO[bytes], path: str) -> dict[str, Any] | None:
+    """The Avro(-equivalent) record schema of an Avro or Parquet file
+    (``read_avro_schema``, ``convert.parquet.read_parquet_schema``); ``None``
+    for JSON, which has none."""
+    f.seek(0)
+    fmt = detect_format(path, f.read(4))
+    f.seek(0)
+    if fmt == "parquet":
+        return read_parquet_schema(f, path)
+    return read_avro_schema(f, path) if fmt == "avro" else None
 
 
 def _writer_schema(f: IO[bytes], path: str) -> Any:
@@ -294,6 +310,9 @@ def iter_records(f: IO[bytes], path: str, start: int = 0, end: int | None = None
     f.seek(0)
     head = f.read(4)
     f.seek(0)
-    if detect_format(path, head) == "avro":
+    fmt = detect_format(path, head)
+    if fmt == "avro":
         return iter_avro(f, path, start, end, batch_size, avro_decoder, record_json, max_block_bytes)
+    if fmt == "parquet":
+        return iter_parquet(f, path, start, end, batch_size, avro_decoder, record_json, max_block_bytes)
     return iter_json(f, path, start, end, batch_size, json_records_path, max_record_bytes)

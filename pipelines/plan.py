@@ -57,7 +57,7 @@ class WorkUnit:
     ranges: tuple[ByteRange, ...]
 
 
-_DATA_SUFFIXES = (".avro", ".json", ".jsonl", ".ndjson", ".gz")
+_DATA_SUFFIXES = (".avro", ".json", ".jsonl", ".ndjson", ".gz", ".parquet")
 _GLOB_CHARS = "*?["
 
 
@@ -104,7 +104,9 @@ def _discover_local(pat: str) -> list[InputFile]:
 
 
 def _list_directory(directory: str) -> list[InputFile]:
-    """Every data file directly in ``directory`` (by suffix: ``_DATA_SUFFIXES``).
+    """Every data file directly in ``directory`` (by suffix: ``_DATA_SUFFIXES``),
+    and in its hive-style partition subdirectories (``key=value``, at any depth:
+    Parquet datasets written by Spark, pyarrow, polars or DuckDB).
 
     Subdirectories and files with other suffixes are skipped: a directory
     holds data files next to configs, logs and outputs. An entry with a data
@@ -115,12 +117,16 @@ def _list_directory(directory: str) -> list[InputFile]:
     """
     try:
         with os.scandir(directory) as it:
-            entries = sorted(e.name for e in it if not e.is_dir())
+            listed = [(e.name, e.is_dir(), e.is_dir(follow_symlinks=False)) for e in it]
     except OSError as e:
         raise InputError(f"--input {directory!r}: cannot list it ({e.strerror or e})") from e
     root = directory.rstrip("/") or "/"
+    entries = sorted(n for n, is_dir, _ in listed if not is_dir)
     names = [n for n in entries if not _is_hidden(n) and n.lower().endswith(_DATA_SUFFIXES)]
-    return [_regular_file(os.path.join(root, n), directory) for n in names]
+    found = [_regular_file(os.path.join(root, n), directory) for n in names]
+    # (real directories only: a symlinked one could loop)
+    partitions = sorted(n for n, _, real_dir in listed if real_dir and "=" in n[1:] and not _is_hidden(n))
+    return found + [f for n in partitions for f in _list_directory(os.path.join(root, n))]
 
 
 def _glob_local(pat: str) -> list[str]:
@@ -204,20 +210,33 @@ def _discover_remote(pat: str) -> list[InputFile]:
     """An object of exactly that name, else a glob, else a directory (prefix).
 
     A pattern without glob characters and without an object of that name is a
-    directory: its data files (``_DATA_SUFFIXES``), as for local directories.
+    directory: its data files (``_DATA_SUFFIXES``) and those of its hive-style
+    partition directories, as for local directories.
     """
     try:
         fs = FileSystems.get_filesystem(pat)
         if not pat.endswith("/") and fs.exists(pat):
             return [_input_file(fs.metadata(pat))]
         glob = _is_glob(pat)
-        matched = _match(pat if glob else FileSystems.join(pat.rstrip("/"), "*"))
+        # a directory: everything under it, then its data files and those of its partitions
+        matched = _match(pat if glob else FileSystems.join(pat.rstrip("/"), "**"))
     except Exception as e:
         raise InputError(f"--input {pat!r}: cannot list it ({e})") from e
     files = [m for m in matched if not _is_hidden(m.path)]
     if not glob:
-        files = [m for m in files if m.path.lower().endswith(_DATA_SUFFIXES)]
+        root = pat.rstrip("/") + "/"
+        files = [m for m in files if m.path.lower().endswith(_DATA_SUFFIXES) and _in_partitions(root, m.path)]
     return [_input_file(m) for m in files]
+
+
+def _in_partitions(root: str, path: str) -> bool:
+    """Whether ``path`` lies directly in the directory ``root`` or in hive-style
+    partition directories (``key=value``, not hidden) under it, as
+    :func:`_list_directory` finds local files."""
+    if not path.startswith(root):
+        return False
+    dirs = path[len(root):].split("/")[:-1]
+    return all("=" in d[1:] and not d.startswith((".", "_")) for d in dirs)
 
 
 def _input_file(m) -> InputFile:

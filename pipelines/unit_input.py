@@ -114,6 +114,8 @@ def _error_line(path: str, kind: str, offset: int, index: int, field: str, reaso
     row: dict[str, Any] = {"file": path, "byte_offset": offset}
     if kind == "avro":
         row["record_in_block"] = index
+    elif kind == "parquet":  # byte_offset: the row group's
+        row["row_in_row_group"] = index
     elif index:
         row["line"] = index
     row.update(field=field, reason=reason, record=_jsonable(raw))

@@ -42,7 +42,7 @@ app = typer.Typer(
     no_args_is_help=True,
     # Plain help: rich's option table cuts option names and defaults at 80 columns.
     rich_markup_mode=None,
-    help="Convert AVRO/JSON into sharded, pre-vectorized TFRecords for TensorFlow training.",
+    help="Convert Avro, Parquet or JSON into sharded, pre-vectorized TFRecords for TensorFlow training.",
     # What this command sets up in its own process and a library caller's run never does (docs/converting.md).
     epilog="This command sets up its own process: logging (Beam's quiet unless --verbose), SIGTERM and "
            "Ctrl-C handlers that end a run cleanly, Beam's unused connectors marked absent for a local "

@@ -25,7 +25,7 @@ _DEFAULT_RECORD_MB = 64.0
 _DEFAULT_BLOCK_MB = 256.0
 _MAX_RECORD_HELP = ("Cap on one JSON line (a longer line goes to the error output) and on one whole JSON "
                     "document (a longer one fails the file), in MB. Bounds memory on hostile input.")
-_MAX_BLOCK_HELP = ("Cap on the decompressed size of one Avro block, in MB (a larger block fails the file; "
+_MAX_BLOCK_HELP = ("Cap on the decompressed size of one Avro block or Parquet column chunk, in MB (a larger one fails the file; "
                    "writers flush blocks of 64 KB..16 MB). Bounds memory on compression bombs.")
 
 
@@ -54,7 +54,7 @@ def convert(
     order: Annotated[str | None, typer.Option(help="Record order: 'shuffled' (each shard a uniform random sample of its split, records in random order: readers' batches are fair samples even of sorted input) or 'input' (each shard a contiguous range of the input, in input order; for sequence data or debugging). Default: shuffled.", show_default=False)] = None,
     no_shuffle: Annotated[bool, typer.Option("--no-shuffle", help="Same as --order input.")] = False,
     seed: Annotated[int | None, typer.Option(help="Seed of the shuffle (0 .. 2**63-1; default 0): the same seed writes the same bytes, whatever the runner or worker count.", show_default=False)] = None,
-    avro_decoder: Annotated[str, typer.Option(help="Avro decoding: 'auto' (polars for the schemas and codecs where it gives fastavro's values, faster; fastavro for the rest and from any block polars cannot read) or 'fastavro' (always). Same output either way.")] = "auto",
+    avro_decoder: Annotated[str, typer.Option(help="Avro decoding: 'auto' (polars for the schemas and codecs where it gives fastavro's values, faster; fastavro for the rest and from any block polars cannot read) or 'fastavro' (always). Same output either way. Parquet: 'fastavro' selects its per-record reference path.")] = "auto",
     max_errors: Annotated[int | None, typer.Option(help="Rejected records tolerated before the run fails. Default 0.")] = None,
     max_error_fraction: Annotated[float | None, typer.Option(help="Fraction of rejected records tolerated (0..1).")] = None,
     json_records_path: Annotated[str | None, typer.Option(help="Dotted key holding the record array in JSON documents, e.g. 'statuses'.")] = None,
@@ -71,7 +71,7 @@ def convert(
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show Beam's logs.")] = False,
     beam_args: Annotated[list[str] | None, typer.Argument(metavar="-- BEAM_FLAGS", help="Beam flags after a literal `--`, e.g. -- --runner DataflowRunner --project P --region R --temp_location gs://b/tmp", show_default=False)] = None,
 ) -> None:
-    """Convert AVRO/JSON files into sharded TFRecords of pre-vectorized tf.train.Examples.
+    """Convert Avro, Parquet or JSON files into sharded TFRecords of pre-vectorized tf.train.Examples.
 
     Runs on Beam's in-process runner unless Beam flags after `--` pick another.
     Records that cannot be converted go to OUTPUT/errors/ (JSON Lines with file,
@@ -252,7 +252,7 @@ def _sample_records(files: list[InputFile], input: list[str], sample: int, json_
     """
     from apache_beam.io.filesystems import FileSystems
 
-    from convert.sources import InputFileError, detect_format, iter_records, read_avro_schema
+    from convert.sources import InputFileError, detect_format, iter_records, read_record_schema
 
     schemas: list = []
     records: list = []
@@ -263,7 +263,7 @@ def _sample_records(files: list[InputFile], input: list[str], sample: int, json_
         for f in files:
             read_from.append(f.path)
             with FileSystems.open(f.path, compression_type="uncompressed") as fh:
-                is_avro = detect_format(f.path, fh.read(4)) == "avro"
+                has_schema = detect_format(f.path, fh.read(4)) in ("avro", "parquet")
                 # Records first: the reader checks the magic and names what is wrong.
                 for batch in iter_records(fh, f.path, 0, None, 1024, json_records_path,
                                           max_record_bytes=max_record_bytes, max_block_bytes=max_block_bytes):
@@ -274,8 +274,8 @@ def _sample_records(files: list[InputFile], input: list[str], sample: int, json_
                     records.extend(batch.records[: sample - len(records)])
                     if len(records) >= sample:
                         break
-                if is_avro:
-                    schemas.append(read_avro_schema(fh, f.path))
+                if has_schema:
+                    schemas.append(read_record_schema(fh, f.path))
             if len(records) >= sample:
                 break
     except InputFileError as e:

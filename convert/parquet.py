@@ -1,0 +1,187 @@
+"""Reading Parquet input into batches of records.
+
+A Parquet file's unit of work is its row group, as an Avro file's is its
+block: a byte range ``[start, end)`` owns every row group whose first page
+starts in it (``row_group_offsets``), so ranges of one file are read by
+different workers with no record read twice or lost. ``RecordBatch.offsets``
+holds the row group's byte offset and ``indexes`` the row's position in its
+row group; errors name the file, the row group and, where one column is at
+fault, the field.
+
+Two paths give the same records (``convert.parquet_types`` says which
+values): the fast path reads a batch as Arrow arrays, casts logical types to
+their raw values (``raw_array``) and hands polars' columns over as
+``ColumnRecords``, the form the Avro fast path gives; the reference path
+(``convert.parquet_records``) builds each record value by value. The fast
+path takes every schema without maps; a batch it fails on is read by the
+reference path.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from typing import IO, Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from convert.parquet_records import table_records
+from convert.parquet_types import avro_schema, is_columnar_type, partition_fields, raw_array
+from convert.source_types import DEFAULT_MAX_BLOCK_BYTES, InputFileError, RecordBatch, _mb, _quoted
+
+__all__ = ["PARQUET_MAGIC", "is_parquet", "iter_parquet", "read_parquet_schema", "row_group_offsets"]
+
+_log = logging.getLogger("recordprep")
+
+PARQUET_MAGIC = b"PAR1"
+
+
+def is_parquet(path: str, head: bytes) -> bool:
+    """Whether a file is Parquet: its magic, or (to report a bad one) its name."""
+    return head.startswith(PARQUET_MAGIC) or path.lower().endswith(".parquet")
+
+
+def _open(f: IO[bytes], path: str) -> pq.ParquetFile:
+    f.seek(0)
+    if f.read(4) != PARQUET_MAGIC:
+        raise InputFileError(path, "not a Parquet file (it does not start with PAR1); check the file", 0)
+    f.seek(0)
+    try:
+        pf = pq.ParquetFile(f)
+    except Exception as e:  # pyarrow raises ArrowInvalid, OSError, ... for bad footers
+        raise InputFileError(path, f"not a readable Parquet file ({_quoted(e)}); its footer or schema is "
+                                   "damaged, or the file is incomplete (writers write the footer last)", 0) from e
+    names = pf.schema_arrow.names
+    dup = next((n for i, n in enumerate(names) if n in names[:i]), None)
+    if dup is not None:
+        raise InputFileError(path, f"the Parquet schema declares the column {dup!r} twice; records cannot hold "
+                                   "both: rewrite the file with distinct column names", 0)
+    return pf
+
+
+def _partitions(path: str, pf: pq.ParquetFile) -> dict[str, str | None]:
+    parts = partition_fields(path)
+    clash = next((k for k in parts if k in pf.schema_arrow.names), None)
+    if clash is not None:
+        raise InputFileError(path, f"the partition directory {clash}=... names a field the file also holds as a "
+                                   "column; rename the directory or drop the column", 0)
+    return parts
+
+
+def row_group_offsets(pf: pq.ParquetFile) -> list[int]:
+    """Each row group's byte offset: where its first column chunk's first page
+    (dictionary page if any) starts."""
+    md = pf.metadata
+    out = []
+    for i in range(md.num_row_groups):
+        rg = md.row_group(i)
+        starts = []
+        for j in range(rg.num_columns):
+            c = rg.column(j)
+            starts.append(c.data_page_offset)
+            if c.has_dictionary_page and c.dictionary_page_offset:
+                starts.append(c.dictionary_page_offset)
+        out.append(min(starts) if starts else 4)
+    return out
+
+
+def read_parquet_schema(f: IO[bytes], path: str) -> dict[str, Any]:
+    """The Avro-equivalent record schema of a Parquet file's records
+    (``convert.parquet_types.avro_schema``), partition fields included: what
+    ``infer`` and the config check read its fields from."""
+    pf = _open(f, path)
+    try:
+        return avro_schema(pf.schema_arrow, _partitions(path, pf))
+    except TypeError as e:
+        raise InputFileError(path, str(e), 0) from e
+
+
+def iter_parquet(f: IO[bytes], path: str, start: int = 0, end: int | None = None, batch_size: int = 4096,
+                 decoder: str = "auto", record_json: bool = False,
+                 max_block_bytes: int = DEFAULT_MAX_BLOCK_BYTES) -> Iterator[RecordBatch]:
+    """Yield batches of the records of the row groups starting in ``[start, end)``.
+
+    ``decoder``: ``"auto"`` (the fast path where the schema allows) or
+    ``"fastavro"`` (the name of the reference decoders: the per-record path).
+    A row group that cannot be decoded, or one of whose column chunks claims
+    more than ``max_block_bytes`` decompressed, ends the range: the records of
+    the row groups before it are yielded, then ``InputFileError`` names the
+    file, the row group and the column.
+    """
+    pf = _open(f, path)
+    parts = _partitions(path, pf)
+    schema = pf.schema_arrow
+    fast = decoder == "auto" and schema.names and all(is_columnar_type(t) for t in schema.types)
+    for i, off in enumerate(row_group_offsets(pf)):
+        if off < start or (end is not None and off >= end):
+            continue
+        _check_sizes(pf, path, i, off, max_block_bytes)
+        row = 0
+        try:
+            for rb in pf.iter_batches(batch_size, row_groups=[i], use_threads=False):
+                yield _batch(rb, path, parts, fast, record_json, off, row)
+                row += rb.num_rows
+        except InputFileError:
+            raise
+        except Exception as e:
+            raise _row_group_error(pf, path, i, off, row, e) from e
+        want = pf.metadata.row_group(i).num_rows
+        if row != want:  # never drop rows unnoticed (pyarrow misreads some files: tests/test_property_parquet.py)
+            raise InputFileError(path, f"row group {i}: pyarrow decoded {row} rows, the file's footer says {want}; "
+                                       "the file is corrupt or pyarrow misreads it (rewrite it, or try another "
+                                       "pyarrow version)", off)
+
+
+def _batch(rb: pa.RecordBatch, path: str, parts: dict[str, str | None], fast: bool, record_json: bool,
+           off: int, row: int) -> RecordBatch:
+    n = rb.num_rows
+    records: Any = None
+    if fast:
+        try:
+            records = _columnar(rb, parts, path, record_json)
+        except (KeyboardInterrupt, SystemExit, GeneratorExit):
+            raise
+        except BaseException as e:  # noqa: BLE001 - polars' Rust panics are BaseExceptions
+            _log.debug("%s: the Parquet fast path failed at byte %d row %d (%s: %s); the reference path reads it",
+                       path, off, row, type(e).__name__, e)
+    if records is None:
+        records = table_records(pa.Table.from_batches([rb]), parts)
+    return RecordBatch(path, "parquet", records, [off] * n, list(range(row, row + n)))
+
+
+def _columnar(rb: pa.RecordBatch, parts: dict[str, str | None], path: str, record_json: bool) -> Any:
+    import polars as pl
+
+    from convert.avro_columnar import frame_records
+
+    arrays = [raw_array(c) for c in rb.columns]
+    names = list(rb.schema.names)
+    for k, v in parts.items():
+        arrays.append(pa.array([v] * rb.num_rows, pa.large_string()))
+        names.append(k)
+    df = pl.from_arrow(pa.Table.from_arrays(arrays, names=names), rechunk=False)
+    return frame_records(df, path, record_json)
+
+
+def _check_sizes(pf: pq.ParquetFile, path: str, i: int, off: int, cap: int) -> None:
+    rg = pf.metadata.row_group(i)
+    for j in range(rg.num_columns):
+        c = rg.column(j)
+        if c.total_uncompressed_size > cap:
+            raise InputFileError(path, f"row group {i}, column {c.path_in_schema!r}: the column chunk claims "
+                                       f"{c.total_uncompressed_size} bytes decompressed, over the cap of "
+                                       f"{_mb(cap)}; raise --max-block-mb if the file is trusted", off)
+
+
+def _row_group_error(pf: pq.ParquetFile, path: str, i: int, off: int, row: int, e: BaseException) -> InputFileError:
+    """The error naming the row group, and the first column that cannot be read alone."""
+    field = ""
+    for name in pf.schema_arrow.names:
+        try:
+            pf.read_row_group(i, columns=[name], use_threads=False)
+        except Exception:  # noqa: BLE001 - only locating the fault
+            field = f", field {name!r}"
+            break
+    return InputFileError(path, f"row group {i} (rows from {row} in it){field} cannot be decoded ({_quoted(e)}); "
+                                "the file is corrupt or was cut short", off)

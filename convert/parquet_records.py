@@ -1,0 +1,73 @@
+"""The Parquet reference path: each record built value by value from Arrow
+scalars, by the mapping of ``convert.parquet_types`` (written independently
+of the fast path's array casts, so the property tests compare two
+implementations). The reader uses it for schemas the fast path does not
+take (maps) and when ``avro_decoder="fastavro"`` asks for the reference
+decoders.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+
+from convert.parquet_types import decimal_bytes
+
+#: Types whose scalar's ``.value`` is the raw integer of the record model.
+_RAW_INTEGER_TESTS = (pa.types.is_timestamp, pa.types.is_date32, pa.types.is_date64, pa.types.is_time32,
+                      pa.types.is_time64, pa.types.is_duration)
+
+
+def record_value(s: pa.Scalar) -> Any:
+    """The record model's value of one Arrow scalar (``convert.parquet_types``)."""
+    if not s.is_valid:
+        return None
+    t = s.type
+    if pa.types.is_dictionary(t):
+        return record_value(s.value)
+    if any(test(t) for test in _RAW_INTEGER_TESTS):
+        return _raw_integer(s)
+    if pa.types.is_decimal(t):
+        sign, digits, exp = s.as_py().as_tuple()
+        unscaled = int("".join(map(str, digits)) or "0") * 10 ** (exp + t.scale)
+        return decimal_bytes(-unscaled if sign else unscaled)
+    if pa.types.is_struct(t):
+        return {t.field(i).name: record_value(s[i]) for i in range(t.num_fields)}
+    if pa.types.is_map(t):
+        return {str(record_value(k)): record_value(v) for k, v in _map_items(s)}
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return [record_value(x) for x in s.values]
+    if pa.types.is_float16(t):
+        return float(s.as_py())
+    return s.as_py()
+
+
+def _raw_integer(s: pa.Scalar) -> int:
+    """The stored integer of a temporal scalar: its ``.value`` where pyarrow has
+    one, else the scalar cast to its storage width."""
+    value = getattr(s, "value", None)
+    if isinstance(value, int):
+        return value
+    width = pa.int32() if pa.types.is_date32(s.type) or pa.types.is_time32(s.type) else pa.int64()
+    return s.cast(width).as_py()
+
+
+def _map_items(s: pa.Scalar) -> list[tuple[pa.Scalar, pa.Scalar]]:
+    entries = s.values
+    if entries is None:
+        return []
+    return list(zip(entries.field(0), entries.field(1), strict=True))
+
+
+def table_records(table: pa.Table, extra: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Every row of ``table`` as a record dict, ``extra`` fields (partitions) appended."""
+    names = table.column_names
+    columns = [table.column(i) for i in range(table.num_columns)]
+    tail = list((extra or {}).items())
+    out = []
+    for r in range(table.num_rows):
+        rec = {name: record_value(col[r]) for name, col in zip(names, columns, strict=True)}
+        rec.update(tail)
+        out.append(rec)
+    return out
