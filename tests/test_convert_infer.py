@@ -263,9 +263,10 @@ def _rejections(records: list, schema=None) -> dict:
     if not config["features"]:  # infer refuses the input ("unsupported input: no field ...")
         return {}
     loaded = parse_config(yaml.safe_load(render_yaml(config, drafts)))
-    label = loaded.label.name if loaded.label else None
+    # A label's rejection names its source field (the label is renamed when a feature takes its name).
+    label = {loaded.label.name, loaded.label.source} if loaded.label else set()
     bad = Preparer(loaded).prepare(records, analyze=True).bad
-    return {i: (r.field, r.reason) for i, r in bad.items() if r.field != label}
+    return {i: (r.field, r.reason) for i, r in bad.items() if r.field not in label}
 
 
 _NESTED = st.dictionaries(_record_strategies._KEYS, _record_strategies.json_values, max_size=6)
