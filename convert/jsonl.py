@@ -18,16 +18,16 @@ import numpy as np
 import orjson
 
 from convert.source_types import (
-    _CHECK_CHUNK_BYTES,
-    _MAX_QUOTED_CHARS,
+    CHECK_CHUNK_BYTES,
     DEFAULT_MAX_RECORD_BYTES,
     GZIP_MAGIC,
     MAX_ERROR_TEXT_BYTES,
+    MAX_QUOTED_CHARS,
     InputFileError,
     RecordBatch,
-    _excerpt,
-    _mb,
-    _quoted,
+    excerpt,
+    mb,
+    quoted,
 )
 
 #: 19+ digits in a row: maybe an integer outside int64/uint64, which orjson
@@ -140,7 +140,7 @@ def _iter_gzip_json(f: IO[bytes], path: str, batch_size: int, records_path: str 
         yield from iter_json(gzip.GzipFile(fileobj=f, mode="rb"), path, 0, None, batch_size, records_path,  # type: ignore[arg-type]
                              max_record_bytes)
     except (OSError, EOFError, zlib.error) as e:
-        raise InputFileError(path, f"not valid gzip data ({_quoted(e)}); the file starts with gzip's magic bytes") from e
+        raise InputFileError(path, f"not valid gzip data ({quoted(e)}); the file starts with gzip's magic bytes") from e
 
 
 def iter_json(f: IO[bytes], path: str, start: int = 0, end: int | None = None,
@@ -187,7 +187,7 @@ def iter_json(f: IO[bytes], path: str, start: int = 0, end: int | None = None,
         if data.startswith(b"\xef\xbb\xbf"):
             data = data[3:]
         if len(data) > max_record_bytes:
-            raise InputFileError(path, f"the JSON document is larger than {_mb(max_record_bytes)}, the cap on a JSON "
+            raise InputFileError(path, f"the JSON document is larger than {mb(max_record_bytes)}, the cap on a JSON "
                                  "document (--max-record-mb); raise --max-record-mb to read it, or write JSON Lines "
                                  "(one record per line), which are streamed")
         if not data.strip():
@@ -195,7 +195,7 @@ def iter_json(f: IO[bytes], path: str, start: int = 0, end: int | None = None,
         try:
             doc = _loads(data)
         except ValueError as e:
-            raise InputFileError(path, f"not valid JSON ({str(e)[:_MAX_QUOTED_CHARS]}); expected JSON Lines or one JSON document") from e
+            raise InputFileError(path, f"not valid JSON ({str(e)[:MAX_QUOTED_CHARS]}); expected JSON Lines or one JSON document") from e
         recs = _records_at(doc, records_path, path)
         for s in range(0, len(recs), batch_size):
             chunk = recs[s:s + batch_size]
@@ -250,12 +250,12 @@ def _header_row(probe: bytes) -> list[str] | None:
 
 
 def _skip_line(f: IO[bytes]) -> tuple[int, bool]:
-    """Read past the next newline (or to the end), ``_CHECK_CHUNK_BYTES`` at a
+    """Read past the next newline (or to the end), ``CHECK_CHUNK_BYTES`` at a
     time, so a line of any length is never held whole: the bytes read, and
     whether they end with the newline."""
     n = 0
     while True:
-        chunk = f.readline(_CHECK_CHUNK_BYTES)
+        chunk = f.readline(CHECK_CHUNK_BYTES)
         n += len(chunk)
         if not chunk or chunk.endswith(b"\n"):
             return n, bool(chunk)
@@ -332,7 +332,7 @@ def _iter_json_lines(buffered: IO[bytes], path: str, pos: int, line_no: int, end
             if end is not None and off >= end:
                 break
             if len(line) > max_line:  # (only when the cap is below the block size)
-                batch.bad.append((off, this_line, _too_long(len(line), max_line), _excerpt(line)))
+                batch.bad.append((off, this_line, _too_long(len(line), max_line), excerpt(line)))
                 continue
             if off == 0 and line.startswith(b"\xef\xbb\xbf"):
                 line = line[3:]
@@ -349,7 +349,7 @@ def _iter_json_lines(buffered: IO[bytes], path: str, pos: int, line_no: int, end
                     except decode_error:
                         rec = _loads(line.strip())
             except ValueError as e:
-                batch.bad.append((off, this_line, f"malformed JSON: {str(e)[:_MAX_QUOTED_CHARS]}", _excerpt(line.strip())))
+                batch.bad.append((off, this_line, f"malformed JSON: {str(e)[:MAX_QUOTED_CHARS]}", excerpt(line.strip())))
                 continue
             if header is not None:
                 if off == 0:
@@ -357,12 +357,12 @@ def _iter_json_lines(buffered: IO[bytes], path: str, pos: int, line_no: int, end
                 if not isinstance(rec, list) or len(rec) != len(header):
                     found = f"{len(rec)} values" if isinstance(rec, list) else type(rec).__name__
                     batch.bad.append((off, this_line, f"expected an array of {len(header)} values (the header row's "
-                                      f"columns), found {found}", _excerpt(line.strip())))
+                                      f"columns), found {found}", excerpt(line.strip())))
                     continue
                 rec = dict(zip(header, rec, strict=True))
             if not isinstance(rec, dict):
                 batch.bad.append((off, this_line, f"expected a JSON object per line, found {type(rec).__name__}",
-                                  _excerpt(line.strip())))
+                                  excerpt(line.strip())))
                 continue
             batch.records.append(rec)
             batch.offsets.append(off)
@@ -430,9 +430,9 @@ def _skip_long_line(buffered: IO[bytes], pos: int, line_no: int, long_head: byte
     rest, newline = _skip_line(buffered)
     long_len += rest
     text_len = long_len - newline
-    return (pos, line_no, _too_long(text_len, max_line), _excerpt(long_head, text_len)), long_len
+    return (pos, line_no, _too_long(text_len, max_line), excerpt(long_head, text_len)), long_len
 
 
 def _too_long(nbytes: int, cap: int) -> str:
-    return (f"line of {nbytes} bytes is longer than {_mb(cap)}, the cap on a JSON record (--max-record-mb); "
+    return (f"line of {nbytes} bytes is longer than {mb(cap)}, the cap on a JSON record (--max-record-mb); "
             "raise --max-record-mb to read it")

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from convert.avro_columnar import ColumnRecords
+from convert.column_records import ColumnRecords
 from convert.columns import (
     AnalysisPart,
     Columns,
