@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from convert.columns import ListArray, NumericArray, TermCodes
-from convert.config import EACH
+from convert.paths import EACH
 
 
 class ColumnRecords(Sequence[dict[str, Any]]):
