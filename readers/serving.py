@@ -62,11 +62,38 @@ from readers._serving_wire import (
 )
 from readers.errors import SpecError
 from readers.info import locate
+from readers.serving_ops import (
+    TEXT_PARTS,
+    bools,
+    civil_month,
+    column_params,
+    f64,
+    f64s,
+    is_number,
+    isin,
+    iso_seconds,
+    not_number,
+    np_max,
+    np_min,
+    numeric_group,
+    oov_default,
+    pad_to,
+    reason,
+    scalar_ids,
+    scalar_numeric,
+    scale,
+    shared_table,
+    shared_vocabularies,
+    slots,
+    text_tokens,
+    unknown_kind,
+    wrong_kind_reason,
+)
 
 _F32_MAX = float(np.finfo(np.float32).max)
 _TF_FORM = {"number": tf.float64, "term": tf.string, "raw": tf.string, "int": tf.int64}
 _TF_PACKED = {PACKED[form]: dtype for form, dtype in _TF_FORM.items()} | {PACKED["kind"]: tf.int32, LENS: tf.int32}
-# ``_is_number`` and ``_not_number`` compare kinds as numbers: null, then the three number kinds.
+# ``is_number`` and ``not_number`` compare kinds as numbers: null, then the three number kinds.
 assert (KIND_NULL, KIND_BOOL, KIND_INT, KIND_FLOAT) == (0, 1, 2, 3)
 #: Transforms whose ids come from a hash the converter computes; the layer
 #: computes them only for outputs whose format defines that hash in-graph.
@@ -88,10 +115,6 @@ def unsupported_reason(info_version: int, f: FeatureConfig) -> str | None:
 
 #: A list whose ``lens`` column counts items the feature keeps that its inputs do not carry.
 _CUT_LIST = "the list has more items than were sent (__len > width)"
-
-
-def _reason(source: str, why: str) -> str:
-    return f"{source}: {why}"
 
 
 class _Reasons:
@@ -198,20 +221,20 @@ class TransformLayer(tf.Module):
         self.features = tuple(f for f in info.features if f.role != "label")
         self._stats = {k: transform_constants(v) for k, v in applied.analysis.stats.items()}  # as finish_numbers reads them
         self._tables: dict[str, tf.lookup.StaticHashTable] = {}
-        shared = _shared_vocabularies(config.features, applied.analysis.vocabularies)
+        shared = shared_vocabularies(config.features, applied.analysis.vocabularies)
         for f in config.features:
             if f.needs_vocabulary and f.name not in shared:
                 terms = applied.analysis.vocabularies[f.name]
                 base = 1 + f.num_oov_buckets
                 keys = tf.constant([t.encode("utf-8", "surrogatepass") for t in terms] or [b""], tf.string)
-                ids = tf.constant(list(range(base, base + len(terms))) or [_oov_default(f)], tf.int64)
+                ids = tf.constant(list(range(base, base + len(terms))) or [oov_default(f)], tf.int64)
                 self._tables[f.name] = tf.lookup.StaticHashTable(
-                    tf.lookup.KeyValueTensorInitializer(keys, ids), default_value=_oov_default(f),
+                    tf.lookup.KeyValueTensorInitializer(keys, ids), default_value=oov_default(f),
                     name=f"vocab_{len(self._tables)}")
         self._shared = shared
         self._shared_table = None
         if shared:
-            keys, ids = _shared_table(config.features, shared, applied.analysis.vocabularies)
+            keys, ids = shared_table(config.features, shared, applied.analysis.vocabularies)
             self._shared_table = tf.lookup.StaticHashTable(
                 tf.lookup.KeyValueTensorInitializer(tf.constant(keys, tf.string), tf.range(len(keys), dtype=tf.int64)),
                 default_value=len(keys), name="vocab_shared")
@@ -281,10 +304,10 @@ class TransformLayer(tf.Module):
         inputs = _Columns(self.wire, packed)
         out: dict[str, tf.Tensor] = {}
         tagged = self._invalid_kinds(packed, inputs)
-        together = [(i, f) for i, f in enumerate(self.config.features) if _scalar_numeric(f)]
+        together = [(i, f) for i, f in enumerate(self.config.features) if scalar_numeric(f)]
         if together:
             out.update(self._scalar_numerics(together, packed, tagged))
-        together = [(i, f) for i, f in enumerate(self.config.features) if _scalar_ids(f)]
+        together = [(i, f) for i, f in enumerate(self.config.features) if scalar_ids(f)]
         if together:
             out.update(self._scalar_ids(together, packed, inputs, tagged))
         for i, f in enumerate(self.config.features):
@@ -300,13 +323,13 @@ class TransformLayer(tf.Module):
         tagged: list[tuple[Any, tf.Tensor, Any]] = []
         if PACKED["kind"] in packed:
             kinds, sources = packed[PACKED["kind"]], self.wire.columns[PACKED["kind"]]
-            tagged.append(([-1] * len(sources), _unknown_kind(kinds),
-                           [_wrong_kind_reason(s.path, kinds, "found ", column=j) for j, s in enumerate(sources)]))
+            tagged.append(([-1] * len(sources), unknown_kind(kinds),
+                           [wrong_kind_reason(s.path, kinds, "found ", column=j) for j, s in enumerate(sources)]))
         for s in self.wire.sources:
             if s.is_list:
                 kinds = inputs[s.kind_name]
                 sent = tf.range(tf.shape(kinds)[1])[None, :] < inputs[s.len_name][:, None]
-                tagged.append((-1, tf.reduce_any(sent & _unknown_kind(kinds), axis=1), _reason(
+                tagged.append((-1, tf.reduce_any(sent & unknown_kind(kinds), axis=1), reason(
                     s.path, f"a list item has an invalid kind code on the wire (expected 0..{len(KIND_NAMES) - 1}: "
                             f"{', '.join(KIND_NAMES)}); send it as encode writes it")))
         return tagged
@@ -314,7 +337,7 @@ class TransformLayer(tf.Module):
     def _feature(self, f: FeatureConfig, inputs: Mapping[str, tf.Tensor], out: dict[str, tf.Tensor], bad: list) -> None:
         """Feature ``f``'s columns into ``out`` (single-valued numerics, vocabularies and hashes
         are computed together, elsewhere)."""
-        if _scalar_numeric(f) or _scalar_ids(f):
+        if scalar_numeric(f) or scalar_ids(f):
             return
         if f.transform == "cross":
             out.update(self._cross(f, inputs, bad))
@@ -360,30 +383,30 @@ class TransformLayer(tf.Module):
         if f.multi_valued:
             lens_in = tf.cast(inputs[s.len_name], tf.int64)
             missing_row = lens_in < 0
-            x, kind = _pad_to(x, n), _pad_to(kind, n)  # kind padded with nulls
+            x, kind = pad_to(x, n), pad_to(kind, n)  # kind padded with nulls
             lens = tf.clip_by_value(lens_in, 0, n)
             in_list = tf.range(n, dtype=tf.int64)[None, :] < lens[:, None]
             width_ok = tf.minimum(lens, tf.cast(tf.shape(inputs[s.kind_name])[1], tf.int64)) >= lens
-            bad.append((~width_ok, _reason(s.path, _CUT_LIST)))
-            bad.append((tf.reduce_any(in_list & _not_number(kind), axis=1), _reason(s.path, "a list item is not a number")))
-            present = in_list & _is_number(kind)
+            bad.append((~width_ok, reason(s.path, _CUT_LIST)))
+            bad.append((tf.reduce_any(in_list & not_number(kind), axis=1), reason(s.path, "a list item is not a number")))
+            present = in_list & is_number(kind)
         else:
             missing_row = tf.equal(kind, KIND_NULL)
-            bad.append((_not_number(kind), _wrong_kind_reason(s.path, kind, "expected a number, found ")))
-            present = _is_number(kind)
+            bad.append((not_number(kind), wrong_kind_reason(s.path, kind, "expected a number, found ")))
+            present = is_number(kind)
             x, present = x[:, None], present[:, None]
             lens = None
         if f.on_nan in ("error", "fill"):
             finite = (tf.abs(x) <= _F32_MAX) | ~present
         if f.on_nan == "error":
-            bad.append((~tf.reduce_all(finite, axis=1), _reason(
+            bad.append((~tf.reduce_all(finite, axis=1), reason(
                 s.path, f"value is NaN or infinite (or beyond float32's range, |x| > 3.4e38); set on_nan: fill "
                         f"or keep for feature {f.name!r} to accept it")))
         elif f.on_nan == "fill":
             present = present & finite
         if f.transform == "log1p":
             neg = (x <= -1.0) & present
-            bad.append((tf.reduce_any(neg, axis=1), _reason(s.path, "log1p needs values > -1; use 'clip' first or another transform")))
+            bad.append((tf.reduce_any(neg, axis=1), reason(s.path, "log1p needs values > -1; use 'clip' first or another transform")))
         stats = self._stats.get(f.name) or {}
         cols: dict[str, tf.Tensor] = {}
         if f.transform == "bucketize":
@@ -401,11 +424,11 @@ class TransformLayer(tf.Module):
                 # Operands of x's shape: a select that broadcasts scalars costs several times more.
                 pad = tf.zeros_like(x)
                 if fill != 0.0 or np.signbit(fill):
-                    pad = tf.where(in_list, tf.broadcast_to(_f64(fill), tf.shape(x)), pad)
+                    pad = tf.where(in_list, tf.broadcast_to(f64(fill), tf.shape(x)), pad)
                 out = tf.where(present, x, pad)
             else:
-                out = tf.where(present, x, tf.broadcast_to(_f64(fill), tf.shape(x)))
-            y = _scale(f, out, present, stats)
+                out = tf.where(present, x, tf.broadcast_to(f64(fill), tf.shape(x)))
+            y = scale(f, out, present, stats)
             if f.multi_valued and f.transform != "identity":  # identity: out is 0.0 past the list already
                 y = tf.where(in_list, y, tf.zeros_like(y))
             cols[f.name] = tf.cast(y, tf.float32)
@@ -420,7 +443,7 @@ class TransformLayer(tf.Module):
         """The single-valued numeric features but ``bucketize``, as ``[batch, k]`` ops over
         the packed columns (one op per step, not per feature: a call's cost grows with
         its graph's nodes). Per element the same float64 operations as ``_numeric``
-        and ``_scale`` (the selected branch's), so the same bits."""
+        and ``scale`` (the selected branch's), so the same bits."""
         orders = [i for i, _ in together]
         fs = [f for _, f in together]
         cols = {s.path: j for j, s in enumerate(self.wire.columns[PACKED["number"]])}
@@ -429,18 +452,18 @@ class TransformLayer(tf.Module):
         kind = _take(packed[PACKED["kind"]], [kcols[f.source] for f in fs])
 
         # Per column: flags, constants and reasons, as plain Python lists.
-        p = _column_params(fs, [self._stats.get(f.name) or {} for f in fs])
+        p = column_params(fs, [self._stats.get(f.name) or {} for f in fs])
         missing_row = tf.equal(kind, KIND_NULL)
-        tagged.append((orders, _not_number(kind),
-                       [_wrong_kind_reason(f.source, kind, "expected a number, found ", column=j) for j, f in enumerate(fs)]))
-        present = _is_number(kind)
+        tagged.append((orders, not_number(kind),
+                       [wrong_kind_reason(f.source, kind, "expected a number, found ", column=j) for j, f in enumerate(fs)]))
+        present = is_number(kind)
         if any(p["nan_error"]) or any(p["nan_fill"]):
             finite = (tf.abs(x) <= _F32_MAX) | ~present
         if any(p["nan_error"]):
-            tagged.append((orders, ~finite & _bools(p["nan_error"]), p["nan_reason"]))
+            tagged.append((orders, ~finite & bools(p["nan_error"]), p["nan_reason"]))
         if any(p["nan_fill"]):
-            present = present & (finite | ~_bools(p["nan_fill"]))
-        out = tf.where(present, x, _f64s(p["fill"]))
+            present = present & (finite | ~bools(p["nan_fill"]))
+        out = tf.where(present, x, f64s(p["fill"]))
         result: dict[str, tf.Tensor] = {}
 
         def emit(js: list[int], y: tf.Tensor, dtype: tf.DType = tf.float32, suffix: str = "") -> None:
@@ -452,12 +475,12 @@ class TransformLayer(tf.Module):
 
         # Each transform on its own columns: zscore and minmax (x - a) / b; a degenerate minmax
         # zeros; log1p; clip; identity x.
-        groups = [_numeric_group(p, j) for j in range(len(fs))]
+        groups = [numeric_group(p, j) for j in range(len(fs))]
         for group in dict.fromkeys(groups):
             js = [j for j, g in enumerate(groups) if g == group]
             o = _take(out, js)
             if group == "linear":
-                emit(js, (o - _f64s(pick("a"))) / _f64s(pick("b")))
+                emit(js, (o - f64s(pick("a"))) / f64s(pick("b")))
             elif group == "zero":
                 emit(js, tf.zeros_like(o))
             elif group == "log1p":
@@ -465,7 +488,7 @@ class TransformLayer(tf.Module):
                 tagged.append(([orders[j] for j in js], neg, pick("log1p_reason")))
                 emit(js, tf.math.log1p(tf.where(neg, tf.zeros_like(o), o)))
             elif group == "clip":
-                emit(js, _np_min(_np_max(o, _f64s(pick("clip_min"))), _f64s(pick("clip_max"))))
+                emit(js, np_min(np_max(o, f64s(pick("clip_min"))), f64s(pick("clip_max"))))
             else:
                 emit(js, o)
         indicated = [j for j, f in enumerate(fs) if f.missing_indicator]
@@ -473,7 +496,7 @@ class TransformLayer(tf.Module):
             emit(indicated, _take(missing_row, indicated), tf.int64, "_missing")
         return result
 
-    def _scalar_ids(self, together: list[tuple[int, FeatureConfig]], packed: Mapping[str, tf.Tensor],
+    def scalar_ids(self, together: list[tuple[int, FeatureConfig]], packed: Mapping[str, tf.Tensor],
                     inputs: Mapping[str, tf.Tensor], tagged: list) -> dict[str, tf.Tensor]:
         """The single-valued ``vocabulary`` and ``hash`` features: an id per feature, then the
         null and nested checks as ``[batch, k]`` ops (``_vocabulary``'s, once for all).
@@ -497,15 +520,15 @@ class TransformLayer(tf.Module):
                                    for f in fs[k:]], axis=1))
         ids = parts[0] if len(parts) == 1 else tf.concat(parts, axis=1)
         nested = tf.equal(kind, KIND_NESTED)
-        tagged.append((orders, nested, [_reason(f.source, "expected a scalar value, found a record or list; set max_len "
+        tagged.append((orders, nested, [reason(f.source, "expected a scalar value, found a record or list; set max_len "
                                                           "for lists or point 'source' at a leaf field") for f in fs]))
         ids = tf.where(tf.equal(kind, KIND_NULL) | nested, tf.zeros_like(ids), ids)
         return {f.name: col for f, col in zip(fs, tf.split(ids, len(fs), axis=1), strict=True)}
 
     def _bytes(self, f: FeatureConfig, s: Source, inputs: Mapping[str, tf.Tensor], bad: list) -> dict[str, tf.Tensor]:
         kind = self._kind(s, inputs)
-        ok = _isin(kind, (KIND_STRING, KIND_BYTES))
-        bad.append((~ok & tf.not_equal(kind, KIND_NULL), _wrong_kind_reason(s.path, kind, "expected bytes or a string, found ")))
+        ok = isin(kind, (KIND_STRING, KIND_BYTES))
+        bad.append((~ok & tf.not_equal(kind, KIND_NULL), wrong_kind_reason(s.path, kind, "expected bytes or a string, found ")))
         v = tf.where(ok, inputs[s.input_name("raw")], "")
         return {f.name: v[:, None]}
 
@@ -515,7 +538,7 @@ class TransformLayer(tf.Module):
         why = f"; give an epoch count in {unit!r} or an ISO 8601 string"
         is_int, is_float, is_str = tf.equal(kind, KIND_INT), tf.equal(kind, KIND_FLOAT), tf.equal(kind, KIND_STRING)
         wrong = ~(is_int | is_float | is_str) & tf.not_equal(kind, KIND_NULL)
-        bad.append((wrong, _wrong_kind_reason(s.path, kind, "not a timestamp (expected an epoch number or an ISO 8601 string, found ", ")" + why)))
+        bad.append((wrong, wrong_kind_reason(s.path, kind, "not a timestamp (expected an epoch number or an ISO 8601 string, found ", ")" + why)))
         v = inputs[s.input_name("int")]
         if unit == "days":
             lo, hi = -((2**63) // DAY_SECONDS), (2**63 - 1) // DAY_SECONDS
@@ -524,22 +547,22 @@ class TransformLayer(tf.Module):
         else:
             int_ok = tf.ones_like(is_int)
             secs_i = tf.math.floordiv(v, UNITS[unit])
-        bad.append((is_int & ~int_ok, _reason(s.path, f"not a timestamp (beyond int64 seconds){why}")))
+        bad.append((is_int & ~int_ok, reason(s.path, f"not a timestamp (beyond int64 seconds){why}")))
         x = inputs[s.input_name("number")]
         finite = tf.math.is_finite(x)
         y = tf.floor(x * DAY_SECONDS) if unit == "days" else tf.floor(x / UNITS[unit])
         float_ok = finite & (y >= -(2.0**63)) & (y < 2.0**63)
-        bad.append((is_float & ~float_ok, _reason(s.path, f"not a timestamp (NaN, infinite or beyond int64 seconds){why}")))
+        bad.append((is_float & ~float_ok, reason(s.path, f"not a timestamp (NaN, infinite or beyond int64 seconds){why}")))
         secs_f = tf.cast(tf.where(float_ok, y, tf.zeros_like(y)), tf.int64)
         # ISO strings are parsed only when the batch holds one (regex work per row).
         text = inputs[s.input_name("term")]
         iso_secs, iso_ok, iso_known = tf.cond(
-            tf.reduce_any(is_str), lambda: _iso_seconds(text, is_str),
+            tf.reduce_any(is_str), lambda: iso_seconds(text, is_str),
             lambda: (tf.zeros_like(v), tf.zeros_like(is_str), tf.zeros_like(is_str)))
-        bad.append((is_str & ~iso_known, _reason(
+        bad.append((is_str & ~iso_known, reason(
             s.path, "this ISO 8601 form is not supported by the serving layer (it takes YYYY-MM-DD, optionally "
                     "followed by T or a space, hh[:mm[:ss[.f]]] and Z or +-hh[:mm]); send epoch numbers")))
-        bad.append((is_str & iso_known & ~iso_ok, _reason(s.path, f"not a timestamp (an invalid date or time){why}")))
+        bad.append((is_str & iso_known & ~iso_ok, reason(s.path, f"not a timestamp (an invalid date or time){why}")))
         present = (is_int & int_ok) | (is_float & float_ok) | (is_str & iso_ok)
         secs = tf.where(is_int & int_ok, secs_i, tf.where(is_float & float_ok, secs_f, tf.zeros_like(secs_i)))
         secs = tf.where(is_str & iso_ok, iso_secs, secs)
@@ -551,7 +574,7 @@ class TransformLayer(tf.Module):
             elif part == "day_of_week":
                 col = tf.math.floormod(days + 3, 7)
             else:
-                col = _civil_month(days)
+                col = civil_month(days)
             cols[f"{f.name}_{part}"] = tf.where(present, col, tf.zeros_like(col))[:, None]
         if f.missing_indicator:
             cols[f"{f.name}_missing"] = tf.cast(~present, tf.int64)[:, None]
@@ -574,7 +597,7 @@ class TransformLayer(tf.Module):
             s = self.wire.by_path(path)
             kind = self._kind(s, inputs)
             nested = tf.equal(kind, KIND_NESTED)
-            bad.append((nested, _reason(path, "cross needs single values, found a record or list; cross scalar fields only")))
+            bad.append((nested, reason(path, "cross needs single values, found a record or list; cross scalar fields only")))
             m = tf.equal(kind, KIND_NULL) | nested
             missing = m if missing is None else missing | m
             terms.append(inputs[s.input_name("term")])
@@ -584,12 +607,12 @@ class TransformLayer(tf.Module):
     def _text(self, f: FeatureConfig, s: Source, inputs: Mapping[str, tf.Tensor], bad: list) -> dict[str, tf.Tensor]:
         kind = self._kind(s, inputs)
         is_str = tf.equal(kind, KIND_STRING)
-        bad.append((~is_str & tf.not_equal(kind, KIND_NULL), _wrong_kind_reason(s.path, kind, "expected text (a string), found ")))
+        bad.append((~is_str & tf.not_equal(kind, KIND_NULL), wrong_kind_reason(s.path, kind, "expected text (a string), found ")))
         # Other kinds' rows are zeroed at the end (int ops), not emptied first (a string copy).
         name = s.input_name("term")
         batch = tf.shape(kind, out_type=tf.int64)[0]
-        cuts = [batch * i // _TEXT_PARTS for i in range(_TEXT_PARTS + 1)]
-        dense = tf.concat([self._text_ids(f, inputs.rows(name, cuts[i], cuts[i + 1])) for i in range(_TEXT_PARTS)], axis=0)
+        cuts = [batch * i // TEXT_PARTS for i in range(TEXT_PARTS + 1)]
+        dense = tf.concat([self._text_ids(f, inputs.rows(name, cuts[i], cuts[i + 1])) for i in range(TEXT_PARTS)], axis=0)
         lens = tf.math.count_nonzero(dense, axis=1)  # a token's id is never 0 (padding)
         return {f.name: tf.where(is_str[:, None], dense, tf.zeros_like(dense)),
                 f"{f.name}_len": tf.where(is_str, lens, tf.zeros_like(lens))[:, None]}
@@ -598,12 +621,12 @@ class TransformLayer(tf.Module):
         """``[len(text), max_len]``: each string's token ids, zero-padded."""
         if f.lowercase:
             text = tf.strings.lower(text)  # ASCII only, like convert.records.ascii_lower
-        tokens = _tokens(text)
+        tokens = text_tokens(text)
         # Every token is looked up, then summed into its row's slot (its position; past the
         # first n, segment -1, which the sum drops): cheaper than a ragged tensor's row
         # splits and to_tensor.
         rows, cols = tf.unstack(tokens.indices, num=2, axis=1)
-        return _slots(self._ids(f, tokens.values), rows, cols, f.max_len, tokens.dense_shape[0])
+        return slots(self._ids(f, tokens.values), rows, cols, f.max_len, tokens.dense_shape[0])
 
     def _vocabulary(self, f: FeatureConfig, s: Source, inputs: Mapping[str, tf.Tensor], bad: list) -> dict[str, tf.Tensor]:
         kind = self._kind(s, inputs)
@@ -611,7 +634,7 @@ class TransformLayer(tf.Module):
         if not f.multi_valued:
             ids = self._ids(f, terms)
             nested = tf.equal(kind, KIND_NESTED)
-            bad.append((nested, _reason(s.path, "expected a scalar value, found a record or list; set max_len for "
+            bad.append((nested, reason(s.path, "expected a scalar value, found a record or list; set max_len for "
                                                 "lists or point 'source' at a leaf field")))
             ids = tf.where(tf.equal(kind, KIND_NULL) | nested, tf.zeros_like(ids), ids)
             return {f.name: ids[:, None]}
@@ -631,274 +654,14 @@ class TransformLayer(tf.Module):
         # A list sent cut short (``encode`` stops at its n-th non-null item) lacks items the
         # feature keeps when fewer than n non-null ones arrived: reported, as for numeric lists.
         cut = (lens_in > width) & (tf.reduce_sum(tf.cast(non_null, tf.int64), axis=1) < n)
-        bad.append((cut, _reason(s.path, _CUT_LIST)))
+        bad.append((cut, reason(s.path, _CUT_LIST)))
         nested = tf.equal(tf.gather_nd(kind, at), KIND_NESTED) & (rank < n)
-        bad.append((tf.math.unsorted_segment_max(tf.cast(nested, tf.int32), rows, batch) > 0, _reason(
+        bad.append((tf.math.unsorted_segment_max(tf.cast(nested, tf.int32), rows, batch) > 0, reason(
             s.path, "expected a list of scalar values, found nested records/lists; point 'source' at a leaf field")))
         # Looked up and summed into their row's slot, as _text does: no ragged tensor to build and pad.
-        dense = _slots(self._ids(f, tf.gather_nd(terms, at)), rows, rank, n, batch)
+        dense = slots(self._ids(f, tf.gather_nd(terms, at)), rows, rank, n, batch)
         # An item's id is never 0 (num_oov_buckets >= 1), so the non-zero slots are the kept items.
         return {f.name: dense, f"{f.name}_len": tf.math.count_nonzero(dense, axis=1)[:, None]}
-
-
-def _slots(ids: tf.Tensor, rows: tf.Tensor, cols: tf.Tensor, n: int, batch: tf.Tensor) -> tf.Tensor:
-    """``[batch, n]``: each id at ``(row, col)``, zeros elsewhere; ids past column ``n`` are
-    dropped (segment -1, which ``unsorted_segment_sum`` skips). At most one id per slot."""
-    slot = tf.where(cols < n, rows * n + cols, tf.constant(-1, tf.int64))
-    return tf.reshape(tf.math.unsorted_segment_sum(ids, slot, batch * n), [-1, n])
-
-
-#: A ``text`` feature's rows are tokenized and looked up in this many row ranges: separate
-#: op chains, which the inter-op threads run at once. As one chain, a batch's text is the
-#: graph's longest path and runs alone on one thread while the rest of the layer waits.
-_TEXT_PARTS = 4
-
-#: The delimiters of ``TEXT_DELIMITERS_RE``: every ASCII byte but ``[0-9A-Za-z_]``.
-_DELIMITER_BYTES = bytes(c for c in range(128) if not (chr(c).isalnum() or c == ord("_")))
-
-
-def _tokens(text: tf.Tensor) -> tf.SparseTensor:
-    """Each string's tokens (``convert.records.tokenize`` on the UTF-8), ``[batch, tokens]``:
-    split at every byte of ``_DELIMITER_BYTES``, empty tokens dropped. One op, the
-    same tokens as ``TEXT_DELIMITERS_RE`` replaced by spaces then split at whitespace,
-    without the rewritten copy of the text."""
-    return tf.compat.v1.string_split(text, sep=_DELIMITER_BYTES, skip_empty=True)
-
-
-def _column_params(fs: Sequence[FeatureConfig], stats: Sequence[Mapping[str, Any]]) -> dict[str, list[Any]]:
-    """Per feature of ``_scalar_numerics``: its flags, constants and reasons (``_numeric``'s and ``_scale``'s)."""
-    p: dict[str, list[Any]] = {k: [] for k in ("nan_error", "nan_fill", "nan_reason", "log1p", "log1p_reason", "fill",
-                                               "linear", "zero", "a", "b", "clip", "clip_min", "clip_max")}
-    for f, st in zip(fs, stats, strict=True):
-        p["nan_error"].append(f.on_nan == "error")
-        p["nan_fill"].append(f.on_nan == "fill")
-        p["nan_reason"].append(_reason(f.source, f"value is NaN or infinite (or beyond float32's range, |x| > 3.4e38); "
-                                                 f"set on_nan: fill or keep for feature {f.name!r} to accept it"))
-        p["log1p"].append(f.transform == "log1p")
-        p["log1p_reason"].append(_reason(f.source, "log1p needs values > -1; use 'clip' first or another transform"))
-        fill = st.get("mean") if f.fill == "mean" else f.fill
-        p["fill"].append(0.0 if fill is None else float(fill))
-        lo, hi = st.get("min"), st.get("max")
-        scaled = f.transform == "minmax" and lo is not None and hi is not None and hi > lo
-        if f.transform == "zscore":
-            a, b = st.get("mean") or 0.0, st.get("std") or 1.0
-        elif scaled:
-            a, b = lo, hi - lo
-        else:
-            a, b = 0.0, 1.0
-        p["a"].append(a)
-        p["b"].append(b)
-        p["linear"].append(f.transform == "zscore" or scaled)
-        p["zero"].append(f.transform == "minmax" and not scaled)
-        p["clip"].append(f.transform == "clip")
-        p["clip_min"].append(f.clip_min if f.transform == "clip" and f.clip_min is not None else -np.inf)
-        p["clip_max"].append(f.clip_max if f.transform == "clip" and f.clip_max is not None else np.inf)
-    return p
-
-
-def _numeric_group(p: Mapping[str, list[Any]], j: int) -> str:
-    """Which computation column ``j`` of ``_column_params`` gets."""
-    for group in ("linear", "zero", "log1p", "clip"):
-        if p[group][j]:
-            return group
-    return "identity"
-
-
-def _f64s(values: Sequence[float]) -> tf.Tensor:
-    """A float64 vector constant with exactly the values' bits (-0.0 included)."""
-    return tf.constant(np.array(values, dtype=np.float64))
-
-
-def _bools(values: Sequence[bool]) -> tf.Tensor:
-    return tf.constant(np.array(values, dtype=bool))
-
-
-#: The most ids ``_shared_table`` holds (terms x features), so its constant stays small.
-_SHARED_MAX_IDS = 1 << 20
-
-
-def _shared_vocabularies(features: Sequence[FeatureConfig], vocabularies: Mapping[str, Sequence[str]]) -> tuple[str, ...]:
-    """The single-valued vocabulary features (without OOV buckets) whose ids one table
-    lookup gives (``_shared_table``); none when fewer than two, or too many ids."""
-    fs = [f for f in features if _scalar_ids(f) and f.transform == "vocabulary" and f.num_oov_buckets <= 1]
-    union = {t for f in fs for t in vocabularies[f.name]}
-    if len(fs) < 2 or (len(union) + 1) * len(fs) > _SHARED_MAX_IDS:
-        return ()
-    return tuple(f.name for f in fs)
-
-
-def _shared_table(features: Sequence[FeatureConfig], shared: Sequence[str],
-                  vocabularies: Mapping[str, Sequence[str]]) -> tuple[list[bytes], np.ndarray]:
-    """``(keys, ids)``: every term of the ``shared`` features' vocabularies (UTF-8), and
-    ``ids[r, j]`` the id of term ``r`` in the ``j``-th one (its OOV id where it lacks
-    the term; row ``len(keys)``: a term none has)."""
-    by_name = {f.name: f for f in features}
-    rows: dict[str, int] = {}
-    for name in shared:
-        for t in vocabularies[name]:
-            rows.setdefault(t, len(rows))
-    ids = np.empty((len(rows) + 1, len(shared)), dtype=np.int64)
-    for j, name in enumerate(shared):
-        f = by_name[name]
-        ids[:, j] = _oov_default(f)
-        base = 1 + f.num_oov_buckets
-        for i, t in enumerate(vocabularies[name]):
-            ids[rows[t], j] = base + i
-    return [t.encode("utf-8", "surrogatepass") for t in rows], ids
-
-
-def _oov_default(f: FeatureConfig) -> int:
-    """The vocabulary table's value for a term it lacks: the OOV id 1, or 0 where
-    ``num_oov_buckets`` > 1 picks one of the OOV ids by hash (``_ids``)."""
-    return 0 if f.num_oov_buckets > 1 else 1
-
-
-def _scalar_ids(f: FeatureConfig) -> bool:
-    """Computed with the other single-valued vocabulary and hash features (``_scalar_ids``)."""
-    return f.transform in ("vocabulary", "hash") and not f.multi_valued
-
-
-def _scalar_numeric(f: FeatureConfig) -> bool:
-    """Computed with the other single-valued numeric features (``_scalar_numerics``)."""
-    return f.is_numeric and not f.multi_valued and f.transform != "bucketize"
-
-
-def _f64(v: float) -> tf.Tensor:
-    """A float64 scalar constant with exactly ``v``'s bits. ``tf.constant(-0.0)``
-    may return a cached ``0.0`` in eager mode (the scalar cache compares by value)."""
-    return tf.bitcast(tf.constant(np.array(v, np.float64).view(np.int64)), tf.float64)
-
-
-def _is_number(kind: tf.Tensor) -> tf.Tensor:
-    """Kinds bool, int and float (consecutive: one unsigned compare)."""
-    return tf.cast(kind - KIND_BOOL, tf.uint32) <= KIND_FLOAT - KIND_BOOL
-
-
-def _not_number(kind: tf.Tensor) -> tf.Tensor:
-    """Neither a number nor null: any kind past float (as unsigned, negative ones are too)."""
-    return tf.cast(kind, tf.uint32) > KIND_FLOAT
-
-
-def _unknown_kind(kind: tf.Tensor) -> tf.Tensor:
-    """None of ``KIND_NAMES`` (as unsigned, negative codes are past the last too)."""
-    return tf.cast(kind, tf.uint32) >= len(KIND_NAMES)
-
-
-def _isin(kind: tf.Tensor, kinds: Sequence[int]) -> tf.Tensor:
-    out = tf.equal(kind, kinds[0])
-    for k in kinds[1:]:
-        out = out | tf.equal(kind, k)
-    return out
-
-
-def _pad_to(t: tf.Tensor, n: int) -> tf.Tensor:
-    """``t[:, :n]``, padded with zeros/False to n columns."""
-    width = tf.shape(t)[1]
-    pad = tf.maximum(n - width, 0)
-    return tf.pad(t, [[0, 0], [0, pad]])[:, :n]
-
-
-def _wrong_kind_reason(source: str, kind: tf.Tensor, prefix: str, suffix: str = "", column: int | None = None) -> Any:
-    """The reason naming what the record held (``kind``, or its ``column``), built only when some row is rejected."""
-    def build() -> tf.Tensor:
-        names = tf.constant([_reason(source, f"{prefix}{k}{suffix}") for k in KIND_NAMES])
-        held = kind if column is None else kind[:, column]
-        known = (held >= 0) & (held < len(KIND_NAMES))
-        invalid = tf.strings.join([
-            _reason(source, "invalid kind code "), tf.strings.as_string(held),
-            f" on the wire (expected 0..{len(KIND_NAMES) - 1}: {', '.join(KIND_NAMES)}); send it as encode writes it"])
-        return tf.where(known, tf.gather(names, tf.clip_by_value(held, 0, len(KIND_NAMES) - 1)), invalid)
-    return build
-
-
-def _np_max(a: tf.Tensor, b: float | tf.Tensor) -> tf.Tensor:
-    """numpy's ``maximum`` inside ``np.clip``: NaN propagates, ``a >= b`` keeps ``a`` (so -0.0 stays)."""
-    c = b if isinstance(b, tf.Tensor) else _f64(b)
-    return tf.where(tf.math.is_nan(a) | (a >= c), a, tf.broadcast_to(c, tf.shape(a)))
-
-
-def _np_min(a: tf.Tensor, b: float | tf.Tensor) -> tf.Tensor:
-    c = b if isinstance(b, tf.Tensor) else _f64(b)
-    return tf.where(tf.math.is_nan(a) | (a <= c), a, tf.broadcast_to(c, tf.shape(a)))
-
-
-def _scale(f: FeatureConfig, x: tf.Tensor, present: tf.Tensor, stats: Mapping[str, Any]) -> tf.Tensor:
-    """The converter's scaling (``_numeric_finish``), in float64 and in its order of operations."""
-    if f.transform == "zscore":
-        std = stats.get("std") or 1.0
-        return (x - _f64(stats.get("mean") or 0.0)) / _f64(std)
-    if f.transform == "minmax":
-        lo, hi = stats.get("min"), stats.get("max")
-        if lo is not None and hi is not None and hi > lo:
-            return (x - _f64(lo)) / _f64(hi - lo)
-        return tf.zeros_like(x)
-    if f.transform == "log1p":
-        neg = (x <= _f64(-1.0)) & present
-        return tf.math.log1p(tf.where(neg, tf.zeros_like(x), x))
-    if f.transform == "clip":
-        lo = f.clip_min if f.clip_min is not None else -np.inf
-        hi = f.clip_max if f.clip_max is not None else np.inf
-        return _np_min(_np_max(x, lo), hi)
-    return x
-
-
-#: Characters ``str.strip()`` removes (``str.isspace``), as an RE2 class.
-_PY_SPACE = ("[\\t\\n\\x0b\\x0c\\r\\x1c-\\x20\\x{85}\\x{a0}\\x{1680}\\x{2000}-\\x{200a}\\x{2028}\\x{2029}"
-             "\\x{202f}\\x{205f}\\x{3000}]")
-#: The ISO 8601 forms the layer parses (after the converter's ``strip()`` and
-#: ``"Z"`` -> ``"+00:00"``); groups: year, month, day, hour, minute, second,
-#: offset sign, hours, minutes. Python's ``fromisoformat`` accepts more (week
-#: dates, basic formats, any separator, offsets with seconds); those are reported.
-_ISO_RE = ("([0-9]{4})-([0-9]{2})-([0-9]{2})(?:[T ]([0-9]{2})(?::([0-9]{2})(?::([0-9]{2})(?:[.,][0-9]+)?)?)?"
-           "(?:([+-])([0-9]{2})(?::?([0-9]{2}))?)?)?")
-
-
-def _iso_seconds(text: tf.Tensor, is_str: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
-    """``(seconds, valid, parsed)`` of ISO 8601 strings in the forms of ``_ISO_RE``,
-    as ``convert.derive`` computes them with ``datetime.fromisoformat``: ``parsed``
-    rows match a supported form, ``valid`` ones also name a real date and time."""
-    text = tf.where(is_str, text, "")
-    text = tf.strings.regex_replace(text, f"^{_PY_SPACE}+|{_PY_SPACE}+$", "")
-    text = tf.strings.regex_replace(text, "Z", "+00:00")
-    parsed = tf.strings.regex_full_match(text, _ISO_RE) & is_str
-
-    def group(i: int) -> tf.Tensor:
-        g = tf.strings.regex_replace(tf.where(parsed, text, ""), f"^{_ISO_RE}$", f"\\{i}")
-        return g
-
-    def number(i: int) -> tf.Tensor:
-        g = group(i)
-        return tf.strings.to_number(tf.where(tf.equal(g, ""), "0", g), tf.int64)
-
-    y, m, d, hh, mi, ss, th, tm = (number(i) for i in (1, 2, 3, 4, 5, 6, 8, 9))
-    sign = tf.where(tf.equal(group(7), "-"), tf.constant(-1, tf.int64), tf.constant(1, tf.int64))
-    leap = tf.equal(tf.math.floormod(y, 4), 0) & (tf.not_equal(tf.math.floormod(y, 100), 0) | tf.equal(tf.math.floormod(y, 400), 0))
-    month_days = tf.gather(tf.constant([31, 31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31], tf.int64), tf.clip_by_value(m, 0, 12))
-    month_days = month_days + tf.cast(leap & tf.equal(m, 2), tf.int64)
-    offset = th * 3600 + tm * 60
-    valid = (parsed & (y >= 1) & (m >= 1) & (m <= 12) & (d >= 1) & (d <= month_days) & (hh <= 23) & (mi <= 59)
-             & (ss <= 59) & (offset < DAY_SECONDS))
-    # Days since the epoch of a proleptic Gregorian date (H. Hinnant's days_from_civil).
-    yy = y - tf.cast(m <= 2, tf.int64)
-    era = tf.math.floordiv(yy, 400)
-    yoe = yy - era * 400
-    doy = tf.math.floordiv(153 * (m + tf.where(m > 2, tf.constant(-3, tf.int64), tf.constant(9, tf.int64))) + 2, 5) + d - 1
-    doe = yoe * 365 + tf.math.floordiv(yoe, 4) - tf.math.floordiv(yoe, 100) + doy
-    days = era * 146_097 + doe - 719_468
-    secs = days * DAY_SECONDS + hh * 3600 + mi * 60 + ss - sign * offset
-    return tf.where(valid, secs, tf.zeros_like(secs)), valid, parsed
-
-
-def _civil_month(days: tf.Tensor) -> tf.Tensor:
-    """``convert.derive._civil_month`` in int64 ops."""
-    z = days + 719_468
-    era = tf.math.floordiv(z, 146_097)
-    doe = z - era * 146_097
-    yoe = tf.math.floordiv(doe - tf.math.floordiv(doe, 1460) + tf.math.floordiv(doe, 36_524)
-                           - tf.math.floordiv(doe, 146_096), 365)
-    doy = doe - (365 * yoe + tf.math.floordiv(yoe, 4) - tf.math.floordiv(yoe, 100))
-    mp = tf.math.floordiv(5 * doy + 2, 153)
-    return tf.where(mp < 10, mp + 3, mp - 9)
 
 
 def transform_layer(output: str) -> TransformLayer:
@@ -922,7 +685,6 @@ def transform_layer(output: str) -> TransformLayer:
         return TransformLayer(applied)
     except (WireError, SpecError) as e:
         raise SpecError(f"{location.root}: {e}") from None
-
 
 
 #: Output of the exported signature holding, per row, ``""`` or why the
