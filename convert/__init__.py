@@ -15,7 +15,14 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
     from convert.apply import OutputAnalysis, apply_analysis
-    from convert.config import Config, ConfigError, FeatureConfig, LabelConfig, load_config, parse_config
+    from convert.config import (
+        Config,
+        ConfigError,
+        FeatureConfig,
+        LabelConfig,
+        load_config,
+        parse_config,
+    )
     from convert.infer import infer_config, render_yaml
 
 __all__ = [

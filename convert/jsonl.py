@@ -11,7 +11,7 @@ import itertools
 import json
 import re
 import zlib
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from typing import IO, Any
 
 import numpy as np
@@ -290,7 +290,6 @@ def _iter_json_lines(buffered: IO[bytes], path: str, pos: int, line_no: int, end
     ``batch_size`` records plus bad lines, so a file of bad lines is not held whole.
     """
     batch = RecordBatch(path, "json", [], [], [])
-    loads, decode_error = orjson.loads, orjson.JSONDecodeError
     while end is None or pos < end:  # (a line starting before ``end`` may run past it)
         read = _json_block(buffered, max_line)
         if read is None:
@@ -302,71 +301,12 @@ def _iter_json_lines(buffered: IO[bytes], path: str, pos: int, line_no: int, end
             lines.pop()  # the empty piece after the last newline is not a line
         plain = None if long_runs or header is not None else _plain_block(lines, pos, end, max_line)
         if plain is not None:
-            recs, offsets = plain
-            done = 0
-            while done < len(recs):
-                room = batch_size - len(batch.records) - len(batch.bad)
-                if room <= 0:
-                    yield batch
-                    batch = RecordBatch(path, "json", [], [], [])
-                    continue
-                upto = min(len(recs), done + room)
-                batch.records += recs[done:upto]
-                batch.offsets += offsets[done:upto]
-                batch.indexes += range(line_no + done, line_no + upto) if line_no else [0] * (upto - done)
-                done = upto
+            batch = yield from _add_plain_records(batch, *plain, line_no, batch_size)
             if line_no:
-                line_no += len(recs)
-            lines = []  # read: the per-line loop below has nothing left to do
-        rel = 0  # offset of the current line in the block
-        run = 0  # next entry of long_runs at or after the current line
-        for line in lines:
-            if len(batch.records) + len(batch.bad) >= batch_size:
-                yield batch
-                batch = RecordBatch(path, "json", [], [], [])
-            off, line_start = pos + rel, rel
-            rel += len(line) + 1
-            this_line = line_no
-            if line_no:
-                line_no += 1
-            if end is not None and off >= end:
-                break
-            if len(line) > max_line:  # (only when the cap is below the block size)
-                batch.bad.append((off, this_line, _too_long(len(line), max_line), excerpt(line)))
-                continue
-            if off == 0 and line.startswith(b"\xef\xbb\xbf"):
-                line = line[3:]
-            if not line or line.isspace():
-                continue
-            while run < len(long_runs) and long_runs[run] < line_start:
-                run += 1
-            try:
-                if run < len(long_runs) and long_runs[run] < rel:
-                    rec = _loads(line.strip())
-                else:
-                    try:
-                        rec = loads(line)
-                    except decode_error:
-                        rec = _loads(line.strip())
-            except ValueError as e:
-                batch.bad.append((off, this_line, f"malformed JSON: {str(e)[:MAX_QUOTED_CHARS]}", excerpt(line.strip())))
-                continue
-            if header is not None:
-                if off == 0:
-                    continue  # the header row
-                if not isinstance(rec, list) or len(rec) != len(header):
-                    found = f"{len(rec)} values" if isinstance(rec, list) else type(rec).__name__
-                    batch.bad.append((off, this_line, f"expected an array of {len(header)} values (the header row's "
-                                      f"columns), found {found}", excerpt(line.strip())))
-                    continue
-                rec = dict(zip(header, rec, strict=True))
-            if not isinstance(rec, dict):
-                batch.bad.append((off, this_line, f"expected a JSON object per line, found {type(rec).__name__}",
-                                  excerpt(line.strip())))
-                continue
-            batch.records.append(rec)
-            batch.offsets.append(off)
-            batch.indexes.append(this_line)
+                line_no += len(plain[0])
+        else:
+            batch, line_no = yield from _add_lines(batch, lines, long_runs, pos, line_no, end, batch_size,
+                                                   max_line, header)
         pos += len(block)
         if long_head is not None:
             if end is not None and pos >= end:
@@ -378,6 +318,91 @@ def _iter_json_lines(buffered: IO[bytes], path: str, pos: int, line_no: int, end
             pos += long_len
     if batch.records or batch.bad:
         yield batch
+
+
+def _add_plain_records(batch: RecordBatch, recs: list[dict], offsets: list[int], line_no: int,
+                       batch_size: int) -> Generator[RecordBatch, None, RecordBatch]:
+    """A plain block's records (``_plain_block``) added to ``batch``; full batches
+    are yielded, and the batch being filled is returned."""
+    done = 0
+    while done < len(recs):
+        room = batch_size - len(batch.records) - len(batch.bad)
+        if room <= 0:
+            yield batch
+            batch = RecordBatch(batch.path, "json", [], [], [])
+            continue
+        upto = min(len(recs), done + room)
+        batch.records += recs[done:upto]
+        batch.offsets += offsets[done:upto]
+        batch.indexes += range(line_no + done, line_no + upto) if line_no else [0] * (upto - done)
+        done = upto
+    return batch
+
+
+def _add_lines(batch: RecordBatch, lines: list[bytes], long_runs: list[int], pos: int, line_no: int,
+               end: int | None, batch_size: int, max_line: int,
+               header: list[str] | None) -> Generator[RecordBatch, None, tuple[RecordBatch, int]]:
+    """A block's ``lines`` (the block at byte ``pos``) read one by one into ``batch``
+    (records, or ``bad`` entries); full batches are yielded, and the batch being
+    filled and the next line's number are returned."""
+    rel = 0  # offset of the current line in the block
+    run = 0  # next entry of long_runs at or after the current line
+    for line in lines:
+        if len(batch.records) + len(batch.bad) >= batch_size:
+            yield batch
+            batch = RecordBatch(batch.path, "json", [], [], [])
+        off, line_start = pos + rel, rel
+        rel += len(line) + 1
+        this_line = line_no
+        if line_no:
+            line_no += 1
+        if end is not None and off >= end:
+            break
+        while run < len(long_runs) and long_runs[run] < line_start:
+            run += 1
+        got = _json_line(line, off, run < len(long_runs) and long_runs[run] < rel, max_line, header)
+        if isinstance(got, dict):
+            batch.records.append(got)
+            batch.offsets.append(off)
+            batch.indexes.append(this_line)
+        elif got is not None:
+            batch.bad.append((off, this_line, *got))
+    return batch, line_no
+
+
+def _json_line(line: bytes, off: int, may_hold_long: bool, max_line: int,
+               header: list[str] | None) -> dict | tuple[str, str] | None:
+    """One JSON line at byte ``off``: its record, ``(reason, text)`` when it is
+    rejected, or None when it holds none (blank, the header row). A line that
+    may hold a long integer (``_long_integer_runs``), or that orjson refuses,
+    is read by ``_loads``."""
+    if len(line) > max_line:  # (only when the cap is below the block size)
+        return _too_long(len(line), max_line), excerpt(line)
+    if off == 0 and line.startswith(b"\xef\xbb\xbf"):
+        line = line[3:]
+    if not line or line.isspace():
+        return None
+    try:
+        if may_hold_long:
+            rec = _loads(line.strip())
+        else:
+            try:
+                rec = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                rec = _loads(line.strip())
+    except ValueError as e:
+        return f"malformed JSON: {str(e)[:MAX_QUOTED_CHARS]}", excerpt(line.strip())
+    if header is not None:
+        if off == 0:
+            return None  # the header row
+        if not isinstance(rec, list) or len(rec) != len(header):
+            found = f"{len(rec)} values" if isinstance(rec, list) else type(rec).__name__
+            return (f"expected an array of {len(header)} values (the header row's columns), found {found}",
+                    excerpt(line.strip()))
+        rec = dict(zip(header, rec, strict=True))
+    if not isinstance(rec, dict):
+        return f"expected a JSON object per line, found {type(rec).__name__}", excerpt(line.strip())
+    return rec
 
 
 def _plain_block(lines: list[bytes], pos: int, end: int | None, max_line: int) -> tuple[list[dict], list[int]] | None:
