@@ -265,7 +265,7 @@ def _skip_line(f: IO[bytes]) -> tuple[int, bool]:
 #: next newline): one C-level split and one long-integer scan per block
 #: instead of a Python iteration and a scan per line. 128 KB rather than 1 MB:
 #: a block's lines stay in the CPU's cache while orjson parses them
-#: (docs/benchmarks.md#design-converter; 64 KB gains nothing more).
+#: (smaller blocks measured: docs/benchmarks.md#design-converter).
 _JSONL_BLOCK_BYTES = 1 << 17
 
 

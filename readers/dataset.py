@@ -39,7 +39,7 @@ import tensorflow as tf
 from readers import _io
 from readers import service as _service
 from readers.info import ShardSelection, select_shards
-from readers.options import ReadOptions
+from readers.options import ReadOptions, TrainRequest, check_positive
 from readers.parsing import FROM_METADATA, parse_batches, parse_plan, plain, resolve_label
 from readers.shards import (
     open_shards,
@@ -70,11 +70,6 @@ def _permute_windows(windows: tf.data.Dataset, seed: int | None) -> tf.data.Data
     return tf.data.Dataset.zip(windows, seeds).map(
         plain(lambda records, s: tf.random.experimental.stateless_shuffle(records, s))
     )
-
-
-def _check_positive(name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive int, found {value!r}")
 
 
 def _cache_filename(cache_dir: str, sel: ShardSelection, paths: Sequence[str], extra: str) -> str:
@@ -220,35 +215,6 @@ class _Share(NamedTuple):
     def num_records(self, total: int) -> int:
         """How many of the ``total`` records of this pipeline's shards it keeps."""
         return len(range(self.pipeline_id, total, self.num_pipelines)) if self.record_level else total
-
-
-def _train_options(
-    batch_size: int,
-    *,
-    num_epochs: int | None,
-    seed: int | None,
-    cache: Any,
-    options: ReadOptions | None,
-    shuffle_buffer: int | None,
-    service: str | None,
-    deterministic: bool | None,
-) -> tuple[ReadOptions, bool]:
-    """Checks :func:`train_dataset`'s arguments: the options in effect and whether the order is kept."""
-    _check_positive("batch_size", batch_size)
-    if num_epochs is not None:
-        _check_positive("num_epochs", num_epochs)
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-        raise TypeError(f"seed must be an int or None, found {seed!r}")
-    if cache is not None and not isinstance(cache, str | os.PathLike):
-        raise TypeError(f"cache must be None, 'memory' or a local directory, found {cache!r}")
-    if options is not None and not isinstance(options, ReadOptions):
-        raise TypeError(f"options must be a readers.ReadOptions, found {type(options).__name__}")
-    opts = options or ReadOptions()
-    if shuffle_buffer is not None:
-        opts = opts.replace(shuffle_buffer=shuffle_buffer)
-    if service is not None:
-        opts = opts.replace(service=service)
-    return opts, opts.deterministic if deterministic is None else bool(deterministic)
 
 
 def _pipeline_share(sel: ShardSelection, input_context: tf.distribute.InputContext | None) -> _Share:
@@ -485,23 +451,23 @@ def train_dataset(
 
         ds = strategy.distribute_datasets_from_function(make)
     """
-    opts, det = _train_options(
-        batch_size, num_epochs=num_epochs, seed=seed, cache=cache, options=options,
-        shuffle_buffer=shuffle_buffer, service=service, deterministic=deterministic)
-
+    req = TrainRequest(batch_size, split, label_key, features, shuffle_buffer, seed, num_epochs, cache,
+                       deterministic, drop_remainder, input_context, skip_corrupt, options, service)
     sel = select_shards(str(pattern), split)
     label, specs = resolve_label(sel.info, label_key, features)
     parse_names = [s.name for s in specs] + ([label] if label is not None else [])
     plan = parse_plan(sel.info, parse_names)  # unknown names fail here, before any reading
-    if opts.service is not None:
-        return _service.train_dataset(
-            sel, plan, label, batch_size=batch_size, seed=seed, num_epochs=num_epochs, deterministic=det,
-            drop_remainder=drop_remainder, skip_corrupt=skip_corrupt, cache=cache,
-            input_context=input_context, opts=opts)
+    if req.opts.service is not None:
+        return _service.train_dataset(sel, plan, label, req)
+    return _train_in_process(sel, plan, label, req)
 
-    share = _pipeline_share(sel, input_context)
+
+def _train_in_process(sel: ShardSelection, plan: Any, label: str | None, req: TrainRequest) -> tf.data.Dataset:
+    """:func:`train_dataset` read, shuffled, batched and parsed in this process."""
+    opts, skip_corrupt, num_epochs = req.opts, req.skip_corrupt, req.num_epochs
+    share = _pipeline_share(sel, req.input_context)
     paths, counts, remote, cycle_length, parallel, buffer_bytes = open_shards(sel, share.shards, opts, skip_corrupt)
-    shuffle_files = _shuffles_files(opts, len(paths), share, seed)
+    shuffle_files = _shuffles_files(opts, len(paths), share, req.seed)
     read = read_shard_fn(
         sel.info.compression, buffer_bytes, skip_corrupt=skip_corrupt, block=opts.block_length,
         scheme=paths_scheme(paths),
@@ -513,25 +479,17 @@ def train_dataset(
         )
     window_mode = opts.shuffle_mode == "window"
     total = share.num_records(sum(counts))
-    one_pass = _one_pass_fn(read, share, cycle_length=cycle_length, parallel=parallel, deterministic=det,
+    one_pass = _one_pass_fn(read, share, cycle_length=cycle_length, parallel=parallel, deterministic=req.ordered,
                             window_mode=window_mode, block=opts.block_length)
-
     buffer = min(opts.shuffle_buffer, total)
-    # Window mode only (see _epochs_with_lookahead); not with skip_corrupt or without
-    # records: an epoch that yields nothing must end the dataset, as repeat() does,
-    # instead of starting the next empty epoch forever.
-    lookahead = opts.resolved_epoch_lookahead(remote=remote, read_bytes=sum(s.num_bytes for s in share.shards))
-    if not (window_mode and cache is None and num_epochs != 1 and not skip_corrupt and total > 0):
-        lookahead = 0
-    elif num_epochs is not None:
-        lookahead = min(lookahead, num_epochs - 1)
+    lookahead = _epoch_lookahead(req, share, remote=remote, window_mode=window_mode, total=total)
     records = _shuffled_epochs(
         one_pass, paths, counts, lookahead=lookahead, total=total, buffer=buffer, window_mode=window_mode,
-        shuffle_files=shuffle_files, seed=seed, num_epochs=num_epochs, skip_corrupt=skip_corrupt,
-        cache=cache, cache_sel=sel,
+        shuffle_files=shuffle_files, seed=req.seed, num_epochs=num_epochs, skip_corrupt=skip_corrupt,
+        cache=req.cache, cache_sel=sel,
         cache_key=f"{share.pipeline_id}/{share.num_pipelines}/{share.record_level}/{skip_corrupt}/{opts.shuffle_mode}",
     )
-    batches = _train_batches(records, batch_size, window_mode=window_mode, drop_remainder=drop_remainder,
+    batches = _train_batches(records, req.batch_size, window_mode=window_mode, drop_remainder=req.drop_remainder,
                              num_epochs=num_epochs, total=total, skip_corrupt=skip_corrupt)
     batches = parse_batches(batches, plan, label, opts.prefetch)
     _describe(
@@ -544,15 +502,30 @@ def train_dataset(
         read_buffer=buffer_bytes,
         shuffle_buffer=buffer,
         shuffle_mode=opts.shuffle_mode,
-        deterministic=det,
+        deterministic=req.ordered,
         remote=remote,
         epoch_lookahead=lookahead,
         pipeline=f"{share.pipeline_id}/{share.num_pipelines}"
         + (" (record-level)" if share.record_level else ""),
     )
     return batches.with_options(
-        tf_options(sharded_by_reader=input_context is not None, opts=opts)
+        tf_options(sharded_by_reader=req.input_context is not None, opts=opts)
     )
+
+
+def _epoch_lookahead(req: TrainRequest, share: _Share, *, remote: bool, window_mode: bool, total: int) -> int:
+    """How many next epochs start while one is read (``ReadOptions.epoch_lookahead``).
+
+    Window mode only (see _epochs_with_lookahead); not with
+    skip_corrupt or without records: an epoch that yields nothing must end the dataset,
+    as repeat() does, instead of starting the next empty epoch forever.
+    """
+    lookahead = req.opts.resolved_epoch_lookahead(remote=remote, read_bytes=sum(s.num_bytes for s in share.shards))
+    if not (window_mode and req.cache is None and req.num_epochs != 1 and not req.skip_corrupt and total > 0):
+        return 0
+    if req.num_epochs is not None:
+        return min(lookahead, req.num_epochs - 1)
+    return lookahead
 
 
 def eval_dataset(
@@ -583,7 +556,7 @@ def eval_dataset(
 
     Raises: as :func:`train_dataset`.
     """
-    _check_positive("batch_size", batch_size)
+    check_positive("batch_size", batch_size)
     if options is not None and not isinstance(options, ReadOptions):
         raise TypeError(f"options must be a readers.ReadOptions, found {type(options).__name__}")
     opts = options or ReadOptions()

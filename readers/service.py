@@ -50,7 +50,7 @@ import tensorflow as tf
 from readers import _service_net as _net
 from readers._service_net import DispatcherUnreachable, PortInUse
 from readers.info import ShardSelection
-from readers.options import ReadOptions
+from readers.options import ReadOptions, TrainRequest
 from readers.parsing import parse_batches, plain
 from readers.shards import open_shards, paths_scheme, read_shard_fn, shard_list, tf_options
 
@@ -62,19 +62,18 @@ logger = logging.getLogger("readers")
 _POLICIES = {"dynamic": "DYNAMIC", "static": "FILE"}
 
 
-def train_dataset(sel: ShardSelection, plan: Any, label: str | None, *, batch_size: int, seed: int | None,
-                  num_epochs: int | None, deterministic: bool, drop_remainder: bool, skip_corrupt: bool,
-                  cache: Any, input_context: Any, opts: ReadOptions) -> tf.data.Dataset:
+def train_dataset(sel: ShardSelection, plan: Any, label: str | None, req: TrainRequest) -> tf.data.Dataset:
     """:func:`readers.train_dataset` through the tf.data service at ``opts.service`` (see the module docstring and docs/data-service.md)."""
+    cache, opts, batch_size = req.cache, req.opts, req.batch_size
     if cache is not None:
         raise ValueError(f"cache={cache!r} cannot be used with ReadOptions.service: the pipeline runs on the "
                          "service's workers, which read the shards every epoch; leave cache=None")
-    if input_context is not None:
+    if req.input_context is not None:
         raise ValueError("input_context cannot be used with ReadOptions.service: the service shards the data "
                          "itself; trainers that should split one epoch between them share a "
                          "ReadOptions.service_job_name")
-    worker_side = _worker_pipeline(sel, plan, label, batch_size=batch_size, seed=seed, deterministic=deterministic,
-                                   skip_corrupt=skip_corrupt, num_epochs=num_epochs, opts=opts)
+    worker_side = _worker_pipeline(sel, plan, label, batch_size=batch_size, seed=req.seed, deterministic=req.ordered,
+                                   skip_corrupt=req.skip_corrupt, num_epochs=req.num_epochs, opts=opts)
     svc = tf.data.experimental.service
     batches = worker_side.apply(svc.distribute(
         processing_mode=getattr(svc.ShardingPolicy, _POLICIES[opts.service_sharding]),
@@ -84,10 +83,10 @@ def train_dataset(sel: ShardSelection, plan: Any, label: str | None, *, batch_si
     ))
     # The epochs repeat on the workers, in one job: a job per epoch (a repeat here) costs each
     # worker a pipeline start-up per epoch, which dominated small epochs (docs/benchmarks.md#design-readers).
-    batches = batches.rebatch(batch_size, drop_remainder=drop_remainder)
+    batches = batches.rebatch(batch_size, drop_remainder=req.drop_remainder)
     logger.info("train_dataset: split %r of %s through tf.data service %s (sharding=%s, job_name=%s, "
-                    "compression=%s)", sel.split, sel.root, opts.service, opts.service_sharding,
-                    opts.service_job_name, opts.service_compression)
+                "compression=%s)", sel.split, sel.root, opts.service, opts.service_sharding,
+                opts.service_job_name, opts.service_compression)
     return batches.prefetch(opts.prefetch)
 
 

@@ -496,7 +496,7 @@ class TransformLayer(tf.Module):
             emit(indicated, _take(missing_row, indicated), tf.int64, "_missing")
         return result
 
-    def scalar_ids(self, together: list[tuple[int, FeatureConfig]], packed: Mapping[str, tf.Tensor],
+    def _scalar_ids(self, together: list[tuple[int, FeatureConfig]], packed: Mapping[str, tf.Tensor],
                     inputs: Mapping[str, tf.Tensor], tagged: list) -> dict[str, tf.Tensor]:
         """The single-valued ``vocabulary`` and ``hash`` features: an id per feature, then the
         null and nested checks as ``[batch, k]`` ops (``_vocabulary``'s, once for all).

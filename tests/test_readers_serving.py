@@ -414,7 +414,7 @@ def test_one_table_for_the_scalar_vocabularies_gives_each_ones_ids(output, layer
     """The single-valued vocabularies are looked up in one table when it stays small,
     each in its own otherwise: the same ids, terms shared by several included."""
     assert len(layer._shared) > 1
-    monkeypatch.setattr(serving, "_SHARED_MAX_IDS", 0)
+    monkeypatch.setattr(serving_ops, "_SHARED_MAX_IDS", 0)
     apart = readers.transform_layer(str(output))
     assert apart._shared == ()
     recs = [_train_record(i) for i in range(240)] + [{"cat": "never seen", "user": {"segment": "x"}}, {}]
