@@ -18,8 +18,14 @@ from convert.derive import DAY_SECONDS
 from readers._serving_wire import (
     KIND_BOOL,
     KIND_FLOAT,
+    KIND_INT,
     KIND_NAMES,
+    KIND_NULL,
+    Wire,
 )
+
+# ``is_number`` and ``not_number`` compare kinds as numbers: null, then the three number kinds.
+assert (KIND_NULL, KIND_BOOL, KIND_INT, KIND_FLOAT) == (0, 1, 2, 3)
 
 
 def reason(source: str, why: str) -> str:
@@ -288,3 +294,86 @@ def civil_month(days: tf.Tensor) -> tf.Tensor:
     doy = doe - (365 * yoe + tf.math.floordiv(yoe, 4) - tf.math.floordiv(yoe, 100))
     mp = tf.math.floordiv(5 * doy + 2, 153)
     return tf.where(mp < 10, mp + 3, mp - 9)
+
+
+#: A list whose ``lens`` column counts items the feature keeps that its inputs do not carry.
+CUT_LIST = "the list has more items than were sent (__len > width)"
+
+
+class Reasons:
+    """Per row ``""`` or the first (in config order) reason its record is rejected.
+
+    ``bad`` holds ``(order, mask, why)``: a ``[batch]`` mask and its reason (a
+    string, or a callable building per-row strings), or for checks of several
+    features at once a ``[batch, k]`` mask with a list of ``k`` orders and reasons.
+    """
+
+    def __init__(self, batch: tf.Tensor, bad: list[tuple[Any, tf.Tensor, Any]]):
+        self.batch, self._bad = batch, bad
+
+    def __call__(self) -> tf.Tensor:
+        checks = []
+        for order, mask, why in self._bad:
+            if isinstance(why, list):
+                for j, (o, w) in enumerate(zip(order, why, strict=True)):
+                    checks.append((o, len(checks), mask[:, j], w))
+            else:
+                checks.append((order, len(checks), mask, why))
+        errors = tf.fill(self.batch, "")
+        for _, _, mask, why in sorted(checks, key=lambda c: c[:2], reverse=True):
+            errors = tf.where(mask, why() if callable(why) else why, errors)
+        return errors
+
+
+class PackedColumns(Mapping):
+    """The per-source view of the wire inputs: a list source's own inputs, and each
+    packed column sliced out when a feature reads it (unstacking every column
+    would copy all of them, strings included, for the few read one by one)."""
+
+    def __init__(self, wire: Wire, packed: Mapping[str, tf.Tensor]):
+        self._packed = packed
+        self._own = {n: packed[n] for s in wire.sources for n in s.input_names()}
+        self._at = wire.positions()
+        self._cut: dict[str, tf.Tensor] = {}
+        self._graph = tf.compat.v1.get_default_graph()
+
+    def __getitem__(self, name: str) -> tf.Tensor:
+        if name in self._own:
+            return self._own[name]
+        packed, j = self._at[name]
+        if tf.compat.v1.get_default_graph() is not self._graph:  # e.g. in a cond branch: not kept for outside
+            return self._packed[packed][:, j]
+        if name not in self._cut:
+            self._cut[name] = self._packed[packed][:, j]
+        return self._cut[name]
+
+    def rows(self, name: str, lo: tf.Tensor, hi: tf.Tensor) -> tf.Tensor:
+        """Rows ``lo:hi`` of input ``name``, cut from the packed input (one copy, not two)."""
+        if name in self._own or name in self._cut:
+            return self[name][lo:hi]
+        packed, j = self._at[name]
+        return self._packed[packed][lo:hi, j]
+
+    def __iter__(self) -> Any:
+        return iter([*self._own, *self._at])
+
+    def __len__(self) -> int:
+        return len(self._own) + len(self._at)
+
+
+def take_columns(t: tf.Tensor, columns: Sequence[int]) -> tf.Tensor:
+    """``t``'s ``columns`` (``[batch, len(columns)]``): ``t`` itself or a slice where they
+    are all or a run of its columns in order (a gather along axis 1 copies element by element)."""
+    first = columns[0]
+    if list(columns) != list(range(first, first + len(columns))):
+        return tf.gather(t, list(columns), axis=1)
+    if first == 0 and t.shape[1] == len(columns):
+        return t
+    return t[:, first:first + len(columns)]
+
+
+def any_bad(bad: list[tuple[Any, tf.Tensor, Any]]) -> tf.Tensor:
+    """Whether any mask of ``bad`` holds a True: one reduction."""
+    rows = [m for _, m, _ in bad if m.shape.rank == 1]
+    cols = ([tf.stack(rows, axis=1)] if rows else []) + [m for _, m, _ in bad if m.shape.rank == 2]
+    return tf.reduce_any(tf.concat(cols, axis=1)) if cols else tf.constant(False)
