@@ -29,7 +29,7 @@ tested against the converter's shards (docs/serving.md#exactness).
 
 This module exports the layer with a model (``export_serving``) and is where
 the serving names are imported from; the layer itself is
-``readers.transform_layer``, its TensorFlow operations ``readers.serving_ops``.
+``readers.serving_layer``, its TensorFlow operations ``readers.serving_ops``.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ from readers._serving_wire import (
     Wire,
 )
 from readers.errors import SpecError
-from readers.transform_layer import (
+from readers.serving_layer import (
     SERVING_MIN_FORMAT_VERSION,
     TransformLayer,
     transform_layer,
