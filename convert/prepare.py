@@ -39,16 +39,19 @@ from convert.columns import (
     TermIndexes,
     TermRows,
 )
-from convert.config import EACH, Config, FeatureConfig, LabelConfig, Step, is_list_step, parse_path
-from convert.derive import cross_ids, epoch_seconds, timestamp_parts
+from convert.config import EACH, Config, FeatureConfig, Step, is_list_step, parse_path
+from convert.derive import cross_ids
 from convert.prepare_values import (
     NONE_TYPE,
     Rejection,
     TermIndex,
     apply_on_nan,
+    bytes_columns,
     flat_list_codes,
     gather,
     index_codes,
+    label_columns,
+    label_terms,
     leaf_items,
     list_numbers,
     numbers_for_analysis,
@@ -59,10 +62,10 @@ from convert.prepare_values import (
     scalar_terms,
     short_value,
     terms_of,
+    timestamp_columns,
     token_codes,
 )
 from convert.records import (
-    F32_MAX,
     F32_TINY,
     as_list,
     extract,
@@ -73,7 +76,6 @@ from convert.records import (
     is_list_path,
     joined_text,
     term,
-    to_float,
     tokenize,
     walk_path,
 )
@@ -254,11 +256,11 @@ class Preparer:
             elif f.is_numeric:
                 part = self._numeric(f, values, bad, extras, arr)
             elif f.transform == "bytes":
-                part = Finished(f.name, _bytes(f, values, bad))
+                part = Finished(f.name, bytes_columns(f, values, bad))
             elif f.transform == "hash":
                 part = Finished(f.name, self._hash(f, values, bad, coded.get(f.name)))
             elif f.transform == "timestamp":
-                part = Finished(f.name, _timestamp(f, values, bad))
+                part = Finished(f.name, timestamp_columns(f, values, bad))
             elif f.transform == "cross":
                 part = Finished(f.name, self._cross(f, records, all_dicts, bad, top))
             else:
@@ -276,7 +278,7 @@ class Preparer:
                 if extras is not None:
                     extras[lab.name] = parts[-1]
             else:
-                parts.append(Finished(lab.name, _label(lab, values, bad)))
+                parts.append(Finished(lab.name, label_columns(lab, values, bad)))
         return PreparedBatch(b, parts, bad, extras)
 
     def _path_values(self, f: FeatureConfig, records: Sequence[Any], all_dicts: bool,
@@ -550,89 +552,3 @@ def finish_numbers(f: FeatureConfig, prepared: Numbers, stats: Mapping[str, Any]
     if f.missing_indicator:
         cols[f"{f.name}_missing"] = ("int64", missing_row.astype(np.int64).reshape(b, 1))
     return cols
-
-
-def _timestamp(f: FeatureConfig, values: list[Any], bad: dict[int, Rejection]) -> dict[str, tuple[str, Any]]:
-    secs, present, rejected = epoch_seconds(values, f.unit or "ms")
-    for i, reason in rejected.items():
-        bad.setdefault(i, Rejection(i, f.source, reason))
-    b = len(values)
-    cols: dict[str, tuple[str, Any]] = {f.name: ("int64", secs.reshape(b, 1))}
-    for part, col in timestamp_parts(secs, f.parts or ()).items():
-        cols[f"{f.name}_{part}"] = ("int64", np.where(present, col, 0).reshape(b, 1))
-    if f.missing_indicator:
-        cols[f"{f.name}_missing"] = ("int64", (~present).astype(np.int64).reshape(b, 1))
-    return cols
-
-
-def _bytes(f: FeatureConfig, values: list[Any], bad: dict[int, Rejection]) -> dict[str, tuple[str, Any]]:
-    out = []
-    for i, v in enumerate(values):
-        if v is None:
-            out.append(b"")
-        elif isinstance(v, bytes | bytearray):
-            out.append(bytes(v))
-        elif isinstance(v, str):
-            out.append(v.encode("utf-8", "surrogatepass"))
-        else:
-            bad.setdefault(i, Rejection(i, f.source, f"expected bytes or a string, found {type(v).__name__}"))
-            out.append(b"")
-    return {f.name: ("string", out)}
-
-
-def label_terms(lab: LabelConfig, values: list[Any], bad: dict[int, Rejection]) -> list[str | None]:
-    """Each row's class name (``term``: strings, integers, booleans; integral
-    floats as integers); None, and a rejection, for anything else."""
-    if set(map(type, values)) <= {str}:
-        return values
-    out: list[str | None] = []
-    for i, v in enumerate(values):
-        if isinstance(v, str | bytes | bytearray | int) or (isinstance(v, float) and v.is_integer()):
-            out.append(term(v))
-        else:
-            what = "missing (null)" if v is None else f"{type(v).__name__} {short_value(v)}"
-            bad.setdefault(i, Rejection(i, lab.source, f"label must be a class name (a string, integer or boolean), "
-                                                       f"found {what}; fix the record"))
-            out.append(None)
-    return out
-
-
-def _label(lab: LabelConfig, values: list[Any], bad: dict[int, Rejection]) -> dict[str, tuple[str, Any]]:
-    b = len(values)
-    types = set(map(type, values))
-    if lab.dtype == "int64":
-        if types <= {int}:  # fast path: ints (not bools) within int64
-            try:
-                return {lab.name: ("int64", np.array(values, dtype=np.int64).reshape(b, 1))}
-            except OverflowError:
-                pass
-        out = np.zeros((b, 1), dtype=np.int64)
-        for i, v in enumerate(values):
-            if isinstance(v, bool):
-                out[i, 0] = int(v)
-            elif isinstance(v, int) and -(2**63) <= v < 2**63:
-                out[i, 0] = v
-            elif isinstance(v, float) and v.is_integer() and -(2.0**63) <= v < 2.0**63:
-                out[i, 0] = int(v)
-            else:
-                what = "missing (null)" if v is None else f"{type(v).__name__} {short_value(v)}"
-                bad.setdefault(i, Rejection(i, lab.source, f"label must be an integer, found {what}; fix the record or set label dtype: float32"))
-    else:
-        if types <= {int, float}:  # fast path: every value a number finite as float32
-            try:
-                col = np.array(values, dtype=np.float64)
-                with np.errstate(invalid="ignore"):
-                    if (np.abs(col) <= F32_MAX).all():
-                        return {lab.name: ("float32", col.astype(np.float32).reshape(b, 1))}
-            except OverflowError:
-                pass
-        out = np.zeros((b, 1), dtype=np.float32)
-        for i, v in enumerate(values):
-            if isinstance(v, int | float) and not isinstance(v, bool) and abs(to_float(v)) <= F32_MAX:
-                out[i, 0] = to_float(v)  # finite, and stays finite as float32
-            else:
-                what = "missing (null)" if v is None else f"{type(v).__name__} {short_value(v)}"
-                bad.setdefault(i, Rejection(i, lab.source, f"label must be a finite number, found {what}"))
-    return {lab.name: (lab.dtype, out)}
-
-

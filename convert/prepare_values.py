@@ -23,7 +23,8 @@ from convert.columns import (
     TermCodes,
     ValidNumbers,
 )
-from convert.config import FeatureConfig
+from convert.config import FeatureConfig, LabelConfig
+from convert.derive import epoch_seconds, timestamp_parts
 from convert.records import (
     F32_MAX,
     TOKEN_RE,
@@ -370,3 +371,87 @@ def _reject_non_scalar(f: FeatureConfig, i: int, v: Any, bad: dict[int, Rejectio
 def short_value(v: Any) -> str:
     """A record's value for a rejection reason (the record itself is in the error output)."""
     return short_repr(v, 60)
+
+
+def timestamp_columns(f: FeatureConfig, values: list[Any], bad: dict[int, Rejection]) -> dict[str, tuple[str, Any]]:
+    secs, present, rejected = epoch_seconds(values, f.unit or "ms")
+    for i, reason in rejected.items():
+        bad.setdefault(i, Rejection(i, f.source, reason))
+    b = len(values)
+    cols: dict[str, tuple[str, Any]] = {f.name: ("int64", secs.reshape(b, 1))}
+    for part, col in timestamp_parts(secs, f.parts or ()).items():
+        cols[f"{f.name}_{part}"] = ("int64", np.where(present, col, 0).reshape(b, 1))
+    if f.missing_indicator:
+        cols[f"{f.name}_missing"] = ("int64", (~present).astype(np.int64).reshape(b, 1))
+    return cols
+
+
+def bytes_columns(f: FeatureConfig, values: list[Any], bad: dict[int, Rejection]) -> dict[str, tuple[str, Any]]:
+    out = []
+    for i, v in enumerate(values):
+        if v is None:
+            out.append(b"")
+        elif isinstance(v, bytes | bytearray):
+            out.append(bytes(v))
+        elif isinstance(v, str):
+            out.append(v.encode("utf-8", "surrogatepass"))
+        else:
+            bad.setdefault(i, Rejection(i, f.source, f"expected bytes or a string, found {type(v).__name__}"))
+            out.append(b"")
+    return {f.name: ("string", out)}
+
+
+def label_terms(lab: LabelConfig, values: list[Any], bad: dict[int, Rejection]) -> list[str | None]:
+    """Each row's class name (``term``: strings, integers, booleans; integral
+    floats as integers); None, and a rejection, for anything else."""
+    if set(map(type, values)) <= {str}:
+        return values
+    out: list[str | None] = []
+    for i, v in enumerate(values):
+        if isinstance(v, str | bytes | bytearray | int) or (isinstance(v, float) and v.is_integer()):
+            out.append(term(v))
+        else:
+            what = "missing (null)" if v is None else f"{type(v).__name__} {short_value(v)}"
+            bad.setdefault(i, Rejection(i, lab.source, f"label must be a class name (a string, integer or boolean), "
+                                                       f"found {what}; fix the record"))
+            out.append(None)
+    return out
+
+
+def label_columns(lab: LabelConfig, values: list[Any], bad: dict[int, Rejection]) -> dict[str, tuple[str, Any]]:
+    b = len(values)
+    types = set(map(type, values))
+    if lab.dtype == "int64":
+        if types <= {int}:  # fast path: ints (not bools) within int64
+            try:
+                return {lab.name: ("int64", np.array(values, dtype=np.int64).reshape(b, 1))}
+            except OverflowError:
+                pass
+        out = np.zeros((b, 1), dtype=np.int64)
+        for i, v in enumerate(values):
+            if isinstance(v, bool):
+                out[i, 0] = int(v)
+            elif isinstance(v, int) and -(2**63) <= v < 2**63:
+                out[i, 0] = v
+            elif isinstance(v, float) and v.is_integer() and -(2.0**63) <= v < 2.0**63:
+                out[i, 0] = int(v)
+            else:
+                what = "missing (null)" if v is None else f"{type(v).__name__} {short_value(v)}"
+                bad.setdefault(i, Rejection(i, lab.source, f"label must be an integer, found {what}; fix the record or set label dtype: float32"))
+    else:
+        if types <= {int, float}:  # fast path: every value a number finite as float32
+            try:
+                col = np.array(values, dtype=np.float64)
+                with np.errstate(invalid="ignore"):
+                    if (np.abs(col) <= F32_MAX).all():
+                        return {lab.name: ("float32", col.astype(np.float32).reshape(b, 1))}
+            except OverflowError:
+                pass
+        out = np.zeros((b, 1), dtype=np.float32)
+        for i, v in enumerate(values):
+            if isinstance(v, int | float) and not isinstance(v, bool) and abs(to_float(v)) <= F32_MAX:
+                out[i, 0] = to_float(v)  # finite, and stays finite as float32
+            else:
+                what = "missing (null)" if v is None else f"{type(v).__name__} {short_value(v)}"
+                bad.setdefault(i, Rejection(i, lab.source, f"label must be a finite number, found {what}"))
+    return {lab.name: (lab.dtype, out)}
