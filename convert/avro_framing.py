@@ -16,32 +16,32 @@ from typing import IO, Any
 from zlib_ng import zlib_ng as _zng
 
 from convert.source_types import (
-    _CHECK_CHUNK_BYTES,
-    _DEFLATE_MAX_RATIO,
     AVRO_MAGIC,
+    CHECK_CHUNK_BYTES,
+    DEFLATE_MAX_RATIO,
     MAX_AVRO_BLOCK_BYTES,
     MAX_AVRO_EMPTY_RECORDS,
     InputFileError,
-    _mb,
+    mb,
 )
 
-_SYNC_SIZE = 16
+SYNC_SIZE = 16
 
 
-def _strip_logical(schema: Any) -> Any:
+def strip_logical(schema: Any) -> Any:
     """Writer schema with ``logicalType`` removed, keeping named types intact."""
     if isinstance(schema, dict):
-        return {k: _strip_logical(v) for k, v in schema.items() if k != "logicalType"}
+        return {k: strip_logical(v) for k, v in schema.items() if k != "logicalType"}
     if isinstance(schema, list):
-        return [_strip_logical(s) for s in schema]
+        return [strip_logical(s) for s in schema]
     return schema
 
 
-def _has_logical(schema: Any) -> bool:
+def has_logical(schema: Any) -> bool:
     if isinstance(schema, dict):
-        return "logicalType" in schema or any(_has_logical(v) for v in schema.values())
+        return "logicalType" in schema or any(has_logical(v) for v in schema.values())
     if isinstance(schema, list):
-        return any(_has_logical(s) for s in schema)
+        return any(has_logical(s) for s in schema)
     return False
 
 
@@ -80,7 +80,7 @@ def duplicate_field(schema: Any) -> str | None:
     return None
 
 
-def _advance_past_sync(f: IO[bytes], sync: bytes, chunk: int = 1 << 16) -> bool:
+def advance_past_sync(f: IO[bytes], sync: bytes, chunk: int = 1 << 16) -> bool:
     """Leave ``f`` just after the next sync marker; False at end of file."""
     carry = b""
     while True:
@@ -136,7 +136,7 @@ def _header_meta_fix(head: bytes) -> bytes | None:
                     head[vs:ve].decode("utf-8")
                 except UnicodeDecodeError:
                     out[vs:ve] = b"?" * (ve - vs)
-    return bytes(out[:i + _SYNC_SIZE]) if i + _SYNC_SIZE <= len(head) else None
+    return bytes(out[:i + SYNC_SIZE]) if i + SYNC_SIZE <= len(head) else None
 
 
 def _zigzag_at(data: bytes, i: int) -> tuple[int, int] | None:
@@ -163,12 +163,12 @@ def _zigzag(n: int) -> bytes:
     return bytes(out)
 
 
-def _null_codec_header(header: bytes) -> bytes | None:
+def null_codec_header(header: bytes) -> bytes | None:
     """The Avro header ``header`` (magic to sync marker) declaring the ``null``
     codec, every other metadata entry and the sync marker kept; ``None`` when
     ``header`` is not exactly one whole header.
 
-    For blocks inflated before another decoder reads them (``_inflate_blocks``)."""
+    For blocks inflated before another decoder reads them (``inflate_blocks``)."""
     if not header.startswith(AVRO_MAGIC):
         return None
     meta: list[tuple[bytes, bytes]] = []
@@ -194,7 +194,7 @@ def _null_codec_header(header: bytes) -> bytes | None:
                 pair.append(header[got[1]:got[1] + got[0]])
                 i = got[1] + got[0]
             meta.append((pair[0], pair[1]))
-    if len(header) != i + _SYNC_SIZE:
+    if len(header) != i + SYNC_SIZE:
         return None
     meta = [(k, v) for k, v in meta if k != b"avro.codec"] + [(b"avro.codec", b"null")]
     out = [AVRO_MAGIC, _zigzag(len(meta))]
@@ -204,18 +204,18 @@ def _null_codec_header(header: bytes) -> bytes | None:
     return b"".join(out)
 
 
-def _inflate_blocks(blocks: list[tuple[int, bytes, int]]) -> list[bytes]:
-    """Raw Avro blocks (``_read_raw_block``'s tuples) of the ``deflate`` codec as
+def inflate_blocks(blocks: list[tuple[int, bytes, int]]) -> list[bytes]:
+    """Raw Avro blocks (``read_raw_block``'s tuples) of the ``deflate`` codec as
     ``null``-codec blocks (count, size, the inflated records, the sync marker),
-    to be read behind ``_null_codec_header``; raises ``zlib.error`` on a corrupt block.
+    to be read behind ``null_codec_header``; raises ``zlib.error`` on a corrupt block.
 
     Why: zlib-ng inflates these blocks in well under the time polars' Avro reader
     takes for them (docs/benchmarks.md#design-converter)."""
     out = []
     for count, data, head in blocks:
-        body = memoryview(data)[head:-_SYNC_SIZE]
+        body = memoryview(data)[head:-SYNC_SIZE]
         raw = _zng.decompress(body, -15, 4 * len(body))
-        out += [_zigzag(count), _zigzag(len(raw)), raw, data[-_SYNC_SIZE:]]
+        out += [_zigzag(count), _zigzag(len(raw)), raw, data[-SYNC_SIZE:]]
     return out
 
 
@@ -243,7 +243,7 @@ class _PatchedHeader:
         return getattr(self._f, name)
 
 
-def _binary_meta_readable(f: IO[bytes]) -> IO[bytes] | None:
+def binary_meta_readable(f: IO[bytes]) -> IO[bytes] | None:
     """``f`` as fastavro can read it when its header holds metadata values
     that are not UTF-8 (``_header_meta_fix``), or ``None`` when it holds none."""
     size = 1 << 16
@@ -272,14 +272,14 @@ def is_record_schema(schema: Any) -> bool:
     return isinstance(schema, dict) and schema.get("type") in ("record", "error")
 
 
-def _as_record_schema(schema: Any) -> dict[str, Any]:
+def as_record_schema(schema: Any) -> dict[str, Any]:
     """``schema``, or for data that are not records the schema of the records they are read as."""
     if is_record_schema(schema):
         return schema
     return {"type": "record", "name": "recordprep_value", "fields": [{"name": VALUE_FIELD, "type": schema}]}
 
 
-def _block_header(head: bytes) -> tuple[int, int, int] | None:
+def block_header(head: bytes) -> tuple[int, int, int] | None:
     """``(record count, byte size, header length)`` from the first bytes of an
     Avro block (two zigzag varints); ``None`` when they are incomplete."""
     out, i = [], 0
@@ -298,13 +298,13 @@ def _block_header(head: bytes) -> tuple[int, int, int] | None:
     return out[0], out[1], i
 
 
-def _peek_block_header(f: IO[bytes]) -> tuple[int, int] | None:
+def peek_block_header(f: IO[bytes]) -> tuple[int, int] | None:
     """``(record count, byte size)`` of the block at ``f``'s position, ``f`` left
     where it was; ``None`` when no complete header is there (EOF)."""
     pos = f.tell()
     head = f.read(20)
     f.seek(pos)
-    h = _block_header(head)
+    h = block_header(head)
     return None if h is None else (h[0], h[1])
 
 
@@ -320,13 +320,13 @@ def _varint(data: bytes | memoryview) -> int | None:
 
 
 def _inflated_size(data: bytes | memoryview, cap: int) -> int:
-    """Bytes raw deflate ``data`` expands to, counted ``_CHECK_CHUNK_BYTES`` at
+    """Bytes raw deflate ``data`` expands to, counted ``CHECK_CHUNK_BYTES`` at
     a time; stops as soon as the count passes ``cap``."""
     d = zlib.decompressobj(-15)
     total = 0
     try:
         while True:
-            out = d.decompress(data, _CHECK_CHUNK_BYTES)
+            out = d.decompress(data, CHECK_CHUNK_BYTES)
             total += len(out)
             data = d.unconsumed_tail
             if total > cap or d.eof or not out:
@@ -342,10 +342,10 @@ def _streamed_size(new: Callable[[], Any], data: bytes | memoryview, cap: int) -
     try:
         while data:
             d = new()
-            out = d.decompress(data, _CHECK_CHUNK_BYTES)
+            out = d.decompress(data, CHECK_CHUNK_BYTES)
             total += len(out)
             while total <= cap and not d.eof and not d.needs_input:
-                out = d.decompress(b"", _CHECK_CHUNK_BYTES)
+                out = d.decompress(b"", CHECK_CHUNK_BYTES)
                 total += len(out)
             if total > cap or not d.eof:
                 return total
@@ -367,7 +367,7 @@ def _zstd_decompressor() -> Any:
     return _zstd().ZstdDecompressor()
 
 
-def _block_expands_past(codec: str, data: bytes | memoryview | Callable[[int], bytes], size: int, cap: int) -> int | None:
+def block_expands_past(codec: str, data: bytes | memoryview | Callable[[int], bytes], size: int, cap: int) -> int | None:
     """``None`` when an Avro block of ``size`` compressed bytes decompresses to
     at most ``cap`` bytes, else how many bytes it decompresses to (at least).
 
@@ -383,7 +383,7 @@ def _block_expands_past(codec: str, data: bytes | memoryview | Callable[[int], b
 
     if codec == "null":
         return size if size > cap else None
-    if codec == "deflate" and size * _DEFLATE_MAX_RATIO <= cap:
+    if codec == "deflate" and size * DEFLATE_MAX_RATIO <= cap:
         return None
     if codec == "snappy":
         n = _varint(head(10))  # raw snappy: the uncompressed length first (the CRC follows the data)
@@ -410,29 +410,29 @@ def _block_expands_past(codec: str, data: bytes | memoryview | Callable[[int], b
 _MAX_INDEX_WALK = 10_000
 
 
-def _block_too_big(f: IO[bytes], path: str, first_block: int, offset: int, cap: int) -> InputFileError:
+def block_too_big(f: IO[bytes], path: str, first_block: int, offset: int, cap: int) -> InputFileError:
     """The error for the block at ``offset``, with its index in the file
     (counted from ``first_block`` by walking the block headers before it)."""
     index, pos = 0, first_block
     try:
         while pos < offset and index < _MAX_INDEX_WALK:
             f.seek(pos)
-            h = _block_header(f.read(20))
+            h = block_header(f.read(20))
             if h is None:
                 break
-            pos += h[2] + h[1] + _SYNC_SIZE
+            pos += h[2] + h[1] + SYNC_SIZE
             index += 1
     except OSError:
         pass
     which = f"Avro block {index}" if pos == offset else "the Avro block"
-    return InputFileError(path, f"{which} decompresses to more than {_mb(cap)}, the cap on an Avro block "
+    return InputFileError(path, f"{which} decompresses to more than {mb(cap)}, the cap on an Avro block "
                                 f"(--max-block-mb); raise --max-block-mb if the file is genuine", offset)
 
 
-def _check_block_at(f: IO[bytes], codec: str, cap: int) -> int | None:
-    """``_block_expands_past`` for the block at ``f``'s position; ``f`` left where it was."""
+def check_block_at(f: IO[bytes], codec: str, cap: int) -> int | None:
+    """``block_expands_past`` for the block at ``f``'s position; ``f`` left where it was."""
     pos = f.tell()
-    h = _block_header(f.read(20))
+    h = block_header(f.read(20))
     if h is None:
         f.seek(pos)
         return None
@@ -443,34 +443,34 @@ def _check_block_at(f: IO[bytes], codec: str, cap: int) -> int | None:
         return f.read(min(n, size))
 
     try:
-        return _block_expands_past(codec, read, size, cap)
+        return block_expands_past(codec, read, size, cap)
     finally:
         f.seek(pos)
 
 
-def _read_raw_block(f: IO[bytes], sync: bytes, max_size: int = MAX_AVRO_BLOCK_BYTES) -> tuple[int, bytes, int] | None:
+def read_raw_block(f: IO[bytes], sync: bytes, max_size: int = MAX_AVRO_BLOCK_BYTES) -> tuple[int, bytes, int] | None:
     """``(record count, the block's bytes, sync marker included, the length of
     its header)`` at ``f``'s position, ``f`` left after it; ``None`` at the end of the file or when the
     block does not look intact (the fastavro path then reads it and says why)."""
     pos = f.tell()
-    h = _block_header(f.read(20))
+    h = block_header(f.read(20))
     if h is None:
         return None
     count, size, i = h
     if not 0 <= count <= MAX_AVRO_EMPTY_RECORDS or not 0 <= size <= min(max_size, MAX_AVRO_BLOCK_BYTES):
         return None
     f.seek(pos)
-    data = f.read(i + size + _SYNC_SIZE)
-    if len(data) != i + size + _SYNC_SIZE or data[-_SYNC_SIZE:] != sync:
+    data = f.read(i + size + SYNC_SIZE)
+    if len(data) != i + size + SYNC_SIZE or data[-SYNC_SIZE:] != sync:
         return None
     return count, data, i
 
 
-def _header_sync(f: IO[bytes], header_end: int) -> bytes:
+def header_sync(f: IO[bytes], header_end: int) -> bytes:
     """The file's 16-byte sync marker: the last bytes of its header (Avro
     specification), read back from the file; ``f`` left at ``header_end``."""
-    f.seek(header_end - _SYNC_SIZE)
-    sync = f.read(_SYNC_SIZE)
-    if len(sync) != _SYNC_SIZE:
+    f.seek(header_end - SYNC_SIZE)
+    sync = f.read(SYNC_SIZE)
+    if len(sync) != SYNC_SIZE:
         raise ValueError(f"the header ends at byte {header_end}, before a whole sync marker")
     return sync

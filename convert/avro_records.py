@@ -11,37 +11,37 @@ from typing import IO, Any
 
 import fastavro
 
-from convert.avro_framing import _SYNC_SIZE, _block_header, _strip_logical
-from convert.source_types import _quoted
+from convert.avro_framing import SYNC_SIZE, block_header, strip_logical
+from convert.source_types import quoted
 
 #: What a fastavro whose API no longer fits raises (a renamed attribute, a
 #: changed signature): recordprep's fault, never a reason to blame the file.
-_FASTAVRO_API_ERRORS = (AttributeError, TypeError, NameError, ImportError)
+FASTAVRO_API_ERRORS = (AttributeError, TypeError, NameError, ImportError)
 
 
-def _fastavro_changed(e: BaseException) -> RuntimeError:
+def fastavro_changed(e: BaseException) -> RuntimeError:
     return RuntimeError(f"internal error: recordprep's use of fastavro does not fit the installed fastavro "
-                        f"{getattr(fastavro, '__version__', '?')} ({_quoted(e)}); install a fastavro in the range "
+                        f"{getattr(fastavro, '__version__', '?')} ({quoted(e)}); install a fastavro in the range "
                         "pyproject.toml gives, and report this")
 
 
-def _raw_header(writer_schema: Any, codec: str, sync: bytes) -> bytes:
+def header_without_logical(writer_schema: Any, codec: str, sync: bytes) -> bytes:
     """An Avro header declaring ``writer_schema`` minus ``logicalType``, with the
     file's codec and sync marker: a file's blocks behind it decode to the raw
-    values of their logical types (``_raw_block``)."""
+    values of their logical types (``raw_block``)."""
     buf = io.BytesIO()
-    fastavro.writer(buf, fastavro.parse_schema(_strip_logical(writer_schema)), [], codec=codec, sync_marker=sync)
+    fastavro.writer(buf, fastavro.parse_schema(strip_logical(writer_schema)), [], codec=codec, sync_marker=sync)
     return buf.getvalue()
 
 
-def _raw_block(f: IO[bytes], raw_header: bytes) -> Any:
+def raw_block(f: IO[bytes], raw_header: bytes) -> Any:
     """The fastavro block at ``f``'s position (``f`` left after it) read behind
     ``raw_header``, so fastavro decompresses and checks it as it does in the
     file; ``StopIteration`` at the end of the file."""
     pos = f.tell()
-    h = _block_header(f.read(20))
+    h = block_header(f.read(20))
     f.seek(pos)
-    data = f.read(h[2] + h[1] + _SYNC_SIZE if h is not None and h[1] >= 0 else 20)
+    data = f.read(h[2] + h[1] + SYNC_SIZE if h is not None and h[1] >= 0 else 20)
     if not data:
         raise StopIteration
     return next(fastavro.block_reader(io.BytesIO(raw_header + data)))
@@ -70,7 +70,7 @@ def _schema_depth(text: bytes) -> int:
     return deepest
 
 
-def _too_deep(f: IO[bytes] | None) -> str:
+def too_deep(f: IO[bytes] | None) -> str:
     """Why a valid Avro file whose schema (or records) nest too deeply for
     Python's recursion limit cannot be read; with ``f``, how deep its writer
     schema nests (read from the header with a flat header schema)."""

@@ -2,7 +2,7 @@
 
 Three seams, each a batch at a time (a form per column, not per record):
 
-- decoder -> preparer: what a columnar reader (``convert.avro_columnar.ColumnRecords``)
+- decoder -> preparer: what a columnar reader (``convert.column_records.ColumnRecords``)
   hands over instead of Python values: numeric columns as numpy
   (``ScalarArray``, ``ListArray``) and categorical columns as distinct values
   plus codes (``TermCodes``);

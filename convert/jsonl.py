@@ -11,23 +11,23 @@ import itertools
 import json
 import re
 import zlib
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from typing import IO, Any
 
 import numpy as np
 import orjson
 
 from convert.source_types import (
-    _CHECK_CHUNK_BYTES,
-    _MAX_QUOTED_CHARS,
+    CHECK_CHUNK_BYTES,
     DEFAULT_MAX_RECORD_BYTES,
     GZIP_MAGIC,
     MAX_ERROR_TEXT_BYTES,
+    MAX_QUOTED_CHARS,
     InputFileError,
     RecordBatch,
-    _excerpt,
-    _mb,
-    _quoted,
+    excerpt,
+    mb,
+    quoted,
 )
 
 #: 19+ digits in a row: maybe an integer outside int64/uint64, which orjson
@@ -140,7 +140,7 @@ def _iter_gzip_json(f: IO[bytes], path: str, batch_size: int, records_path: str 
         yield from iter_json(gzip.GzipFile(fileobj=f, mode="rb"), path, 0, None, batch_size, records_path,  # type: ignore[arg-type]
                              max_record_bytes)
     except (OSError, EOFError, zlib.error) as e:
-        raise InputFileError(path, f"not valid gzip data ({_quoted(e)}); the file starts with gzip's magic bytes") from e
+        raise InputFileError(path, f"not valid gzip data ({quoted(e)}); the file starts with gzip's magic bytes") from e
 
 
 def iter_json(f: IO[bytes], path: str, start: int = 0, end: int | None = None,
@@ -187,7 +187,7 @@ def iter_json(f: IO[bytes], path: str, start: int = 0, end: int | None = None,
         if data.startswith(b"\xef\xbb\xbf"):
             data = data[3:]
         if len(data) > max_record_bytes:
-            raise InputFileError(path, f"the JSON document is larger than {_mb(max_record_bytes)}, the cap on a JSON "
+            raise InputFileError(path, f"the JSON document is larger than {mb(max_record_bytes)}, the cap on a JSON "
                                  "document (--max-record-mb); raise --max-record-mb to read it, or write JSON Lines "
                                  "(one record per line), which are streamed")
         if not data.strip():
@@ -195,7 +195,7 @@ def iter_json(f: IO[bytes], path: str, start: int = 0, end: int | None = None,
         try:
             doc = _loads(data)
         except ValueError as e:
-            raise InputFileError(path, f"not valid JSON ({str(e)[:_MAX_QUOTED_CHARS]}); expected JSON Lines or one JSON document") from e
+            raise InputFileError(path, f"not valid JSON ({str(e)[:MAX_QUOTED_CHARS]}); expected JSON Lines or one JSON document") from e
         recs = _records_at(doc, records_path, path)
         for s in range(0, len(recs), batch_size):
             chunk = recs[s:s + batch_size]
@@ -250,12 +250,12 @@ def _header_row(probe: bytes) -> list[str] | None:
 
 
 def _skip_line(f: IO[bytes]) -> tuple[int, bool]:
-    """Read past the next newline (or to the end), ``_CHECK_CHUNK_BYTES`` at a
+    """Read past the next newline (or to the end), ``CHECK_CHUNK_BYTES`` at a
     time, so a line of any length is never held whole: the bytes read, and
     whether they end with the newline."""
     n = 0
     while True:
-        chunk = f.readline(_CHECK_CHUNK_BYTES)
+        chunk = f.readline(CHECK_CHUNK_BYTES)
         n += len(chunk)
         if not chunk or chunk.endswith(b"\n"):
             return n, bool(chunk)
@@ -265,7 +265,7 @@ def _skip_line(f: IO[bytes]) -> tuple[int, bool]:
 #: next newline): one C-level split and one long-integer scan per block
 #: instead of a Python iteration and a scan per line. 128 KB rather than 1 MB:
 #: a block's lines stay in the CPU's cache while orjson parses them
-#: (docs/benchmarks.md#design-converter; 64 KB gains nothing more).
+#: (smaller blocks measured: docs/benchmarks.md#design-converter).
 _JSONL_BLOCK_BYTES = 1 << 17
 
 
@@ -290,7 +290,6 @@ def _iter_json_lines(buffered: IO[bytes], path: str, pos: int, line_no: int, end
     ``batch_size`` records plus bad lines, so a file of bad lines is not held whole.
     """
     batch = RecordBatch(path, "json", [], [], [])
-    loads, decode_error = orjson.loads, orjson.JSONDecodeError
     while end is None or pos < end:  # (a line starting before ``end`` may run past it)
         read = _json_block(buffered, max_line)
         if read is None:
@@ -302,71 +301,12 @@ def _iter_json_lines(buffered: IO[bytes], path: str, pos: int, line_no: int, end
             lines.pop()  # the empty piece after the last newline is not a line
         plain = None if long_runs or header is not None else _plain_block(lines, pos, end, max_line)
         if plain is not None:
-            recs, offsets = plain
-            done = 0
-            while done < len(recs):
-                room = batch_size - len(batch.records) - len(batch.bad)
-                if room <= 0:
-                    yield batch
-                    batch = RecordBatch(path, "json", [], [], [])
-                    continue
-                upto = min(len(recs), done + room)
-                batch.records += recs[done:upto]
-                batch.offsets += offsets[done:upto]
-                batch.indexes += range(line_no + done, line_no + upto) if line_no else [0] * (upto - done)
-                done = upto
+            batch = yield from _add_plain_records(batch, *plain, line_no, batch_size)
             if line_no:
-                line_no += len(recs)
-            lines = []  # read: the per-line loop below has nothing left to do
-        rel = 0  # offset of the current line in the block
-        run = 0  # next entry of long_runs at or after the current line
-        for line in lines:
-            if len(batch.records) + len(batch.bad) >= batch_size:
-                yield batch
-                batch = RecordBatch(path, "json", [], [], [])
-            off, line_start = pos + rel, rel
-            rel += len(line) + 1
-            this_line = line_no
-            if line_no:
-                line_no += 1
-            if end is not None and off >= end:
-                break
-            if len(line) > max_line:  # (only when the cap is below the block size)
-                batch.bad.append((off, this_line, _too_long(len(line), max_line), _excerpt(line)))
-                continue
-            if off == 0 and line.startswith(b"\xef\xbb\xbf"):
-                line = line[3:]
-            if not line or line.isspace():
-                continue
-            while run < len(long_runs) and long_runs[run] < line_start:
-                run += 1
-            try:
-                if run < len(long_runs) and long_runs[run] < rel:
-                    rec = _loads(line.strip())
-                else:
-                    try:
-                        rec = loads(line)
-                    except decode_error:
-                        rec = _loads(line.strip())
-            except ValueError as e:
-                batch.bad.append((off, this_line, f"malformed JSON: {str(e)[:_MAX_QUOTED_CHARS]}", _excerpt(line.strip())))
-                continue
-            if header is not None:
-                if off == 0:
-                    continue  # the header row
-                if not isinstance(rec, list) or len(rec) != len(header):
-                    found = f"{len(rec)} values" if isinstance(rec, list) else type(rec).__name__
-                    batch.bad.append((off, this_line, f"expected an array of {len(header)} values (the header row's "
-                                      f"columns), found {found}", _excerpt(line.strip())))
-                    continue
-                rec = dict(zip(header, rec, strict=True))
-            if not isinstance(rec, dict):
-                batch.bad.append((off, this_line, f"expected a JSON object per line, found {type(rec).__name__}",
-                                  _excerpt(line.strip())))
-                continue
-            batch.records.append(rec)
-            batch.offsets.append(off)
-            batch.indexes.append(this_line)
+                line_no += len(plain[0])
+        else:
+            batch, line_no = yield from _add_lines(batch, lines, long_runs, pos, line_no, end, batch_size,
+                                                   max_line, header)
         pos += len(block)
         if long_head is not None:
             if end is not None and pos >= end:
@@ -378,6 +318,91 @@ def _iter_json_lines(buffered: IO[bytes], path: str, pos: int, line_no: int, end
             pos += long_len
     if batch.records or batch.bad:
         yield batch
+
+
+def _add_plain_records(batch: RecordBatch, recs: list[dict], offsets: list[int], line_no: int,
+                       batch_size: int) -> Generator[RecordBatch, None, RecordBatch]:
+    """A plain block's records (``_plain_block``) added to ``batch``; full batches
+    are yielded, and the batch being filled is returned."""
+    done = 0
+    while done < len(recs):
+        room = batch_size - len(batch.records) - len(batch.bad)
+        if room <= 0:
+            yield batch
+            batch = RecordBatch(batch.path, "json", [], [], [])
+            continue
+        upto = min(len(recs), done + room)
+        batch.records += recs[done:upto]
+        batch.offsets += offsets[done:upto]
+        batch.indexes += range(line_no + done, line_no + upto) if line_no else [0] * (upto - done)
+        done = upto
+    return batch
+
+
+def _add_lines(batch: RecordBatch, lines: list[bytes], long_runs: list[int], pos: int, line_no: int,
+               end: int | None, batch_size: int, max_line: int,
+               header: list[str] | None) -> Generator[RecordBatch, None, tuple[RecordBatch, int]]:
+    """A block's ``lines`` (the block at byte ``pos``) read one by one into ``batch``
+    (records, or ``bad`` entries); full batches are yielded, and the batch being
+    filled and the next line's number are returned."""
+    rel = 0  # offset of the current line in the block
+    run = 0  # next entry of long_runs at or after the current line
+    for line in lines:
+        if len(batch.records) + len(batch.bad) >= batch_size:
+            yield batch
+            batch = RecordBatch(batch.path, "json", [], [], [])
+        off, line_start = pos + rel, rel
+        rel += len(line) + 1
+        this_line = line_no
+        if line_no:
+            line_no += 1
+        if end is not None and off >= end:
+            break
+        while run < len(long_runs) and long_runs[run] < line_start:
+            run += 1
+        got = _json_line(line, off, run < len(long_runs) and long_runs[run] < rel, max_line, header)
+        if isinstance(got, dict):
+            batch.records.append(got)
+            batch.offsets.append(off)
+            batch.indexes.append(this_line)
+        elif got is not None:
+            batch.bad.append((off, this_line, *got))
+    return batch, line_no
+
+
+def _json_line(line: bytes, off: int, may_hold_long: bool, max_line: int,
+               header: list[str] | None) -> dict | tuple[str, str] | None:
+    """One JSON line at byte ``off``: its record, ``(reason, text)`` when it is
+    rejected, or None when it holds none (blank, the header row). A line that
+    may hold a long integer (``_long_integer_runs``), or that orjson refuses,
+    is read by ``_loads``."""
+    if len(line) > max_line:  # (only when the cap is below the block size)
+        return _too_long(len(line), max_line), excerpt(line)
+    if off == 0 and line.startswith(b"\xef\xbb\xbf"):
+        line = line[3:]
+    if not line or line.isspace():
+        return None
+    try:
+        if may_hold_long:
+            rec = _loads(line.strip())
+        else:
+            try:
+                rec = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                rec = _loads(line.strip())
+    except ValueError as e:
+        return f"malformed JSON: {str(e)[:MAX_QUOTED_CHARS]}", excerpt(line.strip())
+    if header is not None:
+        if off == 0:
+            return None  # the header row
+        if not isinstance(rec, list) or len(rec) != len(header):
+            found = f"{len(rec)} values" if isinstance(rec, list) else type(rec).__name__
+            return (f"expected an array of {len(header)} values (the header row's columns), found {found}",
+                    excerpt(line.strip()))
+        rec = dict(zip(header, rec, strict=True))
+    if not isinstance(rec, dict):
+        return f"expected a JSON object per line, found {type(rec).__name__}", excerpt(line.strip())
+    return rec
 
 
 def _plain_block(lines: list[bytes], pos: int, end: int | None, max_line: int) -> tuple[list[dict], list[int]] | None:
@@ -430,9 +455,9 @@ def _skip_long_line(buffered: IO[bytes], pos: int, line_no: int, long_head: byte
     rest, newline = _skip_line(buffered)
     long_len += rest
     text_len = long_len - newline
-    return (pos, line_no, _too_long(text_len, max_line), _excerpt(long_head, text_len)), long_len
+    return (pos, line_no, _too_long(text_len, max_line), excerpt(long_head, text_len)), long_len
 
 
 def _too_long(nbytes: int, cap: int) -> str:
-    return (f"line of {nbytes} bytes is longer than {_mb(cap)}, the cap on a JSON record (--max-record-mb); "
+    return (f"line of {nbytes} bytes is longer than {mb(cap)}, the cap on a JSON record (--max-record-mb); "
             "raise --max-record-mb to read it")

@@ -28,7 +28,7 @@ import pyarrow.parquet as pq
 
 from convert.parquet_records import table_records
 from convert.parquet_types import avro_schema, is_columnar_type, partition_fields, raw_array
-from convert.source_types import DEFAULT_MAX_BLOCK_BYTES, InputFileError, RecordBatch, _mb, _quoted
+from convert.source_types import DEFAULT_MAX_BLOCK_BYTES, InputFileError, RecordBatch, mb, quoted
 
 __all__ = ["PARQUET_MAGIC", "is_parquet", "iter_parquet", "read_parquet_schema", "row_group_offsets"]
 
@@ -50,7 +50,7 @@ def _open(f: IO[bytes], path: str) -> pq.ParquetFile:
     try:
         pf = pq.ParquetFile(f)
     except Exception as e:  # pyarrow raises ArrowInvalid, OSError, ... for bad footers
-        raise InputFileError(path, f"not a readable Parquet file ({_quoted(e)}); its footer or schema is "
+        raise InputFileError(path, f"not a readable Parquet file ({quoted(e)}); its footer or schema is "
                                    "damaged, or the file is incomplete (writers write the footer last)", 0) from e
     names = pf.schema_arrow.names
     dup = next((n for i, n in enumerate(names) if n in names[:i]), None)
@@ -171,7 +171,7 @@ def _check_sizes(pf: pq.ParquetFile, path: str, i: int, off: int, cap: int) -> N
         if c.total_uncompressed_size > cap:
             raise InputFileError(path, f"row group {i}, column {c.path_in_schema!r}: the column chunk claims "
                                        f"{c.total_uncompressed_size} bytes decompressed, over the cap of "
-                                       f"{_mb(cap)}; raise --max-block-mb if the file is trusted", off)
+                                       f"{mb(cap)}; raise --max-block-mb if the file is trusted", off)
 
 
 def _row_group_error(pf: pq.ParquetFile, path: str, i: int, off: int, row: int, e: BaseException) -> InputFileError:
@@ -183,5 +183,5 @@ def _row_group_error(pf: pq.ParquetFile, path: str, i: int, off: int, row: int, 
         except Exception:  # noqa: BLE001 - only locating the fault
             field = f", field {name!r}"
             break
-    return InputFileError(path, f"row group {i} (rows from {row} in it){field} cannot be decoded ({_quoted(e)}); "
+    return InputFileError(path, f"row group {i} (rows from {row} in it){field} cannot be decoded ({quoted(e)}); "
                                 "the file is corrupt or was cut short", off)

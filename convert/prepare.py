@@ -17,13 +17,12 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import operator
-import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from convert.avro_columnar import ColumnRecords
+from convert.column_records import ColumnRecords
 from convert.columns import (
     AnalysisPart,
     Columns,
@@ -39,16 +38,36 @@ from convert.columns import (
     TermCodes,
     TermIndexes,
     TermRows,
-    ValidNumbers,
 )
-from convert.config import EACH, Config, FeatureConfig, LabelConfig, Step, is_list_step, parse_path
-from convert.derive import cross_ids, epoch_seconds, timestamp_parts
+from convert.config import EACH, Config, FeatureConfig, Step, is_list_step, parse_path
+from convert.derive import cross_ids
+from convert.prepare_values import (
+    NONE_TYPE,
+    Rejection,
+    TermIndex,
+    apply_on_nan,
+    bytes_columns,
+    flat_list_codes,
+    gather,
+    index_codes,
+    label_columns,
+    label_terms,
+    leaf_items,
+    list_numbers,
+    numbers_for_analysis,
+    per_value_list_codes,
+    reject_log1p_domain,
+    scalar_codes,
+    scalar_numbers,
+    scalar_terms,
+    short_value,
+    terms_of,
+    timestamp_columns,
+    token_codes,
+)
 from convert.records import (
-    F32_MAX,
     F32_TINY,
-    TOKEN_RE,
     as_list,
-    ascii_lower,
     extract,
     extract_path,
     getter,
@@ -57,36 +76,15 @@ from convert.records import (
     is_list_path,
     joined_text,
     term,
-    to_float,
     tokenize,
     walk_path,
 )
-from convert.spec import F64_TINY, daz, short_repr
-
-try:
-    from convert._tokens import TokenTable as _TokenTable
-except ImportError:  # no C compiler at install, or a worker of another platform (pipelines/staging.py)
-    _TokenTable = None
-
-#: ``TOKEN_RE``'s tokens or a NUL (the row separator of a text column tokenized at once).
-_TOKEN_OR_NUL_RE = re.compile(TOKEN_RE.pattern + "|\x00")
-#: The delimiters but NUL (the row separator, kept) -> space.
-_ASCII_NON_WORD_TO_SPACE = str.maketrans({c: " " for c in range(1, 128) if not (chr(c).isalnum() or chr(c) == "_")})
-_BOOL_TERMS = {True: "true", False: "false"}  # term() of booleans; None stays None (missing)
+from convert.spec import F64_TINY, daz
 
 
 def _count_steps(steps: tuple[Step, ...]) -> tuple[Step, ...]:
     """A ``count`` feature's path as a path through the list it counts (``items`` -> ``items[]``)."""
     return steps if is_list_step(steps[-1]) else (*steps, EACH)
-
-
-@dataclasses.dataclass
-class Rejection:
-    """A record the vectorizer could not convert."""
-
-    index: int  # position in the batch
-    field: str
-    reason: str
 
 
 @dataclasses.dataclass
@@ -115,63 +113,6 @@ class PreparedBatch:
     parts: list[PreparedPart]
     bad: dict[int, Rejection]
     analysis: dict[str, AnalysisPart] | None = None
-
-
-_NONE = type(None)
-_NUMBER_TYPES = frozenset({int, float, _NONE})
-
-
-def _gather(flat: np.ndarray, counts: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """``(rows, n)`` matrix of each row's first ``n`` items of ``flat`` (rows own
-    ``counts[i]`` consecutive items), ``-1`` where a row has fewer; and the kept lengths."""
-    lens = np.minimum(counts, n)
-    if flat.size == 0:
-        return np.full((counts.size, n), -1, dtype=flat.dtype), lens
-    starts = np.cumsum(counts) - counts
-    mask = np.arange(n)[None, :] < lens[:, None]
-    src = np.where(mask, starts[:, None] + np.arange(n)[None, :], 0)
-    return np.where(mask, flat[src], -1).astype(flat.dtype, copy=False), lens
-
-
-class _TermIndex(dict):
-    """Term -> index, a new term getting ``len(index) - 1`` when first looked up
-    (``__missing__``), so that known terms cost one C-level lookup and no Python step."""
-
-    __slots__ = ("_tokens",)
-
-    def __missing__(self, term: Any) -> int:
-        i = self[term] = len(self) - 1
-        return i
-
-    def tokens(self) -> Any:
-        """This index's ``convert._tokens.TokenTable`` (made on first use), which
-        must only ever be used with this index."""
-        try:
-            return self._tokens
-        except AttributeError:
-            self._tokens = _TokenTable()
-            return self._tokens
-
-
-def _index_all(index: _TermIndex, items: list[Any]) -> np.ndarray:
-    """``index[item]`` for every item (int32), new items getting ``len(index) - 1``
-    in order of first occurrence (``index`` starts with a sentinel at -1).
-
-    One ``np.fromiter`` over a C-level ``map`` of ``index.__getitem__``: no
-    Python step but for new items, and no list of codes in between.
-    """
-    return np.fromiter(map(index.__getitem__, items), dtype=np.int32, count=len(items))
-
-
-def _terms_of(values: list[Any]) -> list[str]:
-    """``term`` of distinct values that are all strings or all integers."""
-    return values if not values or isinstance(values[0], str) else [str(v) for v in values]
-
-
-def _index_codes(index: dict[Any, int], tc: TermCodes) -> np.ndarray:
-    """``_index_all`` of the values ``tc`` codes, null (code -1) as ``None``."""
-    found = _index_all(index, _terms_of(tc.values))
-    return np.append(found, np.int32(index.setdefault(None, len(index) - 1)))[tc.codes]
 
 
 class _RowCount:
@@ -204,7 +145,7 @@ class Preparer:
         #: unit), so each batch's distinct terms are looked up and counted once
         #: per unit, not once per batch; else every batch starts afresh.
         self.unit_terms = unit_terms
-        self._index: dict[str, _TermIndex] = {}
+        self._index: dict[str, TermIndex] = {}
         steps = {f.name: _count_steps(parse_path(f.source)) if f.transform == "count" else parse_path(f.source)
                  for f in config.features}
         #: Sources through lists, indexes or map keys (read with ``walk_path``), parsed.
@@ -315,11 +256,11 @@ class Preparer:
             elif f.is_numeric:
                 part = self._numeric(f, values, bad, extras, arr)
             elif f.transform == "bytes":
-                part = Finished(f.name, _bytes(f, values, bad))
+                part = Finished(f.name, bytes_columns(f, values, bad))
             elif f.transform == "hash":
                 part = Finished(f.name, self._hash(f, values, bad, coded.get(f.name)))
             elif f.transform == "timestamp":
-                part = Finished(f.name, _timestamp(f, values, bad))
+                part = Finished(f.name, timestamp_columns(f, values, bad))
             elif f.transform == "cross":
                 part = Finished(f.name, self._cross(f, records, all_dicts, bad, top))
             else:
@@ -337,7 +278,7 @@ class Preparer:
                 if extras is not None:
                     extras[lab.name] = parts[-1]
             else:
-                parts.append(Finished(lab.name, _label(lab, values, bad)))
+                parts.append(Finished(lab.name, label_columns(lab, values, bad)))
         return PreparedBatch(b, parts, bad, extras)
 
     def _path_values(self, f: FeatureConfig, records: Sequence[Any], all_dicts: bool,
@@ -379,19 +320,19 @@ class Preparer:
         """``arr``: the column as numpy (``ColumnRecords.arrays``), which takes
         the fast paths without looking at ``values``.
 
-        Stages: the values as ``(rows, max_len)`` numbers (``_list_numbers`` or
-        ``_scalar_numbers``), what the analysis needs (``_numbers_for_analysis``),
-        ``on_nan`` (``_apply_on_nan``), log1p's domain (``_reject_log1p_domain``)."""
+        Stages: the values as ``(rows, max_len)`` numbers (``list_numbers`` or
+        ``scalar_numbers``), what the analysis needs (``numbers_for_analysis``),
+        ``on_nan`` (``apply_on_nan``), log1p's domain (``reject_log1p_domain``)."""
         col = None
         if f.multi_valued:
-            out, present, lens, missing_row = _list_numbers(f, values, bad, arr)
+            out, present, lens, missing_row = list_numbers(f, values, bad, arr)
         else:
-            out, present, lens, missing_row, col = _scalar_numbers(f, values, bad, arr)
+            out, present, lens, missing_row, col = scalar_numbers(f, values, bad, arr)
         if extras is not None:
-            extras[f.name] = _numbers_for_analysis(f, values, col, present, missing_row)
-        _apply_on_nan(f, out, present, bad)
+            extras[f.name] = numbers_for_analysis(f, values, col, present, missing_row)
+        apply_on_nan(f, out, present, bad)
         if f.transform == "log1p":
-            _reject_log1p_domain(f, out, present, bad)
+            reject_log1p_domain(f, out, present, bad)
         prepared = Numbers(f.name, out, present, lens, missing_row)
         if f.needs_stats:
             return prepared
@@ -406,7 +347,7 @@ class Preparer:
             col: list[str | None] = []
             for i, v in enumerate(extract(records, keys, all_dicts, top)):
                 if isinstance(v, dict | list):
-                    bad.setdefault(i, Rejection(i, src, f"cross needs single values, found {type(v).__name__} {_short(v)}; cross scalar fields only"))
+                    bad.setdefault(i, Rejection(i, src, f"cross needs single values, found {type(v).__name__} {short_value(v)}; cross scalar fields only"))
                     v = None
                 col.append(None if v is None else term(v))
             parts.append(col)
@@ -420,11 +361,11 @@ class Preparer:
         buckets = f.buckets
         assert buckets is not None
         if tc is not None:  # each distinct value hashed once; null is id 0
-            ids = np.append(hash_ids(_terms_of(tc.values), buckets), 0)
+            ids = np.append(hash_ids(terms_of(tc.values), buckets), 0)
             return {f.name: ("int64", ids[tc.codes].reshape(b, 1))}
         if not f.multi_valued:
             types = set(map(type, values))
-            if types <= {str, _NONE} or types <= {int, _NONE}:
+            if types <= {str, NONE_TYPE} or types <= {int, NONE_TYPE}:
                 # Hash each distinct value once; null is id 0.
                 uniq = [u for u in dict.fromkeys(values) if u is not None]
                 terms = uniq if str in types else [str(u) for u in uniq]
@@ -441,18 +382,18 @@ class Preparer:
 
         if f.multi_valued:
             for i, v in enumerate(values):
-                items = _leaf_items(f, i, v, n, bad)
+                items = leaf_items(f, i, v, n, bad)
                 if items is not None:
                     lens[i] = len(items)
                     out[i, : len(items)] = [to_id(term(x)) for x in items]
             return {f.name: ("int64", out), f"{f.name}_len": ("int64", lens.reshape(b, 1))}
         col = out[:, 0]
-        for i, t in _scalar_terms(f, values, bad):
+        for i, t in scalar_terms(f, values, bad):
             col[i] = to_id(t)
         return {f.name: ("int64", out)}
 
     # -- vocabulary and text: term indexes here, ids come in ``finish``
-    def _term_index(self, f: FeatureConfig) -> _TermIndex:
+    def _term_index(self, f: FeatureConfig) -> TermIndex:
         """Term -> index for ``f``: the unit's (``unit_terms``) or this batch's.
 
         It starts with one sentinel that is never a term (``None``; for text
@@ -463,7 +404,7 @@ class Preparer:
         if index is None or len(index) > self.MAX_UNIT_TERMS:
             # Afresh (a batch with first index 0 restarts the consumers'
             # tables too): bounds memory for very high-cardinality features.
-            index = _TermIndex({sentinel: -1})
+            index = TermIndex({sentinel: -1})
             if self.unit_terms:
                 self._index[f.name] = index
         return index
@@ -476,7 +417,7 @@ class Preparer:
 
         Stages: every term's index, flat with the count per row (text tokens,
         list items) or one per row (scalars); then each row's first ``max_len``
-        (``_gather``). Lists the fast forms do not cover go value by value."""
+        (``gather``). Lists the fast forms do not cover go value by value."""
         b = len(values)
         n = f.max_len or 1
         index = self._term_index(f)
@@ -484,246 +425,28 @@ class Preparer:
         counts: np.ndarray | None = None
         fcodes: np.ndarray | None
         if f.transform == "text":
-            fcodes, counts = _token_codes(f, values, bad, index)
+            fcodes, counts = token_codes(f, values, bad, index)
         elif tc is not None and tc.kind == "list":
             assert tc.counts is not None
-            fcodes, counts = _index_codes(index, tc), tc.counts
+            fcodes, counts = index_codes(index, tc), tc.counts
         elif f.multi_valued:
-            fcodes, counts = _flat_list_codes(values, index)
+            fcodes, counts = flat_list_codes(values, index)
         else:
-            fcodes = _scalar_codes(f, values, bad, index, tc)
+            fcodes = scalar_codes(f, values, bad, index, tc)
         row_of: np.ndarray | None = None
         lens: np.ndarray | None = None
         if counts is not None:
             assert fcodes is not None
-            codes, lens = _gather(fcodes, counts, n)
+            codes, lens = gather(fcodes, counts, n)
             row_of = np.repeat(np.arange(b), counts)  # the analysis counts every item, not only max_len
         elif fcodes is not None:
             codes = fcodes.reshape(b, 1)
         else:
-            codes, lens = _per_value_list_codes(f, values, bad, index, n)
+            codes, lens = per_value_list_codes(f, values, bad, index, n)
         new_terms = list(itertools.islice(index, first + 1, None))
         if extras is not None:
             extras[f.name] = RawValues(values, first, new_terms) if fcodes is None else TermRows(first, new_terms, fcodes, row_of)
         return TermIndexes(f.name, first, new_terms, codes, lens)
-
-
-def _token_codes(f: FeatureConfig, values: list[Any], bad: dict[int, Rejection],
-                 index: _TermIndex) -> tuple[np.ndarray, np.ndarray]:
-    """A text feature's token indexes, flat, and the tokens per row.
-
-    Columns of strings and nulls go to ``convert._tokens`` when it is built; the
-    Python paths below define the same output (tests/test_convert_tokens.py)."""
-    b = len(values)
-    lower = f.lowercase
-    if _TokenTable is not None and type(values) is list:
-        found = index.tokens().codes(index, values, lower)
-        if found is not None:
-            return np.frombuffer(found[0], dtype=np.int32), np.frombuffer(found[1], dtype=np.int64)
-    joined = " \x00 ".join([v or "" for v in values]) if set(map(type, values)) <= {str, _NONE} else None
-    if joined is not None and joined.count("\x00") == b - 1:
-        # The whole column at once (no row holds a NUL): one lowercasing,
-        # one tokenizing pass, a NUL token between rows (both delimiters
-        # and uncased, so each row's tokens are those of the row alone).
-        text = ascii_lower(joined) if lower else joined
-        if text.isascii():
-            # On ASCII, tokens are runs of [A-Za-z0-9_]: a translate and a
-            # split give the regex's tokens, several times faster (docs/benchmarks.md).
-            tokens = text.translate(_ASCII_NON_WORD_TO_SPACE).split()
-        else:
-            tokens = _TOKEN_OR_NUL_RE.findall(text)
-        fcodes = _index_all(index, tokens)
-        word = fcodes >= 0
-        # Tokens per row: the gaps between the NUL tokens' positions.
-        counts_a = np.diff(np.flatnonzero(~word), prepend=-1, append=fcodes.size) - 1
-        return fcodes[word], counts_a
-    findall = TOKEN_RE.findall
-    flat: list[str] = []
-    counts = [0] * b
-    for i, v in enumerate(values):
-        if v is None:
-            continue
-        if not isinstance(v, str):
-            bad.setdefault(i, Rejection(i, f.source, f"expected text (a string), found {type(v).__name__} {_short(v)}"))
-            continue
-        toks = findall(ascii_lower(v) if lower else v)
-        counts[i] = len(toks)
-        flat += toks
-    return _index_all(index, flat), np.array(counts, dtype=np.int64)
-
-
-def _flat_list_codes(values: list[Any], index: _TermIndex) -> tuple[np.ndarray | None, np.ndarray | None]:
-    """A list feature's item indexes, flat, and the items per row, when every
-    value is a list of strings or null; else ``(None, None)`` (``_per_value_list_codes``)."""
-    if not set(map(type, values)) <= {list, _NONE}:
-        return None, None
-    flat = [x for v in values if v for x in v]
-    if not set(map(type, flat)) <= {str}:
-        return None, None
-    counts_a = np.array([len(v) if v else 0 for v in values], dtype=np.int64)
-    return _index_all(index, flat), counts_a
-
-
-def _per_value_list_codes(f: FeatureConfig, values: list[Any], bad: dict[int, Rejection],
-                          index: _TermIndex, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """A list feature's ``(codes, lens)`` value by value: the vectorizer keeps the
-    first max_len non-null items and rejects nested ones among them; the
-    analysis counts every item of a value without nested ones."""
-    b = len(values)
-    codes = np.full((b, n), -1, dtype=np.int32)
-    lens = np.zeros(b, dtype=np.int64)
-    for i, v in enumerate(values):
-        items = _leaf_items(f, i, v, n, bad)
-        if items is not None:
-            lens[i] = len(items)
-            codes[i, : len(items)] = [index.setdefault(term(x), len(index) - 1) for x in items]
-    return codes, lens
-
-
-def _scalar_codes(f: FeatureConfig, values: list[Any], bad: dict[int, Rejection], index: _TermIndex,
-                  tc: TermCodes | None) -> np.ndarray:
-    """A scalar feature's term index per row (``-1``: null or rejected)."""
-    if tc is not None:
-        return _index_codes(index, tc)
-    if (types := set(map(type, values))) <= {str, _NONE}:
-        return _index_all(index, values)
-    if types <= {bool, _NONE}:  # term() of each, by a C-level map
-        return _index_all(index, list(map(_BOOL_TERMS.get, values)))
-    fcodes = np.full(len(values), -1, dtype=np.int32)
-    for i, t in _scalar_terms(f, values, bad):
-        fcodes[i] = index.setdefault(t, len(index) - 1)
-    return fcodes
-
-
-def _empty_numbers(b: int, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """``(out, present, lens, missing_row)`` for ``b`` rows of ``n`` values: zeros,
-    every value present, no row missing."""
-    return (np.zeros((b, n), dtype=np.float64), np.ones((b, n), dtype=bool), np.zeros(b, dtype=np.int64),
-            np.zeros(b, dtype=bool))
-
-
-def _scalar_numbers(f: FeatureConfig, values: list[Any], bad: dict[int, Rejection],
-                    arr: NumericArray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
-    """A scalar numeric feature's ``(out, present, lens, missing_row)`` (as ``Numbers``) and
-    its float64 column when a fast path took the values whole (else None)."""
-    n = f.max_len or 1
-    out, present, lens, missing_row = _empty_numbers(len(values), n)
-    fast = False
-    # Fast path: numbers and nulls only (None becomes NaN in np.array).
-    if isinstance(arr, ScalarArray):
-        col, fast = arr.values, True
-        if arr.null.any():
-            missing_row = arr.null.copy()
-        out[:, 0] = col
-    elif (types := set(map(type, values))) <= _NUMBER_TYPES:
-        try:
-            col = np.array(values, dtype=np.float64)
-            fast = col.ndim == 1
-        except (TypeError, ValueError, OverflowError):
-            pass
-        if fast:
-            if _NONE in types:
-                missing_row = np.array([v is None for v in values], dtype=bool)
-            out[:, 0] = col
-    if not fast:
-        for i, v in enumerate(values):
-            if v is None:
-                missing_row[i] = True
-                out[i, 0] = np.nan
-            elif isinstance(v, bool):
-                out[i, 0] = float(v)
-            elif isinstance(v, int | float):
-                out[i, 0] = to_float(v)
-            else:
-                bad.setdefault(i, Rejection(i, f.source, f"expected a number, found {type(v).__name__} {_short(v)}; use a categorical transform (vocabulary/hash) for this field or fix the data"))
-                out[i, 0] = 0.0
-    present[:, 0] = ~missing_row
-    lens[:] = 1
-    return out, present, lens, missing_row, (col if fast else None)
-
-
-def _list_numbers(f: FeatureConfig, values: list[Any], bad: dict[int, Rejection],
-                  arr: NumericArray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """A list numeric feature's ``(out, present, lens, missing_row)`` (as ``Numbers``):
-    each row's first ``max_len`` items."""
-    n = f.max_len or 1
-    out, present, lens, missing_row = _empty_numbers(len(values), n)
-    fast = False
-    # Fast path: lists of numbers (no null items) and nulls.
-    if isinstance(arr, ListArray):
-        flat_a, counts, missing_row = arr.items, arr.counts, arr.null.copy()
-        fast = True
-    elif set(map(type, values)) <= {list, _NONE}:
-        flat = [x for v in values if v for x in v]
-        if set(map(type, flat)) <= {int, float}:
-            try:
-                flat_a = np.array(flat, dtype=np.float64)
-                fast = True
-            except OverflowError:
-                pass
-        if fast:
-            counts = np.array([len(v) if v else 0 for v in values], dtype=np.int64)
-            missing_row = np.array([v is None for v in values], dtype=bool)
-    if fast:
-        pos, lens = _gather(np.arange(flat_a.size), counts, n)
-        present = pos >= 0
-        if flat_a.size:
-            out = np.where(present, flat_a[np.maximum(pos, 0)], 0.0)
-    else:
-        for i, v in enumerate(values):
-            if v is None:
-                missing_row[i] = True
-                continue
-            items = v if isinstance(v, list | tuple) else [v]
-            lens[i] = min(len(items), n)
-            for j, x in enumerate(items[:n]):
-                if x is None:
-                    present[i, j] = False
-                elif isinstance(x, int | float):
-                    out[i, j] = to_float(x)
-                else:
-                    bad.setdefault(i, Rejection(i, f"{f.source}[{j}]", f"expected a number, found {type(x).__name__} {_short(x)}"))
-        present &= np.arange(n)[None, :] < lens[:, None]
-    return out, present, lens, missing_row
-
-
-def _numbers_for_analysis(f: FeatureConfig, values: list[Any], col: np.ndarray | None, present: np.ndarray,
-                          missing_row: np.ndarray) -> AnalysisPart:
-    """What ``Analyzer.add_prepared`` takes of a numeric feature: its valid numbers
-    (from ``col``, a scalar feature's fast column) or its values for statistics,
-    else which rows have a value."""
-    if f.needs_stats:
-        if col is not None:
-            with np.errstate(invalid="ignore"):
-                ok = np.abs(col) <= F32_MAX  # the Analyzer's rule; NaN (and null) fail it
-            return ValidNumbers(col[ok], np.flatnonzero(ok), missing_row)
-        return RawValues(values)
-    return PresentRows(present.any(axis=1))  # a row with a value (not null, not all null items)
-
-
-def _apply_on_nan(f: FeatureConfig, out: np.ndarray, present: np.ndarray, bad: dict[int, Rejection]) -> None:
-    """``on_nan`` on the values not finite as float32: reject their rows
-    (``error``) or mark them absent in ``present``, in place (``fill``)."""
-    # "Finite" means finite as float32 (the output dtype): NaN, +-inf and
-    # |x| > 3.4e38 (which the cast would turn into inf) follow ``on_nan``.
-    with np.errstate(invalid="ignore"):
-        finite = (np.abs(out) <= F32_MAX) | ~present
-    if not finite.all():
-        rows = np.nonzero(~finite.all(axis=1))[0]
-        if f.on_nan == "error":
-            for i in rows.tolist():
-                bad.setdefault(i, Rejection(i, f.source, f"value is NaN or infinite (or beyond float32's range, |x| > 3.4e38); set on_nan: fill or keep for feature {f.name!r} to accept it"))
-        elif f.on_nan == "fill":
-            present &= finite
-
-
-def _reject_log1p_domain(f: FeatureConfig, out: np.ndarray, present: np.ndarray, bad: dict[int, Rejection]) -> None:
-    """Reject the rows of a ``log1p`` feature with a present value <= -1."""
-    # Only present values (fill comes later and is the user's choice).
-    with np.errstate(invalid="ignore"):
-        neg = (out <= -1) & present
-    for i in np.nonzero(neg.any(axis=1))[0].tolist():
-        bad.setdefault(i, Rejection(i, f.source, "log1p needs values > -1; use 'clip' first or another transform"))
 
 
 def _count(f: FeatureConfig, values: Any, extras: dict[str, AnalysisPart] | None,
@@ -759,36 +482,6 @@ def _present_rows(f: FeatureConfig, cols: dict[str, tuple[str, Any]], values: An
     if f.transform in ("hash", "cross"):
         return (cols[f.name][1] != 0).any(axis=1)
     return np.fromiter((v is not None for v in values), dtype=bool, count=len(values))
-
-
-def _leaf_items(f: FeatureConfig, i: int, v: Any, n: int, bad: dict[int, Rejection]) -> list[Any] | None:
-    """The first ``n`` non-null items of row ``i``'s list value ``v`` (a scalar is a
-    list of itself); None, and a rejection, when one of them is nested."""
-    items = [x for x in as_list(v) if x is not None][:n]
-    if any(isinstance(x, dict | list) for x in items):
-        _reject_nested_list(f, i, bad)
-        return None
-    return items
-
-
-def _scalar_terms(f: FeatureConfig, values: list[Any], bad: dict[int, Rejection]) -> Iterator[tuple[int, str]]:
-    """``(row, term)`` of each non-null value, in order; a nested one is rejected instead."""
-    for i, v in enumerate(values):
-        if v is None:
-            continue
-        if isinstance(v, dict | list):
-            _reject_non_scalar(f, i, v, bad)
-            continue
-        yield i, term(v)
-
-
-# Categorical features (hash and vocabulary paths) reject non-leaf values alike.
-def _reject_nested_list(f: FeatureConfig, i: int, bad: dict[int, Rejection]) -> None:
-    bad.setdefault(i, Rejection(i, f.source, "expected a list of scalar values, found nested records/lists; point 'source' at a leaf field"))
-
-
-def _reject_non_scalar(f: FeatureConfig, i: int, v: Any, bad: dict[int, Rejection]) -> None:
-    bad.setdefault(i, Rejection(i, f.source, f"expected a scalar value, found {type(v).__name__}; set max_len for lists or point 'source' at a leaf field"))
 
 
 def transform_constants(stats: Mapping[str, Any]) -> dict[str, Any]:
@@ -859,92 +552,3 @@ def finish_numbers(f: FeatureConfig, prepared: Numbers, stats: Mapping[str, Any]
     if f.missing_indicator:
         cols[f"{f.name}_missing"] = ("int64", missing_row.astype(np.int64).reshape(b, 1))
     return cols
-
-
-def _timestamp(f: FeatureConfig, values: list[Any], bad: dict[int, Rejection]) -> dict[str, tuple[str, Any]]:
-    secs, present, rejected = epoch_seconds(values, f.unit or "ms")
-    for i, reason in rejected.items():
-        bad.setdefault(i, Rejection(i, f.source, reason))
-    b = len(values)
-    cols: dict[str, tuple[str, Any]] = {f.name: ("int64", secs.reshape(b, 1))}
-    for part, col in timestamp_parts(secs, f.parts or ()).items():
-        cols[f"{f.name}_{part}"] = ("int64", np.where(present, col, 0).reshape(b, 1))
-    if f.missing_indicator:
-        cols[f"{f.name}_missing"] = ("int64", (~present).astype(np.int64).reshape(b, 1))
-    return cols
-
-
-def _bytes(f: FeatureConfig, values: list[Any], bad: dict[int, Rejection]) -> dict[str, tuple[str, Any]]:
-    out = []
-    for i, v in enumerate(values):
-        if v is None:
-            out.append(b"")
-        elif isinstance(v, bytes | bytearray):
-            out.append(bytes(v))
-        elif isinstance(v, str):
-            out.append(v.encode("utf-8", "surrogatepass"))
-        else:
-            bad.setdefault(i, Rejection(i, f.source, f"expected bytes or a string, found {type(v).__name__}"))
-            out.append(b"")
-    return {f.name: ("string", out)}
-
-
-def label_terms(lab: LabelConfig, values: list[Any], bad: dict[int, Rejection]) -> list[str | None]:
-    """Each row's class name (``term``: strings, integers, booleans; integral
-    floats as integers); None, and a rejection, for anything else."""
-    if set(map(type, values)) <= {str}:
-        return values
-    out: list[str | None] = []
-    for i, v in enumerate(values):
-        if isinstance(v, str | bytes | bytearray | int) or (isinstance(v, float) and v.is_integer()):
-            out.append(term(v))
-        else:
-            what = "missing (null)" if v is None else f"{type(v).__name__} {_short(v)}"
-            bad.setdefault(i, Rejection(i, lab.source, f"label must be a class name (a string, integer or boolean), "
-                                                       f"found {what}; fix the record"))
-            out.append(None)
-    return out
-
-
-def _label(lab: LabelConfig, values: list[Any], bad: dict[int, Rejection]) -> dict[str, tuple[str, Any]]:
-    b = len(values)
-    types = set(map(type, values))
-    if lab.dtype == "int64":
-        if types <= {int}:  # fast path: ints (not bools) within int64
-            try:
-                return {lab.name: ("int64", np.array(values, dtype=np.int64).reshape(b, 1))}
-            except OverflowError:
-                pass
-        out = np.zeros((b, 1), dtype=np.int64)
-        for i, v in enumerate(values):
-            if isinstance(v, bool):
-                out[i, 0] = int(v)
-            elif isinstance(v, int) and -(2**63) <= v < 2**63:
-                out[i, 0] = v
-            elif isinstance(v, float) and v.is_integer() and -(2.0**63) <= v < 2.0**63:
-                out[i, 0] = int(v)
-            else:
-                what = "missing (null)" if v is None else f"{type(v).__name__} {_short(v)}"
-                bad.setdefault(i, Rejection(i, lab.source, f"label must be an integer, found {what}; fix the record or set label dtype: float32"))
-    else:
-        if types <= {int, float}:  # fast path: every value a number finite as float32
-            try:
-                col = np.array(values, dtype=np.float64)
-                with np.errstate(invalid="ignore"):
-                    if (np.abs(col) <= F32_MAX).all():
-                        return {lab.name: ("float32", col.astype(np.float32).reshape(b, 1))}
-            except OverflowError:
-                pass
-        out = np.zeros((b, 1), dtype=np.float32)
-        for i, v in enumerate(values):
-            if isinstance(v, int | float) and not isinstance(v, bool) and abs(to_float(v)) <= F32_MAX:
-                out[i, 0] = to_float(v)  # finite, and stays finite as float32
-            else:
-                what = "missing (null)" if v is None else f"{type(v).__name__} {_short(v)}"
-                bad.setdefault(i, Rejection(i, lab.source, f"label must be a finite number, found {what}"))
-    return {lab.name: (lab.dtype, out)}
-
-
-def _short(v: Any) -> str:
-    """A record's value for a rejection reason (the record itself is in the error output)."""
-    return short_repr(v, 60)

@@ -6,11 +6,9 @@ messages.
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from convert.avro_columnar import ColumnRecords
-
+from convert.column_records import ColumnRecords
 
 AVRO_MAGIC = b"Obj\x01"
 GZIP_MAGIC = b"\x1f\x8b"
@@ -36,12 +34,12 @@ DEFAULT_MAX_BLOCK_BYTES = 256 << 20
 #: a line near the record cap is not copied whole.
 MAX_ERROR_TEXT_BYTES = 16 * 1024
 #: Exception texts quoted in messages are cut to this many characters.
-_MAX_QUOTED_CHARS = 500
+MAX_QUOTED_CHARS = 500
 #: Decompressed bytes per call when measuring an Avro block's size: what the
 #: check holds in memory at once.
-_CHECK_CHUNK_BYTES = 1 << 20
+CHECK_CHUNK_BYTES = 1 << 20
 #: deflate expands at most ~1032:1, so blocks up to cap / 1032 bytes need no check.
-_DEFLATE_MAX_RATIO = 1032
+DEFLATE_MAX_RATIO = 1032
 
 
 class InputFileError(ValueError):
@@ -59,19 +57,19 @@ class InputFileError(ValueError):
         return (type(self), (self.path, self.reason, self.offset))
 
 
-def _mb(nbytes: int) -> str:
+def mb(nbytes: int) -> str:
     """A byte cap as the ``--max-*-mb`` options spell it (MB of 2**20 bytes)."""
     return f"{nbytes / 2**20:g} MB"
 
 
-def _quoted(e: BaseException) -> str:
+def quoted(e: BaseException) -> str:
     """``Type: message`` of an exception, cut to a bounded length (messages of
     parsers and decoders may quote input)."""
     text = f"{type(e).__name__}: {e}"
-    return text if len(text) <= _MAX_QUOTED_CHARS else text[:_MAX_QUOTED_CHARS] + "... [cut]"
+    return text if len(text) <= MAX_QUOTED_CHARS else text[:MAX_QUOTED_CHARS] + "... [cut]"
 
 
-def _excerpt(raw: bytes, total: int | None = None) -> str:
+def excerpt(raw: bytes, total: int | None = None) -> str:
     """The text of a rejected line for the error output: whole up to
     ``MAX_ERROR_TEXT_BYTES``, else that prefix and a note of the line's size
     (``total`` when ``raw`` is already a prefix)."""

@@ -15,13 +15,14 @@ with the writer schema minus ``logicalType``): real files hold timestamps in
 year 0 or 10000 and ``time-millis`` of 24:00, which crash ``datetime``
 conversion.
 
-Two Avro decoders give the same records: polars (``_iter_avro_columnar``,
+Two Avro decoders give the same records: polars (``iter_avro_columnar``,
 faster, columns out: ``ColumnRecords``) for the schemas and codecs
-of ``_columnar_schema``'s whitelist, fastavro (dicts) for everything else and
+of ``columnar_schema``'s whitelist, fastavro (dicts) for everything else and
 from any block polars cannot read.
 
 This module holds the entry points; the concepts live beside it:
 ``convert.source_types`` (caps, ``InputFileError``, ``RecordBatch``),
+``convert.column_records`` (``ColumnRecords``, the fast path's batches),
 ``convert.avro_framing`` (header, sync marker, block headers, size checks),
 ``convert.avro_columnar`` (the polars path), ``convert.avro_records`` (the
 fastavro path's helpers), ``convert.jsonl`` (JSON input) and ``convert.parquet``
@@ -36,32 +37,32 @@ from typing import IO, Any
 import fastavro
 
 from convert.avro_columnar import (
-    _COLUMNAR_CODECS,
-    ColumnRecords,
-    _columnar_schema,
-    _iter_avro_columnar,
+    COLUMNAR_CODECS,
+    columnar_schema,
+    iter_avro_columnar,
 )
 from convert.avro_framing import (
-    _SYNC_SIZE,
+    SYNC_SIZE,
     VALUE_FIELD,
-    _advance_past_sync,
-    _as_record_schema,
-    _binary_meta_readable,
-    _block_too_big,
-    _check_block_at,
-    _has_logical,
-    _header_sync,
-    _peek_block_header,
+    advance_past_sync,
+    as_record_schema,
+    binary_meta_readable,
+    block_too_big,
+    check_block_at,
     duplicate_field,
+    has_logical,
+    header_sync,
     is_record_schema,
+    peek_block_header,
 )
 from convert.avro_records import (
-    _FASTAVRO_API_ERRORS,
-    _fastavro_changed,
-    _raw_block,
-    _raw_header,
-    _too_deep,
+    FASTAVRO_API_ERRORS,
+    fastavro_changed,
+    header_without_logical,
+    raw_block,
+    too_deep,
 )
+from convert.column_records import ColumnRecords
 from convert.jsonl import iter_json
 from convert.parquet import is_parquet, iter_parquet, read_parquet_schema
 from convert.source_types import (
@@ -74,7 +75,7 @@ from convert.source_types import (
     MAX_ERROR_TEXT_BYTES,
     InputFileError,
     RecordBatch,
-    _quoted,
+    quoted,
 )
 
 __all__ = [
@@ -86,7 +87,7 @@ __all__ = [
 
 
 #: Avro decoders: ``auto`` decodes with polars where it is known to give
-#: fastavro's values (``_columnar_schema``), else with fastavro; ``fastavro``
+#: fastavro's values (``columnar_schema``), else with fastavro; ``fastavro``
 #: always uses fastavro.
 AVRO_DECODERS = ("auto", "fastavro")
 
@@ -120,7 +121,7 @@ def read_avro_schema(f: IO[bytes], path: str) -> dict[str, Any]:
     and checks): its writer schema, wrapped as one field ``VALUE_FIELD`` when
     that is not a record. A field declared twice in a record is an
     ``InputFileError`` naming it (``duplicate_field``)."""
-    schema = _as_record_schema(_writer_schema(f, path))
+    schema = as_record_schema(_writer_schema(f, path))
     problem = duplicate_field(schema)
     if problem:
         raise InputFileError(path, problem, 0)
@@ -146,16 +147,16 @@ def _writer_schema(f: IO[bytes], path: str) -> Any:
         try:
             return fastavro.reader(f).writer_schema
         except UnicodeDecodeError:
-            patched = _binary_meta_readable(f)
+            patched = binary_meta_readable(f)
             if patched is None:
                 raise
             return fastavro.reader(patched).writer_schema
     except RecursionError:
-        raise InputFileError(path, _too_deep(f), 0) from None
-    except _FASTAVRO_API_ERRORS as e:
-        raise _fastavro_changed(e) from e
+        raise InputFileError(path, too_deep(f), 0) from None
+    except FASTAVRO_API_ERRORS as e:
+        raise fastavro_changed(e) from e
     except Exception as e:  # fastavro raises many types for bad headers
-        raise InputFileError(path, f"not a readable Avro file ({_quoted(e)}); check the file is an Avro object container", 0) from e
+        raise InputFileError(path, f"not a readable Avro file ({quoted(e)}); check the file is an Avro object container", 0) from e
 
 
 def _open_avro(f: IO[bytes], path: str) -> tuple[IO[bytes], Any, int, bytes, bytes | None]:
@@ -177,24 +178,24 @@ def _open_avro(f: IO[bytes], path: str) -> tuple[IO[bytes], Any, int, bytes, byt
         try:
             blocks = fastavro.block_reader(f)
         except UnicodeDecodeError:
-            patched = _binary_meta_readable(f)
+            patched = binary_meta_readable(f)
             if patched is None:
                 raise
             f = patched
             blocks = fastavro.block_reader(f)
         header_end = f.tell()
-        sync = _header_sync(f, header_end)
+        sync = header_sync(f, header_end)
         # With logical types, records are decoded with the writer schema minus
         # ``logicalType``: fastavro converts logical types according to the
         # *writer* schema, so a reader schema cannot turn the conversion off.
-        raw_header = _raw_header(blocks.writer_schema, blocks.codec, sync) if _has_logical(blocks.writer_schema) else None
+        raw_header = header_without_logical(blocks.writer_schema, blocks.codec, sync) if has_logical(blocks.writer_schema) else None
     except RecursionError:
-        raise InputFileError(path, _too_deep(f), 0) from None
-    except _FASTAVRO_API_ERRORS as e:
-        raise _fastavro_changed(e) from e
+        raise InputFileError(path, too_deep(f), 0) from None
+    except FASTAVRO_API_ERRORS as e:
+        raise fastavro_changed(e) from e
     except Exception as e:
         raise InputFileError(
-            path, f"cannot read the Avro header ({_quoted(e)}); is it an Avro object container file?", 0
+            path, f"cannot read the Avro header ({quoted(e)}); is it an Avro object container file?", 0
         ) from e
     problem = duplicate_field(blocks.writer_schema)  # before polars, which panics on them
     if problem:
@@ -209,8 +210,8 @@ def _seek_first_block(f: IO[bytes], sync: bytes, start: int, header_end: int) ->
         return True
     # The block starting exactly at ``start`` follows a sync marker that
     # begins at ``start - 16`` (never the header's, which ends before start).
-    f.seek(start - _SYNC_SIZE)
-    return bool(_advance_past_sync(f, sync))
+    f.seek(start - SYNC_SIZE)
+    return bool(advance_past_sync(f, sync))
 
 
 def iter_avro(f: IO[bytes], path: str, start: int = 0, end: int | None = None,
@@ -231,11 +232,11 @@ def iter_avro(f: IO[bytes], path: str, start: int = 0, end: int | None = None,
         return
     next_block = f.tell()
     wrap = not is_record_schema(blocks.writer_schema)  # (never on the fast path: its whitelist has records only)
-    if decoder == "auto" and blocks.codec in _COLUMNAR_CODECS and _columnar_schema(blocks.writer_schema):
+    if decoder == "auto" and blocks.codec in COLUMNAR_CODECS and columnar_schema(blocks.writer_schema):
         f.seek(0)
         header = f.read(header_end)
         f.seek(next_block)
-        resume = yield from _iter_avro_columnar(f, path, header, sync, next_block, end, batch_size, record_json,
+        resume = yield from iter_avro_columnar(f, path, header, sync, next_block, end, batch_size, record_json,
                                                 blocks.codec, max_block_bytes, header_end)
         if resume is None:
             return
@@ -245,39 +246,39 @@ def iter_avro(f: IO[bytes], path: str, start: int = 0, end: int | None = None,
     error: InputFileError | None = None
     cause: BaseException | None = None
     while end is None or next_block < end:
-        head = _peek_block_header(f)
+        head = peek_block_header(f)
         if head is not None and not 0 <= head[1] <= MAX_AVRO_BLOCK_BYTES:
             error = InputFileError(path, f"Avro block claims {head[1]} bytes (limit {MAX_AVRO_BLOCK_BYTES}); the file is corrupt", next_block)
             break
-        expands = None if head is None else _check_block_at(f, blocks.codec, max_block_bytes)
+        expands = None if head is None else check_block_at(f, blocks.codec, max_block_bytes)
         if expands is not None:
-            error = _block_too_big(f, path, header_end, next_block, max_block_bytes)
+            error = block_too_big(f, path, header_end, next_block, max_block_bytes)
             break
-        if head is not None and head[0] > MAX_AVRO_EMPTY_RECORDS and _check_block_at(f, blocks.codec, head[0] - 1) is None:
+        if head is not None and head[0] > MAX_AVRO_EMPTY_RECORDS and check_block_at(f, blocks.codec, head[0] - 1) is None:
             error = InputFileError(path, f"Avro block claims {head[0]} records in fewer decompressed bytes; the file is corrupt", next_block)
             break
         off = next_block
         try:
-            block = next(blocks) if raw_header is None else _raw_block(f, raw_header)
+            block = next(blocks) if raw_header is None else raw_block(f, raw_header)
         except StopIteration:
             break
         except RecursionError as e:
-            error, cause = InputFileError(path, _too_deep(None), off), e
+            error, cause = InputFileError(path, too_deep(None), off), e
             break
-        except _FASTAVRO_API_ERRORS as e:
-            raise _fastavro_changed(e) from e
+        except FASTAVRO_API_ERRORS as e:
+            raise fastavro_changed(e) from e
         except Exception as e:
             what = "truncated Avro block (the file ends inside it)" if isinstance(e, EOFError) else "corrupt Avro block"
-            error, cause = InputFileError(path, f"{what} ({_quoted(e)})", off), e
+            error, cause = InputFileError(path, f"{what} ({quoted(e)})", off), e
             break
         recs = []
         try:
             recs.extend(block)
         except RecursionError as e:
-            error, cause = InputFileError(path, _too_deep(None), off), e
+            error, cause = InputFileError(path, too_deep(None), off), e
             break
         except Exception as e:
-            error, cause = InputFileError(path, f"corrupt record {len(recs)} in Avro block ({_quoted(e)})", off), e
+            error, cause = InputFileError(path, f"corrupt record {len(recs)} in Avro block ({quoted(e)})", off), e
             break
         if wrap:
             recs = [{VALUE_FIELD: r} for r in recs]

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from convert.avro_columnar import ColumnRecords
+from convert.column_records import ColumnRecords
 from convert.records import digest8, extract, term
 
 

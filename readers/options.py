@@ -40,8 +40,7 @@ AUTOTUNE = -1
 LOCAL_SCHEMES = ("", "file", "ram")
 
 LOCAL_CYCLE_LENGTH = 8
-# Remote defaults checked on emulated GCS: cycles of 4 and 8 measured within the run-to-run
-# noise of 16, so 16 stays (docs/benchmarks.md#design-readers).
+# Why 16 shards open on remote storage, and what smaller cycles measured: docs/benchmarks.md#design-readers.
 REMOTE_CYCLE_LENGTH = 16
 LOCAL_READ_BUFFER_BYTES = 1 << 20
 REMOTE_READ_BUFFER_BYTES = 8 << 20
@@ -367,3 +366,53 @@ def gcs_block_bytes(environ: Any = None) -> int | None:
     if mb is not None:
         block = mb << 20
     return block
+
+
+def check_positive(name: str, value: Any) -> None:
+    """``value`` is a positive int (not a bool), else ``ValueError`` naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive int, found {value!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainRequest:
+    """The arguments of :func:`readers.train_dataset`, checked here in one place
+    (what each means: its docstring). ``opts`` is the ``ReadOptions`` in effect
+    (``options`` with ``shuffle_buffer`` and ``service`` applied), ``ordered``
+    whether the element order is kept (``deterministic``, else ``opts.deterministic``).
+    """
+
+    batch_size: int
+    split: str | None
+    label_key: Any
+    features: Any
+    shuffle_buffer: int | None
+    seed: int | None
+    num_epochs: int | None
+    cache: Any
+    deterministic: bool | None
+    drop_remainder: bool
+    input_context: Any
+    skip_corrupt: bool
+    options: ReadOptions | None
+    service: str | None
+    opts: ReadOptions = dataclasses.field(init=False)
+    ordered: bool = dataclasses.field(init=False)
+
+    def __post_init__(self) -> None:
+        check_positive("batch_size", self.batch_size)
+        if self.num_epochs is not None:
+            check_positive("num_epochs", self.num_epochs)
+        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)):
+            raise TypeError(f"seed must be an int or None, found {self.seed!r}")
+        if self.cache is not None and not isinstance(self.cache, str | os.PathLike):
+            raise TypeError(f"cache must be None, 'memory' or a local directory, found {self.cache!r}")
+        if self.options is not None and not isinstance(self.options, ReadOptions):
+            raise TypeError(f"options must be a readers.ReadOptions, found {type(self.options).__name__}")
+        opts = self.options or ReadOptions()
+        if self.shuffle_buffer is not None:
+            opts = opts.replace(shuffle_buffer=self.shuffle_buffer)
+        if self.service is not None:
+            opts = opts.replace(service=self.service)
+        object.__setattr__(self, "opts", opts)
+        object.__setattr__(self, "ordered", opts.deterministic if self.deterministic is None else bool(self.deterministic))

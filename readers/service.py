@@ -35,6 +35,7 @@ Contract (details: docs/data-service.md):
 from __future__ import annotations
 
 import faulthandler
+import logging
 import os
 import signal
 import socket
@@ -47,30 +48,32 @@ from typing import Any
 import tensorflow as tf
 
 from readers import _service_net as _net
-from readers import dataset as _ds
 from readers._service_net import DispatcherUnreachable, PortInUse
 from readers.info import ShardSelection
-from readers.options import ReadOptions
+from readers.options import ReadOptions, TrainRequest
+from readers.parsing import parse_batches, plain
+from readers.shards import open_shards, paths_scheme, read_shard_fn, shard_list, tf_options
 
 __all__ = ["DispatcherUnreachable", "PortInUse", "ServerInterrupted", "serve_dispatcher", "serve_worker",
            "train_dataset"]
 
+logger = logging.getLogger("readers")
+
 _POLICIES = {"dynamic": "DYNAMIC", "static": "FILE"}
 
 
-def train_dataset(sel: ShardSelection, plan: Any, label: str | None, *, batch_size: int, seed: int | None,
-                  num_epochs: int | None, deterministic: bool, drop_remainder: bool, skip_corrupt: bool,
-                  cache: Any, input_context: Any, opts: ReadOptions) -> tf.data.Dataset:
+def train_dataset(sel: ShardSelection, plan: Any, label: str | None, req: TrainRequest) -> tf.data.Dataset:
     """:func:`readers.train_dataset` through the tf.data service at ``opts.service`` (see the module docstring and docs/data-service.md)."""
+    cache, opts, batch_size = req.cache, req.opts, req.batch_size
     if cache is not None:
         raise ValueError(f"cache={cache!r} cannot be used with ReadOptions.service: the pipeline runs on the "
                          "service's workers, which read the shards every epoch; leave cache=None")
-    if input_context is not None:
+    if req.input_context is not None:
         raise ValueError("input_context cannot be used with ReadOptions.service: the service shards the data "
                          "itself; trainers that should split one epoch between them share a "
                          "ReadOptions.service_job_name")
-    worker_side = _worker_pipeline(sel, plan, label, batch_size=batch_size, seed=seed, deterministic=deterministic,
-                                   skip_corrupt=skip_corrupt, num_epochs=num_epochs, opts=opts)
+    worker_side = _worker_pipeline(sel, plan, label, batch_size=batch_size, seed=req.seed, deterministic=req.ordered,
+                                   skip_corrupt=req.skip_corrupt, num_epochs=req.num_epochs, opts=opts)
     svc = tf.data.experimental.service
     batches = worker_side.apply(svc.distribute(
         processing_mode=getattr(svc.ShardingPolicy, _POLICIES[opts.service_sharding]),
@@ -80,10 +83,10 @@ def train_dataset(sel: ShardSelection, plan: Any, label: str | None, *, batch_si
     ))
     # The epochs repeat on the workers, in one job: a job per epoch (a repeat here) costs each
     # worker a pipeline start-up per epoch, which dominated small epochs (docs/benchmarks.md#design-readers).
-    batches = batches.rebatch(batch_size, drop_remainder=drop_remainder)
-    _ds.logger.info("train_dataset: split %r of %s through tf.data service %s (sharding=%s, job_name=%s, "
-                    "compression=%s)", sel.split, sel.root, opts.service, opts.service_sharding,
-                    opts.service_job_name, opts.service_compression)
+    batches = batches.rebatch(batch_size, drop_remainder=req.drop_remainder)
+    logger.info("train_dataset: split %r of %s through tf.data service %s (sharding=%s, job_name=%s, "
+                "compression=%s)", sel.split, sel.root, opts.service, opts.service_sharding,
+                opts.service_job_name, opts.service_compression)
     return batches.prefetch(opts.prefetch)
 
 
@@ -99,11 +102,11 @@ def _worker_pipeline(sel: ShardSelection, plan: Any, label: str | None, *, batch
     in: static (``FILE``) sharding must trace the pipeline back to one file
     list, and a second source breaks that.
     """
-    paths, counts, _remote, cycle_length, parallel, buffer_bytes = _ds._open_shards(
+    paths, counts, _remote, cycle_length, parallel, buffer_bytes = open_shards(
         sel, list(sel.shards), opts, skip_corrupt)
-    read = _ds._read_shard_fn(sel.info.compression, buffer_bytes, skip_corrupt=skip_corrupt,
-                              block=opts.block_length, scheme=_ds._scheme(paths))
-    files = _ds._shard_list(paths, counts)
+    read = read_shard_fn(sel.info.compression, buffer_bytes, skip_corrupt=skip_corrupt,
+                              block=opts.block_length, scheme=paths_scheme(paths))
+    files = shard_list(paths, counts)
     if opts.shuffle_files and len(paths) > 1:
         files = files.shuffle(len(paths), seed=seed, reshuffle_each_iteration=True)
     # The shard list repeats (reshuffled each epoch): under dynamic sharding the dispatcher
@@ -115,15 +118,15 @@ def _worker_pipeline(sel: ShardSelection, plan: Any, label: str | None, *, batch
     buffer = min(opts.shuffle_buffer, sum(counts))
     if opts.shuffle_mode == "window":
         if buffer > 1:
-            records = records.rebatch(buffer).map(_ds._plain(lambda window: tf.random.shuffle(window, seed=seed)))
+            records = records.rebatch(buffer).map(plain(lambda window: tf.random.shuffle(window, seed=seed)))
         batches = records.rebatch(batch_size)
     else:
         records = records.unbatch()
         if buffer > 1:
             records = records.shuffle(buffer, seed=seed)
         batches = records.batch(batch_size)
-    batches = _ds._parse_batches(batches, plan, label, opts.prefetch)
-    return batches.with_options(_ds._tf_options(sharded_by_reader=True, opts=opts))
+    batches = parse_batches(batches, plan, label, opts.prefetch)
+    return batches.with_options(tf_options(sharded_by_reader=True, opts=opts))
 
 
 # --------------------------------------------------------------------------- servers

@@ -140,9 +140,9 @@ def test_hash_ids_of_both_avro_decoders_equal_tensorflows(values, buckets):
 
 
 def tf_tokens(texts: list[str], lowercase: bool) -> list[list[str]]:
-    """The serving graph's tokenizer (``readers.serving._tokens``) on the texts' UTF-8 bytes;
+    """The serving graph's tokenizer (``readers.serving_ops.text_tokens``) on the texts' UTF-8 bytes;
     ``convert.records.tokenize``'s formula in TensorFlow ops gives the same tokens."""
-    from readers.serving import _tokens
+    from readers.serving_ops import text_tokens as _tokens
 
     t = tf.constant([_utf8(x) for x in texts], dtype=tf.string, shape=[len(texts)])
     if lowercase:

@@ -22,7 +22,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from convert import avro_columnar
-from convert.avro_columnar import ColumnRecords, _columnar_schema
+from convert.avro_columnar import columnar_schema as _columnar_schema
+from convert.column_records import ColumnRecords
 from convert.sources import InputFileError, iter_avro
 from convert.splits import _canonical
 
@@ -205,7 +206,7 @@ def test_deflate_blocks_reach_polars_inflated_behind_the_files_metadata(monkeypa
     null-codec file with the original metadata and sync marker: same records."""
     import polars as pl
 
-    from convert.avro_framing import _null_codec_header
+    from convert.avro_framing import null_codec_header as _null_codec_header
 
     real, seen = pl.read_avro, []
     monkeypatch.setattr(pl, "read_avro", lambda src, *a, **kw: (seen.append(src.getvalue()), real(src, *a, **kw))[1])
@@ -303,7 +304,7 @@ def test_real_files_from_other_writers_decode_alike():
 
 def test_the_whitelist_is_what_the_decoder_sees():
     assert _columnar_schema(WIDE)
-    assert avro_columnar._COLUMNAR_CODECS == {"null", "deflate", "snappy"}
+    assert avro_columnar.COLUMNAR_CODECS == {"null", "deflate", "snappy"}
 
 
 NUMERIC = _rec(
@@ -465,7 +466,8 @@ def test_string_columns_as_codes_give_the_dict_paths_ids(rows, batch_size):
 def test_term_codes_keep_first_occurrence_order_and_nulls():
     import polars as pl
 
-    from convert.avro_columnar import _leaves, _term_coders
+    from convert.avro_columnar import _leaves
+    from convert.column_records import term_coders as _term_coders
 
     df = pl.DataFrame({"s": ["b", None, "a", "b", ""], "l": [["x", "y"], None, [], ["y"], ["z", "x"]],
                        "holes": [["x", None], [], [], [], []], "i": [7, None, -2, 7, 2**40], "f": [1.0, 2.0, 3.0, 4.0, 5.0]},

@@ -49,7 +49,7 @@ def _write(path: Path, codec: str = "deflate", n: int = 300, **kw) -> Path:
 def _header_sync(path: Path) -> bytes:
     with open(path, "rb") as f:
         fastavro.block_reader(f)
-        return avro_framing._header_sync(f, f.tell())
+        return avro_framing.header_sync(f, f.tell())
 
 
 def test_the_sync_marker_read_from_the_header_is_the_one_fastavro_wrote(tmp_path):

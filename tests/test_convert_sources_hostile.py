@@ -336,7 +336,8 @@ def test_the_polars_decoder_takes_a_batchs_schema_a_constant_number_of_times(mon
 def test_schemas_past_the_field_limit_take_the_fastavro_path_with_the_same_records():
     """polars' Avro reader slows per value and grows in memory with the number of fields
     (4,000 fields: several times fastavro's time and memory), so wide schemas go to fastavro."""
-    from convert.avro_columnar import _COLUMNAR_MAX_FIELDS, ColumnRecords
+    from convert.avro_columnar import _COLUMNAR_MAX_FIELDS
+    from convert.column_records import ColumnRecords
 
     for width, columnar in ((_COLUMNAR_MAX_FIELDS, True), (_COLUMNAR_MAX_FIELDS + 1, False)):
         data = _wide_avro(width)
@@ -433,7 +434,7 @@ def test_infer_and_convert_fail_on_an_avro_block_over_the_cap(tmp_path):
 
 
 def test_quoted_exception_texts_are_cut():
-    text = source_types._quoted(ValueError("v" * 10_000))
+    text = source_types.quoted(ValueError("v" * 10_000))
     assert len(text) < 600 and text.startswith("ValueError: vvv")
 
 

@@ -181,7 +181,7 @@ def test_parse_valid():
 
 
 def _columns(records: list[dict]):
-    from convert.avro_columnar import ColumnRecords
+    from convert.column_records import ColumnRecords
 
     keys = list(records[0])
     return ColumnRecords({k: [r[k] for r in records] for k in keys}, len(records))

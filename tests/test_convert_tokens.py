@@ -1,5 +1,5 @@
 """convert._tokens (the C token indexer of text columns) against the Python paths
-of ``convert.prepare._token_codes``: the same codes, counts and term index, on
+of ``convert.prepare_values.token_codes``: the same codes, counts and term index, on
 random Unicode of every plane (lone surrogates too), NULs, every ASCII
 character, and over a unit's batches where the two paths take turns; and the
 C code built with AddressSanitizer and UBSan on random columns."""
@@ -13,9 +13,11 @@ from _text_strategies import SPECIAL, texts
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from convert import prepare
+from convert import prepare_values as prepare
 from convert.config import parse_config
-from convert.prepare import Rejection, _TermIndex, _token_codes
+from convert.prepare_values import Rejection
+from convert.prepare_values import TermIndex as _TermIndex
+from convert.prepare_values import token_codes as _token_codes
 from convert.records import tokenize
 
 try:
@@ -142,13 +144,13 @@ def test_long_and_empty_values():
 _SANITIZED_RUN = r"""
 import random, sys
 import numpy as np
-from convert import prepare
+from convert import prepare_values as prepare
 from convert.config import parse_config
 feature = {lower: parse_config({"features": [{"name": "t", "transform": "text", "max_len": 4, "lowercase": lower}]})
            .features[0] for lower in (False, True)}
 rnd = random.Random(7)
 alphabet = "aZ_9 -.\x00\u00e9\u0130\U0001f600\ud800"
-c_index, py_index = prepare._TermIndex({"\x00": -1}), prepare._TermIndex({"\x00": -1})
+c_index, py_index = prepare.TermIndex({"\x00": -1}), prepare.TermIndex({"\x00": -1})
 table = mod.TokenTable()
 prepare._TokenTable = None  # _token_codes: the Python path; the sanitized table is called directly
 for n in range(1500):
@@ -156,13 +158,13 @@ for n in range(1500):
               "".join(rnd.choice(alphabet) for _ in range(rnd.randint(0, rnd.choice([3, 40, 3000]))))
               for _ in range(rnd.randint(0, 30))]
     lower = bool(n % 2)
-    want = prepare._token_codes(feature[lower], values, {}, py_index)
+    want = prepare.token_codes(feature[lower], values, {}, py_index)
     got = table.codes(c_index, values, lower)
     if got is not None:
         assert np.frombuffer(got[0], np.int32).tolist() == want[0].tolist(), values
         assert np.frombuffer(got[1], np.int64).tolist() == want[1].tolist(), values
     else:  # declined: a surrogate or a non-string; the Python path indexes it for both
-        prepare._token_codes(feature[lower], values, {}, c_index)
+        prepare.token_codes(feature[lower], values, {}, c_index)
 assert list(c_index.items()) == list(py_index.items())
 print("ok", table.size())
 """

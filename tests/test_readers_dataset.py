@@ -203,7 +203,7 @@ def test_eval_order_without_the_private_interleave_class(plain, monkeypatch):
 def test_train_without_the_private_tfrecord_class(plain, monkeypatch):
     # Shards are read through TensorFlow's private _TFRecordDataset (quicker to
     # build); without it the public TFRecordDataset must give the same records.
-    import readers.dataset
+    import readers.shards
 
     public, calls = tf.data.TFRecordDataset, []
 
@@ -211,7 +211,7 @@ def test_train_without_the_private_tfrecord_class(plain, monkeypatch):
         calls.append(args)
         return public(*args, **kwargs)
 
-    monkeypatch.setattr(readers.dataset, "_private_tfrecord_class", lambda: None)
+    monkeypatch.setattr(readers.shards, "_private_tfrecord_class", lambda: None)
     monkeypatch.setattr(tf.data, "TFRecordDataset", spy)
     ds = train_dataset(_pattern(plain), 5, num_epochs=1, drop_remainder=False)
     assert sorted(fx.ids_of(ds)) == plain.all_ids("train")
@@ -221,10 +221,10 @@ def test_train_without_the_private_tfrecord_class(plain, monkeypatch):
 def test_the_private_tfrecord_class_is_called_by_keyword(tmp_path, monkeypatch):
     # A TF release that reorders _TFRecordDataset's parameters must not get the
     # compression type as the buffer size: the private class reads gzip shards.
-    import readers.dataset
+    import readers.shards
 
     gz = fx.write_output(tmp_path / "gz", compression="GZIP")
-    real, calls = readers.dataset._private_tfrecord_class(), []
+    real, calls = readers.shards._private_tfrecord_class(), []
 
     def reordered(filenames, buffer_size=None, compression_type=None, name=None):
         calls.append((buffer_size, compression_type))
@@ -233,7 +233,7 @@ def test_the_private_tfrecord_class_is_called_by_keyword(tmp_path, monkeypatch):
     def no_public(*args, **kwargs):
         raise AssertionError("fell back to the public TFRecordDataset")
 
-    monkeypatch.setattr(readers.dataset, "_private_tfrecord_class", lambda: reordered)
+    monkeypatch.setattr(readers.shards, "_private_tfrecord_class", lambda: reordered)
     monkeypatch.setattr(tf.data, "TFRecordDataset", no_public)
     ds = train_dataset(_pattern(gz), 5, num_epochs=1, drop_remainder=False)
     assert sorted(fx.ids_of(ds)) == gz.all_ids("train")
@@ -258,7 +258,7 @@ def test_the_private_interleave_class_is_called_by_keyword(plain, monkeypatch):
 
 
 def test_fixed_len_parse_matches_tf_io_parse_example():
-    from readers.dataset import _parse_fixed
+    from readers.parsing import _parse_fixed
 
     def example(**features):
         def feature(v):

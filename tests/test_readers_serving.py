@@ -36,7 +36,7 @@ from convert.check import unit_problems
 from convert.config import load_config
 from convert.example import encode_examples, split_buffer
 from convert.jsonl import iter_json
-from readers import _serving_wire, serving
+from readers import _serving_wire, serving, serving_ops
 from readers._serving_wire import KIND_NESTED
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -415,7 +415,7 @@ def test_one_table_for_the_scalar_vocabularies_gives_each_ones_ids(output, layer
     """The single-valued vocabularies are looked up in one table when it stays small,
     each in its own otherwise: the same ids, terms shared by several included."""
     assert len(layer._shared) > 1
-    monkeypatch.setattr(serving, "_SHARED_MAX_IDS", 0)
+    monkeypatch.setattr(serving_ops, "_SHARED_MAX_IDS", 0)
     apart = readers.transform_layer(str(output))
     assert apart._shared == ()
     recs = [_train_record(i) for i in range(240)] + [{"cat": "never seen", "user": {"segment": "x"}}, {}]
@@ -527,7 +527,7 @@ def test_the_layers_delimiters_are_the_converters():
 
     from convert.records import TEXT_DELIMITERS_RE
 
-    assert (set(serving._DELIMITER_BYTES)
+    assert (set(serving_ops._DELIMITER_BYTES)
             == {c for c in range(256) if re.fullmatch(TEXT_DELIMITERS_RE.encode(), bytes([c]))})
 
 
@@ -537,7 +537,7 @@ def test_the_in_graph_tokenizer_gives_the_converters_tokens(texts, lowercase):
     from convert.records import tokenize
 
     b = tf.constant([t.encode("utf-8", "surrogatepass") for t in texts], tf.string)
-    got = tf.RaggedTensor.from_sparse(serving._tokens(tf.strings.lower(b) if lowercase else b)).to_list()
+    got = tf.RaggedTensor.from_sparse(serving_ops.text_tokens(tf.strings.lower(b) if lowercase else b)).to_list()
     for i, t in enumerate(texts):
         assert got[i] == [w.encode("utf-8", "surrogatepass") for w in tokenize(t, lowercase)], t
 
@@ -547,7 +547,7 @@ def test_the_in_graph_tokenizer_gives_the_converters_tokens(texts, lowercase):
 def test_iso_8601_strings_parse_as_the_converter_parses_them(texts):
     secs, present, rejected = _converter_seconds(texts)
     kinds = tf.constant([4] * len(texts), tf.int32)
-    got, valid, parsed = serving._iso_seconds(tf.constant([t.encode("utf-8", "surrogatepass") for t in texts]),
+    got, valid, parsed = serving_ops.iso_seconds(tf.constant([t.encode("utf-8", "surrogatepass") for t in texts]),
                                               tf.equal(kinds, 4))
     got, valid, parsed = got.numpy(), valid.numpy(), parsed.numpy()
     for i, t in enumerate(texts):
@@ -561,7 +561,7 @@ def test_supported_iso_forms_are_parsed():
     texts = ["2026-01-01", " 2026-01-01T10:11:12Z ", "2024-02-29 23:59:59.999999-05:30", "2026-01-01T10+05",
              "1969-12-31T23:59:59,5", "0001-01-01T00:00+00:99", "9999-12-31T23:59:59-23:59"]
     secs, present, _ = _converter_seconds(texts)
-    got, valid, parsed = serving._iso_seconds(tf.constant(texts), tf.ones([len(texts)], tf.bool))
+    got, valid, parsed = serving_ops.iso_seconds(tf.constant(texts), tf.ones([len(texts)], tf.bool))
     assert parsed.numpy().all() and valid.numpy().all() and present.all()
     np.testing.assert_array_equal(got.numpy(), secs)
 

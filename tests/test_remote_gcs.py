@@ -167,7 +167,7 @@ def test_shards_are_opened_without_listing_them_first(gcs_dataset, remote_stack,
     """On gs:// a shard is opened straight away: no listing request per shard (each
     waits a time to first byte before the shard's own requests could start)."""
     import readers
-    from readers import dataset as rd
+    from readers import shards as rd
 
     pattern = gcs_dataset["gs_out"] + "/train-*"
     shards = len(readers.load_info(pattern).splits["train"].shards)

@@ -1,0 +1,255 @@
+"""The feature config's model: its limits, the transform table (which options
+each transform takes), ``ConfigError`` and the frozen ``FeatureConfig``,
+``LabelConfig`` and ``Config`` that ``convert.config`` builds and checks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from typing import Any
+
+# Limits. Each is far beyond what a real config needs and keeps what the
+# value controls (memory, files, metadata) bounded; past one, loading fails
+# with a ConfigError naming the limit.
+#: Bytes of a config file; a config of thousands of features is a few hundred KB.
+MAX_CONFIG_BYTES = 1 << 20
+#: YAML nodes after expanding aliases: more than any file of MAX_CONFIG_BYTES
+#: holds without aliases, so only alias bombs (billion laughs) reach it.
+MAX_CONFIG_NODES = 1_000_000
+#: Nesting levels of a config document (a real one has 4: features, entry, parts).
+MAX_CONFIG_DEPTH = 100
+#: Characters of a number in a YAML config: YAML 1.1 base-60 integers
+#: (``1:2:3``) cost quadratic time in their length.
+MAX_NUMBER_CHARS = 100
+#: Characters of a feature or label name; a name becomes the vocabulary file
+#: ``vocab/<name>.txt``, which must stay under the usual 255-byte file-name limit.
+MAX_NAME_CHARS = 200
+#: ``bucketize``: the training quantiles come from a sketch whose resolution is
+#: far coarser than this; each boundary is stored in the metadata.
+MAX_BUCKETIZE_BUCKETS = 10_000
+#: ``hash``/``cross`` buckets: ids ``1..buckets`` and ``vocab_size = buckets + 1``
+#: stay exact in int64 and float64, and no embedding table is larger.
+MAX_HASH_BUCKETS = 1 << 40
+#: ``vocabulary``/``text`` OOV buckets: every OOV id is listed in the metadata.
+MAX_OOV_BUCKETS = 100_000
+#: ``top_k``: terms kept in a vocabulary (its file and in-memory id table).
+MAX_TOP_K = 100_000_000
+#: ``min_frequency``: a count of occurrences, kept an exact int64 in the metadata.
+MAX_MIN_FREQUENCY = 1 << 53
+#: Numeric constants (``fill``, ``clip_min``, ``clip_max``) are written as float32.
+F32_MAX = 3.4028234663852886e38
+
+TIMESTAMP_UNITS = ("s", "ms", "us", "ns", "days")
+TIMESTAMP_PARTS = ("hour", "day_of_week", "month")
+NAN_POLICIES = ("error", "fill", "keep")
+LABEL_DTYPES = ("int64", "float32")
+
+
+@dataclasses.dataclass(frozen=True)
+class TransformInfo:
+    """What a transform does (one line, for messages and ``recordprep infer``'s
+    header) and the options it takes besides ``COMMON_OPTIONS``."""
+
+    summary: str
+    options: tuple[str, ...]
+    numeric: bool = False
+
+
+#: Options of every transform (``cross`` reads ``sources`` instead of ``source``).
+COMMON_OPTIONS = ("name", "source", "transform", "allow_all_missing", "allow_label_source", "drift")
+#: Drift/skew measures a ``drift`` option (per feature, or top-level as the
+#: default) sets a threshold for; ``convert.drift`` computes them.
+DRIFT_MEASURES = ("linf", "js", "new_terms", "missing", "mean_shift")
+_NUM = ("fill", "missing_indicator", "on_nan")
+_VOCAB = ("top_k", "min_frequency", "num_oov_buckets")
+#: Every transform and its options: the one table behind validation, its error
+#: messages and infer's draft. An option a transform does not take is an error.
+TRANSFORM_TABLE: dict[str, TransformInfo] = {
+    "identity": TransformInfo("number (or list with max_len) as float32, unchanged", (*_NUM, "max_len"), True),
+    "zscore": TransformInfo("(x - mean) / std of the training split", _NUM, True),
+    "minmax": TransformInfo("(x - min) / (max - min) of the training split", _NUM, True),
+    "log1p": TransformInfo("log(1 + x) for x > -1 (or list with max_len)", (*_NUM, "max_len"), True),
+    "clip": TransformInfo("x limited to [clip_min, clip_max] (or list with max_len)",
+                          (*_NUM, "clip_min", "clip_max", "max_len"), True),
+    "bucketize": TransformInfo("number -> bucket id 1..num_buckets cut at the training split's quantiles",
+                               ("num_buckets", "missing_indicator", "on_nan"), True),
+    "vocabulary": TransformInfo("category (string, int, bool; or list with max_len) -> id by training frequency",
+                                (*_VOCAB, "max_len")),
+    "hash": TransformInfo("category -> stable hash id 1..buckets (identifiers, open-ended sets)", ("buckets", "max_len")),
+    "text": TransformInfo("string -> max_len word ids (a vocabulary of tokens) + <name>_len",
+                          ("max_len", "lowercase", *_VOCAB)),
+    "bytes": TransformInfo("bytes or string passed through unvectorized (images)", ()),
+    "timestamp": TransformInfo("epoch number in 'unit' or ISO 8601 string -> epoch seconds + calendar 'parts'",
+                               ("unit", "parts", "missing_indicator")),
+    "cross": TransformInfo("two or more categorical 'sources' hashed together -> id 1..buckets", ("sources", "buckets")),
+    "count": TransformInfo("how many items a list (or path through lists, items[]) or map holds -> int64", ()),
+}
+TRANSFORMS = tuple(TRANSFORM_TABLE)
+NUMERIC_TRANSFORMS = tuple(t for t, info in TRANSFORM_TABLE.items() if info.numeric)
+
+
+class ConfigError(ValueError):
+    """The feature config is invalid.
+
+    ``problems`` holds every problem found (at most ``MAX_PROBLEMS``; ``more``
+    counts the rest), each naming the file, the feature, the option, what was
+    found and what is allowed; the message lists them one a line.
+    """
+
+    def __init__(self, *problems: str, more: int = 0) -> None:
+        self.problems = list(problems)
+        self.more = more
+        tail = [f"... and {more} more problem(s) not listed; fix these and run again"] if more else []
+        super().__init__("\n".join(self.problems + tail))
+
+
+@dataclasses.dataclass(frozen=True)
+class FeatureConfig:
+    """One output feature computed from one input field.
+
+    Attributes:
+      name: feature key in the Examples.
+      source: dotted path into the input record (``user.address.city``);
+        defaults to ``name``.
+      transform: one of ``TRANSFORMS``.
+      fill: numeric transforms: value for a missing (null/absent) input,
+        a number or ``"mean"`` (the training mean). Default ``"mean"`` for
+        zscore/minmax, else 0.
+      missing_indicator: numeric transforms: also write ``{name}_missing``
+        (int64, 1 where the input was null/absent), so 0 and null stay
+        distinguishable.
+      on_nan: numeric: NaN/inf input is an ``error`` (record goes to the error
+        output), is ``fill``ed like a missing value, or is ``keep``t.
+      clip_min/clip_max: bounds for ``clip`` (applied before other scaling
+        for ``clip``).
+      top_k, min_frequency, num_oov_buckets: vocabulary size control.
+      buckets: ``hash`` bucket count.
+      max_len: multi-valued inputs (arrays, text tokens): pad/truncate to this
+        many values and write ``{name}_len``. ``None`` means scalar.
+      lowercase: ``text``: lower-case before tokenizing.
+      num_buckets: ``bucketize``: buckets cut at training-split quantiles.
+      unit: ``timestamp``: unit of epoch numbers (``s, ms, us, ns, days``;
+        Avro timestamp-millis is ``ms``, date is ``days``).
+      parts: ``timestamp``: calendar parts to add (``hour``, ``day_of_week``, ``month``).
+      sources: ``cross``: the fields (dotted paths) crossed together.
+      allow_all_missing: accept a training split in which this feature's
+        source is missing (null or absent) in every record. Off by default:
+        such a run fails, since a misspelled source reads as all-missing.
+      allow_label_source: read the label's source field as an input. Off by
+        default: the label would leak into the model's inputs.
+    """
+
+    name: str
+    source: str
+    transform: str
+    fill: float | str | None = None
+    missing_indicator: bool = False
+    on_nan: str = "error"
+    clip_min: float | None = None
+    clip_max: float | None = None
+    top_k: int | None = None
+    min_frequency: int = 1
+    num_oov_buckets: int = 1
+    buckets: int | None = None
+    max_len: int | None = None
+    lowercase: bool = True
+    num_buckets: int | None = None
+    unit: str | None = None
+    parts: tuple[str, ...] | None = None
+    sources: tuple[str, ...] | None = None
+    allow_all_missing: bool = False
+    allow_label_source: bool = False
+    #: ``(measure, threshold)`` pairs of ``DRIFT_MEASURES`` overriding the
+    #: config's top-level ``drift`` for this feature (``recordprep report``).
+    drift: tuple[tuple[str, float], ...] | None = None
+
+    @property
+    def is_numeric(self) -> bool:
+        return self.transform in NUMERIC_TRANSFORMS
+
+    @property
+    def needs_vocabulary(self) -> bool:
+        return self.transform in ("vocabulary", "text")
+
+    @property
+    def needs_stats(self) -> bool:
+        return self.is_numeric and (
+            self.transform in ("zscore", "minmax", "bucketize") or self.fill == "mean"
+        )
+
+    @property
+    def multi_valued(self) -> bool:
+        return self.max_len is not None
+
+
+@dataclasses.dataclass(frozen=True)
+class LabelConfig:
+    """The label: a number (``dtype``), or with ``transform: vocabulary`` a class
+    id ``0..K-1`` (int64) for each of the K distinct values of the training
+    split, most frequent first, ties by term. No ``top_k``/``min_frequency``:
+    every training class is one; a record whose class the training split
+    lacks has no id and is rejected (an unknown class cannot be hashed into
+    a meaningful target)."""
+
+    source: str
+    name: str
+    dtype: str = "int64"  # or float32
+    transform: str | None = None  # or "vocabulary"
+
+    def to_json(self) -> dict[str, Any]:
+        """As JSON; ``transform`` only when set, so the hash of a numeric label's config stays the same."""
+        d = dataclasses.asdict(self)
+        if d["transform"] is None:
+            del d["transform"]
+        return d
+
+
+def _feature_json(f: FeatureConfig) -> dict[str, Any]:
+    """``f`` as JSON; options added after outputs existed appear only when set,
+    so the config hash (and the fingerprint of those outputs) stays the same."""
+    d = dataclasses.asdict(f)
+    for key in ("allow_all_missing", "allow_label_source"):
+        if not d[key]:
+            del d[key]
+    if f.drift is None:
+        del d["drift"]
+    else:
+        d["drift"] = dict(f.drift)
+    return d
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    features: tuple[FeatureConfig, ...]
+    label: LabelConfig | None
+    #: Default drift thresholds, ``(measure, threshold)`` pairs (top-level ``drift``).
+    drift: tuple[tuple[str, float], ...] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            **({"drift": dict(self.drift)} if self.drift is not None else {}),
+            "label": self.label.to_json() if self.label else None,
+            "features": [_feature_json(f) for f in self.features],
+        }
+
+    @property
+    def hash(self) -> str:
+        """Stable hash of the normalized config (defaults filled in)."""
+        blob = json.dumps(self.to_json(), sort_keys=True).encode()
+        return hashlib.sha256(blob).hexdigest()[:16]
+
+    @property
+    def output_names(self) -> list[str]:
+        names = []
+        for f in self.features:
+            names.append(f.name)
+            if f.multi_valued:
+                names.append(f"{f.name}_len")
+            if f.missing_indicator:
+                names.append(f"{f.name}_missing")
+            names.extend(f"{f.name}_{p}" for p in f.parts or ())
+        if self.label:
+            names.append(self.label.name)
+        return names
