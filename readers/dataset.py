@@ -391,27 +391,20 @@ def train_dataset(
       pattern: shard pattern (``out/train-*``, ``gs://b/out/train-*.tfrecord.gz``)
         or the output directory (then ``split`` says which split, unless the
         dataset has one). The shard list comes from ``dataset_info.json``.
-      batch_size: records per batch (per input pipeline: with
-        ``distribute_datasets_from_function`` pass the per-replica size,
+      batch_size: records per batch, per input pipeline (under a strategy,
         ``input_context.get_per_replica_batch_size(global_batch)``).
       split: split name, to read a directory or disambiguate a pattern.
       label_key: feature returned as the label; default the metadata's
         ``label_key``; ``None`` yields only the features dict.
       features: subset of features to parse (default: all but the label).
-        Unparsed features cost no parse time.
-      shuffle_buffer: records shuffled together (the window, or with
-        ``options.shuffle_mode="buffer"`` the buffer; see
-        :class:`ReadOptions`); default ``options.shuffle_buffer`` (10 000); 0
-        disables record shuffling.
+      shuffle_buffer: records shuffled together (:class:`ReadOptions`'s window or
+        buffer); default ``options.shuffle_buffer`` (10 000); 0: no shuffle.
       seed: seeds the shard and record shuffles. With ``deterministic=True``
         the order is then identical on every run.
-      num_epochs: passes over the data; ``None`` repeats forever (give
-        ``model.fit`` a ``steps_per_epoch``). With a number, the dataset's
-        cardinality is known.
-      cache: ``None``; ``"memory"`` (cache serialized records in RAM after the
-        first pass); or a local directory to cache them in a file there (the
-        file name is derived from the shards read, so different datasets do
-        not collide).
+      num_epochs: passes over the data (the cardinality is then known);
+        ``None`` repeats forever (give ``model.fit`` a ``steps_per_epoch``).
+      cache: ``None``; ``"memory"`` (serialized records in RAM after the first
+        pass); or a local directory (a file named after the shards read).
       deterministic: keep a reproducible element order (slower when one read
         or batch stalls). Default ``options.deterministic`` (False).
       drop_remainder: drop the last partial batch (static batch dimension,
@@ -421,8 +414,7 @@ def train_dataset(
       skip_corrupt: skip the rest of a damaged shard instead of failing
         (docs/reading.md#damaged-shards: everything after a corrupt record in that file
         is lost; each skipped shard is reported on stderr).
-      options: :class:`ReadOptions`; default picks local/remote settings from
-        the pattern.
+      options: :class:`ReadOptions`; default: local or remote ones by the pattern.
       service: a tf.data service dispatcher (``"grpc://host:port"``): read,
         shuffle, batch and parse on its workers (``ReadOptions.service``;
         sharding policy, job sharing and what holds through the service:
@@ -434,22 +426,16 @@ def train_dataset(
 
     Raises (when building; damage found while reading raises
     ``tf.errors.InvalidArgumentError`` naming the shard, see docs/reading.md#damaged-shards):
-      DatasetIncompleteError: no ``dataset_info.json`` (conversion unfinished
-        or failed; :class:`DatasetFailedError` if the converter said why).
+      DatasetIncompleteError: no ``dataset_info.json`` (unfinished or failed:
+        :class:`DatasetFailedError` if the converter said why).
       ShardSelectionError: the pattern/split selects nothing or several splits.
       ShardNotFoundError: a listed shard is missing.
       ShardMismatchError: a shard's size differs from the metadata (truncated
         or replaced; only logged with ``skip_corrupt``).
       SpecError: metadata damaged or from a newer recordprep.
 
-    Example, one input pipeline per worker under a ``tf.distribute`` strategy::
-
-        def make(ctx):
-            return readers.train_dataset(
-                "gs://b/out/train-*", ctx.get_per_replica_batch_size(1024),
-                seed=7, input_context=ctx)
-
-        ds = strategy.distribute_datasets_from_function(make)
+    One input pipeline per worker under a ``tf.distribute`` strategy:
+    docs/reading.md#distribution.
     """
     req = TrainRequest(batch_size, split, label_key, features, shuffle_buffer, seed, num_epochs, cache,
                        deterministic, drop_remainder, input_context, skip_corrupt, options, service)
