@@ -161,7 +161,7 @@ def test_readers_on_s3_name_a_failed_or_missing_output(s3_stack, tmp_path, monke
 
 
 def test_worker_processes_convert_s3_to_s3_like_a_local_run(s3_dataset, s3_stack):
-    """Multi-process workers (``pipelines._worker``: Beam's S3 file system loaded because a path uses it)."""
+    """Multi-process workers (``pipelines.local.worker``: Beam's S3 file system loaded because a path uses it)."""
     worker_processes_convert_like_local(s3_stack, f"{s3_dataset['s3_in']}/*.avro", s3_dataset["paths"]["config"],
                                         s3_dataset["local"], "workers/out")
 
