@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -37,9 +38,10 @@ from convert.vectorize import VectorBatch, Vectorizer
 
 #: Name of the analysis file when the metadata does not say (``analysis_file``).
 DEFAULT_ANALYSIS_FILENAME = "analysis.json"
-#: How many times a reader re-reads the metadata and the analysis when they belong to different
-#: runs (a conversion replaced the output between the two reads).
-_CONSISTENT_READ_ATTEMPTS = 3
+#: Pauses (s) before a reader reads the metadata and the analysis again while they belong to
+#: different runs: a replacing conversion writes its analysis, then its statistics, removes its
+#: temp files, and writes the metadata last, which can take seconds on an object store.
+_CONSISTENT_READ_PAUSES_S = (0.2, 0.5, 1.0, 2.0, 4.0, 8.0)
 
 
 class AnalysisReplacedError(SpecError):
@@ -142,15 +144,15 @@ class OutputAnalysis:
 def read_output_analysis(read: Callable[[str], bytes | None], root: str, metadata_path: str,
                          join: Callable[[str, str], str]) -> OutputAnalysis:
     """The output's metadata and the analysis file of the same run, through ``read`` (a path's
-    bytes, ``None`` when absent): both are re-read, up to a few times, while the analysis does
-    not match the metadata's digest, so a reader never pairs one run's metadata with another
-    run's vocabularies.
+    bytes, ``None`` when absent): both are read again, with growing pauses (about 16 s in all),
+    while the analysis does not match the metadata's digest, so a reader never pairs one run's
+    metadata with another run's vocabularies.
 
     Raises:
       SpecError: no metadata or analysis, damaged files, or still mismatched after the retries
         (:class:`AnalysisReplacedError`).
     """
-    for attempt in range(_CONSISTENT_READ_ATTEMPTS):
+    for pause in (*_CONSISTENT_READ_PAUSES_S, None):
         meta = read(metadata_path)
         if meta is None:
             raise SpecError(f"{root}: no {METADATA_FILENAME}; point at a completed recordprep output")
@@ -163,8 +165,9 @@ def read_output_analysis(read: Callable[[str], bytes | None], root: str, metadat
         try:
             return OutputAnalysis.from_json(info, analysis, source=root)
         except AnalysisReplacedError:
-            if attempt == _CONSISTENT_READ_ATTEMPTS - 1:
+            if pause is None:
                 raise
+            time.sleep(pause)
     raise AssertionError("unreachable")
 
 

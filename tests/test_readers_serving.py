@@ -752,11 +752,14 @@ def test_metadata_binds_the_analysis_and_vocabularies_of_its_run(output):
         assert v["sha256"] == digest(output / v["file"])
 
 
-def test_a_reader_never_pairs_one_runs_metadata_with_anothers_analysis(output, tmp_path):
+def test_a_reader_never_pairs_one_runs_metadata_with_anothers_analysis(output, tmp_path, monkeypatch):
     """A conversion replacing the output writes the analysis, then the metadata: a reader
     between the two sees the old metadata and the new analysis. It reads both again."""
+    from convert import apply
     from convert.apply import AnalysisReplacedError, read_output_analysis
     from convert.spec import SpecError
+
+    monkeypatch.setattr(apply, "_CONSISTENT_READ_PAUSES_S", (0.0, 0.0))  # no waiting in the test
 
     other = tmp_path / "other"
     other.mkdir()
@@ -784,10 +787,13 @@ def test_a_reader_never_pairs_one_runs_metadata_with_anothers_analysis(output, t
 
     def always_mixed(path: str) -> bytes:
         name = os.path.basename(path)
+        reads.append(name)
         return old[name] if name == "dataset_info.json" else new[name]
 
+    reads.clear()
     with pytest.raises(AnalysisReplacedError, match="replaced by another conversion while it was read"):
         read_output_analysis(always_mixed, "out", "out/dataset_info.json", os.path.join)
+    assert reads.count("dataset_info.json") == 3  # the first read and one after each pause
     # transform_layer reads through the same function: a hand-edited analysis is refused.
     edited = tmp_path / "edited"
     shutil.copytree(output, edited)
