@@ -24,9 +24,10 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
-    from pipelines.job import ConvertResult, OutputExistsError, OutputPathError, run_convert
+    from pipelines.job import ConvertResult, run_convert
     from pipelines.lock import LockHeldError
     from pipelines.options import ConvertOptions, OptionsError
+    from pipelines.output_guard import OutputExistsError, OutputPathError
     from pipelines.plan import InputError, Plan
     from pipelines.run_files import ConversionFailed
 
@@ -50,8 +51,8 @@ _LAZY = {
     "InputError": "pipelines.plan",
     "LockHeldError": "pipelines.lock",
     "OptionsError": "pipelines.options",
-    "OutputExistsError": "pipelines.job",
-    "OutputPathError": "pipelines.job",
+    "OutputExistsError": "pipelines.output_guard",
+    "OutputPathError": "pipelines.output_guard",
     "Plan": "pipelines.plan",
     "run_convert": "pipelines.job",
 }

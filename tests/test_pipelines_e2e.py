@@ -15,8 +15,9 @@ from _expected_values import tokens
 from _pipelines_data import make_records, without_run_id, write_dataset
 
 from convert.spec import FAILURE_FILENAME, METADATA_FILENAME
-from pipelines.job import OutputExistsError, run_convert
+from pipelines.job import run_convert
 from pipelines.options import ConvertOptions
+from pipelines.output_guard import OutputExistsError
 from pipelines.run_files import ConversionFailed
 
 pytestmark = pytest.mark.slow

@@ -521,8 +521,9 @@ def test_a_full_disk_leaves_a_failure_marker_and_frees_the_temp_files(tmp_path):
 
 @pytest.mark.slow
 def test_on_gcs_overwrite_keeps_unknown_objects_and_an_overlapping_output_is_refused(data, tmp_path, remote_stack):
-    from pipelines.job import OutputExistsError, OutputPathError, run_convert
+    from pipelines.job import run_convert
     from pipelines.options import ConvertOptions
+    from pipelines.output_guard import OutputExistsError, OutputPathError
 
     bucket = remote_stack.storage_client().bucket(remote_stack.bucket)
     out = f"gs://{remote_stack.bucket}/safety/out"

@@ -120,9 +120,10 @@ def _exit_codes(verbose: bool) -> Iterator[None]:
     failed run; anything else by its reason (the traceback with ``--verbose``)."""
     from convert.config import ConfigError
     from convert.splits import SplitError
-    from pipelines.job import OutputExistsError, OutputPathError, failure_reason
+    from pipelines.job import failure_reason
     from pipelines.lock import LockHeldError
     from pipelines.options import OptionsError
+    from pipelines.output_guard import OutputExistsError, OutputPathError
     from pipelines.plan import InputError
     from pipelines.run_files import ConversionFailed
 
