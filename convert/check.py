@@ -52,7 +52,6 @@ from convert.sources import (
     detect_format,
     iter_records,
     read_avro_schema,
-    read_parquet_schema,
 )
 
 __all__ = [
@@ -557,6 +556,10 @@ def _probe(path: str, open_file: Callable[[str], IO[bytes]]) -> tuple[str, Any]:
             f.seek(0)
             fmt = detect_format(path, head)
             if fmt == "parquet":  # its Avro-equivalent schema (convert.parquet_types)
+                from convert.parquet import (
+                    read_parquet_schema,  # pyarrow, only where Parquet is read
+                )
+
                 return "avro", read_parquet_schema(f, path)
             if fmt != "avro":
                 return "json", None

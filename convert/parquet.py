@@ -20,27 +20,35 @@ reference path.
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Iterator
 from typing import IO, Any
 
-import pyarrow as pa
-import pyarrow.parquet as pq
+# A local conversion's processes mark pyarrow absent (``sys.modules[name] = None``, as where it is
+# not installed) so that Beam skips its optional Arrow support (pipelines/local/worker.py); reading
+# Parquet needs it, so the mark is lifted when a Parquet file is first met.
+for _name in ("pyarrow", "pyarrow_hotfix"):
+    if _name in sys.modules and sys.modules[_name] is None:
+        del sys.modules[_name]
 
-from convert.parquet_records import table_records
-from convert.parquet_types import avro_schema, is_columnar_type, partition_fields, raw_array
-from convert.source_types import DEFAULT_MAX_BLOCK_BYTES, InputFileError, RecordBatch, mb, quoted
+import pyarrow as pa  # noqa: E402 - after the mark is lifted
+import pyarrow.parquet as pq  # noqa: E402
+
+from convert.parquet_records import table_records  # noqa: E402
+from convert.parquet_types import avro_schema, is_columnar_type, partition_fields, raw_array  # noqa: E402
+from convert.source_types import (  # noqa: E402
+    DEFAULT_MAX_BLOCK_BYTES,
+    PARQUET_MAGIC,
+    InputFileError,
+    RecordBatch,
+    is_parquet,
+    mb,
+    quoted,
+)
 
 __all__ = ["PARQUET_MAGIC", "is_parquet", "iter_parquet", "read_parquet_schema", "row_group_offsets"]
 
 _log = logging.getLogger("recordprep")
-
-PARQUET_MAGIC = b"PAR1"
-
-
-def is_parquet(path: str, head: bytes) -> bool:
-    """Whether a file is Parquet: its magic, or (to report a bad one) its name."""
-    return head.startswith(PARQUET_MAGIC) or path.lower().endswith(".parquet")
-
 
 def _open(f: IO[bytes], path: str) -> pq.ParquetFile:
     f.seek(0)

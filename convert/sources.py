@@ -64,7 +64,6 @@ from convert.avro_records import (
 )
 from convert.column_records import ColumnRecords
 from convert.jsonl import iter_json
-from convert.parquet import is_parquet, iter_parquet, read_parquet_schema
 from convert.source_types import (
     AVRO_MAGIC,
     DEFAULT_MAX_BLOCK_BYTES,
@@ -75,6 +74,7 @@ from convert.source_types import (
     MAX_ERROR_TEXT_BYTES,
     InputFileError,
     RecordBatch,
+    is_parquet,
     quoted,
 )
 
@@ -82,7 +82,7 @@ __all__ = [
     "AVRO_DECODERS", "AVRO_MAGIC", "DEFAULT_MAX_BLOCK_BYTES", "DEFAULT_MAX_RECORD_BYTES", "GZIP_MAGIC",
     "MAX_AVRO_BLOCK_BYTES", "MAX_AVRO_EMPTY_RECORDS", "MAX_ERROR_TEXT_BYTES", "VALUE_FIELD", "ColumnRecords",
     "InputFileError", "RecordBatch", "detect_format", "is_record_schema", "is_splittable", "iter_avro",
-    "iter_json", "iter_parquet", "iter_records", "read_avro_schema", "read_parquet_schema", "read_record_schema",
+    "iter_json", "iter_records", "read_avro_schema", "read_record_schema",
 ]
 
 
@@ -136,6 +136,8 @@ def read_record_schema(f: IO[bytes], path: str) -> dict[str, Any] | None:
     fmt = detect_format(path, f.read(4))
     f.seek(0)
     if fmt == "parquet":
+        from convert.parquet import read_parquet_schema  # pyarrow, only where Parquet is read
+
         return read_parquet_schema(f, path)
     return read_avro_schema(f, path) if fmt == "avro" else None
 
@@ -315,5 +317,7 @@ def iter_records(f: IO[bytes], path: str, start: int = 0, end: int | None = None
     if fmt == "avro":
         return iter_avro(f, path, start, end, batch_size, avro_decoder, record_json, max_block_bytes)
     if fmt == "parquet":
+        from convert.parquet import iter_parquet  # pyarrow, only where Parquet is read
+
         return iter_parquet(f, path, start, end, batch_size, avro_decoder, record_json, max_block_bytes)
     return iter_json(f, path, start, end, batch_size, json_records_path, max_record_bytes)

@@ -7,6 +7,9 @@ Parquet through the CLI."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pyarrow as pa
@@ -94,6 +97,24 @@ def test_row_groups_of_one_file_spread_over_work_units(tmp_path):
         for i, s in enumerate(sp["shards"]):
             per_unit[i] = per_unit.get(i, 0) + s["num_records"]
     assert sum(sizes) == 600 and len([n for n in per_unit.values() if n]) >= 3, per_unit
+
+
+@pytest.mark.parametrize("warm", ["1", "0"])  # workers forked from the launcher, or new interpreters
+def test_worker_processes_and_the_cli_launcher_read_parquet(tmp_path, warm):
+    """A local run's launcher and worker processes mark pyarrow absent for Beam
+    (pipelines/local/worker.py); a Parquet input lifts it: `recordprep convert --workers 2`
+    writes the bytes of an in-process run."""
+    records = make_records(600)
+    root = tmp_path / "d"
+    paths = write_dataset(root, records)
+    pq.write_table(pa.Table.from_pylist(records, schema=ARROW), root / "one.parquet", row_group_size=40)
+    _convert(root / "one.parquet", paths["config"], tmp_path / "inproc", num_shards=3, workers=1)
+    r = subprocess.run([sys.executable, "-m", "pipelines.cli", "convert", "-i", str(root / "one.parquet"), "-c",
+                        str(paths["config"]), "-o", str(tmp_path / "workers"), "--num-shards", "3", "--workers", "2"],
+                       capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "RECORDPREP_WARM_WORKERS": warm})
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert _shards(tmp_path / "workers") == _shards(tmp_path / "inproc")
 
 
 def test_hive_partition_directories_are_fields(tmp_path):
