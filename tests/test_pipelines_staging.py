@@ -17,7 +17,7 @@ import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.portability.stager import Stager
 
-from convert import example, prepare, tfrecord
+from convert import example, prepare_values, tfrecord
 from pipelines.staging import build_wheel, needs_staging, staging_args
 
 
@@ -32,7 +32,7 @@ def test_wheel_holds_the_packages_and_base_requirements_only(tmp_path):
         assert mod in names
     # Compiled modules only under this platform's full suffix, which no other platform or Python imports
     ext = sysconfig.get_config_var("EXT_SUFFIX")
-    assert ("convert/_tokens" + ext in names) == (prepare._TokenTable is not None)
+    assert ("convert/_tokens" + ext in names) == (prepare_values._TokenTable is not None)
     assert ("convert/_example" + ext in names) == (example._encode_c is not None)
     assert ("convert/_tfrecord" + ext in names) == (tfrecord._frame_c is not None)
     assert all(n.endswith((".py", ext)) or ".dist-info/" in n for n in names), sorted(names)
@@ -62,7 +62,7 @@ def test_pip_installs_the_wheel_and_workers_can_use_it(tmp_path):
         "assert convert.vectorize.__file__.startswith(sys.argv[1]), convert.vectorize.__file__;"
         "assert 'tensorflow' not in sys.modules;"
         + "".join(f"import convert.{m}; assert convert.{m}.__file__.startswith(sys.argv[1]);"  # the staged C paths
-                  for m, built in (("_tokens", prepare._TokenTable), ("_example", example._encode_c),
+                  for m, built in (("_tokens", prepare_values._TokenTable), ("_example", example._encode_c),
                                    ("_tfrecord", tfrecord._frame_c)) if built is not None)
         + "print('ok')"
     )
