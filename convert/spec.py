@@ -97,6 +97,52 @@ class MetadataNotJSONError(SpecError):
     """The metadata file is not valid JSON: damaged, or being replaced right now (waiters retry)."""
 
 
+def _finite(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+
+
+#: How far (relative to the larger of ``|min|``, ``|max|``) a mean may stray outside
+#: ``[min, max]`` by rounding: a merged mean of equal values is not always exact.
+_MEAN_SLACK = 1e-6
+
+
+def statistics_problems(name: str, st: Mapping[str, Any]) -> list[str]:
+    """What in one feature's statistics no data can give, for the keys present: a mean or
+    std that is not a finite number, ``std < 0``, a min or max that is not a finite number
+    or null, ``min > max``, a mean outside ``[min, max]``, boundaries that are not finite
+    and strictly increasing. Each problem names the feature, the key and the value.
+
+    The one check of statistics shared by the metadata's feature params (every reader of
+    ``dataset_info.json``), ``analysis.json`` (``--analysis-from``, ``verify``, the serving
+    layer): an edited value would otherwise scale every value of the feature by it."""
+    out = []
+    for key in ("mean", "std"):
+        if key in st and not _finite(st[key]):
+            out.append(f"stats of {name!r}: {key!r} must be a finite number, found {_short(st[key])}")
+    if _finite(st.get("std")) and st["std"] < 0:
+        out.append(f"stats of {name!r}: 'std' must be >= 0 (0: a constant feature, scaled by 1), "
+                   f"found {_short(st['std'])}")
+    lo, hi, mean = st.get("min"), st.get("max"), st.get("mean")
+    for key, v in (("min", lo), ("max", hi)):
+        if v is not None and not _finite(v):
+            out.append(f"stats of {name!r}: {key!r} must be a finite number or null, found {_short(v)}")
+    if _finite(lo) and _finite(hi):
+        if lo > hi:
+            out.append(f"stats of {name!r}: 'min' {_short(lo)} is above 'max' {_short(hi)}")
+        elif _finite(mean):
+            slack = _MEAN_SLACK * max(abs(lo), abs(hi))
+            if not lo - slack <= mean <= hi + slack:
+                out.append(f"stats of {name!r}: 'mean' {_short(mean)} is outside 'min' {_short(lo)} .. "
+                           f"'max' {_short(hi)} (no data has such a mean)")
+    if "boundaries" in st:
+        b = st["boundaries"]
+        if not isinstance(b, list) or not all(_finite(x) for x in b):
+            out.append(f"stats of {name!r}: 'boundaries' must be a list of finite numbers, found {_short(b)}")
+        elif any(x >= y for x, y in zip(b, b[1:], strict=False)):
+            out.append(f"stats of {name!r}: 'boundaries' must increase strictly, found {_short(b)}")
+    return out
+
+
 class _BoundedRepr(reprlib.Repr):
     """``repr`` cut to a bounded size whatever the value: one quoted in an error
     message may be an alias bomb, a megabyte string or an integer of a million digits."""
@@ -306,6 +352,13 @@ class FeatureSpec:
             check_name(self.params["vocabulary_file"], f"{where}: vocabulary_file")
         if "classes" in self.params:
             _check_classes(self, where)
+        stats = self.params.get("stats")
+        if stats is not None:
+            if not isinstance(stats, Mapping):
+                raise SpecError(f"{where}: params.stats must be an object, found {_short(stats)}")
+            problems = statistics_problems(self.name, stats)
+            if problems:
+                raise SpecError(f"{where}: {'; '.join(problems)}; re-run the conversion")
 
     @property
     def size(self) -> int:
@@ -554,7 +607,25 @@ def _splits_from_json(raw: Any, source: str) -> dict[str, SplitInfo]:
                 num_bytes=_count(s.get("num_bytes"), f"{at}: num_bytes"),
             ))
         splits[name] = SplitInfo(name=name, shards=tuple(shards))
+    _check_shards_listed_once(splits, source)
     return splits
+
+
+def _check_shards_listed_once(splits: Mapping[str, SplitInfo], source: str) -> None:
+    """Every shard file is listed once, in one split: the converter names each shard by its
+    split, index and run, so a file listed twice (readers would read its records twice) or
+    in two splits (evaluation on training records) is an edited or damaged metadata file."""
+    owner: dict[str, str] = {}
+    for name, sp in splits.items():
+        for shard in sp.shards:
+            first = owner.get(shard.file)
+            owner[shard.file] = name
+            if first is not None:
+                where = f"twice in split {_short(name)}" if first == name else \
+                    f"in split {_short(first)} and in split {_short(name)}"
+                raise SpecError(f"{source}: shard {_short(shard.file)} is listed {where}; readers would read "
+                                f"its records twice{'' if first == name else ' (evaluation on training records)'}. "
+                                f"The metadata was edited or damaged: re-run the conversion")
 
 
 def _check_listed_files(d: Mapping[str, Any], source: str) -> None:
