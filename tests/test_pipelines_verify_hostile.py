@@ -161,3 +161,16 @@ def test_verify_hashes_vocabularies_in_blocks(made, tmp_path, monkeypatch):
     report = verify_mod.verify_output(str(out))
     assert [p for p in report.problems if "color.txt" in p and "sha256 differs" in p], report.problems
     assert content_digest(vocab.read_bytes()) not in json.dumps(report.problems)
+
+
+def test_inspect_reads_a_directory_whose_name_has_glob_characters(made, tmp_path):
+    parent = tmp_path / "parent"
+    shutil.copytree(made["out"], parent)  # another dataset in the parent directory
+    shutil.copytree(made["out"], parent / "ds[1]")
+    _edit_json(parent / "ds[1]" / "dataset_info.json", lambda d: d["counts"].update(read=4242))
+    for path in (parent / "ds[1]", f"{parent / 'ds[1]'}/", parent / "ds[1]" / "train-*"):
+        r = runner.invoke(app, ["inspect", str(path), "-n", "1"])
+        assert r.exit_code == 0, r.output
+        assert f"dataset: {parent / 'ds[1]'}\n" in r.output and "records read 4242" in r.output, r.output
+    r = runner.invoke(app, ["inspect", str(parent / "train-*"), "-n", "1"])  # a pattern still names its directory
+    assert r.exit_code == 0 and f"dataset: {parent}\n" in r.output, r.output
