@@ -96,6 +96,9 @@ def convert(
             overwrite=overwrite, force=force, beam_args=tuple(beam_args or ()), progress=progress, workers=workers,
             pre_fork=True,  # the CLI's own process: its workers may fork from it (pipelines.local.warm)
         )
+        from pipelines import remote
+
+        remote.check_paths(opts, check_against)  # --check-against too: refused before the run, not after its commit
         if dry_run:
             _print_plan(opts)
             return
@@ -125,11 +128,12 @@ def _exit_codes(verbose: bool) -> Iterator[None]:
     from pipelines.options import OptionsError
     from pipelines.output_guard import OutputExistsError, OutputPathError
     from pipelines.plan import InputError
+    from pipelines.remote import RemotePathError
     from pipelines.run_files import ConversionFailed
 
     try:
         yield
-    except (ConfigError, OptionsError, SplitError, InputError, OutputPathError) as e:
+    except (ConfigError, OptionsError, SplitError, InputError, OutputPathError, RemotePathError) as e:
         fail(str(e), 2)
     except (ConversionFailed, OutputExistsError, LockHeldError, FileNotFoundError) as e:
         fail(getattr(e, "message", None) or str(e))

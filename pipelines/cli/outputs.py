@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from pipelines.cli.base import DRIFT_THRESHOLD_HELP, echo, fail, gate, thresholds
+from pipelines.cli.base import DRIFT_THRESHOLD_HELP, echo, fail, gate, thresholds, usage_errors
 
 
 def inspect(
@@ -19,8 +19,9 @@ def inspect(
     from pipelines.cli.inspect import InspectError, inspect_output
 
     try:
-        for line in inspect_output(output, examples, split):
-            echo(line)
+        with usage_errors():
+            for line in inspect_output(output, examples, split):
+                echo(line)
     except InspectError as e:
         fail(str(e))
 
@@ -33,7 +34,8 @@ def verify(
     from pipelines.cli.verify import verify_output
 
     try:
-        report = verify_output(output)
+        with usage_errors():
+            report = verify_output(output)
     except InspectError as e:
         fail(str(e))
     if report.ok:
@@ -64,7 +66,8 @@ def report(
 
     limits = thresholds(drift_threshold)
     try:
-        rep = build_report(output, against, limits)
+        with usage_errors():
+            rep = build_report(output, against, limits)
     except ReportError as e:
         fail(str(e))
     for path, render in ((html, lambda: render_html(rep)),
