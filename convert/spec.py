@@ -540,6 +540,7 @@ class DatasetInfo:
         if label_key is not None and not isinstance(label_key, str):
             raise SpecError(f"{source}: label_key {_short(label_key)} must be a string or null")
         _check_listed_files(d, source)
+        _check_vocabulary_sizes(features, d.get("vocabularies", {}), source)
         _check_shuffle(d.get("shuffle"), source)
         core = {"format_version", "features", "label_key", "compression", "splits", "layout"}
         return cls(
@@ -648,6 +649,24 @@ def _check_listed_files(d: Mapping[str, Any], source: str) -> None:
         check_name(d["analysis_file"], f"{source}: analysis_file")
     if "stats_file" in d:
         check_name(d["stats_file"], f"{source}: stats_file")
+
+
+def _check_vocabulary_sizes(features: tuple[FeatureSpec, ...], vocabularies: Mapping[str, Any], source: str) -> None:
+    """Each feature's ``vocab_size`` is what its vocabulary's term count (``vocabularies``) gives:
+    the terms, plus the padding id and the OOV ids when it has them (``oov_ids``). An edited size
+    would give the model an embedding smaller than the ids the shards and the serving layer hold."""
+    terms = {v.get("file"): v.get("terms") for v in vocabularies.values()}
+    for f in features:
+        n = terms.get(f.params.get("vocabulary_file"))
+        if isinstance(n, bool) or not isinstance(n, int) or "vocab_size" not in f.params:
+            continue
+        oov = f.params.get("oov_ids")
+        reserved = 1 + len(oov) if isinstance(oov, list) else 0
+        if f.params["vocab_size"] != n + reserved:
+            extra = f" + {reserved} padding and OOV ids" if reserved else ""
+            raise SpecError(f"{source}: feature {_short(f.name)}: vocab_size {f.params['vocab_size']} is not what its "
+                            f"vocabulary {f.params['vocabulary_file']} holds ({n} terms{extra}); the metadata was "
+                            f"edited or damaged: re-run the conversion")
 
 
 #: Record orders of an output's shards (``shuffle.order`` in the metadata).

@@ -97,9 +97,24 @@ def _set_vocab_size(info, size: int = 3):
     next(f for f in info["features"] if f["name"] == "color")["params"]["vocab_size"] = size
 
 
-def test_an_analysis_contradicting_the_metadatas_vocab_size_is_refused(made, tmp_path):
+def test_a_vocab_size_its_vocabulary_does_not_give_is_refused_by_every_reader(made, tmp_path):
+    import readers
+
     out = _copy(made, tmp_path)
     _edit_json(out / "dataset_info.json", _set_vocab_size)
+    words = "vocab_size 3 is not what its vocabulary vocab/color.txt holds"
+    r = _verify(out)
+    assert r.exit_code == 1 and words in r.output, r.output
+    with pytest.raises(SpecError, match=words):
+        readers.load_info(str(out))
+    with pytest.raises(SpecError, match=words):
+        OutputAnalysis.load(out)
+
+
+def test_an_analysis_contradicting_the_metadatas_vocab_size_is_refused(made, tmp_path):
+    out = _copy(made, tmp_path)
+    # the metadata edited consistently with itself (size and term count), not with the analysis
+    _edit_json(out / "dataset_info.json", lambda d: (_set_vocab_size(d), d["vocabularies"]["color"].update(terms=1)))
     r = _verify(out)
     assert r.exit_code == 1 and "'color'" in r.output and "vocab_size is 3" in r.output, r.output
     with pytest.raises(SpecError, match="contradicts"):
