@@ -11,7 +11,7 @@ from pipelines.cli.base import DRIFT_THRESHOLD_HELP, echo, fail, gate, threshold
 
 
 def inspect(
-    output: Annotated[str, typer.Argument(help="A recordprep output directory (or a shard pattern inside it).")],
+    output: Annotated[str, typer.Argument(help="A recordprep output directory, whatever characters its name has (or a shard pattern inside it: OUT/train-*).")],
     examples: Annotated[int, typer.Option("--examples", "-n", help="How many decoded examples to print.")] = 3,
     split: Annotated[str | None, typer.Option(help="Split to show examples from (default: the first).")] = None,
 ) -> None:
@@ -29,7 +29,7 @@ def inspect(
 def verify(
     output: Annotated[str, typer.Argument(help="A recordprep output directory.")],
 ) -> None:
-    """Re-read every shard (CRCs, record counts, features vs spec) and compare with the metadata, check analysis.json; exit 1 on any difference."""
+    """Re-read every shard (CRCs, record counts, features vs spec) and compare with the metadata; check analysis.json (its content, against the metadata's spec) and the digests of it and every vocabulary; exit 1 on any difference."""
     from pipelines.cli.inspect import InspectError
     from pipelines.cli.verify import verify_output
 

@@ -2,10 +2,15 @@
 
 Checks every shard listed in ``dataset_info.json``: it exists, its size and
 record count match, every record's CRCs are intact, and every record decodes
-to exactly the features of the spec with the right dtype and shape; and the
+to exactly the features of the spec with the right dtype and shape; the
 output's ``analysis.json`` holds what the converter writes
 (``convert.analysis.analysis_problems``), since a later run may reuse it
-(``--analysis-from``). Runs without TensorFlow (conversion machines don't have it).
+(``--analysis-from``), and agrees with the metadata's feature spec
+(``convert.apply.analysis_contradictions``); and the analysis and every
+vocabulary are the files the metadata was committed with (their sha256, read in
+blocks), the digests present as every run writes them. Metadata no run writes
+(a shard listed twice or in two splits, impossible statistics) is refused when
+it is loaded. Runs without TensorFlow (conversion machines don't have it).
 """
 
 from __future__ import annotations
