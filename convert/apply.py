@@ -185,15 +185,19 @@ def check_reused_analysis(read: Callable[[str], bytes | None], root: str, join: 
     is the analysis that ``root``'s metadata was committed with (``analysis_sha256``) and agrees
     with its feature spec (:func:`analysis_contradictions`), so no edited or replaced analysis
     scales a new output. ``read``: a path's bytes, ``None`` when absent. A directory without
-    metadata (an analysis file on its own) has nothing to check it against: its content is
-    checked by ``Analysis.load`` only."""
+    metadata (an analysis file on its own) has nothing to check it against, nor metadata
+    without a digest or config (older versions) for what it lacks: the analysis' content is
+    checked by ``Analysis.load`` either way."""
     metadata_path = join(root, METADATA_FILENAME)
     meta = read(metadata_path)
     if meta is None:
         return
     where = f"--analysis-from {root}"
     try:
-        OutputAnalysis.from_json(DatasetInfo.loads(meta, source=metadata_path), raw, source=where)
+        info = DatasetInfo.loads(meta, source=metadata_path)
+        check_digest(info.extra.get("analysis_sha256"), raw, f"{where}: the analysis file")
+        if isinstance(info.extra.get("config"), Mapping):  # the feature spec it gives (older outputs: none)
+            OutputAnalysis.from_json(info, raw, source=where)
     except SpecError as e:
         raise AnalysisMismatchError(f"{e}; point --analysis-from at a completed recordprep output") from None
 
