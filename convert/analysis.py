@@ -31,7 +31,7 @@ from convert.records import (
     to_float,
     tokenize,
 )
-from convert.spec import MAX_LABEL_CLASSES
+from convert.spec import MAX_LABEL_CLASSES, statistics_problems
 
 
 def _feature_getter(f: FeatureConfig) -> Callable[[Any], Any]:
@@ -239,25 +239,7 @@ def _stats_problems(name: str, st: Any) -> list[str]:
         return [f"stats of {name!r} lack {', '.join(map(repr, absent))} (the converter writes {', '.join(_STATS_KEYS)})"]
     out = [f"stats of {name!r}: {k!r} must be an integer >= 0, found {_short(st[k])}"
            for k in ("count", "missing") if not _count_ok(st[k])]
-    for key in ("mean", "std"):
-        if not _num(st[key]):
-            out.append(f"stats of {name!r}: {key!r} must be a finite number, found {_short(st[key])}")
-    if _num(st.get("std")) and st["std"] < 0:
-        out.append(f"stats of {name!r}: 'std' must be >= 0 (0: a constant feature, scaled by 1), "
-                   f"found {_short(st['std'])}")
-    lo, hi = st.get("min"), st.get("max")
-    for key, v in (("min", lo), ("max", hi)):
-        if v is not None and not _num(v):
-            out.append(f"stats of {name!r}: {key!r} must be a finite number or null, found {_short(v)}")
-    if _num(lo) and _num(hi) and lo > hi:
-        out.append(f"stats of {name!r}: 'min' {_short(lo)} is above 'max' {_short(hi)}")
-    if "boundaries" in st:
-        b = st["boundaries"]
-        if not isinstance(b, list) or not all(_num(x) for x in b):
-            out.append(f"stats of {name!r}: 'boundaries' must be a list of finite numbers, found {_short(b)}")
-        elif any(x >= y for x, y in zip(b, b[1:], strict=False)):
-            out.append(f"stats of {name!r}: 'boundaries' must increase strictly, found {_short(b)}")
-    return out
+    return out + statistics_problems(name, st)
 
 
 def _vocabulary_problems(name: str, terms: Any) -> list[str]:

@@ -31,7 +31,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from convert.analysis import Analysis
+from convert.analysis import Analysis, AnalysisMismatchError
 from convert.config import Config, ConfigError, parse_config
 from convert.spec import METADATA_FILENAME, DatasetInfo, SpecError, check_name
 from convert.vectorize import VectorBatch, Vectorizer
@@ -107,7 +107,12 @@ class OutputAnalysis:
         for f in config.features:
             if f.needs_vocabulary and not isinstance(analysis["vocabularies"].get(f.name), list):
                 raise SpecError(f"{source}: the analysis has no vocabulary for feature {f.name!r}; re-run the conversion")
-        return cls(info=info, config=config, analysis=Analysis.from_json(analysis))
+        parsed = Analysis.from_json(analysis)
+        contradictions = analysis_contradictions(info, config, parsed)
+        if contradictions:
+            raise SpecError(f"{source}: the analysis contradicts {METADATA_FILENAME}: {'; '.join(contradictions)}. "
+                            f"One of the two was edited or damaged; re-run the conversion")
+        return cls(info=info, config=config, analysis=parsed)
 
     @classmethod
     def load(cls, output: str | Path) -> OutputAnalysis:
@@ -139,6 +144,62 @@ class OutputAnalysis:
         ``label=True`` treats it as a conversion does (a record without it is rejected).
         """
         return self.vectorizer(label=label).vectorize(records)
+
+
+#: The feature params the analysis determines (the rest come from the config, which
+#: earlier versions listed in full).
+_FROM_ANALYSIS = ("vocab_size", "stats", "boundaries", "classes", "oov_ids")
+
+
+def analysis_contradictions(info: DatasetInfo, config: Config, analysis: Analysis) -> list[str]:
+    """Where the feature spec that ``config`` and ``analysis`` give (what the converter wrote
+    into the metadata from them) differs from ``info``'s, each naming the feature and the
+    parameter: a vocabulary of 500 terms beside a metadata ``vocab_size`` of 10 would make
+    the serving layer emit ids the model's embedding does not have."""
+    try:
+        derived = {s.name: s for s in Vectorizer(config, analysis).feature_specs()}
+    except ValueError as e:  # a vocabulary the config needs is absent
+        return [str(e)]
+    listed = {f.name: f for f in info.features}
+    out = [f"feature {name!r} is in the metadata only" for name in listed if name not in derived]
+    out += [f"feature {name!r} is in the analysis' config only" for name in derived if name not in listed]
+    for name in derived.keys() & listed.keys():
+        # through JSON, as the metadata was written: tuples become lists
+        mine = json.loads(json.dumps(derived[name].to_json(), default=str))
+        theirs = listed[name].to_json()
+        pairs = [(k, theirs.get(k), mine.get(k)) for k in ("dtype", "shape")]
+        pairs += [(k, theirs["params"].get(k), mine["params"].get(k)) for k in _FROM_ANALYSIS]
+        out += [f"feature {name!r}: the metadata's {k} is {_brief(a)}, the analysis gives {_brief(b)}"
+                for k, a, b in pairs if a != b]
+    return out
+
+
+def _brief(v: Any) -> str:
+    text = repr(v)
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
+def check_reused_analysis(read: Callable[[str], bytes | None], root: str, join: Callable[[str, str], str],
+                          raw: bytes) -> None:
+    """``--analysis-from root``: raise :class:`AnalysisMismatchError` (a usage error) unless ``raw``
+    is the analysis that ``root``'s metadata was committed with (``analysis_sha256``) and agrees
+    with its feature spec (:func:`analysis_contradictions`), so no edited or replaced analysis
+    scales a new output. ``read``: a path's bytes, ``None`` when absent. A directory without
+    metadata (an analysis file on its own) has nothing to check it against, nor metadata
+    without a digest or config (older versions) for what it lacks: the analysis' content is
+    checked by ``Analysis.load`` either way."""
+    metadata_path = join(root, METADATA_FILENAME)
+    meta = read(metadata_path)
+    if meta is None:
+        return
+    where = f"--analysis-from {root}"
+    try:
+        info = DatasetInfo.loads(meta, source=metadata_path)
+        check_digest(info.extra.get("analysis_sha256"), raw, f"{where}: the analysis file")
+        if isinstance(info.extra.get("config"), Mapping):  # the feature spec it gives (older outputs: none)
+            OutputAnalysis.from_json(info, raw, source=where)
+    except SpecError as e:
+        raise AnalysisMismatchError(f"{e}; point --analysis-from at a completed recordprep output") from None
 
 
 def read_output_analysis(read: Callable[[str], bytes | None], root: str, metadata_path: str,

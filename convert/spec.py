@@ -97,6 +97,52 @@ class MetadataNotJSONError(SpecError):
     """The metadata file is not valid JSON: damaged, or being replaced right now (waiters retry)."""
 
 
+def _finite(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+
+
+#: How far (relative to the larger of ``|min|``, ``|max|``) a mean may stray outside
+#: ``[min, max]`` by rounding: a merged mean of equal values is not always exact.
+_MEAN_SLACK = 1e-6
+
+
+def statistics_problems(name: str, st: Mapping[str, Any]) -> list[str]:
+    """What in one feature's statistics no data can give, for the keys present: a mean or
+    std that is not a finite number, ``std < 0``, a min or max that is not a finite number
+    or null, ``min > max``, a mean outside ``[min, max]``, boundaries that are not finite
+    and strictly increasing. Each problem names the feature, the key and the value.
+
+    The one check of statistics shared by the metadata's feature params (every reader of
+    ``dataset_info.json``), ``analysis.json`` (``--analysis-from``, ``verify``, the serving
+    layer): an edited value would otherwise scale every value of the feature by it."""
+    out = []
+    for key in ("mean", "std"):
+        if key in st and not _finite(st[key]):
+            out.append(f"stats of {name!r}: {key!r} must be a finite number, found {_short(st[key])}")
+    if _finite(st.get("std")) and st["std"] < 0:
+        out.append(f"stats of {name!r}: 'std' must be >= 0 (0: a constant feature, scaled by 1), "
+                   f"found {_short(st['std'])}")
+    lo, hi, mean = st.get("min"), st.get("max"), st.get("mean")
+    for key, v in (("min", lo), ("max", hi)):
+        if v is not None and not _finite(v):
+            out.append(f"stats of {name!r}: {key!r} must be a finite number or null, found {_short(v)}")
+    if _finite(lo) and _finite(hi):
+        if lo > hi:
+            out.append(f"stats of {name!r}: 'min' {_short(lo)} is above 'max' {_short(hi)}")
+        elif _finite(mean):
+            slack = _MEAN_SLACK * max(abs(lo), abs(hi))
+            if not lo - slack <= mean <= hi + slack:
+                out.append(f"stats of {name!r}: 'mean' {_short(mean)} is outside 'min' {_short(lo)} .. "
+                           f"'max' {_short(hi)} (no data has such a mean)")
+    if "boundaries" in st:
+        b = st["boundaries"]
+        if not isinstance(b, list) or not all(_finite(x) for x in b):
+            out.append(f"stats of {name!r}: 'boundaries' must be a list of finite numbers, found {_short(b)}")
+        elif any(x >= y for x, y in zip(b, b[1:], strict=False)):
+            out.append(f"stats of {name!r}: 'boundaries' must increase strictly, found {_short(b)}")
+    return out
+
+
 class _BoundedRepr(reprlib.Repr):
     """``repr`` cut to a bounded size whatever the value: one quoted in an error
     message may be an alias bomb, a megabyte string or an integer of a million digits."""
@@ -306,6 +352,13 @@ class FeatureSpec:
             check_name(self.params["vocabulary_file"], f"{where}: vocabulary_file")
         if "classes" in self.params:
             _check_classes(self, where)
+        stats = self.params.get("stats")
+        if stats is not None:
+            if not isinstance(stats, Mapping):
+                raise SpecError(f"{where}: params.stats must be an object, found {_short(stats)}")
+            problems = statistics_problems(self.name, stats)
+            if problems:
+                raise SpecError(f"{where}: {'; '.join(problems)}; re-run the conversion")
 
     @property
     def size(self) -> int:
@@ -487,6 +540,7 @@ class DatasetInfo:
         if label_key is not None and not isinstance(label_key, str):
             raise SpecError(f"{source}: label_key {_short(label_key)} must be a string or null")
         _check_listed_files(d, source)
+        _check_vocabulary_sizes(features, d.get("vocabularies", {}), source)
         _check_shuffle(d.get("shuffle"), source)
         core = {"format_version", "features", "label_key", "compression", "splits", "layout"}
         return cls(
@@ -554,7 +608,25 @@ def _splits_from_json(raw: Any, source: str) -> dict[str, SplitInfo]:
                 num_bytes=_count(s.get("num_bytes"), f"{at}: num_bytes"),
             ))
         splits[name] = SplitInfo(name=name, shards=tuple(shards))
+    _check_shards_listed_once(splits, source)
     return splits
+
+
+def _check_shards_listed_once(splits: Mapping[str, SplitInfo], source: str) -> None:
+    """Every shard file is listed once, in one split: the converter names each shard by its
+    split, index and run, so a file listed twice (readers would read its records twice) or
+    in two splits (evaluation on training records) is an edited or damaged metadata file."""
+    owner: dict[str, str] = {}
+    for name, sp in splits.items():
+        for shard in sp.shards:
+            first = owner.get(shard.file)
+            owner[shard.file] = name
+            if first is not None:
+                where = f"twice in split {_short(name)}" if first == name else \
+                    f"in split {_short(first)} and in split {_short(name)}"
+                raise SpecError(f"{source}: shard {_short(shard.file)} is listed {where}; readers would read "
+                                f"its records twice{'' if first == name else ' (evaluation on training records)'}. "
+                                f"The metadata was edited or damaged: re-run the conversion")
 
 
 def _check_listed_files(d: Mapping[str, Any], source: str) -> None:
@@ -577,6 +649,24 @@ def _check_listed_files(d: Mapping[str, Any], source: str) -> None:
         check_name(d["analysis_file"], f"{source}: analysis_file")
     if "stats_file" in d:
         check_name(d["stats_file"], f"{source}: stats_file")
+
+
+def _check_vocabulary_sizes(features: tuple[FeatureSpec, ...], vocabularies: Mapping[str, Any], source: str) -> None:
+    """Each feature's ``vocab_size`` is what its vocabulary's term count (``vocabularies``) gives:
+    the terms, plus the padding id and the OOV ids when it has them (``oov_ids``). An edited size
+    would give the model an embedding smaller than the ids the shards and the serving layer hold."""
+    terms = {v.get("file"): v.get("terms") for v in vocabularies.values()}
+    for f in features:
+        n = terms.get(f.params.get("vocabulary_file"))
+        if isinstance(n, bool) or not isinstance(n, int) or "vocab_size" not in f.params:
+            continue
+        oov = f.params.get("oov_ids")
+        reserved = 1 + len(oov) if isinstance(oov, list) else 0
+        if f.params["vocab_size"] != n + reserved:
+            extra = f" + {reserved} padding and OOV ids" if reserved else ""
+            raise SpecError(f"{source}: feature {_short(f.name)}: vocab_size {f.params['vocab_size']} is not what its "
+                            f"vocabulary {f.params['vocabulary_file']} holds ({n} terms{extra}); the metadata was "
+                            f"edited or damaged: re-run the conversion")
 
 
 #: Record orders of an output's shards (``shuffle.order`` in the metadata).

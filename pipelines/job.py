@@ -35,11 +35,13 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
 from convert.analysis import Analysis, AnalysisMismatchError
+from convert.apply import check_reused_analysis
 from convert.config import Config
 from convert.sources import InputFileError
 from convert.spec import FAILURE_FILENAME, FORMAT_VERSION, METADATA_FILENAME
 from pipelines import local, remote
 from pipelines._fs import delete as fs_delete
+from pipelines._fs import read_file
 from pipelines.analyze import AnalysisValue, AnalyzeUnits
 from pipelines.commit import CommitContext, CommitOutput, cleanup_tmp, write_atomic
 from pipelines.convert_pass import ConvertUnits
@@ -139,6 +141,7 @@ def load_analysis(old_output: str, config: Config) -> dict[str, Any]:
         raise AnalysisMismatchError(f"--analysis-from {old_output}: {path} is not a recordprep analysis "
                                     f"({type(e).__name__}: {str(e)[:200]}); point it at a completed recordprep output") from None
     analysis = Analysis.load(data, where=f"--analysis-from {old_output}: {path}")
+    check_reused_analysis(read_file, old_output, FileSystems.join, raw)  # the metadata's digest and spec
     unverified = analysis.check_config(config, where=f"--analysis-from {old_output}: its {ANALYSIS_FILENAME}")
     if unverified:
         log.warning("--analysis-from %s: %s predates recording transforms and options; it has vocabularies/statistics "

@@ -86,6 +86,17 @@ def _guard_local_output(output: str) -> None:
         raise OutputPathError(f"--output {output}: {here} {why}; write the dataset to a writable directory")
 
 
+def _refuse_symlinked_dirs(output: str) -> None:
+    """Refuse an output whose temp, vocabulary or error directory is a symbolic link: the run
+    would write (and its cleanup remove) files wherever the link points, outside the output."""
+    for sub in (TMP_DIR, VOCAB_DIR, ERRORS_DIR):
+        path = os.path.join(output, sub)
+        if os.path.islink(path):
+            raise OutputPathError(
+                f"--output {output}: {path} is a symbolic link (to {os.readlink(path)}); a conversion writes "
+                f"its {sub}/ files only inside the output. Remove the link, or write to another directory")
+
+
 def _read_only(path: str) -> bool:
     try:
         return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
@@ -98,10 +109,13 @@ def guard_output(opts: ConvertOptions, files: list[InputFile]) -> None:
 
     A conversion never writes where it reads: ``--overwrite`` there would
     delete the inputs, and a later run would read the shards as input. An
-    output next to the inputs (``-i data/x.avro -o data/out``) is fine.
+    output next to the inputs (``-i data/x.avro -o data/out``) is fine. A local
+    output whose temp, ``vocab/`` or ``errors/`` directory is a symbolic link is
+    refused too: the run would write through it, outside the output.
     """
     if "://" not in opts.output:
         _guard_local_output(opts.output)
+        _refuse_symlinked_dirs(opts.output)
     out = _norm(opts.output)
     hint = "write to another directory (a conversion never writes where it reads its inputs)"
     for f in files:

@@ -395,11 +395,16 @@ def plan(opts: ConvertOptions) -> Plan:
 
     The config is checked against the inputs here (:func:`convert.check.check_inputs`:
     every Avro schema, a sample of the JSON), so a misspelled path fails
-    before anything is written. Remote inputs are listed with the file-system
+    before anything is written, and so is the output
+    (:func:`pipelines.output_guard.guard_output`: OutputPathError when it
+    overlaps an input). Remote inputs are listed with the file-system
     options in force: a caller sets them (``remote.filesystem_options``).
     """
+    from pipelines.output_guard import guard_output  # it imports this module
+
     config = load_config(opts.config)
     files = discover(opts.inputs)
+    guard_output(opts, files)  # what the run refuses, --dry-run refuses too: an output among its inputs
     data_check = check_inputs(config, [f.path for f in files], _open_input, json_records_path=opts.json_records_path,
                               max_record_bytes=opts.max_record_bytes, max_block_bytes=opts.max_block_bytes,
                               split_key=opts.splits.key)

@@ -44,6 +44,13 @@ if TYPE_CHECKING:  # pragma: no cover
 
 from pipelines.options import beam_flag
 
+
+class RemotePathError(ValueError):
+    """A path the run's file systems cannot serve as written (no NameNode to tell, another
+    Azure account than the connection string's, two accounts in one job, ``az://``): a usage
+    error, raised before anything is read or written."""
+
+
 WEBHDFS_URL_ENV = "RECORDPREP_WEBHDFS_URL"  # same variable as readers._staging
 DEFAULT_WEBHDFS_PORT = 9870
 
@@ -77,7 +84,7 @@ def hdfs_beam_args(paths: Iterable[str | None], beam_args: Sequence[str]) -> lis
         else:
             host, port = urllib.parse.urlparse(hdfs_paths[0]).hostname or "", DEFAULT_WEBHDFS_PORT
         if not host:
-            raise ValueError(
+            raise RemotePathError(
                 f"{hdfs_paths[0]}: cannot tell the NameNode; write hdfs://<namenode>[:port]/path, set "
                 f"{WEBHDFS_URL_ENV}=http://<namenode>:9870, or pass -- --hdfs_host H --hdfs_port P"
             )
@@ -94,9 +101,10 @@ def hdfs_beam_args(paths: Iterable[str | None], beam_args: Sequence[str]) -> lis
 
 def azure_beam_args(paths: Iterable[str | None], beam_args: Sequence[str]) -> list[str]:
     """The ``--blob_service_endpoint`` flag missing from ``beam_args`` when any of ``paths`` is on
-    ``azfs://``; raises ``ValueError`` for paths Beam's one Azure client cannot serve."""
+    ``azfs://``; raises :class:`RemotePathError` for paths Beam's one Azure client cannot serve."""
     from readers._staging_azure import (
         CONNECTION_STRING_ENV,
+        AzureAccountError,
         account_url,
         check_account,
         is_azure,
@@ -104,19 +112,26 @@ def azure_beam_args(paths: Iterable[str | None], beam_args: Sequence[str]) -> li
         parse_azfs_url,
     )
 
+    paths = list(paths)
     for p in paths:
         hint = other_scheme_hint(str(p or ""))
         if hint:
-            raise ValueError(hint)
-    accounts = sorted({parse_azfs_url(str(p))[0] for p in paths if p and is_azure(str(p))})
+            raise RemotePathError(hint)
+    try:
+        accounts = sorted({parse_azfs_url(str(p))[0] for p in paths if p and is_azure(str(p))})
+    except ValueError as e:  # not azfs://<account>/<container>/<path>
+        raise RemotePathError(str(e)) from None
     if not accounts:
         return []
     if len(accounts) > 1:
-        raise ValueError(f"the paths of one conversion are on the Azure accounts {', '.join(accounts)}; Beam's "
+        raise RemotePathError(f"the paths of one conversion are on the Azure accounts {', '.join(accounts)}; Beam's "
                          f"Azure client serves one account per job: copy the inputs into one account first")
     conn = beam_flag(beam_args, "--azure_connection_string") or os.environ.get(CONNECTION_STRING_ENV, "")
     if conn:
-        check_account(accounts[0], conn)
+        try:
+            check_account(accounts[0], conn)
+        except AzureAccountError as e:
+            raise RemotePathError(str(e)) from None
         return []
     if _given(beam_args, "--blob_service_endpoint"):
         return []
@@ -128,6 +143,16 @@ def beam_args_for(opts: Any) -> list[str]:
     args = list(opts.beam_args)
     paths = [*opts.inputs, opts.output, getattr(opts, "analysis_from", None)]
     return args + hdfs_beam_args(paths, args) + azure_beam_args(paths, args)
+
+
+def check_paths(opts: Any, *more: str | None) -> None:
+    """Raise :class:`RemotePathError` unless the paths of a run of ``opts`` (``ConvertOptions``) and
+    ``more`` (read by the same process after it: ``--check-against``) can be served together, before
+    the run starts, not after it committed."""
+    args = list(opts.beam_args)
+    paths = [*opts.inputs, opts.output, getattr(opts, "analysis_from", None), *more]
+    hdfs_beam_args(paths, args)
+    azure_beam_args(paths, args)
 
 
 def pipeline_options(opts: Any) -> PipelineOptions:

@@ -71,12 +71,16 @@ def _connection_account(conn: str) -> str | None:
     return parts.get("AccountName")
 
 
+class AzureAccountError(ValueError):
+    """An ``azfs://`` path names another account than the client's (its connection string)."""
+
+
 def check_account(account: str, connection_string: str | None = None) -> None:
-    """Raise ``ValueError`` when the connection string is for another account than ``account``."""
+    """Raise :class:`AzureAccountError` when the connection string is for another account than ``account``."""
     conn = connection_string if connection_string is not None else os.environ.get(CONNECTION_STRING_ENV, "")
     named = _connection_account(conn) if conn else None
     if named and named != account:
-        raise ValueError(
+        raise AzureAccountError(
             f"azfs://{account}/...: the connection string ({CONNECTION_STRING_ENV} or --azure_connection_string) "
             f"is for the account {named!r}, and Azure's client serves only that account; use its "
             f"connection string, or a path on azfs://{named}/"

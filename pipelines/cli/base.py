@@ -10,9 +10,11 @@ show their control characters as escapes instead of acting on the terminal.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
+from collections.abc import Iterator
 
 import typer
 from typer.core import TyperCommand, TyperGroup
@@ -92,6 +94,19 @@ def echo(msg: str, err: bool = False, color: str | None = None) -> None:
 def fail(msg: str, code: int = 1) -> None:
     echo(f"error: {msg}", err=True, color=typer.colors.RED)
     raise typer.Exit(code)
+
+
+@contextlib.contextmanager
+def usage_errors() -> Iterator[None]:
+    """Errors in the paths a user wrote that no retry fixes (:class:`pipelines.remote.RemotePathError`:
+    another Azure account than the connection string's, two accounts in one job, no NameNode to
+    tell): one line and exit 2, no traceback."""
+    from pipelines.remote import RemotePathError
+
+    try:
+        yield
+    except RemotePathError as e:
+        fail(str(e), 2)
 
 
 class _VisibleFormatter(logging.Formatter):

@@ -61,7 +61,7 @@ def convert(
     max_record_mb: Annotated[float, typer.Option(help=_MAX_RECORD_HELP)] = _DEFAULT_RECORD_MB,
     max_block_mb: Annotated[float, typer.Option(help=_MAX_BLOCK_HELP)] = _DEFAULT_BLOCK_MB,
     analysis_from: Annotated[str | None, typer.Option(help="Reuse vocabularies/statistics of an earlier output (daily runs, eval-only runs); refused when a feature's transform or options differ from those it was computed with.")] = None,
-    check_against: Annotated[str | None, typer.Option(help="After the run, check drift against this earlier output and skew between the splits (as `recordprep report --fail-on-drift`): exit 1 naming the features over threshold (the output stays committed).", show_default=False)] = None,
+    check_against: Annotated[str | None, typer.Option(help="After the run, check drift against this earlier output and skew between the splits (as `recordprep report --fail-on-drift`): exit 1 naming the features over threshold (the output stays committed). Its path is checked with the run's before the run starts.", show_default=False)] = None,
     drift_threshold: Annotated[list[str] | None, typer.Option(help="With --check-against: " + DRIFT_THRESHOLD_HELP, show_default=False)] = None,
     overwrite: Annotated[bool, typer.Option(help="Replace an existing output made from other inputs or config. Deletes only what a recordprep run wrote; refused (nothing deleted) when the output holds other files. A reader still reading the old output gets its records or an error saying it was replaced, never the new run's (shard names are unique per run).")] = False,
     force: Annotated[bool, typer.Option("--force", help="Re-run even when the output is already complete for these inputs and config (then nothing runs by default). Implies --overwrite.")] = False,
@@ -96,6 +96,9 @@ def convert(
             overwrite=overwrite, force=force, beam_args=tuple(beam_args or ()), progress=progress, workers=workers,
             pre_fork=True,  # the CLI's own process: its workers may fork from it (pipelines.local.warm)
         )
+        from pipelines import remote
+
+        remote.check_paths(opts, check_against)  # --check-against too: refused before the run, not after its commit
         if dry_run:
             _print_plan(opts)
             return
@@ -125,11 +128,12 @@ def _exit_codes(verbose: bool) -> Iterator[None]:
     from pipelines.options import OptionsError
     from pipelines.output_guard import OutputExistsError, OutputPathError
     from pipelines.plan import InputError
+    from pipelines.remote import RemotePathError
     from pipelines.run_files import ConversionFailed
 
     try:
         yield
-    except (ConfigError, OptionsError, SplitError, InputError, OutputPathError) as e:
+    except (ConfigError, OptionsError, SplitError, InputError, OutputPathError, RemotePathError) as e:
         fail(str(e), 2)
     except (ConversionFailed, OutputExistsError, LockHeldError, FileNotFoundError) as e:
         fail(getattr(e, "message", None) or str(e))

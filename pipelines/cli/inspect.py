@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import os
 import zlib
 from collections.abc import Iterator
 from typing import Any
@@ -25,9 +26,16 @@ class InspectError(RuntimeError):
 
 
 def _output_dir(path: str) -> str:
-    if any(c in path for c in "*?[") or path.endswith((".tfrecord", ".tfrecord.gz")):
-        return path.rsplit("/", 1)[0] if "/" in path else "."
-    return path
+    """The output directory ``path`` names: ``path`` itself when it is a directory or holds the
+    metadata, whatever characters its name has (``ds[1]``, ``run*``); else, when its last part
+    is a shard pattern (``train-*``) or a shard file, that part's directory."""
+    path = path.rstrip("/") if path.rstrip("/") and not path.endswith("://") else path
+    head, sep, tail = path.rpartition("/")
+    if not (any(c in tail for c in "*?[") or tail.endswith((".tfrecord", ".tfrecord.gz"))):
+        return path
+    if os.path.isdir(path) if "://" not in path else FileSystems.exists(FileSystems.join(path, METADATA_FILENAME)):
+        return path
+    return head if sep else "."
 
 
 def load(output: str) -> DatasetInfo:

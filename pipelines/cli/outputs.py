@@ -7,11 +7,11 @@ from typing import Annotated
 
 import typer
 
-from pipelines.cli.base import DRIFT_THRESHOLD_HELP, echo, fail, gate, thresholds
+from pipelines.cli.base import DRIFT_THRESHOLD_HELP, echo, fail, gate, thresholds, usage_errors
 
 
 def inspect(
-    output: Annotated[str, typer.Argument(help="A recordprep output directory (or a shard pattern inside it).")],
+    output: Annotated[str, typer.Argument(help="A recordprep output directory, whatever characters its name has (or a shard pattern inside it: OUT/train-*).")],
     examples: Annotated[int, typer.Option("--examples", "-n", help="How many decoded examples to print.")] = 3,
     split: Annotated[str | None, typer.Option(help="Split to show examples from (default: the first).")] = None,
 ) -> None:
@@ -19,8 +19,9 @@ def inspect(
     from pipelines.cli.inspect import InspectError, inspect_output
 
     try:
-        for line in inspect_output(output, examples, split):
-            echo(line)
+        with usage_errors():
+            for line in inspect_output(output, examples, split):
+                echo(line)
     except InspectError as e:
         fail(str(e))
 
@@ -28,12 +29,13 @@ def inspect(
 def verify(
     output: Annotated[str, typer.Argument(help="A recordprep output directory.")],
 ) -> None:
-    """Re-read every shard (CRCs, record counts, features vs spec) and compare with the metadata, check analysis.json; exit 1 on any difference."""
+    """Re-read every shard (CRCs, record counts, features vs spec) and compare with the metadata; check analysis.json (its content, against the metadata's spec) and the digests of it and every vocabulary; exit 1 on any difference."""
     from pipelines.cli.inspect import InspectError
     from pipelines.cli.verify import verify_output
 
     try:
-        report = verify_output(output)
+        with usage_errors():
+            report = verify_output(output)
     except InspectError as e:
         fail(str(e))
     if report.ok:
@@ -64,7 +66,8 @@ def report(
 
     limits = thresholds(drift_threshold)
     try:
-        rep = build_report(output, against, limits)
+        with usage_errors():
+            rep = build_report(output, against, limits)
     except ReportError as e:
         fail(str(e))
     for path, render in ((html, lambda: render_html(rep)),

@@ -2,29 +2,38 @@
 
 Checks every shard listed in ``dataset_info.json``: it exists, its size and
 record count match, every record's CRCs are intact, and every record decodes
-to exactly the features of the spec with the right dtype and shape; and the
+to exactly the features of the spec with the right dtype and shape; the
 output's ``analysis.json`` holds what the converter writes
 (``convert.analysis.analysis_problems``), since a later run may reuse it
-(``--analysis-from``). Runs without TensorFlow (conversion machines don't have it).
+(``--analysis-from``), and agrees with the metadata's feature spec
+(``convert.apply.analysis_contradictions``); and the analysis and every
+vocabulary are the files the metadata was committed with (their sha256, read in
+blocks), the digests present as every run writes them. Metadata no run writes
+(a shard listed twice or in two splits, impossible statistics) is refused when
+it is loaded. Runs without TensorFlow (conversion machines don't have it).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import gzip
+import hashlib
 import json
 import zlib
 
 from apache_beam.io.filesystems import FileSystems
 
 from convert.analysis import analysis_problems
-from convert.apply import content_digest
+from convert.apply import OutputAnalysis
 from convert.example import decode_example, unpack_decoded
-from convert.spec import DatasetInfo, check_name
+from convert.spec import METADATA_FILENAME, DatasetInfo, SpecError, check_name
 from convert.tfrecord import iter_records
 from pipelines._fs import read_file, size_of
 from pipelines.cli.inspect import load
 from pipelines.run_files import ANALYSIS_FILENAME
+
+#: Bytes read at a time to hash a file.
+_HASH_BLOCK = 1 << 20
 
 
 @dataclasses.dataclass
@@ -87,13 +96,15 @@ def verify_output(output: str, max_problems: int = 50) -> VerifyReport:
             records += n
             if n != shard.num_records:
                 problems.append(f"{path}: {n} records readable, metadata says {shard.num_records}")
-    problems += _analysis_problems(output) + _digest_problems(output, info)
+    problems += _analysis_problems(output, info) + _digest_problems(output, info)
     return VerifyReport(problems, shards, records)
 
 
-def _analysis_problems(output: str) -> list[str]:
-    """What is wrong with the output's analysis, each naming the file (none when it has none)."""
-    path = FileSystems.join(output, ANALYSIS_FILENAME)
+def _analysis_problems(output: str, info: DatasetInfo) -> list[str]:
+    """What is wrong with the output's analysis, each naming the file: what the converter never
+    writes (``analysis_problems``), and where it contradicts the metadata's feature spec
+    (``OutputAnalysis.from_json``). None when the file is absent (``_digest_problems`` says so)."""
+    path = FileSystems.join(output, _analysis_name(output, info))
     data = read_file(path)
     if data is None:
         return []
@@ -101,24 +112,53 @@ def _analysis_problems(output: str) -> list[str]:
         doc = json.loads(data)
     except ValueError as e:
         return [f"{path}: not JSON ({e})"]
-    return [f"{path}: {p}" for p in analysis_problems(doc)]
+    problems = [f"{path}: {p}" for p in analysis_problems(doc)]
+    if not problems:
+        try:
+            OutputAnalysis.from_json(info, doc, source=output)
+        except SpecError as e:
+            problems.append(str(e))
+    return problems
+
+
+def _analysis_name(output: str, info: DatasetInfo) -> str:
+    return check_name(info.extra.get("analysis_file", ANALYSIS_FILENAME), f"{output}: metadata analysis_file")
 
 
 def _digest_problems(output: str, info: DatasetInfo) -> list[str]:
     """The analysis and vocabulary files that are not the ones the metadata was committed with
-    (``analysis_sha256``, each vocabulary's ``sha256``; outputs from before digests are not checked)."""
-    files = [(info.extra.get("analysis_file", ANALYSIS_FILENAME), info.extra.get("analysis_sha256"))]
-    files += [(v.get("file"), v.get("sha256")) for v in (info.extra.get("vocabularies") or {}).values()
-              if isinstance(v, dict)]
-    problems = []
-    for name, digest in files:
-        if digest is None or not isinstance(name, str):
-            continue
+    (``analysis_sha256``, each vocabulary's ``sha256``). The converter always writes both
+    digests, so an absent one is a problem too: the metadata was edited."""
+    vocabularies = info.extra.get("vocabularies") or {}
+    files = [(_analysis_name(output, info), info.extra.get("analysis_sha256"), "analysis_sha256")]
+    files += [(v.get("file"), v.get("sha256"), f"vocabularies.{name}.sha256") for name, v in vocabularies.items()]
+    listed = {v.get("file") for v in vocabularies.values()}
+    problems = [f"{FileSystems.join(output, METADATA_FILENAME)}: feature {f.name!r} reads "
+                f"{f.params['vocabulary_file']!r}, which its 'vocabularies' does not list (with its digest); "
+                f"the converter always lists it, so the metadata was edited: re-run the conversion"
+                for f in info.features if "vocabulary_file" in f.params and f.params["vocabulary_file"] not in listed]
+    for name, digest, key in files:
         path = FileSystems.join(output, check_name(name, f"{output}: metadata"))
-        data = read_file(path)
-        if data is None:
+        if not isinstance(digest, str):
+            problems.append(f"{FileSystems.join(output, METADATA_FILENAME)}: no {key} (the digest of {name}); "
+                            f"the converter always writes it, so the metadata was edited: re-run the conversion")
+            continue
+        actual = _streamed_digest(path)
+        if actual is None:
             problems.append(f"{path}: listed in the metadata but missing")
-        elif content_digest(data) != digest:
+        elif actual != digest:
             problems.append(f"{path}: not the file the metadata was committed with (its sha256 differs); "
                             f"re-run the conversion")
     return problems
+
+
+def _streamed_digest(path: str) -> str | None:
+    """``content_digest`` of the file at ``path``, read in blocks (a vocabulary may be larger than
+    memory); ``None`` when it does not exist."""
+    if not FileSystems.exists(path):
+        return None
+    h = hashlib.sha256()
+    with FileSystems.open(path, compression_type="uncompressed") as f:
+        while block := f.read(_HASH_BLOCK):
+            h.update(block)
+    return "sha256:" + h.hexdigest()

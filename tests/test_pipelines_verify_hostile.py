@@ -1,0 +1,191 @@
+"""An output's metadata, analysis and vocabularies that disagree are refused, not trusted:
+``verify`` reports them, ``--analysis-from`` refuses them before any work (exit 2), and the
+readers and the serving layer refuse them where they load the metadata. A shard listed twice
+or in two splits would be read twice (or evaluate on training records); an analysis whose
+digest or feature spec differs from the metadata would scale or number features otherwise
+than the shards were written."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from _pipelines_data import CONFIG, make_records, write_dataset
+from typer.testing import CliRunner
+
+import pipelines.cli.verify as verify_mod
+from convert.apply import OutputAnalysis, content_digest
+from convert.spec import SpecError
+from pipelines.cli import app
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory):
+    """A completed output (two shards per split) and the data and config it came from."""
+    root = tmp_path_factory.mktemp("verify")
+    data = write_dataset(root / "d", make_records(120))
+    cfg = root / "cfg.yaml"
+    cfg.write_text(CONFIG)
+    out = root / "out"
+    r = runner.invoke(app, ["convert", "-i", str(data["avro"]), "-c", str(cfg), "-o", str(out), "--num-shards", "2"])
+    assert r.exit_code == 0, r.output
+    return {"out": out, "data": data, "config": cfg}
+
+
+def _copy(made, tmp_path: Path) -> Path:
+    out = tmp_path / "copy"
+    shutil.copytree(made["out"], out)
+    return out
+
+
+def _edit_json(path: Path, edit) -> None:
+    doc = json.loads(path.read_text())
+    edit(doc)
+    path.write_text(json.dumps(doc))
+
+
+def _verify(out: Path):
+    return runner.invoke(app, ["verify", str(out)])
+
+
+def _shard_twice(info):
+    info["splits"]["train"]["shards"].append(dict(info["splits"]["train"]["shards"][0]))
+
+
+def _shard_in_both(info):
+    info["splits"]["eval"]["shards"] = [dict(s) for s in info["splits"]["train"]["shards"]]
+
+
+@pytest.mark.parametrize(("edit", "words"), [
+    (_shard_twice, ["twice in split 'train'"]),
+    (_shard_in_both, ["in split 'train' and in split 'eval'", "evaluation on training records"]),
+])
+def test_a_shard_listed_twice_is_refused_by_verify_inspect_and_the_readers(made, tmp_path, edit, words):
+    import readers
+
+    out = _copy(made, tmp_path)
+    _edit_json(out / "dataset_info.json", edit)
+    for command in (["verify", str(out)], ["inspect", str(out)]):
+        r = runner.invoke(app, command)
+        assert r.exit_code == 1 and all(w in r.output for w in words), r.output
+        assert "Traceback" not in r.output
+    with pytest.raises(SpecError, match="listed"):
+        readers.load_info(str(out))
+    with pytest.raises(SpecError, match="listed"):
+        readers.eval_dataset(str(out / "eval-*"), batch_size=4)
+    with pytest.raises(SpecError, match="listed"):
+        OutputAnalysis.load(out)  # what the serving layer loads
+
+
+@pytest.mark.parametrize(("edit", "words"), [
+    (lambda d: d.pop("analysis_sha256"), ["no analysis_sha256", "edited"]),
+    (lambda d: d["vocabularies"]["color"].pop("sha256"), ["no vocabularies.color.sha256", "vocab/color.txt"]),
+    (lambda d: d["vocabularies"].pop("tags"), ["'tags'", "vocab/tags.txt", "does not list"]),
+])
+def test_verify_reports_a_removed_digest(made, tmp_path, edit, words):
+    out = _copy(made, tmp_path)
+    _edit_json(out / "dataset_info.json", edit)
+    r = _verify(out)
+    assert r.exit_code == 1 and all(w in r.output for w in words), r.output
+
+
+def _set_vocab_size(info, size: int = 3):
+    next(f for f in info["features"] if f["name"] == "color")["params"]["vocab_size"] = size
+
+
+def test_a_vocab_size_its_vocabulary_does_not_give_is_refused_by_every_reader(made, tmp_path):
+    import readers
+
+    out = _copy(made, tmp_path)
+    _edit_json(out / "dataset_info.json", _set_vocab_size)
+    words = "vocab_size 3 is not what its vocabulary vocab/color.txt holds"
+    r = _verify(out)
+    assert r.exit_code == 1 and words in r.output, r.output
+    with pytest.raises(SpecError, match=words):
+        readers.load_info(str(out))
+    with pytest.raises(SpecError, match=words):
+        OutputAnalysis.load(out)
+
+
+def test_an_analysis_contradicting_the_metadatas_vocab_size_is_refused(made, tmp_path):
+    out = _copy(made, tmp_path)
+    # the metadata edited consistently with itself (size and term count), not with the analysis
+    _edit_json(out / "dataset_info.json", lambda d: (_set_vocab_size(d), d["vocabularies"]["color"].update(terms=1)))
+    r = _verify(out)
+    assert r.exit_code == 1 and "'color'" in r.output and "vocab_size is 3" in r.output, r.output
+    with pytest.raises(SpecError, match="contradicts"):
+        OutputAnalysis.load(out)  # the serving layer's load (readers.transform_layer)
+    r = runner.invoke(app, ["convert", "-i", str(made["data"]["avro"]), "-c", str(made["config"]),
+                            "-o", str(tmp_path / "new"), "--analysis-from", str(out)])
+    assert r.exit_code == 2 and "vocab_size" in r.output and "Traceback" not in r.output, r.output
+    assert not (tmp_path / "new").exists()
+
+
+def test_analysis_from_refuses_an_analysis_the_metadata_was_not_committed_with(made, tmp_path):
+    out = _copy(made, tmp_path)
+    # a sound analysis on its own (std doubled), but not the one the metadata's digest names
+    _edit_json(out / "analysis.json", lambda a: a["stats"]["x"].update(std=a["stats"]["x"]["std"] * 2))
+    args = ["convert", "-i", str(made["data"]["avro"]), "-c", str(made["config"]), "-o", str(tmp_path / "new"),
+            "--analysis-from", str(out)]
+    for extra in (["--dry-run"], []):
+        r = runner.invoke(app, [*args, *extra])
+        assert r.exit_code == 2 and "committed with" in r.output and "Traceback" not in r.output, r.output
+    assert not (tmp_path / "new").exists()
+
+
+def test_a_mean_outside_min_max_is_refused_by_analysis_from_verify_and_the_readers(made, tmp_path):
+    import readers
+
+    def huge_mean(stats):
+        stats["x"]["mean"] = -5.5e28
+
+    out = _copy(made, tmp_path)
+    _edit_json(out / "analysis.json", lambda a: huge_mean(a["stats"]))
+    r = _verify(out)
+    assert r.exit_code == 1 and "'mean' -5.5e+28 is outside" in r.output, r.output
+    alone = tmp_path / "alone"  # an analysis file on its own: its content is still checked
+    alone.mkdir()
+    shutil.copy(out / "analysis.json", alone / "analysis.json")
+    r = runner.invoke(app, ["convert", "-i", str(made["data"]["avro"]), "-c", str(made["config"]),
+                            "-o", str(tmp_path / "new"), "--analysis-from", str(alone)])
+    assert r.exit_code == 2 and "'mean' -5.5e+28 is outside" in r.output, r.output
+    # the same statistics in the metadata's feature params: every reader of the metadata refuses them
+    _edit_json(out / "dataset_info.json",
+               lambda d: huge_mean({"x": next(f for f in d["features"] if f["name"] == "x")["params"]["stats"]}))
+    with pytest.raises(SpecError, match="'mean' -5.5e\\+28 is outside"):
+        readers.load_info(str(out))
+
+
+def test_verify_hashes_vocabularies_in_blocks(made, tmp_path, monkeypatch):
+    """A vocabulary may be larger than memory: verify never reads one whole."""
+    out = _copy(made, tmp_path)
+    vocab = out / "vocab" / "color.txt"
+    vocab.write_bytes(vocab.read_bytes() + b"extra\n" * 50)
+    whole = verify_mod.read_file
+
+    def no_vocabulary_whole(path: str):
+        assert "/vocab/" not in path, f"{path} read whole"
+        return whole(path)
+
+    monkeypatch.setattr(verify_mod, "read_file", no_vocabulary_whole)
+    monkeypatch.setattr(verify_mod, "_HASH_BLOCK", 7)
+    report = verify_mod.verify_output(str(out))
+    assert [p for p in report.problems if "color.txt" in p and "sha256 differs" in p], report.problems
+    assert content_digest(vocab.read_bytes()) not in json.dumps(report.problems)
+
+
+def test_inspect_reads_a_directory_whose_name_has_glob_characters(made, tmp_path):
+    parent = tmp_path / "parent"
+    shutil.copytree(made["out"], parent)  # another dataset in the parent directory
+    shutil.copytree(made["out"], parent / "ds[1]")
+    _edit_json(parent / "ds[1]" / "dataset_info.json", lambda d: d["counts"].update(read=4242))
+    for path in (parent / "ds[1]", f"{parent / 'ds[1]'}/", parent / "ds[1]" / "train-*"):
+        r = runner.invoke(app, ["inspect", str(path), "-n", "1"])
+        assert r.exit_code == 0, r.output
+        assert f"dataset: {parent / 'ds[1]'}\n" in r.output and "records read 4242" in r.output, r.output
+    r = runner.invoke(app, ["inspect", str(parent / "train-*"), "-n", "1"])  # a pattern still names its directory
+    assert r.exit_code == 0 and f"dataset: {parent}\n" in r.output, r.output
