@@ -20,8 +20,9 @@ reference path.
 from __future__ import annotations
 
 import logging
+import re
 import sys
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from typing import IO, Any
 
 # A local conversion's processes mark pyarrow absent (``sys.modules[name] = None``, as where it is
@@ -32,10 +33,20 @@ for _name in ("pyarrow", "pyarrow_hotfix"):
         del sys.modules[_name]
 
 import pyarrow as pa  # noqa: E402 - after the mark is lifted
+import pyarrow.compute as pc  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
+from convert.parquet_footer import encryption  # noqa: E402
 from convert.parquet_records import table_records  # noqa: E402
-from convert.parquet_types import avro_schema, is_columnar_type, partition_fields, raw_array  # noqa: E402
+from convert.parquet_types import (  # noqa: E402
+    INT96_UNIT,
+    avro_schema,
+    is_columnar_type,
+    partition_fields,
+    raw_array,
+    schema_problem,
+    storage_type,
+)
 from convert.source_types import (  # noqa: E402
     DEFAULT_MAX_BLOCK_BYTES,
     PARQUET_MAGIC,
@@ -51,26 +62,35 @@ __all__ = ["PARQUET_MAGIC", "is_parquet", "iter_parquet", "read_parquet_schema",
 _log = logging.getLogger("recordprep")
 
 def _open(f: IO[bytes], path: str) -> pq.ParquetFile:
+    encrypted = encryption(f)
+    if encrypted is not None:
+        what = "its footer is encrypted" if encrypted == "footer" else "some of its columns are encrypted"
+        raise InputFileError(path, f"an encrypted Parquet file ({what}); recordprep reads no encrypted Parquet: "
+                                   "decrypt it (rewrite it without encryption) first", 0)
     f.seek(0)
     if f.read(4) != PARQUET_MAGIC:
         raise InputFileError(path, "not a Parquet file (it does not start with PAR1); check the file", 0)
     f.seek(0)
     try:
-        pf = pq.ParquetFile(f)
+        pf = pq.ParquetFile(f, coerce_int96_timestamp_unit=INT96_UNIT)
     except Exception as e:  # pyarrow raises ArrowInvalid, OSError, ... for bad footers
         raise InputFileError(path, f"not a readable Parquet file ({quoted(e)}); its footer or schema is "
                                    "damaged, or the file is incomplete (writers write the footer last)", 0) from e
-    names = pf.schema_arrow.names
-    dup = next((n for i, n in enumerate(names) if n in names[:i]), None)
-    if dup is not None:
-        raise InputFileError(path, f"the Parquet schema declares the column {dup!r} twice; records cannot hold "
-                                   "both: rewrite the file with distinct column names", 0)
+    problem = schema_problem(pf.schema_arrow)
+    if problem is not None:
+        raise InputFileError(path, problem, 0)
     return pf
 
 
 def _partitions(path: str, pf: pq.ParquetFile) -> dict[str, str | None]:
-    parts = partition_fields(path)
-    clash = next((k for k in parts if k in pf.schema_arrow.names), None)
+    """The partition fields; one whose key names a column, or a field inside
+    one (``u.id=7/`` beside a struct ``u``), is refused: a record cannot hold both."""
+    try:
+        parts = partition_fields(path)
+    except ValueError as e:
+        raise InputFileError(path, str(e), 0) from None
+    names = set(pf.schema_arrow.names)
+    clash = next((k for k in parts if k in names or re.split(r"[.\[]", k, maxsplit=1)[0] in names), None)
     if clash is not None:
         raise InputFileError(path, f"the partition directory {clash}=... names a field the file also holds as a "
                                    "column; rename the directory or drop the column", 0)
@@ -107,29 +127,40 @@ def read_parquet_schema(f: IO[bytes], path: str) -> dict[str, Any]:
 
 def iter_parquet(f: IO[bytes], path: str, start: int = 0, end: int | None = None, batch_size: int = 4096,
                  decoder: str = "auto", record_json: bool = False,
-                 max_block_bytes: int = DEFAULT_MAX_BLOCK_BYTES) -> Iterator[RecordBatch]:
+                 max_block_bytes: int = DEFAULT_MAX_BLOCK_BYTES,
+                 columns: Collection[str] | None = None) -> Iterator[RecordBatch]:
     """Yield batches of the records of the row groups starting in ``[start, end)``.
 
     ``decoder``: ``"auto"`` (the fast path where the schema allows) or
     ``"fastavro"`` (the name of the reference decoders: the per-record path).
-    A row group that cannot be decoded, or one of whose column chunks claims
-    more than ``max_block_bytes`` decompressed, ends the range: the records of
-    the row groups before it are yielded, then ``InputFileError`` names the
-    file, the row group and the column.
+    ``columns``: the top-level columns to decode (the others are left out of
+    the records); ``None`` decodes every column. A batch decodes to at most
+    ``max_block_bytes`` (a larger one is split, counting a dictionary's value
+    once per row that uses it, before it is copied into each). A row group
+    that cannot be decoded, one of whose column chunks claims more than
+    ``max_block_bytes`` decompressed or holds other than one value per row
+    (not repeated), or a record over ``max_block_bytes``, ends the range: the
+    records before it are yielded, then ``InputFileError`` names the file,
+    the row group and the column.
     """
     pf = _open(f, path)
     parts = _partitions(path, pf)
     schema = pf.schema_arrow
-    fast = decoder == "auto" and schema.names and all(is_columnar_type(t) for t in schema.types)
+    names = [n for n in schema.names if columns is None or n in columns]
+    leaves = _leaf_columns(pf, names)
+    fast = (decoder == "auto" and bool(names) and "" not in names  # polars renames a column ""
+            and all(is_columnar_type(schema.field(n).type) for n in names))
+    reader = _dictionary_reader(f, pf, names, leaves)
     for i, off in enumerate(row_group_offsets(pf)):
         if off < start or (end is not None and off >= end):
             continue
-        _check_sizes(pf, path, i, off, max_block_bytes)
+        _check_row_group(pf, path, i, off, max_block_bytes, leaves)
         row = 0
         try:
-            for rb in pf.iter_batches(batch_size, row_groups=[i], use_threads=False):
-                yield _batch(rb, path, parts, fast, record_json, off, row)
-                row += rb.num_rows
+            for rb in reader.iter_batches(batch_size, row_groups=[i], columns=names, use_threads=False):
+                for piece in _bounded(rb, path, i, off, row, max_block_bytes):
+                    yield _batch(piece, path, parts, fast, record_json, off, row)
+                    row += piece.num_rows
         except InputFileError:
             raise
         except Exception as e:
@@ -139,6 +170,75 @@ def iter_parquet(f: IO[bytes], path: str, start: int = 0, end: int | None = None
             raise InputFileError(path, f"row group {i}: pyarrow decoded {row} rows, the file's footer says {want}; "
                                        "the file is corrupt or pyarrow misreads it (rewrite it, or try another "
                                        "pyarrow version)", off)
+
+
+def _leaf_counts(t: pa.DataType) -> int:
+    """How many Parquet leaf columns (column chunks) hold a column of Arrow type ``t``."""
+    t = storage_type(t)
+    if pa.types.is_struct(t):
+        return sum(_leaf_counts(c.type) for c in t)
+    if pa.types.is_map(t):
+        return _leaf_counts(t.key_type) + _leaf_counts(t.item_type)
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return _leaf_counts(t.value_type)
+    return 1
+
+
+def _leaf_columns(pf: pq.ParquetFile, names: list[str]) -> list[int]:
+    """The indexes of the leaf columns of the top-level columns ``names``."""
+    wanted = set(names)
+    out, j = [], 0
+    for field in pf.schema_arrow:
+        n = _leaf_counts(field.type)
+        if field.name in wanted:
+            out.extend(range(j, j + n))
+        j += n
+    return out if j == pf.metadata.num_columns else list(range(pf.metadata.num_columns))
+
+
+def _dictionary_reader(f: IO[bytes], pf: pq.ParquetFile, names: list[str], leaves: list[int]) -> pq.ParquetFile:
+    """``pf``, or the same file reading its dictionary-encoded top-level string
+    and binary columns as dictionaries, so that ``_bounded`` sizes a batch
+    before a value that many rows use is copied into each."""
+    md = pf.metadata
+    if not md.num_row_groups:
+        return pf
+    rg = md.row_group(0)
+    leaf_of = {pf.schema.column(j).path: j for j in leaves}
+    dicts = [n for n in names if n in leaf_of and rg.column(leaf_of[n]).has_dictionary_page
+             and _is_bytes(storage_type(pf.schema_arrow.field(n).type))]
+    if not dicts:
+        return pf
+    return pq.ParquetFile(f, metadata=md, read_dictionary=dicts, coerce_int96_timestamp_unit=INT96_UNIT)
+
+
+def _is_bytes(t: pa.DataType) -> bool:
+    return (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t)
+            or pa.types.is_large_binary(t))
+
+
+def _decoded_size(col: pa.Array) -> int:
+    """The bytes ``col`` takes decoded (a dictionary's value once per row using it)."""
+    if pa.types.is_dictionary(col.type) and _is_bytes(col.type.value_type):
+        used = pc.sum(pc.take(pc.binary_length(col.dictionary), col.indices)).as_py() or 0
+        return used + col.indices.nbytes
+    return col.nbytes
+
+
+def _bounded(rb: pa.RecordBatch, path: str, i: int, off: int, row: int, cap: int) -> Iterator[pa.RecordBatch]:
+    """``rb`` in order, in slices that each decode to at most ``cap`` bytes."""
+    sizes = [_decoded_size(c) for c in rb.columns]
+    if sum(sizes) <= cap:
+        yield rb
+    elif rb.num_rows > 1:
+        half = rb.num_rows // 2
+        yield from _bounded(rb.slice(0, half), path, i, off, row, cap)
+        yield from _bounded(rb.slice(half), path, i, off, row + half, cap)
+    else:
+        name = rb.schema.names[max(range(len(sizes)), key=sizes.__getitem__)]
+        raise InputFileError(path, f"row group {i}, row {row}, field {name!r}: the record decodes to {sum(sizes)} "
+                                   f"bytes, over the cap of {mb(cap)}; raise --max-block-mb if the file is trusted",
+                             off)
 
 
 def _batch(rb: pa.RecordBatch, path: str, parts: dict[str, str | None], fast: bool, record_json: bool,
@@ -172,14 +272,21 @@ def _columnar(rb: pa.RecordBatch, parts: dict[str, str | None], path: str, recor
     return frame_records(df, path, record_json)
 
 
-def _check_sizes(pf: pq.ParquetFile, path: str, i: int, off: int, cap: int) -> None:
+def _check_row_group(pf: pq.ParquetFile, path: str, i: int, off: int, cap: int, leaves: list[int]) -> None:
+    """Refuse a row group one of whose read column chunks claims more than
+    ``cap`` bytes decompressed, or (not repeated) holds other than one value
+    per row: pyarrow would read only as many rows as the footer says."""
     rg = pf.metadata.row_group(i)
-    for j in range(rg.num_columns):
+    for j in leaves:
         c = rg.column(j)
         if c.total_uncompressed_size > cap:
             raise InputFileError(path, f"row group {i}, column {c.path_in_schema!r}: the column chunk claims "
                                        f"{c.total_uncompressed_size} bytes decompressed, over the cap of "
                                        f"{mb(cap)}; raise --max-block-mb if the file is trusted", off)
+        if c.num_values != rg.num_rows and pf.schema.column(j).max_repetition_level == 0:
+            raise InputFileError(path, f"row group {i}, column {c.path_in_schema!r}: the column chunk holds "
+                                       f"{c.num_values} values, the row group has {rg.num_rows} rows; the file is "
+                                       "corrupt (rewrite it)", off)
 
 
 def _row_group_error(pf: pq.ParquetFile, path: str, i: int, off: int, row: int, e: BaseException) -> InputFileError:

@@ -24,6 +24,8 @@ def record_value(s: pa.Scalar) -> Any:
     if not s.is_valid:
         return None
     t = s.type
+    if isinstance(t, pa.BaseExtensionType):  # arrow.uuid, arrow.json: the storage's value
+        return record_value(s.value)
     if pa.types.is_dictionary(t):
         return record_value(s.value)
     if any(test(t) for test in _RAW_INTEGER_TESTS):

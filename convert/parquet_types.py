@@ -25,6 +25,8 @@ struct                                      ``dict``                            
 list, large_list, fixed_size_list           ``list``                              array
 map<K, V>                                   ``dict`` with ``str(key)`` keys       map
 null                                        ``None``                              null
+extension (``arrow.uuid``, ``arrow.json``)  its storage's value (16 ``bytes``,    its storage's schema
+                                            ``str``)
 ==========================================  ====================================  =============================
 
 Logical types stay raw integers for the reason the Avro reader keeps them
@@ -48,6 +50,57 @@ HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
 
 _UNIT_LOGICAL = {"ms": "millis", "us": "micros", "ns": "nanos"}
 
+#: The unit INT96 timestamps are read in (``coerce_int96_timestamp_unit``).
+INT96_UNIT = "us"
+
+#: How deeply a Parquet schema's Arrow types may nest (structs, lists, maps,
+#: each one level); the readers and ``infer`` recurse per level.
+MAX_PARQUET_DEPTH = 100
+
+
+def storage_type(t: pa.DataType) -> pa.DataType:
+    """An extension type's storage type (``arrow.uuid``: ``fixed_size_binary[16]``,
+    ``arrow.json``: string), other types unchanged."""
+    while isinstance(t, pa.BaseExtensionType):
+        t = t.storage_type
+    return t
+
+
+def _children(t: pa.DataType) -> list[pa.Field]:
+    t = storage_type(t)
+    if pa.types.is_dictionary(t):
+        return [pa.field("", t.value_type)]
+    if pa.types.is_struct(t):
+        return list(t)
+    if pa.types.is_map(t):
+        return [t.key_field, t.item_field]
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return [t.value_field]
+    return []
+
+
+def schema_problem(schema: pa.Schema) -> str | None:
+    """Why the records of ``schema`` cannot be read, or ``None``: a name twice in
+    the columns or in one struct (at any depth), or nesting deeper than
+    ``MAX_PARQUET_DEPTH``. Iterative, linear in the number of fields."""
+    stack: list[tuple[str, list[pa.Field], int]] = [("", list(schema), 0)]
+    while stack:
+        where, fields, depth = stack.pop()
+        if depth > MAX_PARQUET_DEPTH:
+            return (f"the Parquet schema nests deeper than {MAX_PARQUET_DEPTH} levels (at field {where!r}); "
+                    "flatten the schema (nest fewer structs, lists and maps inside each other)")
+        seen: set[str] = set()
+        for f in fields:
+            if f.name in seen:
+                inside = f"the struct {where!r}" if where else "the columns"
+                return (f"the Parquet schema declares the field {f.name!r} twice in {inside}; a record holds one "
+                        "value per name: rewrite the file with distinct field names")
+            seen.add(f.name)
+            kids = _children(f.type)
+            if kids:
+                stack.append((f"{where}.{f.name}" if where else f.name, kids, depth + 1))
+    return None
+
 
 def decimal_bytes(unscaled: int) -> bytes:
     """An unscaled decimal as fastavro writes a ``bytes`` decimal: big-endian
@@ -58,7 +111,8 @@ def decimal_bytes(unscaled: int) -> bytes:
 def partition_fields(path: str) -> dict[str, str | None]:
     """The hive-style partition fields of a file: the directories directly above
     it named ``key=value`` (up to the first one that is not), outermost first,
-    keys and values URL-unquoted as Hive and Spark escape them."""
+    keys and values URL-unquoted as Hive and Spark escape them. Raises
+    ``ValueError`` for a key named twice (``k=1/k=2/``)."""
     parts = posixpath.dirname(path.replace("\\", "/")).split("/")
     found: list[tuple[str, str | None]] = []
     for part in reversed(parts):
@@ -67,13 +121,19 @@ def partition_fields(path: str) -> dict[str, str | None]:
             break
         value = urllib.parse.unquote(value)
         found.append((urllib.parse.unquote(key), None if value == HIVE_NULL else value))
-    return dict(reversed(found))
+    out = dict(reversed(found))
+    if len(out) != len(found):
+        key = next(k for i, (k, _) in enumerate(found) if any(k == k2 for k2, _ in found[i + 1:]))
+        raise ValueError(f"the partition directories name {key!r} twice ({key}=.../{key}=...); a record holds one "
+                         "value per name: rename or flatten the directories")
+    return out
 
 
 def is_columnar_type(t: pa.DataType) -> bool:
     """Whether the fast path (``raw_array`` then polars) gives the reference
     path's values for this type: everything but maps (polars reads them as
     lists of key/value records, the record model has dicts)."""
+    t = storage_type(t)
     if pa.types.is_map(t):
         return False
     if pa.types.is_dictionary(t):
@@ -90,6 +150,8 @@ def raw_array(arr: pa.Array) -> pa.Array:
     types polars reads: dictionaries decoded, decimals as bytes, fixed-size
     binaries and lists as plain ones. Maps are not handled (``is_columnar_type``)."""
     t = arr.type
+    if isinstance(t, pa.BaseExtensionType):
+        return raw_array(arr.storage)
     if pa.types.is_dictionary(t):
         return raw_array(arr.dictionary_decode())
     if pa.types.is_timestamp(t) or pa.types.is_time64(t) or pa.types.is_duration(t) or pa.types.is_date64(t):
@@ -162,6 +224,7 @@ def _field_type(f: pa.Field, names: _Names, path: str) -> Any:
 
 
 def _avro_type(t: pa.DataType, names: _Names, path: str) -> Any:
+    t = storage_type(t)
     if pa.types.is_dictionary(t):
         return _avro_type(t.value_type, names, path)
     simple = _simple_avro_type(t)
