@@ -83,22 +83,23 @@ def schema_problem(schema: pa.Schema) -> str | None:
     """Why the records of ``schema`` cannot be read, or ``None``: a name twice in
     the columns or in one struct (at any depth), or nesting deeper than
     ``MAX_PARQUET_DEPTH``. Iterative, linear in the number of fields."""
-    stack: list[tuple[str, list[pa.Field], int]] = [("", list(schema), 0)]
+    stack: list[tuple[str, str, list[pa.Field], int]] = [("", "", list(schema), 0)]
     while stack:
-        where, fields, depth = stack.pop()
+        column, where, fields, depth = stack.pop()
         if depth > MAX_PARQUET_DEPTH:
-            return (f"the Parquet schema nests deeper than {MAX_PARQUET_DEPTH} levels (at field {where!r}); "
+            return (f"the Parquet schema nests deeper than {MAX_PARQUET_DEPTH} levels (in the column {column!r}); "
                     "flatten the schema (nest fewer structs, lists and maps inside each other)")
         seen: set[str] = set()
         for f in fields:
             if f.name in seen:
-                inside = f"the struct {where!r}" if where else "the columns"
+                shown = where if len(where) <= 120 else f"{where[:60]}...{where[-50:]}"
+                inside = f"the struct {shown!r}" if where else "the columns"
                 return (f"the Parquet schema declares the field {f.name!r} twice in {inside}; a record holds one "
                         "value per name: rewrite the file with distinct field names")
             seen.add(f.name)
             kids = _children(f.type)
             if kids:
-                stack.append((f"{where}.{f.name}" if where else f.name, kids, depth + 1))
+                stack.append((column or f.name, f"{where}.{f.name}" if where else f.name, kids, depth + 1))
     return None
 
 
