@@ -203,3 +203,21 @@ def test_a_directory_input_finds_partition_files_locally_and_on_gcs(tmp_path, re
         with FileSystems.open(path, compression_type="uncompressed") as f:
             read.extend((r["id"], r["dt"]) for b in iter_records(f, path) for r in b.records)
     assert sorted(read) == sorted((r["id"], "2024-01-0" + str(1 + r["id"] % 2)) for r in records)
+
+
+def test_a_run_decodes_only_the_columns_its_config_and_split_key_read(tmp_path):
+    """A column no feature reads is never decoded when the split has a key: a large
+    one passes ``--max-block-mb``; a whole-record split hashes it, so it is read and refused."""
+    records = make_records(40)
+    root = tmp_path / "d"
+    paths = write_dataset(root, records)
+    table = pa.Table.from_pylist(records, schema=ARROW).append_column("blob", pa.array([b"z" * 200_000] * 40))
+    pq.write_table(table, root / "wide.parquet", use_dictionary=False, compression="zstd")
+    keyed = Splits.parse("train=0.8,eval=0.2", "id")
+    _convert(root / "wide.parquet", paths["config"], tmp_path / "keyed", num_shards=1, splits=keyed, max_block_mb=1)
+    counts = check_accounting(tmp_path / "keyed")
+    assert counts["read"] == 40
+    _convert(root / "part-*.avro", paths["config"], tmp_path / "avro", num_shards=1, splits=keyed)
+    assert _shards(tmp_path / "keyed") == _shards(tmp_path / "avro")
+    with pytest.raises(Exception, match=r"wide\.parquet.*column 'blob'.*--max-block-mb"):
+        _convert(root / "wide.parquet", paths["config"], tmp_path / "whole", num_shards=1, max_block_mb=1)
