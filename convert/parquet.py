@@ -19,6 +19,7 @@ reference path.
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 import sys
@@ -61,6 +62,23 @@ __all__ = ["PARQUET_MAGIC", "is_parquet", "iter_parquet", "read_parquet_schema",
 
 _log = logging.getLogger("recordprep")
 
+class _ParquetFile(pq.ParquetFile):
+    """``pq.ParquetFile`` whose schemas and metadata are built once: pyarrow
+    builds them again at each access, in time linear in the columns."""
+
+    @functools.cached_property
+    def schema_arrow(self) -> pa.Schema:
+        return super().schema_arrow
+
+    @functools.cached_property
+    def metadata(self) -> pq.FileMetaData:
+        return super().metadata
+
+    @functools.cached_property
+    def schema(self) -> pq.ParquetSchema:
+        return super().schema
+
+
 def _open(f: IO[bytes], path: str) -> pq.ParquetFile:
     encrypted = encryption(f)
     if encrypted is not None:
@@ -72,7 +90,7 @@ def _open(f: IO[bytes], path: str) -> pq.ParquetFile:
         raise InputFileError(path, "not a Parquet file (it does not start with PAR1); check the file", 0)
     f.seek(0)
     try:
-        pf = pq.ParquetFile(f, coerce_int96_timestamp_unit=INT96_UNIT)
+        pf = _ParquetFile(f, coerce_int96_timestamp_unit=INT96_UNIT)
     except Exception as e:  # pyarrow raises ArrowInvalid, OSError, ... for bad footers
         raise InputFileError(path, f"not a readable Parquet file ({quoted(e)}); its footer or schema is "
                                    "damaged, or the file is incomplete (writers write the footer last)", 0) from e
@@ -209,7 +227,7 @@ def _dictionary_reader(f: IO[bytes], pf: pq.ParquetFile, names: list[str], leave
              and _is_bytes(storage_type(pf.schema_arrow.field(n).type))]
     if not dicts:
         return pf
-    return pq.ParquetFile(f, metadata=md, read_dictionary=dicts, coerce_int96_timestamp_unit=INT96_UNIT)
+    return _ParquetFile(f, metadata=md, read_dictionary=dicts, coerce_int96_timestamp_unit=INT96_UNIT)
 
 
 def _is_bytes(t: pa.DataType) -> bool:
