@@ -15,6 +15,12 @@ their raw values (``raw_array``) and hands polars' columns over as
 (``convert.parquet_records``) builds each record value by value. The fast
 path takes every schema without maps; a batch it fails on is read by the
 reference path.
+
+Nothing pyarrow may abort on runs on a file before ``_open`` has checked it:
+encrypted files are refused from the raw footer (``convert.parquet_footer``),
+schemas by ``convert.parquet_types.schema_problem``. Memory is bounded by the
+decoded size of a batch, not by what the footer claims (``_bounded``), and
+only the columns a run reads are decoded (``columns``).
 """
 
 from __future__ import annotations
