@@ -68,6 +68,10 @@ __all__ = ["PARQUET_MAGIC", "is_parquet", "iter_parquet", "read_parquet_schema",
 
 _log = logging.getLogger("recordprep")
 
+#: ``_repeats``: a batch whose dictionary values take this many bytes a row is read by the reference
+#: path, its records sharing the values (the cost of a Python value is small beside this size).
+_SHARED_VALUE_BYTES = 64 << 10
+
 class _ParquetFile(pq.ParquetFile):
     """``pq.ParquetFile`` whose schemas and metadata are built once: pyarrow
     builds them again at each access, in time linear in the columns."""
@@ -179,11 +183,11 @@ def iter_parquet(f: IO[bytes], path: str, start: int = 0, end: int | None = None
         if off < start or (end is not None and off >= end):
             continue
         _check_row_group(pf, path, i, off, max_block_bytes, leaves)
-        row = 0
+        row, memo = 0, {}  # memo: the dictionary values built, for this row group's batches
         try:
             for rb in reader.iter_batches(batch_size, row_groups=[i], columns=names, use_threads=False):
                 for piece in _bounded(rb, path, i, off, row, max_block_bytes):
-                    yield _batch(piece, path, parts, fast, record_json, off, row)
+                    yield _batch(piece, path, parts, fast and not _repeats(piece), record_json, off, row, memo)
                     row += piece.num_rows
         except InputFileError:
             raise
@@ -265,8 +269,20 @@ def _bounded(rb: pa.RecordBatch, path: str, i: int, off: int, row: int, cap: int
                              off)
 
 
+def _repeats(rb: pa.RecordBatch) -> bool:
+    """Whether a dictionary column's values are large enough (over
+    ``_SHARED_VALUE_BYTES`` a row on average) that the records should share
+    them: the reference path builds each value once per row group
+    (``table_records``' memo), where polars would copy it into each row."""
+    for col in rb.columns:
+        if pa.types.is_dictionary(col.type) and _is_bytes(col.type.value_type) and len(col):
+            if _decoded_size(col) >= _SHARED_VALUE_BYTES * len(col):
+                return True
+    return False
+
+
 def _batch(rb: pa.RecordBatch, path: str, parts: dict[str, str | None], fast: bool, record_json: bool,
-           off: int, row: int) -> RecordBatch:
+           off: int, row: int, memo: dict | None = None) -> RecordBatch:
     n = rb.num_rows
     records: Any = None
     if fast:
@@ -278,7 +294,7 @@ def _batch(rb: pa.RecordBatch, path: str, parts: dict[str, str | None], fast: bo
             _log.debug("%s: the Parquet fast path failed at byte %d row %d (%s: %s); the reference path reads it",
                        path, off, row, type(e).__name__, e)
     if records is None:
-        records = table_records(pa.Table.from_batches([rb]), parts)
+        records = table_records(pa.Table.from_batches([rb]), parts, memo)
     return RecordBatch(path, "parquet", records, [off] * n, list(range(row, row + n)))
 
 

@@ -62,14 +62,44 @@ def _map_items(s: pa.Scalar) -> list[tuple[pa.Scalar, pa.Scalar]]:
     return list(zip(entries.field(0), entries.field(1), strict=True))
 
 
-def table_records(table: pa.Table, extra: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-    """Every row of ``table`` as a record dict, ``extra`` fields (partitions) appended."""
+def table_records(table: pa.Table, extra: dict[str, Any] | None = None,
+                  memo: dict | None = None) -> list[dict[str, Any]]:
+    """Every row of ``table`` as a record dict, ``extra`` fields (partitions) appended.
+
+    With ``memo`` (kept by the caller for the tables of one row group), each
+    value of a dictionary column is built once, and the records using it
+    share that object: a large value repeated in many rows takes its size once.
+    """
     names = table.column_names
     columns = [table.column(i) for i in range(table.num_columns)]
+    shared = [_dictionary_values(col, name, memo) if memo is not None else None
+              for name, col in zip(names, columns, strict=True)]
     tail = list((extra or {}).items())
     out = []
     for r in range(table.num_rows):
-        rec = {name: record_value(col[r]) for name, col in zip(names, columns, strict=True)}
+        rec = {name: record_value(col[r]) if values is None else values[r]
+               for name, col, values in zip(names, columns, shared, strict=True)}
         rec.update(tail)
         out.append(rec)
+    return out
+
+
+def _dictionary_values(col: pa.ChunkedArray, name: str, memo: dict) -> list[Any] | None:
+    """Each row's value of a dictionary column, each dictionary entry built once
+    (``memo``: the entries built, keyed by column and dictionary buffers);
+    ``None`` for other columns."""
+    if not pa.types.is_dictionary(col.type):
+        return None
+    out: list[Any] = []
+    for chunk in col.chunks:
+        d = chunk.dictionary
+        key = (name, len(d), *(b.address if b is not None else 0 for b in d.buffers()))
+        _, built = memo.setdefault(key, (d, {}))  # (d: keeps the buffers, so their addresses, alive)
+        for idx in chunk.indices.to_pylist():
+            if idx is None:
+                out.append(None)
+                continue
+            if idx not in built:
+                built[idx] = record_value(d[idx])
+            out.append(built[idx])
     return out

@@ -120,8 +120,10 @@ def test_one_dictionary_value_used_by_many_rows_is_bounded_before_it_is_copied_i
     assert len(data) < 20_000
     for decoder in DECODERS:
         batches = list(iter_parquet(io.BytesIO(data), "t.parquet", decoder=decoder, max_block_bytes=2 << 20))
-        assert [r["id"] for b in batches for r in b.records] == list(range(100))
+        records = [r for b in batches for r in b.records]
+        assert [r["id"] for r in records] == list(range(100))
         assert max(len(b.records) for b in batches) <= 2
+        assert records[0]["blob"] == big and len({id(r["blob"]) for r in records}) == 1  # one object, 1 MB once
     two = _write(pa.table({"id": [1, 2], "a": [b"a" * 600_000] * 2, "b": [b"b" * 700_000] * 2}))
     for decoder in DECODERS:  # each chunk (a dictionary of one value) is under the cap, a record is over it
         with pytest.raises(InputFileError, match=r"row group 0, row 0, field 'b': the record decodes to \d+ "
