@@ -192,7 +192,7 @@ def iter_parquet(f: IO[bytes], path: str, start: int = 0, end: int | None = None
         except InputFileError:
             raise
         except Exception as e:
-            raise _row_group_error(pf, path, i, off, row, e) from e
+            raise _row_group_error(pf, path, i, off, row, e, names) from e
         want = pf.metadata.row_group(i).num_rows
         if row != want:  # never drop rows unnoticed (pyarrow misreads some files: tests/test_property_parquet.py)
             raise InputFileError(path, f"row group {i}: pyarrow decoded {row} rows, the file's footer says {want}; "
@@ -329,12 +329,15 @@ def _check_row_group(pf: pq.ParquetFile, path: str, i: int, off: int, cap: int, 
                                        "corrupt (rewrite it)", off)
 
 
-def _row_group_error(pf: pq.ParquetFile, path: str, i: int, off: int, row: int, e: BaseException) -> InputFileError:
-    """The error naming the row group, and the first column that cannot be read alone."""
+def _row_group_error(pf: pq.ParquetFile, path: str, i: int, off: int, row: int, e: BaseException,
+                     names: list[str]) -> InputFileError:
+    """The error naming the row group, and the first of the columns read (``names``)
+    that cannot be read alone (in small batches: memory stays bounded)."""
     field = ""
-    for name in pf.schema_arrow.names:
+    for name in names:
         try:
-            pf.read_row_group(i, columns=[name], use_threads=False)
+            for _ in pf.iter_batches(64, row_groups=[i], columns=[name], use_threads=False):
+                pass
         except Exception:  # noqa: BLE001 - only locating the fault
             field = f", field {name!r}"
             break
