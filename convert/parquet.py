@@ -49,6 +49,7 @@ from convert.parquet_types import (  # noqa: E402
     INT96_UNIT,
     avro_schema,
     is_columnar_type,
+    is_list_type,
     partition_fields,
     raw_array,
     schema_problem,
@@ -207,7 +208,7 @@ def _leaf_counts(t: pa.DataType) -> int:
         return sum(_leaf_counts(c.type) for c in t)
     if pa.types.is_map(t):
         return _leaf_counts(t.key_type) + _leaf_counts(t.item_type)
-    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+    if is_list_type(t):
         return _leaf_counts(t.value_type)
     return 1
 

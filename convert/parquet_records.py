@@ -12,7 +12,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from convert.parquet_types import decimal_bytes
+from convert.parquet_types import decimal_bytes, is_list_type
 
 #: Types whose scalar's ``.value`` is the raw integer of the record model.
 _RAW_INTEGER_TESTS = (pa.types.is_timestamp, pa.types.is_date32, pa.types.is_date64, pa.types.is_time32,
@@ -38,7 +38,7 @@ def record_value(s: pa.Scalar) -> Any:
         return {t.field(i).name: record_value(s[i]) for i in range(t.num_fields)}
     if pa.types.is_map(t):
         return {str(record_value(k)): record_value(v) for k, v in _map_items(s)}
-    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+    if is_list_type(t):
         return [record_value(x) for x in s.values]
     if pa.types.is_float16(t):
         return float(s.as_py())

@@ -22,7 +22,7 @@ decimal128/256(p, s)                        the unscaled integer as big-endian  
                                             encoding of a ``bytes`` decimal)
 dictionary<values>                          the decoded value                     the values' schema
 struct                                      ``dict``                              record
-list, large_list, fixed_size_list           ``list``                              array
+list, large_list, fixed_size_list, views    ``list``                              array
 map<K, V>                                   ``dict`` with ``str(key)`` keys       map
 null                                        ``None``                              null
 extension (``arrow.uuid``, ``arrow.json``)  its storage's value (16 ``bytes``,    its storage's schema
@@ -66,6 +66,12 @@ def storage_type(t: pa.DataType) -> pa.DataType:
     return t
 
 
+def is_list_type(t: pa.DataType) -> bool:
+    """Every Arrow list type: list, large_list, fixed_size_list, list_view, large_list_view."""
+    return (pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t)
+            or pa.types.is_list_view(t) or pa.types.is_large_list_view(t))
+
+
 def _children(t: pa.DataType) -> list[pa.Field]:
     t = storage_type(t)
     if pa.types.is_dictionary(t):
@@ -74,7 +80,7 @@ def _children(t: pa.DataType) -> list[pa.Field]:
         return list(t)
     if pa.types.is_map(t):
         return [t.key_field, t.item_field]
-    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+    if is_list_type(t):
         return [t.value_field]
     return []
 
@@ -141,7 +147,7 @@ def is_columnar_type(t: pa.DataType) -> bool:
         return is_columnar_type(t.value_type)
     if pa.types.is_struct(t):
         return all(is_columnar_type(t.field(i).type) for i in range(t.num_fields))
-    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+    if is_list_type(t):
         return is_columnar_type(t.value_type)
     return True
 
@@ -174,6 +180,8 @@ def raw_array(arr: pa.Array) -> pa.Array:
         return pa.StructArray.from_arrays(children, fields=fields, mask=mask)
     if pa.types.is_fixed_size_list(t):
         return raw_array(arr.cast(pa.large_list(t.value_type)))
+    if pa.types.is_list_view(t) or pa.types.is_large_list_view(t):
+        return raw_array(_list_of_view(arr))
     if pa.types.is_list(t) or pa.types.is_large_list(t):
         offsets = arr.offsets if pa.types.is_large_list(t) else arr.offsets.cast(pa.int64())
         start, stop = offsets[0].as_py(), offsets[-1].as_py()
@@ -181,6 +189,14 @@ def raw_array(arr: pa.Array) -> pa.Array:
         rebased = pa.compute.subtract(offsets, pa.scalar(start, pa.int64()))
         return pa.LargeListArray.from_arrays(rebased, values, mask=arr.is_null() if arr.null_count else None)
     return arr
+
+
+def _list_of_view(arr: pa.Array) -> pa.Array:
+    """A list view as a large list of its items in order (pyarrow's cast of a
+    sliced list view gives negative offsets)."""
+    sizes = pa.compute.fill_null(pa.compute.list_value_length(arr), 0).cast(pa.int64())
+    offsets = pa.concat_arrays([pa.array([0], pa.int64()), pa.compute.cumulative_sum(sizes)])
+    return pa.LargeListArray.from_arrays(offsets, arr.flatten(), mask=arr.is_null() if arr.null_count else None)
 
 
 def _decimal_raw(arr: pa.Array) -> pa.Array:
@@ -240,7 +256,7 @@ def _avro_type(t: pa.DataType, names: _Names, path: str) -> Any:
                 "fields": [{"name": c.name, "type": _field_type(c, names, f"{path}.{c.name}")} for c in t]}
     if pa.types.is_map(t):
         return {"type": "map", "values": _field_type(t.item_field, names, f"{path}.value")}
-    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+    if is_list_type(t):
         return {"type": "array", "items": _field_type(t.value_field, names, f"{path}.item")}
     raise TypeError(f"field {path!r}: the Parquet/Arrow type {t} has no record form; "
                     "cast the column to a supported type (docs/converting.md#parquet) when writing the file")

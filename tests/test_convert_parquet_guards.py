@@ -258,3 +258,14 @@ def test_a_schema_nested_past_the_limit_is_refused_by_name(store_schema):
             _read(data, "deep.parquet", decoder)
     with pytest.raises(InputFileError, match="nests deeper than"):
         read_parquet_schema(io.BytesIO(data), "deep.parquet")
+
+
+def test_list_view_columns_read_as_lists():
+    """pyarrow writes list views and reads them back as list views (its schema in the file)."""
+    for t in (pa.list_view(pa.int64()), pa.large_list_view(pa.string())):
+        values = [[1, 2], None, [], [3, 4]] if t.value_type == pa.int64() else [["a"], None, [], ["b", "c"]]
+        data = _write(pa.table({"l": pa.array(values, t)}))
+        assert pq.ParquetFile(io.BytesIO(data)).schema_arrow.field("l").type == t
+        assert [r["l"] for r in _both(data, batch_size=3)] == values  # (a batch of 3: a sliced view)
+        fields = read_parquet_schema(io.BytesIO(data), "t.parquet")["fields"]
+        assert fields[0]["type"][1]["type"] == "array"

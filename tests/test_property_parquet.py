@@ -75,11 +75,14 @@ def _types(depth: int = 0) -> st.SearchStrategy:
     def listed(child):
         return pa.list_(child[0]), st.lists(st.none() | child[1], max_size=4)
 
+    def viewed(child):  # pyarrow writes list views and reads them back as views
+        return pa.list_view(child[0]), st.lists(st.none() | child[1], max_size=4)
+
     def mapped(child):
         return pa.map_(pa.string(), child[0]), st.lists(st.tuples(_TEXT, st.none() | child[1]), max_size=3, unique_by=lambda kv: kv[0])
 
     inner = _types(depth + 1)
-    return st.one_of(scalar, st.lists(inner, min_size=1, max_size=3).map(struct), inner.map(listed), inner.map(mapped))
+    return st.one_of(scalar, st.lists(inner, min_size=1, max_size=3).map(struct), inner.map(listed), inner.map(viewed), inner.map(mapped))
 
 
 @st.composite
