@@ -43,7 +43,7 @@ import pyarrow as pa  # noqa: E402 - after the mark is lifted
 import pyarrow.compute as pc  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
-from convert.parquet_footer import encryption  # noqa: E402
+from convert.parquet_footer import ENCRYPTED_MAGIC, encryption  # noqa: E402
 from convert.parquet_records import table_records  # noqa: E402
 from convert.parquet_types import (  # noqa: E402
     INT96_UNIT,
@@ -91,24 +91,34 @@ class _ParquetFile(pq.ParquetFile):
 
 
 def _open(f: IO[bytes], path: str) -> pq.ParquetFile:
-    encrypted = encryption(f)
-    if encrypted is not None:
-        what = "its footer is encrypted" if encrypted == "footer" else "some of its columns are encrypted"
-        raise InputFileError(path, f"an encrypted Parquet file ({what}); recordprep reads no encrypted Parquet: "
-                                   "decrypt it (rewrite it without encryption) first", 0)
+    """The file, its footer read (no column chunk's metadata touched before
+    ``encryption`` says the file is not encrypted) and its schema checked."""
     f.seek(0)
-    if f.read(4) != PARQUET_MAGIC:
+    head = f.read(4)
+    if head == ENCRYPTED_MAGIC:
+        _refuse_encrypted(path, "footer")
+    if head != PARQUET_MAGIC:
         raise InputFileError(path, "not a Parquet file (it does not start with PAR1); check the file", 0)
     f.seek(0)
     try:
         pf = _ParquetFile(f, coerce_int96_timestamp_unit=INT96_UNIT)
+        size = pf.metadata.serialized_size
     except Exception as e:  # pyarrow raises ArrowInvalid, OSError, ... for bad footers
+        _refuse_encrypted(path, encryption(f))
         raise InputFileError(path, f"not a readable Parquet file ({quoted(e)}); its footer or schema is "
                                    "damaged, or the file is incomplete (writers write the footer last)", 0) from e
+    _refuse_encrypted(path, encryption(f, size))
     problem = schema_problem(pf.schema_arrow)
     if problem is not None:
         raise InputFileError(path, problem, 0)
     return pf
+
+
+def _refuse_encrypted(path: str, encrypted: str | None) -> None:
+    if encrypted is not None:
+        what = "its footer is encrypted" if encrypted == "footer" else "some of its columns are encrypted"
+        raise InputFileError(path, f"an encrypted Parquet file ({what}); recordprep reads no encrypted Parquet: "
+                                   "decrypt it (rewrite it without encryption) first", 0)
 
 
 def _partitions(path: str, pf: pq.ParquetFile) -> dict[str, str | None]:

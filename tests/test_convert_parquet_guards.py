@@ -142,7 +142,7 @@ def test_only_the_projected_columns_are_decoded():
 
 # -- encryption -----------------------------------------------------------------------------------------------------
 
-def _encrypted(plaintext_footer: bool) -> bytes:
+def _encrypted(plaintext_footer: bool, wide: int = 0) -> bytes:
     pe = pytest.importorskip("pyarrow.parquet.encryption")
 
     class Kms(pe.KmsClient):  # in memory: the "wrapped" key is the key itself
@@ -160,14 +160,18 @@ def _encrypted(plaintext_footer: bool) -> bytes:
                                         plaintext_footer=plaintext_footer, double_wrapping=False)
     props = factory.file_encryption_properties(pe.KmsConnectionConfig(), config)
     buf = io.BytesIO()
-    pq.write_table(pa.table({"id": [1, 2], "secret": ["a", "b"]}), buf, encryption_properties=props)
+    table = pa.table({"id": [1, 2], "secret": ["a", "b"], **{f"c{i}": [i, i] for i in range(wide)}})
+    pq.write_table(table, buf, encryption_properties=props, row_group_size=1)
     return buf.getvalue()
 
 
-@pytest.mark.parametrize("plaintext_footer", [True, False], ids=["encrypted-columns", "encrypted-footer"])
-def test_encrypted_files_are_refused_by_name_before_pyarrow_touches_their_columns(plaintext_footer):
+@pytest.mark.parametrize(("plaintext_footer", "wide"), [(True, 0), (True, 1500), (False, 0)],
+                         ids=["encrypted-columns", "encrypted-columns-large-footer", "encrypted-footer"])
+def test_encrypted_files_are_refused_by_name_before_pyarrow_touches_their_columns(plaintext_footer, wide):
     """With a plaintext footer, pyarrow aborts the process on the first column metadata it reads."""
-    data = _encrypted(plaintext_footer)
+    data = _encrypted(plaintext_footer, wide)
+    if wide:  # a footer over the size scanned whatever pyarrow read of it
+        assert int.from_bytes(data[-8:-4], "little") > 256 << 10
     what = "some of its columns are encrypted" if plaintext_footer else "its footer is encrypted"
     for decoder in DECODERS:
         with pytest.raises(InputFileError, match=rf"e\.parquet at byte 0: an encrypted Parquet file \({what}\)"):
