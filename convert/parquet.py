@@ -15,13 +15,21 @@ their raw values (``raw_array``) and hands polars' columns over as
 (``convert.parquet_records``) builds each record value by value. The fast
 path takes every schema without maps; a batch it fails on is read by the
 reference path.
+
+Nothing pyarrow may abort on runs on a file before ``_open`` has checked it:
+encrypted files are refused from the raw footer (``convert.parquet_footer``),
+schemas by ``convert.parquet_types.schema_problem``. Memory is bounded by the
+decoded size of a batch, not by what the footer claims (``_bounded``), and
+only the columns a run reads are decoded (``columns``).
 """
 
 from __future__ import annotations
 
+import functools
 import logging
+import re
 import sys
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from typing import IO, Any
 
 # A local conversion's processes mark pyarrow absent (``sys.modules[name] = None``, as where it is
@@ -32,10 +40,21 @@ for _name in ("pyarrow", "pyarrow_hotfix"):
         del sys.modules[_name]
 
 import pyarrow as pa  # noqa: E402 - after the mark is lifted
+import pyarrow.compute as pc  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
+from convert.parquet_footer import ENCRYPTED_MAGIC, encryption  # noqa: E402
 from convert.parquet_records import table_records  # noqa: E402
-from convert.parquet_types import avro_schema, is_columnar_type, partition_fields, raw_array  # noqa: E402
+from convert.parquet_types import (  # noqa: E402
+    INT96_UNIT,
+    avro_schema,
+    is_columnar_type,
+    is_list_type,
+    partition_fields,
+    raw_array,
+    schema_problem,
+    storage_type,
+)
 from convert.source_types import (  # noqa: E402
     DEFAULT_MAX_BLOCK_BYTES,
     PARQUET_MAGIC,
@@ -50,27 +69,67 @@ __all__ = ["PARQUET_MAGIC", "is_parquet", "iter_parquet", "read_parquet_schema",
 
 _log = logging.getLogger("recordprep")
 
+#: ``_repeats``: a batch whose dictionary values take this many bytes a row is read by the reference
+#: path, its records sharing the values (the cost of a Python value is small beside this size).
+_SHARED_VALUE_BYTES = 64 << 10
+
+class _ParquetFile(pq.ParquetFile):
+    """``pq.ParquetFile`` whose schemas and metadata are built once: pyarrow
+    builds them again at each access, in time linear in the columns."""
+
+    @functools.cached_property
+    def schema_arrow(self) -> pa.Schema:
+        return super().schema_arrow
+
+    @functools.cached_property
+    def metadata(self) -> pq.FileMetaData:
+        return super().metadata
+
+    @functools.cached_property
+    def schema(self) -> pq.ParquetSchema:
+        return super().schema
+
+
 def _open(f: IO[bytes], path: str) -> pq.ParquetFile:
+    """The file, its footer read (no column chunk's metadata touched before
+    ``encryption`` says the file is not encrypted) and its schema checked."""
     f.seek(0)
-    if f.read(4) != PARQUET_MAGIC:
+    head = f.read(4)
+    if head == ENCRYPTED_MAGIC:
+        _refuse_encrypted(path, "footer")
+    if head != PARQUET_MAGIC:
         raise InputFileError(path, "not a Parquet file (it does not start with PAR1); check the file", 0)
     f.seek(0)
     try:
-        pf = pq.ParquetFile(f)
+        pf = _ParquetFile(f, coerce_int96_timestamp_unit=INT96_UNIT)
+        size = pf.metadata.serialized_size
     except Exception as e:  # pyarrow raises ArrowInvalid, OSError, ... for bad footers
+        _refuse_encrypted(path, encryption(f))
         raise InputFileError(path, f"not a readable Parquet file ({quoted(e)}); its footer or schema is "
                                    "damaged, or the file is incomplete (writers write the footer last)", 0) from e
-    names = pf.schema_arrow.names
-    dup = next((n for i, n in enumerate(names) if n in names[:i]), None)
-    if dup is not None:
-        raise InputFileError(path, f"the Parquet schema declares the column {dup!r} twice; records cannot hold "
-                                   "both: rewrite the file with distinct column names", 0)
+    _refuse_encrypted(path, encryption(f, size))
+    problem = schema_problem(pf.schema_arrow)
+    if problem is not None:
+        raise InputFileError(path, problem, 0)
     return pf
 
 
+def _refuse_encrypted(path: str, encrypted: str | None) -> None:
+    if encrypted is not None:
+        what = "its footer is encrypted" if encrypted == "footer" else "some of its columns are encrypted"
+        raise InputFileError(path, f"an encrypted Parquet file ({what}); recordprep reads no encrypted Parquet: "
+                                   "decrypt it (rewrite it without encryption) first", 0)
+
+
 def _partitions(path: str, pf: pq.ParquetFile) -> dict[str, str | None]:
-    parts = partition_fields(path)
-    clash = next((k for k in parts if k in pf.schema_arrow.names), None)
+    """The partition fields; one whose key names a column, or a field inside
+    one (``u.id=7/`` beside a struct ``u``), is refused: a record cannot hold both."""
+    try:
+        parts = partition_fields(path)
+    except ValueError as e:
+        raise InputFileError(path, str(e), 0) from None
+    names = set(pf.schema_arrow.names)
+    clash = next((k for k in parts if k in names or re.split(r"[.\[]", k, maxsplit=1)[0] in names), None)
     if clash is not None:
         raise InputFileError(path, f"the partition directory {clash}=... names a field the file also holds as a "
                                    "column; rename the directory or drop the column", 0)
@@ -107,33 +166,44 @@ def read_parquet_schema(f: IO[bytes], path: str) -> dict[str, Any]:
 
 def iter_parquet(f: IO[bytes], path: str, start: int = 0, end: int | None = None, batch_size: int = 4096,
                  decoder: str = "auto", record_json: bool = False,
-                 max_block_bytes: int = DEFAULT_MAX_BLOCK_BYTES) -> Iterator[RecordBatch]:
+                 max_block_bytes: int = DEFAULT_MAX_BLOCK_BYTES,
+                 columns: Collection[str] | None = None) -> Iterator[RecordBatch]:
     """Yield batches of the records of the row groups starting in ``[start, end)``.
 
     ``decoder``: ``"auto"`` (the fast path where the schema allows) or
     ``"fastavro"`` (the name of the reference decoders: the per-record path).
-    A row group that cannot be decoded, or one of whose column chunks claims
-    more than ``max_block_bytes`` decompressed, ends the range: the records of
-    the row groups before it are yielded, then ``InputFileError`` names the
-    file, the row group and the column.
+    ``columns``: the top-level columns to decode (the others are left out of
+    the records); ``None`` decodes every column. A batch decodes to at most
+    ``max_block_bytes`` (a larger one is split, counting a dictionary's value
+    once per row that uses it, before it is copied into each). A row group
+    that cannot be decoded, one of whose column chunks claims more than
+    ``max_block_bytes`` decompressed or holds other than one value per row
+    (not repeated), or a record over ``max_block_bytes``, ends the range: the
+    records before it are yielded, then ``InputFileError`` names the file,
+    the row group and the column.
     """
     pf = _open(f, path)
     parts = _partitions(path, pf)
     schema = pf.schema_arrow
-    fast = decoder == "auto" and schema.names and all(is_columnar_type(t) for t in schema.types)
+    names = [n for n in schema.names if columns is None or n in columns]
+    leaves = _leaf_columns(pf, names)
+    fast = (decoder == "auto" and bool(names) and "" not in names  # polars renames a column ""
+            and all(is_columnar_type(schema.field(n).type) for n in names))
+    reader = _dictionary_reader(f, pf, names, leaves)
     for i, off in enumerate(row_group_offsets(pf)):
         if off < start or (end is not None and off >= end):
             continue
-        _check_sizes(pf, path, i, off, max_block_bytes)
-        row = 0
+        _check_row_group(pf, path, i, off, max_block_bytes, leaves)
+        row, memo = 0, {}  # memo: the dictionary values built, for this row group's batches
         try:
-            for rb in pf.iter_batches(batch_size, row_groups=[i], use_threads=False):
-                yield _batch(rb, path, parts, fast, record_json, off, row)
-                row += rb.num_rows
+            for rb in reader.iter_batches(batch_size, row_groups=[i], columns=names, use_threads=False):
+                for piece in _bounded(rb, path, i, off, row, max_block_bytes):
+                    yield _batch(piece, path, parts, fast and not _repeats(piece), record_json, off, row, memo)
+                    row += piece.num_rows
         except InputFileError:
             raise
         except Exception as e:
-            raise _row_group_error(pf, path, i, off, row, e) from e
+            raise _row_group_error(pf, path, i, off, row, e, names) from e
         want = pf.metadata.row_group(i).num_rows
         if row != want:  # never drop rows unnoticed (pyarrow misreads some files: tests/test_property_parquet.py)
             raise InputFileError(path, f"row group {i}: pyarrow decoded {row} rows, the file's footer says {want}; "
@@ -141,8 +211,89 @@ def iter_parquet(f: IO[bytes], path: str, start: int = 0, end: int | None = None
                                        "pyarrow version)", off)
 
 
+def _leaf_counts(t: pa.DataType) -> int:
+    """How many Parquet leaf columns (column chunks) hold a column of Arrow type ``t``."""
+    t = storage_type(t)
+    if pa.types.is_struct(t):
+        return sum(_leaf_counts(c.type) for c in t)
+    if pa.types.is_map(t):
+        return _leaf_counts(t.key_type) + _leaf_counts(t.item_type)
+    if is_list_type(t):
+        return _leaf_counts(t.value_type)
+    return 1
+
+
+def _leaf_columns(pf: pq.ParquetFile, names: list[str]) -> list[int]:
+    """The indexes of the leaf columns of the top-level columns ``names``."""
+    wanted = set(names)
+    out, j = [], 0
+    for field in pf.schema_arrow:
+        n = _leaf_counts(field.type)
+        if field.name in wanted:
+            out.extend(range(j, j + n))
+        j += n
+    return out if j == pf.metadata.num_columns else list(range(pf.metadata.num_columns))
+
+
+def _dictionary_reader(f: IO[bytes], pf: pq.ParquetFile, names: list[str], leaves: list[int]) -> pq.ParquetFile:
+    """``pf``, or the same file reading its dictionary-encoded top-level string
+    and binary columns as dictionaries, so that ``_bounded`` sizes a batch
+    before a value that many rows use is copied into each."""
+    md = pf.metadata
+    if not md.num_row_groups:
+        return pf
+    rg = md.row_group(0)
+    leaf_of = {pf.schema.column(j).path: j for j in leaves}
+    dicts = [n for n in names if n in leaf_of and rg.column(leaf_of[n]).has_dictionary_page
+             and _is_bytes(storage_type(pf.schema_arrow.field(n).type))]
+    if not dicts:
+        return pf
+    return _ParquetFile(f, metadata=md, read_dictionary=dicts, coerce_int96_timestamp_unit=INT96_UNIT)
+
+
+def _is_bytes(t: pa.DataType) -> bool:
+    return (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t)
+            or pa.types.is_large_binary(t))
+
+
+def _decoded_size(col: pa.Array) -> int:
+    """The bytes ``col`` takes decoded (a dictionary's value once per row using it)."""
+    if pa.types.is_dictionary(col.type) and _is_bytes(col.type.value_type):
+        used = pc.sum(pc.take(pc.binary_length(col.dictionary), col.indices)).as_py() or 0
+        return used + col.indices.nbytes
+    return col.nbytes
+
+
+def _bounded(rb: pa.RecordBatch, path: str, i: int, off: int, row: int, cap: int) -> Iterator[pa.RecordBatch]:
+    """``rb`` in order, in slices that each decode to at most ``cap`` bytes."""
+    sizes = [_decoded_size(c) for c in rb.columns]
+    if sum(sizes) <= cap:
+        yield rb
+    elif rb.num_rows > 1:
+        half = rb.num_rows // 2
+        yield from _bounded(rb.slice(0, half), path, i, off, row, cap)
+        yield from _bounded(rb.slice(half), path, i, off, row + half, cap)
+    else:
+        name = rb.schema.names[max(range(len(sizes)), key=sizes.__getitem__)]
+        raise InputFileError(path, f"row group {i}, row {row}, field {name!r}: the record decodes to {sum(sizes)} "
+                                   f"bytes, over the cap of {mb(cap)}; raise --max-block-mb if the file is trusted",
+                             off)
+
+
+def _repeats(rb: pa.RecordBatch) -> bool:
+    """Whether a dictionary column's values are large enough (over
+    ``_SHARED_VALUE_BYTES`` a row on average) that the records should share
+    them: the reference path builds each value once per row group
+    (``table_records``' memo), where polars would copy it into each row."""
+    for col in rb.columns:
+        if pa.types.is_dictionary(col.type) and _is_bytes(col.type.value_type) and len(col):
+            if _decoded_size(col) >= _SHARED_VALUE_BYTES * len(col):
+                return True
+    return False
+
+
 def _batch(rb: pa.RecordBatch, path: str, parts: dict[str, str | None], fast: bool, record_json: bool,
-           off: int, row: int) -> RecordBatch:
+           off: int, row: int, memo: dict | None = None) -> RecordBatch:
     n = rb.num_rows
     records: Any = None
     if fast:
@@ -154,7 +305,7 @@ def _batch(rb: pa.RecordBatch, path: str, parts: dict[str, str | None], fast: bo
             _log.debug("%s: the Parquet fast path failed at byte %d row %d (%s: %s); the reference path reads it",
                        path, off, row, type(e).__name__, e)
     if records is None:
-        records = table_records(pa.Table.from_batches([rb]), parts)
+        records = table_records(pa.Table.from_batches([rb]), parts, memo)
     return RecordBatch(path, "parquet", records, [off] * n, list(range(row, row + n)))
 
 
@@ -172,22 +323,32 @@ def _columnar(rb: pa.RecordBatch, parts: dict[str, str | None], path: str, recor
     return frame_records(df, path, record_json)
 
 
-def _check_sizes(pf: pq.ParquetFile, path: str, i: int, off: int, cap: int) -> None:
+def _check_row_group(pf: pq.ParquetFile, path: str, i: int, off: int, cap: int, leaves: list[int]) -> None:
+    """Refuse a row group one of whose read column chunks claims more than
+    ``cap`` bytes decompressed, or (not repeated) holds other than one value
+    per row: pyarrow would read only as many rows as the footer says."""
     rg = pf.metadata.row_group(i)
-    for j in range(rg.num_columns):
+    for j in leaves:
         c = rg.column(j)
         if c.total_uncompressed_size > cap:
             raise InputFileError(path, f"row group {i}, column {c.path_in_schema!r}: the column chunk claims "
                                        f"{c.total_uncompressed_size} bytes decompressed, over the cap of "
                                        f"{mb(cap)}; raise --max-block-mb if the file is trusted", off)
+        if c.num_values != rg.num_rows and pf.schema.column(j).max_repetition_level == 0:
+            raise InputFileError(path, f"row group {i}, column {c.path_in_schema!r}: the column chunk holds "
+                                       f"{c.num_values} values, the row group has {rg.num_rows} rows; the file is "
+                                       "corrupt (rewrite it)", off)
 
 
-def _row_group_error(pf: pq.ParquetFile, path: str, i: int, off: int, row: int, e: BaseException) -> InputFileError:
-    """The error naming the row group, and the first column that cannot be read alone."""
+def _row_group_error(pf: pq.ParquetFile, path: str, i: int, off: int, row: int, e: BaseException,
+                     names: list[str]) -> InputFileError:
+    """The error naming the row group, and the first of the columns read (``names``)
+    that cannot be read alone (in small batches: memory stays bounded)."""
     field = ""
-    for name in pf.schema_arrow.names:
+    for name in names:
         try:
-            pf.read_row_group(i, columns=[name], use_threads=False)
+            for _ in pf.iter_batches(64, row_groups=[i], columns=[name], use_threads=False):
+                pass
         except Exception:  # noqa: BLE001 - only locating the fault
             field = f", field {name!r}"
             break

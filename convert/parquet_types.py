@@ -22,9 +22,11 @@ decimal128/256(p, s)                        the unscaled integer as big-endian  
                                             encoding of a ``bytes`` decimal)
 dictionary<values>                          the decoded value                     the values' schema
 struct                                      ``dict``                              record
-list, large_list, fixed_size_list           ``list``                              array
+list, large_list, fixed_size_list, views    ``list``                              array
 map<K, V>                                   ``dict`` with ``str(key)`` keys       map
 null                                        ``None``                              null
+extension (``arrow.uuid``, ``arrow.json``)  its storage's value (16 ``bytes``,    its storage's schema
+                                            ``str``)
 ==========================================  ====================================  =============================
 
 Logical types stay raw integers for the reason the Avro reader keeps them
@@ -48,6 +50,64 @@ HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
 
 _UNIT_LOGICAL = {"ms": "millis", "us": "micros", "ns": "nanos"}
 
+#: The unit INT96 timestamps are read in (``coerce_int96_timestamp_unit``).
+INT96_UNIT = "us"
+
+#: How deeply a Parquet schema's Arrow types may nest (structs, lists, maps,
+#: each one level); the readers and ``infer`` recurse per level.
+MAX_PARQUET_DEPTH = 100
+
+
+def storage_type(t: pa.DataType) -> pa.DataType:
+    """An extension type's storage type (``arrow.uuid``: ``fixed_size_binary[16]``,
+    ``arrow.json``: string), other types unchanged."""
+    while isinstance(t, pa.BaseExtensionType):
+        t = t.storage_type
+    return t
+
+
+def is_list_type(t: pa.DataType) -> bool:
+    """Every Arrow list type: list, large_list, fixed_size_list, list_view, large_list_view."""
+    return (pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t)
+            or pa.types.is_list_view(t) or pa.types.is_large_list_view(t))
+
+
+def _children(t: pa.DataType) -> list[pa.Field]:
+    t = storage_type(t)
+    if pa.types.is_dictionary(t):
+        return [pa.field("", t.value_type)]
+    if pa.types.is_struct(t):
+        return list(t)
+    if pa.types.is_map(t):
+        return [t.key_field, t.item_field]
+    if is_list_type(t):
+        return [t.value_field]
+    return []
+
+
+def schema_problem(schema: pa.Schema) -> str | None:
+    """Why the records of ``schema`` cannot be read, or ``None``: a name twice in
+    the columns or in one struct (at any depth), or nesting deeper than
+    ``MAX_PARQUET_DEPTH``. Iterative, linear in the number of fields."""
+    stack: list[tuple[str, str, list[pa.Field], int]] = [("", "", list(schema), 0)]
+    while stack:
+        column, where, fields, depth = stack.pop()
+        if depth > MAX_PARQUET_DEPTH:
+            return (f"the Parquet schema nests deeper than {MAX_PARQUET_DEPTH} levels (in the column {column!r}); "
+                    "flatten the schema (nest fewer structs, lists and maps inside each other)")
+        seen: set[str] = set()
+        for f in fields:
+            if f.name in seen:
+                shown = where if len(where) <= 120 else f"{where[:60]}...{where[-50:]}"
+                inside = f"the struct {shown!r}" if where else "the columns"
+                return (f"the Parquet schema declares the field {f.name!r} twice in {inside}; a record holds one "
+                        "value per name: rewrite the file with distinct field names")
+            seen.add(f.name)
+            kids = _children(f.type)
+            if kids:
+                stack.append((column or f.name, f"{where}.{f.name}" if where else f.name, kids, depth + 1))
+    return None
+
 
 def decimal_bytes(unscaled: int) -> bytes:
     """An unscaled decimal as fastavro writes a ``bytes`` decimal: big-endian
@@ -58,7 +118,8 @@ def decimal_bytes(unscaled: int) -> bytes:
 def partition_fields(path: str) -> dict[str, str | None]:
     """The hive-style partition fields of a file: the directories directly above
     it named ``key=value`` (up to the first one that is not), outermost first,
-    keys and values URL-unquoted as Hive and Spark escape them."""
+    keys and values URL-unquoted as Hive and Spark escape them. Raises
+    ``ValueError`` for a key named twice (``k=1/k=2/``)."""
     parts = posixpath.dirname(path.replace("\\", "/")).split("/")
     found: list[tuple[str, str | None]] = []
     for part in reversed(parts):
@@ -67,20 +128,26 @@ def partition_fields(path: str) -> dict[str, str | None]:
             break
         value = urllib.parse.unquote(value)
         found.append((urllib.parse.unquote(key), None if value == HIVE_NULL else value))
-    return dict(reversed(found))
+    out = dict(reversed(found))
+    if len(out) != len(found):
+        key = next(k for i, (k, _) in enumerate(found) if any(k == k2 for k2, _ in found[i + 1:]))
+        raise ValueError(f"the partition directories name {key!r} twice ({key}=.../{key}=...); a record holds one "
+                         "value per name: rename or flatten the directories")
+    return out
 
 
 def is_columnar_type(t: pa.DataType) -> bool:
     """Whether the fast path (``raw_array`` then polars) gives the reference
     path's values for this type: everything but maps (polars reads them as
     lists of key/value records, the record model has dicts)."""
+    t = storage_type(t)
     if pa.types.is_map(t):
         return False
     if pa.types.is_dictionary(t):
         return is_columnar_type(t.value_type)
     if pa.types.is_struct(t):
         return all(is_columnar_type(t.field(i).type) for i in range(t.num_fields))
-    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+    if is_list_type(t):
         return is_columnar_type(t.value_type)
     return True
 
@@ -90,6 +157,8 @@ def raw_array(arr: pa.Array) -> pa.Array:
     types polars reads: dictionaries decoded, decimals as bytes, fixed-size
     binaries and lists as plain ones. Maps are not handled (``is_columnar_type``)."""
     t = arr.type
+    if isinstance(t, pa.BaseExtensionType):
+        return raw_array(arr.storage)
     if pa.types.is_dictionary(t):
         return raw_array(arr.dictionary_decode())
     if pa.types.is_timestamp(t) or pa.types.is_time64(t) or pa.types.is_duration(t) or pa.types.is_date64(t):
@@ -111,6 +180,8 @@ def raw_array(arr: pa.Array) -> pa.Array:
         return pa.StructArray.from_arrays(children, fields=fields, mask=mask)
     if pa.types.is_fixed_size_list(t):
         return raw_array(arr.cast(pa.large_list(t.value_type)))
+    if pa.types.is_list_view(t) or pa.types.is_large_list_view(t):
+        return raw_array(_list_of_view(arr))
     if pa.types.is_list(t) or pa.types.is_large_list(t):
         offsets = arr.offsets if pa.types.is_large_list(t) else arr.offsets.cast(pa.int64())
         start, stop = offsets[0].as_py(), offsets[-1].as_py()
@@ -118,6 +189,14 @@ def raw_array(arr: pa.Array) -> pa.Array:
         rebased = pa.compute.subtract(offsets, pa.scalar(start, pa.int64()))
         return pa.LargeListArray.from_arrays(rebased, values, mask=arr.is_null() if arr.null_count else None)
     return arr
+
+
+def _list_of_view(arr: pa.Array) -> pa.Array:
+    """A list view as a large list of its items in order (pyarrow's cast of a
+    sliced list view gives negative offsets)."""
+    sizes = pa.compute.fill_null(pa.compute.list_value_length(arr), 0).cast(pa.int64())
+    offsets = pa.concat_arrays([pa.array([0], pa.int64()), pa.compute.cumulative_sum(sizes)])
+    return pa.LargeListArray.from_arrays(offsets, arr.flatten(), mask=arr.is_null() if arr.null_count else None)
 
 
 def _decimal_raw(arr: pa.Array) -> pa.Array:
@@ -162,6 +241,7 @@ def _field_type(f: pa.Field, names: _Names, path: str) -> Any:
 
 
 def _avro_type(t: pa.DataType, names: _Names, path: str) -> Any:
+    t = storage_type(t)
     if pa.types.is_dictionary(t):
         return _avro_type(t.value_type, names, path)
     simple = _simple_avro_type(t)
@@ -176,7 +256,7 @@ def _avro_type(t: pa.DataType, names: _Names, path: str) -> Any:
                 "fields": [{"name": c.name, "type": _field_type(c, names, f"{path}.{c.name}")} for c in t]}
     if pa.types.is_map(t):
         return {"type": "map", "values": _field_type(t.item_field, names, f"{path}.value")}
-    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+    if is_list_type(t):
         return {"type": "array", "items": _field_type(t.value_field, names, f"{path}.item")}
     raise TypeError(f"field {path!r}: the Parquet/Arrow type {t} has no record form; "
                     "cast the column to a supported type (docs/converting.md#parquet) when writing the file")

@@ -31,7 +31,7 @@ fastavro path's helpers), ``convert.jsonl`` (JSON input) and ``convert.parquet``
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from typing import IO, Any
 
 import fastavro
@@ -301,14 +301,16 @@ def iter_records(f: IO[bytes], path: str, start: int = 0, end: int | None = None
                  batch_size: int = 4096, json_records_path: str | None = None,
                  avro_decoder: str = "auto", record_json: bool = False,
                  max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
-                 max_block_bytes: int = DEFAULT_MAX_BLOCK_BYTES) -> Iterator[RecordBatch]:
+                 max_block_bytes: int = DEFAULT_MAX_BLOCK_BYTES,
+                 columns: Collection[str] | None = None) -> Iterator[RecordBatch]:
     """Dispatch on the file's format; see ``iter_avro`` and ``iter_json``.
 
     ``record_json``: the Avro fast path also gives each record's canonical
     JSON (``ColumnRecords.record_json``), for the whole-record split.
     ``max_record_bytes`` caps a JSON line or document, ``max_block_bytes`` an
     Avro block's decompressed bytes (``ConvertOptions.max_record_mb`` and
-    ``max_block_mb``).
+    ``max_block_mb``). ``columns``: the top-level fields to decode where the
+    format can leave the others undecoded (Parquet); ``None`` for all.
     """
     f.seek(0)
     head = f.read(4)
@@ -319,5 +321,5 @@ def iter_records(f: IO[bytes], path: str, start: int = 0, end: int | None = None
     if fmt == "parquet":
         from convert.parquet import iter_parquet  # pyarrow, only where Parquet is read
 
-        return iter_parquet(f, path, start, end, batch_size, avro_decoder, record_json, max_block_bytes)
+        return iter_parquet(f, path, start, end, batch_size, avro_decoder, record_json, max_block_bytes, columns)
     return iter_json(f, path, start, end, batch_size, json_records_path, max_record_bytes)

@@ -27,8 +27,10 @@ from apache_beam.io.filesystems import FileSystems
 
 from convert.analysis import Analyzer
 from convert.config import Config
+from convert.paths import parse_path
 from convert.prepare import PreparedBatch, Preparer
 from convert.sources import iter_records
+from convert.splits import Splits
 from convert.vectorize import unseen_label_rows
 from pipelines._fs import size_of
 from pipelines.local.progress import PROGRESS_DIR, UnitProgress
@@ -134,15 +136,35 @@ def _late_label_errors(config: Config, pb: PreparedBatch, known: Any, path: str,
             for i, r in unseen_label_rows(pb, lab, known).items()}
 
 
+def read_columns(config: Config, splits: Splits) -> frozenset[str] | None:
+    """The top-level fields a run reads from each record: the first key of
+    every source path of the config and of the split key (Parquet decodes
+    only these columns). ``None`` (every field) when the split hashes whole
+    records."""
+    if splits.hashes_whole_records:
+        return None
+    sources = [s for f in config.features for s in (f.source, *(f.sources or ()))]
+    sources += [config.label.source] if config.label is not None else []
+    sources += [splits.key] if splits.key else []
+    out = set()
+    for source in sources:
+        first = parse_path(source)[0] if "[" in source or "]" in source else source.split(".")[0]
+        if isinstance(first, str):
+            out.add(first)
+    return frozenset(out)
+
+
 def prepare_unit(unit: WorkUnit, options: ConvertOptions, preparer: Preparer,
                   analyzer: Analyzer | None = None, label_classes: Any = None) -> Iterator[Prepared]:
     """Read and prepare a unit's batches; with ``analyzer``, also analyze the training split.
     ``label_classes``: a reused analysis' label classes (see ``_late_label_errors``)."""
+    columns = read_columns(preparer.config, options.splits)
     for rng in unit.ranges:
         with FileSystems.open(rng.path, compression_type="uncompressed") as f:
             for batch in iter_records(f, rng.path, rng.start, rng.end, options.batch_size, options.json_records_path,
                                       options.avro_decoder, record_json=options.splits.hashes_whole_records,
-                                      max_record_bytes=options.max_record_bytes, max_block_bytes=options.max_block_bytes):
+                                      max_record_bytes=options.max_record_bytes, max_block_bytes=options.max_block_bytes,
+                                      columns=columns):
                 errors = [_error_line(rng.path, batch.kind, off, idx, "<record>", reason, raw)
                           for off, idx, reason, raw in batch.bad]
                 if not batch.records:

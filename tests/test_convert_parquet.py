@@ -203,7 +203,7 @@ def test_a_column_chunk_over_the_block_cap_is_refused_naming_it():
 def test_duplicate_column_names_are_refused():
     buf = io.BytesIO()
     pq.write_table(pa.Table.from_arrays([pa.array([1]), pa.array([2])], names=["a", "a"]), buf)
-    with pytest.raises(InputFileError, match="declares the column 'a' twice"):
+    with pytest.raises(InputFileError, match="declares the field 'a' twice in the columns"):
         _read_parquet(buf)
 
 

@@ -203,3 +203,41 @@ def test_a_directory_input_finds_partition_files_locally_and_on_gcs(tmp_path, re
         with FileSystems.open(path, compression_type="uncompressed") as f:
             read.extend((r["id"], r["dt"]) for b in iter_records(f, path) for r in b.records)
     assert sorted(read) == sorted((r["id"], "2024-01-0" + str(1 + r["id"] % 2)) for r in records)
+
+
+def test_a_run_decodes_only_the_columns_its_config_and_split_key_read(tmp_path):
+    """A column no feature reads is never decoded when the split has a key: a large
+    one passes ``--max-block-mb``; a whole-record split hashes it, so it is read and refused."""
+    records = make_records(40)
+    root = tmp_path / "d"
+    paths = write_dataset(root, records)
+    table = pa.Table.from_pylist(records, schema=ARROW).append_column("blob", pa.array([b"z" * 200_000] * 40))
+    pq.write_table(table, root / "wide.parquet", use_dictionary=False, compression="zstd")
+    keyed = Splits.parse("train=0.8,eval=0.2", "id")
+    _convert(root / "wide.parquet", paths["config"], tmp_path / "keyed", num_shards=1, splits=keyed, max_block_mb=1)
+    counts = check_accounting(tmp_path / "keyed")
+    assert counts["read"] == 40
+    _convert(root / "part-*.avro", paths["config"], tmp_path / "avro", num_shards=1, splits=keyed)
+    assert _shards(tmp_path / "keyed") == _shards(tmp_path / "avro")
+    with pytest.raises(Exception, match=r"wide\.parquet.*column 'blob'.*--max-block-mb"):
+        _convert(root / "wide.parquet", paths["config"], tmp_path / "whole", num_shards=1, max_block_mb=1)
+
+
+def test_infer_drafts_uuid_and_json_columns_and_convert_reads_them(tmp_path):
+    """pyarrow reads them as extension types (``arrow.uuid``, ``arrow.json``): their storage types count."""
+    n = 40
+    table = pa.table({"id": list(range(n)), "y": [i % 2 for i in range(n)],
+                      "u": pa.array([bytes([i]) * 16 for i in range(n)], pa.uuid()),
+                      "j": pa.array([f'{{"k": {i % 3}}}' for i in range(n)], pa.json_())})
+    path = tmp_path / "ext.parquet"
+    pq.write_table(table, path)
+    r = cli("infer", "-i", path, "--label", "y")
+    assert r.exit_code == 0, r.output
+    assert "{name: u, transform: bytes}" in r.stdout and "{name: j, transform: vocabulary}" in r.stdout
+    drafted = tmp_path / "drafted.yaml"
+    drafted.write_text(r.stdout)
+    r = cli("convert", "-i", path, "-c", drafted, "-o", tmp_path / "out", "--num-shards", "1")
+    assert r.exit_code == 0, r.output
+    assert check_accounting(tmp_path / "out")["read"] == n
+    vocab = json.loads((tmp_path / "out" / "analysis.json").read_text())["vocabularies"]["j"]
+    assert set(vocab) <= {'{"k": 0}', '{"k": 1}', '{"k": 2}'} and vocab

@@ -1,0 +1,195 @@
+"""What a Parquet file's raw footer says before pyarrow reads its columns:
+whether the file is encrypted.
+
+pyarrow aborts the process (an uncaught C++ exception, not a Python error)
+when a column's metadata of a file with encrypted columns and a plaintext
+footer is touched without keys (``ParquetFile.metadata.row_group(i).column(j)``),
+and names a file with an encrypted footer "not a Parquet file". So the reader
+asks ``encryption`` first: the magic ``PARE`` (encrypted footer) at either
+end, or ``FileMetaData.encryption_algorithm`` (field 8, set only in files with
+encrypted columns and a plaintext footer) in the Thrift compact encoded footer.
+
+A plaintext footer of such a file is signed: 28 bytes (nonce and tag) follow
+its ``FileMetaData``. A footer that pyarrow read to its last byte
+(``FileMetaData.serialized_size``) has none, so a large one is not scanned
+(pure Python: about a second per 20,000 column chunks).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import IO
+
+#: The magic of a Parquet file whose footer is encrypted (plaintext footers keep ``PAR1``).
+ENCRYPTED_MAGIC = b"PARE"
+
+_MAX_STRUCT_DEPTH = 64  # the Thrift structs of a footer nest a few levels; deeper is garbage
+
+#: A footer up to this size is scanned whatever its ``serialized_size``.
+_ALWAYS_SCANNED = 256 << 10
+
+#: The signature after a signed plaintext footer: AES-GCM nonce and tag.
+_SIGNATURE_BYTES = 28
+
+
+class _Bad(Exception):
+    """The footer is not Thrift compact as expected: pyarrow will say what is wrong."""
+
+
+def encryption(f: IO[bytes], metadata_size: int | None = None) -> str | None:
+    """``"footer"`` (encrypted footer), ``"columns"`` (encrypted columns,
+    plaintext footer) or ``None`` (not encrypted, or a footer pyarrow will
+    refuse by itself). ``metadata_size``: the ``serialized_size`` pyarrow read,
+    where known. Leaves ``f`` at its start."""
+    try:
+        f.seek(0)
+        head = f.read(4)
+        size = f.seek(0, os.SEEK_END)
+        if size < 12:
+            return "footer" if head == ENCRYPTED_MAGIC else None
+        f.seek(size - 8)
+        tail = f.read(8)
+        if ENCRYPTED_MAGIC in (head, tail[4:]):
+            return "footer"
+        length = int.from_bytes(tail[:4], "little")
+        if tail[4:] != b"PAR1" or not 0 < length <= size - 12:
+            return None
+        if metadata_size is not None and length > _ALWAYS_SCANNED and metadata_size > length - _SIGNATURE_BYTES:
+            return None  # no room for a signature: not a signed plaintext footer
+        f.seek(size - 8 - length)
+        footer = f.read(length)
+    finally:
+        f.seek(0)
+    try:
+        return "columns" if _top_level_fields(footer) & {8, 9} else None
+    except (_Bad, IndexError):
+        return None
+
+
+def _top_level_fields(buf: bytes) -> set[int]:
+    """The field ids of the Thrift compact struct at the start of ``buf``
+    (one loop over an explicit stack: footers of wide files hold millions of values)."""
+    ids: set[int] = set()
+    pos = 0
+    # frames: [is_struct, last field id, list items left, list item kind]
+    stack: list[list[int]] = [[1, 0, 0, 0]]
+    while stack:
+        frame = stack[-1]
+        if frame[0]:  # a struct: the next field header
+            byte = buf[pos]
+            pos += 1
+            if byte == 0:
+                stack.pop()
+                continue
+            kind = byte & 0x0F
+            if byte >> 4:
+                frame[1] += byte >> 4
+            else:
+                raw, pos = _varint(buf, pos)
+                frame[1] = (raw >> 1) ^ -(raw & 1)
+            if len(stack) == 1:
+                ids.add(frame[1])
+        else:  # a list or set: the next item
+            if not frame[2]:
+                stack.pop()
+                continue
+            frame[2] -= 1
+            kind = frame[3]
+        if kind <= 2:  # bool in a field header
+            continue
+        if kind == 3:
+            pos += 1
+        elif kind <= 6:  # zigzag varints
+            while buf[pos] & 0x80:
+                pos += 1
+            pos += 1
+        elif kind == 7:
+            pos += 8
+        elif kind == 8:
+            n, pos = _varint(buf, pos)
+            pos += n
+        elif kind == 12:
+            if len(stack) > _MAX_STRUCT_DEPTH:
+                raise _Bad
+            stack.append([1, 0, 0, 0])
+        elif kind in (9, 10):
+            head = buf[pos]
+            pos += 1
+            n, elem = head >> 4, head & 0x0F
+            if n == 15:
+                n, pos = _varint(buf, pos)
+            if len(stack) > _MAX_STRUCT_DEPTH or n > len(buf):
+                raise _Bad
+            stack.append([0, 0, n, 3 if elem in (1, 2) else elem])
+        elif kind == 11:
+            pos = _skip(buf, pos, kind, len(stack))
+        else:
+            raise _Bad
+        if pos > len(buf):
+            raise _Bad
+    return ids
+
+
+def _varint(buf: bytes, pos: int) -> tuple[int, int]:
+    out = shift = 0
+    while True:
+        b = buf[pos]
+        pos += 1
+        out |= (b & 0x7F) << shift
+        if b < 0x80:
+            return out, pos
+        shift += 7
+        if shift > 70:
+            raise _Bad
+
+
+def _skip(buf: bytes, pos: int, kind: int, depth: int) -> int:
+    """The position after one value of Thrift compact type ``kind`` at ``pos``."""
+    if kind in (1, 2):  # bool in a field header
+        return pos
+    if kind == 3:  # byte (also a bool inside a list)
+        return pos + 1
+    if kind in (4, 5, 6):  # zigzag varints
+        return _varint(buf, pos)[1]
+    if kind == 7:  # double
+        return pos + 8
+    if kind == 8:  # binary
+        n, pos = _varint(buf, pos)
+        return pos + n
+    if depth > _MAX_STRUCT_DEPTH:
+        raise _Bad
+    if kind in (9, 10):  # list, set
+        head = buf[pos]
+        pos += 1
+        n, elem = head >> 4, head & 0x0F
+        if n == 15:
+            n, pos = _varint(buf, pos)
+        elem = 3 if elem in (1, 2) else elem
+        for _ in range(n):
+            pos = _skip(buf, pos, elem, depth + 1)
+            if pos > len(buf):
+                raise _Bad
+        return pos
+    if kind == 11:  # map
+        n, pos = _varint(buf, pos)
+        if n == 0:
+            return pos
+        kv = buf[pos]
+        pos += 1
+        kt, vt = kv >> 4, kv & 0x0F
+        kt, vt = (3 if kt in (1, 2) else kt), (3 if vt in (1, 2) else vt)
+        for _ in range(n):
+            pos = _skip(buf, _skip(buf, pos, kt, depth + 1), vt, depth + 1)
+            if pos > len(buf):
+                raise _Bad
+        return pos
+    if kind == 12:  # struct
+        while True:
+            byte = buf[pos]
+            pos += 1
+            if byte == 0:
+                return pos
+            if not byte >> 4:
+                pos = _varint(buf, pos)[1]
+            pos = _skip(buf, pos, byte & 0x0F, depth + 1)
+    raise _Bad
