@@ -3,9 +3,9 @@
 ``timestamp``: the input is an epoch count in a known ``unit`` (Avro
 timestamp-millis/micros/nanos and local-timestamp-* arrive as their raw
 integers, ``date`` as days; JSON numbers in the configured unit) or an ISO
-8601 string. The output is int64 epoch **seconds** (floor; exact, where a
-float32 would round present-day times to ~2 minutes) plus optional calendar
-parts in UTC: ``hour`` (0..23), ``day_of_week`` (0 = Monday .. 6) and
+8601 string. Its int64 epoch **seconds** (floor, exact) are computed here;
+the feature written is those seconds scaled by the training split (``SCALED``
+below, float64 until the final float32), plus optional calendar parts in UTC: ``hour`` (0..23), ``day_of_week`` (0 = Monday .. 6) and
 ``month`` (1..12), each int64. Values outside Python's datetime range (year 0,
 year 10000) are still computed from the integer, never through ``datetime``.
 
