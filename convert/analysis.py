@@ -17,9 +17,10 @@ from typing import Any
 
 import numpy as np
 
-from convert.columns import LabelTerms, PresentRows, RawValues, TermRows, ValidNumbers
+from convert.columns import Finished, LabelTerms, PresentRows, RawValues, TermRows, ValidNumbers
 from convert.config import Config, ConfigError, FeatureConfig, LabelConfig, parse_path
-from convert.prepare import PreparedBatch, count_values, label_terms
+from convert.derive import SCALED
+from convert.prepare import PreparedBatch, Preparer, count_values, label_terms
 from convert.quantiles import QuantileSketch
 from convert.records import (
     F32_MAX,
@@ -109,6 +110,12 @@ def analysis_options(f: FeatureConfig) -> dict[str, Any]:
     return d
 
 
+def has_stats(f: FeatureConfig) -> bool:
+    """Whether the analysis records statistics of ``f``: a numeric transform that needs
+    them (``needs_stats``), or one scaled by the training split (``convert.derive.SCALED``)."""
+    return f.needs_stats or f.transform in SCALED
+
+
 def label_analysis_options(lab: LabelConfig) -> dict[str, Any]:
     """What made a vocabulary label's classes (recorded like ``analysis_options``)."""
     return {"source": lab.source, "transform": "vocabulary", "role": "label"}
@@ -137,7 +144,7 @@ class Analysis:
     @classmethod
     def for_config(cls, config: Config, vocabularies: dict[str, list[str]], stats: dict[str, dict[str, Any]]) -> Analysis:
         """The analysis of ``config``'s features, recording what it was computed for."""
-        features = {f.name: analysis_options(f) for f in config.features if f.needs_vocabulary or f.needs_stats}
+        features = {f.name: analysis_options(f) for f in config.features if f.needs_vocabulary or has_stats(f)}
         lab = vocabulary_label(config)
         if lab is not None:
             features[lab.name] = label_analysis_options(lab)
@@ -184,7 +191,7 @@ class Analysis:
         """
         problems, unverified = [], []
         for f in config.features:
-            if not (f.needs_vocabulary or f.needs_stats):
+            if not (f.needs_vocabulary or has_stats(f)):
                 continue
             what = "vocabulary" if f.needs_vocabulary else "statistics"
             stats = self.stats.get(f.name)
@@ -336,7 +343,7 @@ class Analyzer:
         self.counts: dict[str, Counter] = {f.name: Counter() for f in config.features if f.needs_vocabulary}
         self.numeric: dict[str, NumericStats] = {
             f.name: NumericStats(sketch=QuantileSketch() if f.transform == "bucketize" else None)
-            for f in config.features if f.needs_stats
+            for f in config.features if has_stats(f)
         }
         #: Values seen per feature (every feature): records for scalars, items
         #: or tokens for lists and text. 0: the feature was missing (null,
@@ -372,7 +379,9 @@ class Analyzer:
         """
         for f in self.config.features:
             get = self._get[f.name]
-            if f.name in self.counts or f.name in self.numeric:
+            if f.transform in SCALED:
+                self._add_scaled_records(f, records)
+            elif f.name in self.counts or f.name in self.numeric:
                 self._add_values(f, [get(r) for r in records])
             elif f.transform == "cross":
                 gets = [getter(s) for s in f.sources or ()]
@@ -400,6 +409,9 @@ class Analyzer:
             match extra:
                 case PresentRows():
                     self.present[f.name] += int(np.count_nonzero(extra.rows & rows))
+                    if f.transform in SCALED:
+                        part = next(p for p in batch.parts if isinstance(p, Finished) and p.name == f.name)
+                        self._add_scaled(f, part.columns[f.name][1][:, 0], extra.rows, rows)
                 case RawValues():
                     self._add_values(f, [v for v, keep in zip(extra.values, rows.tolist(), strict=True) if keep])
                     if extra.new_terms is not None:
@@ -460,6 +472,24 @@ class Analyzer:
                     elif isinstance(x, int | float) and abs(fx := to_float(x)) <= F32_MAX:  # finite as float32
                         flat.append(fx)
             self.numeric[f.name].add(np.asarray(flat, dtype=np.float64), missing)
+
+    def _add_scaled(self, f: FeatureConfig, col: np.ndarray, present: np.ndarray, rows: np.ndarray) -> None:
+        """Statistics of the base values (``SCALED``) of the selected ``rows``."""
+        scaled = SCALED[f.transform]
+        take = rows if scaled.missing_is_value else rows & present
+        self.numeric[f.name].add(scaled.base(col[take]), int(np.count_nonzero(rows & ~present)))
+
+    def _add_scaled_records(self, f: FeatureConfig, records: Sequence[Any]) -> None:
+        """``add_records`` of a scaled feature: its column as the preparer makes it, rejected rows left out."""
+        batch = Preparer(Config((f,), None)).prepare(records, analyze=True)
+        extra = batch.analysis[f.name] if batch.analysis else None
+        assert isinstance(extra, PresentRows)
+        rows = np.ones(len(records), dtype=bool)
+        rows[list(batch.bad)] = False
+        self.present[f.name] += int(np.count_nonzero(extra.rows & rows))
+        part = batch.parts[0]
+        assert isinstance(part, Finished)
+        self._add_scaled(f, part.columns[f.name][1][:, 0], extra.rows, rows)
 
     def merge(self, other: Analyzer) -> Analyzer:
         self.flush()

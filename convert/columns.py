@@ -73,10 +73,13 @@ class TermCodes:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Finished:
-    """A feature finished while preparing (it needs no analysis): its columns."""
+    """A feature finished while preparing (it needs no analysis): its columns.
+    ``present``: which rows have a value, for a feature the vectorizer still
+    scales by the training split (``convert.derive.SCALED``, a timestamp)."""
 
     name: str
     columns: Columns
+    present: np.ndarray | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

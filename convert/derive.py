@@ -3,9 +3,9 @@
 ``timestamp``: the input is an epoch count in a known ``unit`` (Avro
 timestamp-millis/micros/nanos and local-timestamp-* arrive as their raw
 integers, ``date`` as days; JSON numbers in the configured unit) or an ISO
-8601 string. The output is int64 epoch **seconds** (floor; exact, where a
-float32 would round present-day times to ~2 minutes) plus optional calendar
-parts in UTC: ``hour`` (0..23), ``day_of_week`` (0 = Monday .. 6) and
+8601 string. Its int64 epoch **seconds** (floor, exact) are computed here;
+the feature written is those seconds scaled by the training split (``SCALED``
+below, float64 until the final float32), plus optional calendar parts in UTC: ``hour`` (0..23), ``day_of_week`` (0 = Monday .. 6) and
 ``month`` (1..12), each int64. Values outside Python's datetime range (year 0,
 year 10000) are still computed from the integer, never through ``datetime``.
 
@@ -18,9 +18,10 @@ features, so a cross is identical on every machine and run and in TensorFlow
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -179,3 +180,47 @@ def cross_ids(parts: Sequence[Sequence[str | None]], buckets: int) -> np.ndarray
             h = cache[key] = fp % buckets + 1
         ids[i] = h
     return ids
+
+
+# ---------------------------------------------------------------- scaled by the training split
+#
+# ``timestamp`` and ``count`` features are written as floats a model can take
+# as they are: the base value (epoch seconds; ``log1p`` of a count) less its
+# mean over the training split, divided by its standard deviation there. The
+# analysis records those statistics of the base value; a missing timestamp is
+# written 0.0 (the mean). The serving layer computes the same in float64
+# (``readers.serving_ops.scaled_base``).
+
+
+@dataclasses.dataclass(frozen=True)
+class Scaled:
+    """How a transform's int64 column becomes the float the statistics and the scaling take."""
+
+    #: the int64 column prepared -> float64 base values
+    base: Callable[[np.ndarray], np.ndarray]
+    #: whether a row without a value takes part (a null list counts 0 items) or is missing (a timestamp)
+    missing_is_value: bool
+
+
+#: transform -> its scaling; the one table the analysis, the vectorizer and the spec read.
+SCALED: dict[str, Scaled] = {
+    "timestamp": Scaled(lambda col: col.astype(np.float64), missing_is_value=False),
+    "count": Scaled(lambda col: np.log1p(np.maximum(col, 0).astype(np.float64)), missing_is_value=True),
+}
+
+
+def scaled_column(transform: str, col: np.ndarray, present: np.ndarray | None, stats: Mapping[str, Any]) -> np.ndarray:
+    """float32 ``(base(col) - mean) / std`` (``SCALED[transform]``); rows not ``present`` 0.0.
+
+    ``stats``: the feature's training statistics as ``convert.prepare.transform_constants``
+    gives them; none (an empty training split) scale by mean 0, std 1.
+    """
+    x = SCALED[transform].base(col)
+    std = stats.get("std") or 1.0
+    x = (x - (stats.get("mean") or 0.0)) / std
+    if present is not None and not SCALED[transform].missing_is_value:
+        x = np.where(present.reshape(x.shape), x, 0.0)
+    with np.errstate(over="ignore"):
+        x32 = x.astype(np.float32)
+    x32[np.abs(x32) < np.finfo(np.float32).tiny] *= 0  # subnormals flushed, as TensorFlow's kernels do
+    return x32

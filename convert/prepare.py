@@ -260,7 +260,8 @@ class Preparer:
             elif f.transform == "hash":
                 part = Finished(f.name, self._hash(f, values, bad, coded.get(f.name)))
             elif f.transform == "timestamp":
-                part = Finished(f.name, timestamp_columns(f, values, bad))
+                ts_cols = timestamp_columns(f, values, bad)
+                part = Finished(f.name, ts_cols, _present_rows(f, ts_cols, values))
             elif f.transform == "cross":
                 part = Finished(f.name, self._cross(f, records, all_dicts, bad, top))
             else:

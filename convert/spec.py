@@ -282,6 +282,37 @@ def packed_slices(features: Any) -> dict[str, list[tuple[str, int, int]]]:
     return out
 
 
+#: How a model consumes a feature (``FeatureSpec.encoding``):
+#: ``embedding``: an int64 id ``0..vocab_size-1`` (0 = missing), for an embedding;
+#: ``tokens``: int64 ids padded with 0 (``vocab_size`` in params), for a mean of their embeddings over the non-zero ids;
+#: ``scaled``: float32 scaled by the training split to about unit range, taken as it is;
+#: ``indicator``: int64 0/1 (a missing indicator), taken as a float;
+#: ``raw``: written as the input had it (identity, clip, log1p, bytes; a timestamp or count of an older
+#: output), not fit for direct input: scale it in the model or pick a scaling transform;
+#: ``aux``: a helper column another feature's encoding uses (a list's length);
+#: ``label``: the label.
+ENCODINGS = ("embedding", "tokens", "scaled", "indicator", "raw", "aux", "label")
+#: Float transforms whose values are scaled by the training split.
+SCALED_TRANSFORMS = ("zscore", "minmax", "timestamp", "count")
+
+
+def derived_encoding(spec: FeatureSpec) -> str:
+    """The encoding a feature's role, dtype, transform and params imply: what the converter
+    writes, and the reading of metadata written before ``encoding`` existed (where a
+    timestamp or a count was int64 as the input had it: ``raw``)."""
+    if spec.role == "label":
+        return "label"
+    if spec.transform == "missing_indicator":
+        return "indicator"
+    if spec.transform == "length":
+        return "aux"
+    if spec.dtype == "int64" and spec.params.get("vocab_size"):
+        return "tokens" if spec.size > 1 else "embedding"
+    if spec.dtype == "float32" and spec.transform in SCALED_TRANSFORMS:
+        return "scaled"
+    return "raw"
+
+
 @dataclasses.dataclass(frozen=True)
 class FeatureSpec:
     """One feature as it is stored in every Example.
@@ -302,6 +333,9 @@ class FeatureSpec:
         vocabulary file and size), enough to rebuild the mapping.
       role: ``"feature"``, ``"label"`` or ``"aux"`` (derived features such as
         lengths and missing indicators).
+      encoding: how a model consumes it, one of ``ENCODINGS``; absent in the
+        metadata (``None`` here) it is ``derived_encoding``'s, and it is written
+        only where it differs from that, so that outputs stay byte-identical.
     """
 
     name: str
@@ -312,6 +346,7 @@ class FeatureSpec:
     transform: str = "identity"
     params: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     role: str = "feature"
+    encoding: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -359,6 +394,11 @@ class FeatureSpec:
             problems = statistics_problems(self.name, stats)
             if problems:
                 raise SpecError(f"{where}: {'; '.join(problems)}; re-run the conversion")
+        if self.encoding is None:
+            object.__setattr__(self, "encoding", derived_encoding(self))
+        elif self.encoding not in ENCODINGS:
+            raise SpecError(f"{where}: encoding {_short(self.encoding)} is not one of {ENCODINGS}; "
+                            f"upgrade recordprep to read it")
 
     @property
     def size(self) -> int:
@@ -371,6 +411,8 @@ class FeatureSpec:
         d = dataclasses.asdict(self)
         d["shape"] = list(self.shape)
         d["params"] = dict(self.params)
+        if self.encoding == derived_encoding(self):
+            del d["encoding"]
         return d
 
     @classmethod

@@ -30,9 +30,10 @@ from typing import Any
 
 import numpy as np
 
-from convert.analysis import Analysis, vocabulary_label
+from convert.analysis import Analysis, has_stats, vocabulary_label
 from convert.columns import Columns, Finished, LabelTerms, Numbers, TermIndexes
 from convert.config import COMMON_OPTIONS, TRANSFORM_TABLE, Config, FeatureConfig, LabelConfig
+from convert.derive import SCALED, scaled_column
 from convert.prepare import PreparedBatch, Preparer, Rejection, finish_numbers, transform_constants
 from convert.records import hash_id
 from convert.spec import FeatureSpec, short_repr
@@ -89,7 +90,7 @@ class Vectorizer:
             taken = (*TRANSFORM_TABLE[f.transform].options, *COMMON_OPTIONS)
             params: dict[str, Any] = {k: v for k, v in dataclasses.asdict(f).items()
                                       if k in taken and k not in ("name", "source", "transform") and v is not None}
-            if f.needs_stats:
+            if has_stats(f):
                 params["stats"] = self.analysis.stats.get(f.name)
             if f.needs_vocabulary:
                 params["vocab_size"] = len(self._vocab_ids[f.name]) + 1 + f.num_oov_buckets
@@ -105,8 +106,8 @@ class Vectorizer:
             if not f.parts:
                 params.pop("parts", None)
             n = f.max_len or 1
-            if f.transform == "timestamp":
-                specs.append(FeatureSpec(f.name, "int64", (1,), 0, f.source, "timestamp", params))
+            if f.transform in SCALED:  # a float of the base value, scaled by the training split
+                specs.append(FeatureSpec(f.name, "float32", (1,), 0.0, f.source, f.transform, params, encoding="scaled"))
                 for part in f.parts or ():
                     size = {"hour": 24, "day_of_week": 7, "month": 13}[part]
                     specs.append(FeatureSpec(f"{f.name}_{part}", "int64", (1,), 0, f.source, f"timestamp_{part}",
@@ -151,6 +152,10 @@ class Vectorizer:
             match part:
                 case Finished():
                     cols.update(part.columns)
+                    f = self._by_name.get(part.name)
+                    if f is not None and f.transform in SCALED:
+                        cols[f.name] = ("float32", scaled_column(f.transform, part.columns[f.name][1], part.present,
+                                                                 self._constants.get(f.name) or {}))
                 case Numbers():
                     cols.update(finish_numbers(self._by_name[part.name], part, self._constants.get(part.name) or {}))
                 case LabelTerms():

@@ -49,6 +49,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from readers._io import exists
     from readers._serving_examples import example_keys
     from readers.dataset import eval_dataset, parse_plan, train_dataset
+    from readers.encoder import feature_encoder
     from readers.serving import TransformLayer, export_serving, transform_layer
 
 __all__ = [
@@ -67,6 +68,7 @@ __all__ = [
     "example_keys",
     "export_serving",
     "exists",
+    "feature_encoder",
     "keras_inputs",
     "load_info",
     "locate",
@@ -79,7 +81,8 @@ __all__ = [
 
 _LAZY = {"train_dataset": "readers.dataset", "eval_dataset": "readers.dataset", "parse_plan": "readers.dataset",
          "transform_layer": "readers.serving", "export_serving": "readers.serving", "TransformLayer": "readers.serving",
-         "example_keys": "readers._serving_examples", "exists": "readers._io"}
+         "example_keys": "readers._serving_examples", "exists": "readers._io",
+         "feature_encoder": "readers.encoder"}
 
 
 def __getattr__(name: str) -> Any:

@@ -60,6 +60,7 @@ from readers.serving_ops import (
     scalar_ids,
     scalar_numeric,
     scale,
+    scaled_base,
     shared_table,
     shared_vocabularies,
     slots,
@@ -244,7 +245,7 @@ class TransformLayer(tf.Module):
             return
         if f.transform == "count":  # the list's length; null or absent: 0
             lens = tf.cast(inputs[self.wire.by_path(count_path(f.source)).len_name], tf.int64)
-            out[f.name] = tf.maximum(lens, 0)[:, None]
+            out[f.name] = scaled_base(f.transform, lens, None, self._stats.get(f.name) or {})[:, None]
             return
         s = self.wire.by_path(f.source)
         if f.is_numeric:
@@ -466,7 +467,7 @@ class TransformLayer(tf.Module):
         present = (is_int & int_ok) | (is_float & float_ok) | (is_str & iso_ok)
         secs = tf.where(is_int & int_ok, secs_i, tf.where(is_float & float_ok, secs_f, tf.zeros_like(secs_i)))
         secs = tf.where(is_str & iso_ok, iso_secs, secs)
-        cols: dict[str, tf.Tensor] = {f.name: secs[:, None]}
+        cols: dict[str, tf.Tensor] = {f.name: scaled_base(f.transform, secs, present, self._stats.get(f.name) or {})[:, None]}
         days = tf.math.floordiv(secs, DAY_SECONDS)
         for part in f.parts or ():
             if part == "hour":

@@ -377,3 +377,19 @@ def any_bad(bad: list[tuple[Any, tf.Tensor, Any]]) -> tf.Tensor:
     rows = [m for _, m, _ in bad if m.shape.rank == 1]
     cols = ([tf.stack(rows, axis=1)] if rows else []) + [m for _, m, _ in bad if m.shape.rank == 2]
     return tf.reduce_any(tf.concat(cols, axis=1)) if cols else tf.constant(False)
+
+
+#: ``convert.derive.SCALED``'s base values in TensorFlow: int64 column -> float64.
+_SCALED_BASE = {
+    "timestamp": lambda col: tf.cast(col, tf.float64),
+    "count": lambda col: tf.math.log1p(tf.cast(tf.maximum(col, 0), tf.float64)),
+}
+
+
+def scaled_base(transform: str, col: tf.Tensor, present: tf.Tensor | None, stats: Mapping[str, Any]) -> tf.Tensor:
+    """``convert.derive.scaled_column`` in a graph: float32 ``(base(col) - mean) / std`` in float64,
+    0.0 where ``present`` is False (``None``: every row counts, as a null list counts 0 items)."""
+    x = (_SCALED_BASE[transform](col) - f64(stats.get("mean") or 0.0)) / f64(stats.get("std") or 1.0)
+    if present is not None:
+        x = tf.where(present, x, tf.zeros_like(x))
+    return tf.cast(x, tf.float32)

@@ -214,6 +214,12 @@ def _numeric_one(x: float, transform: str, params: dict) -> float:
     return x
 
 
+def _scaled(x: float, params: dict) -> float:
+    """A timestamp's seconds or a count's log1p, less its training mean, over its training std."""
+    stats = params.get("stats") or {}
+    return (x - (stats.get("mean") or 0.0)) / (stats.get("std") or 1.0)
+
+
 def _to_float(x: Any) -> float:
     try:
         return float(x)
@@ -241,7 +247,7 @@ def expected_row(record: Any, feature: dict, vocab: list[str] | None) -> dict[st
     if transform == "count":
         if "[" not in feature["source"] or not feature["source"].endswith(("[]", "[keys]")):
             v = get(record, feature["source"] + "[]") if v is not None else None
-        out[name] = np.asarray([0 if v is None else len(v)], dtype=np.int64)
+        out[name] = np.asarray([_scaled(math.log1p(0 if v is None else len(v)), params)], dtype=np.float32)
         return out
     if transform == "text":
         v = _text_of(v)
@@ -282,7 +288,7 @@ def expected_row(record: Any, feature: dict, vocab: list[str] | None) -> dict[st
             v = day * 86400 + t.hour * 3600 + t.minute * 60 + t.second - int(off.total_seconds())
             params = {**params, "unit": "s"}
         secs = 0 if v is None else v * 86400 if params["unit"] == "days" else v // per[params["unit"]]
-        out[name] = np.asarray([secs], dtype=np.int64)
+        out[name] = np.asarray([0.0 if v is None else _scaled(float(secs), params)], dtype=np.float32)
         days, rem = divmod(secs, 86400)
         for part in params.get("parts") or ():
             val = {"hour": rem // 3600, "day_of_week": (days + 3) % 7}.get(part)

@@ -75,17 +75,25 @@ def converted(tmp_path_factory):
     return recs, root, str(out), res
 
 
-def test_timestamps_are_exact_seconds_and_utc_parts(converted):
+def test_timestamps_are_seconds_scaled_by_the_training_split_and_exact_utc_parts(converted):
+    """The base value: (epoch seconds - their training mean) / their training std, float32; missing 0.0."""
     recs, _, out, _ = converted
-    rows = {**_read(out, "train"), **_read(out, "eval")}
+    train = _read(out, "train")
+    rows = {**train, **_read(out, "eval")}
     assert len(rows) == len(recs)
+    info = json.loads(open(f"{out}/dataset_info.json").read())
+    stats = next(f for f in info["features"] if f["name"] == "ts")["params"]["stats"]
+    train_secs = np.array([r["ts"] // 1000 for r in recs if r["id"] in train and r["ts"] is not None], dtype=np.float64)
+    assert stats["count"] == train_secs.size
+    assert stats["mean"] == pytest.approx(train_secs.mean(), rel=1e-12)
+    assert stats["std"] == pytest.approx(train_secs.std(), rel=1e-9)
     for r in recs:
         got = rows[r["id"]]
         if r["ts"] is None:
             assert got["ts_missing"][0] == 1 and got["ts"][0] == 0 and got["ts_hour"][0] == 0
             continue
         secs = r["ts"] // 1000
-        assert got["ts"][0] == secs and got["ts_missing"][0] == 0
+        assert got["ts"][0] == np.float32((secs - stats["mean"]) / stats["std"]) and got["ts_missing"][0] == 0
         days, rem = divmod(secs, 86400)
         assert got["ts_hour"][0] == rem // 3600
         assert got["ts_day_of_week"][0] == (days + 3) % 7

@@ -70,6 +70,7 @@ BASE_FEATURES = """
   - {name: day, transform: timestamp, unit: days, parts: [day_of_week, month]}
   - {name: secs, transform: timestamp, unit: s, parts: [hour]}
   - {name: blob, transform: bytes}
+  - {name: n_tags, source: tags, transform: count}
   - {name: deep, source: deep.a.b, transform: vocabulary}
   - {name: deep_n, source: deep.a.n, transform: identity, fill: 7, missing_indicator: true}
 """

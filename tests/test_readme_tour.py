@@ -48,5 +48,35 @@ def test_the_readme_tour_runs_as_written(tmp_path):
         produced[cmd.split()[1]] = r.stdout
     assert (tmp_path / "out" / "dataset_info.json").is_file() and (tmp_path / "report.html").is_file()
     assert (tmp_path / "export" / "1" / "saved_model.pb").is_file()
+    # The tour trains a model that learns: the eval AUC its train command prints (the bundled data's
+    # Bayes-optimal AUC is about 0.68; a model fed a raw epoch timestamp scored 0.50).
+    auc = re.search(r"^eval: .*\bauc ([0-9.]+)$", produced["examples/train.py"], re.M)
+    assert auc, produced["examples/train.py"][-2000:]
+    assert float(auc.group(1)) >= 0.60, produced["examples/train.py"][-2000:]
     scored = produced["examples/predict.py"].strip().splitlines()
     assert len(scored) == 5 and all(" -> outputs [" in line for line in scored), scored
+
+
+def demo_commands() -> list[str]:
+    """`make demo`'s recipe lines, ``$(BIN)/`` and ``$(DEMO_ENV)`` taken out (the test's environment has both)."""
+    text = (ROOT / "Makefile").read_text(encoding="utf-8")
+    recipe = re.search(r"^demo:.*\n((?:\t.*\n)+)", text, re.M)
+    assert recipe, "the Makefile has no demo target"
+    return [line.strip().replace("$(BIN)/", "").replace("$(DEMO_ENV) ", "") for line in recipe.group(1).splitlines()]
+
+
+@pytest.mark.slow
+def test_make_demo_trains_a_model_that_learns(tmp_path):
+    """`make demo`'s Avro conversion and training, as the Makefile runs them: eval AUC >= 0.62."""
+    (tmp_path / "examples").symlink_to(ROOT / "examples")
+    bin_dir = str(Path(sys.executable).parent)
+    env = {**os.environ, "PATH": bin_dir + os.pathsep + os.environ.get("PATH", ""),
+           "TF_CPP_MIN_LOG_LEVEL": "2", "TF_ENABLE_ONEDNN_OPTS": "0"}
+    cmds = demo_commands()
+    convert = next(c for c in cmds if c.startswith("recordprep convert") and "demo-out/avro" in c)
+    train = next(c for c in cmds if "examples/train.py demo-out/avro" in c)
+    for cmd in (convert, train):
+        r = subprocess.run(["bash", "-c", cmd], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
+        assert r.returncode == 0, f"{cmd}\n{r.stdout[-2000:]}\n{r.stderr[-3000:]}"
+    auc = re.search(r"^eval: .*\bauc ([0-9.]+)$", r.stdout, re.M)
+    assert auc and float(auc.group(1)) >= 0.62, r.stdout[-2000:]

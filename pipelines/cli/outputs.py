@@ -53,6 +53,7 @@ def report(
     json_file: Annotated[Path | None, typer.Option("--json", help="Write the report (statistics, checks) as JSON here.", show_default=False)] = None,
     fail_on_drift: Annotated[bool, typer.Option(help="Exit 1 naming the features with a drift/skew measure over its threshold.")] = False,
     drift_threshold: Annotated[list[str] | None, typer.Option(help=DRIFT_THRESHOLD_HELP, show_default=False)] = None,
+    oov_threshold: Annotated[float, typer.Option(help="Flag a vocabulary whose out-of-vocabulary share on a split other than the training one is above this fraction (0..1).")] = 0.05,
 ) -> None:
     """Show an output's statistics (every split) and drift/skew checks: a terminal summary, or --html/--json files; reads no shard.
 
@@ -65,9 +66,11 @@ def report(
     from pipelines.cli.report import ReportError, build_report, render_html, render_terminal
 
     limits = thresholds(drift_threshold)
+    if not 0.0 <= oov_threshold <= 1.0:
+        fail(f"--oov-threshold must be a fraction in 0..1, found {oov_threshold!r}", code=2)
     try:
         with usage_errors():
-            rep = build_report(output, against, limits)
+            rep = build_report(output, against, limits, oov_threshold)
     except ReportError as e:
         fail(str(e))
     for path, render in ((html, lambda: render_html(rep)),

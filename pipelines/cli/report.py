@@ -10,6 +10,7 @@ address fills the box when the page opens.
 
 from __future__ import annotations
 
+import datetime as _dt
 import html
 import json
 import math
@@ -30,6 +31,9 @@ from pipelines.cli.terminal import text, visible
 TERMS_SHOWN = 20
 #: Bars of a numeric histogram.
 HIST_BINS = 30
+#: A vocabulary's out-of-vocabulary share of a split other than the training one above which the
+#: report flags it (``--oov-threshold``): ids a model never saw a label for.
+DEFAULT_OOV_THRESHOLD = 0.05
 
 
 class ReportError(RuntimeError):
@@ -59,10 +63,27 @@ def load_output(output: str) -> tuple[dict[str, Any], dict[str, Any]]:
     return info.to_json(), doc
 
 
+def oov_checks(features: Mapping[str, Any], splits: Sequence[str], threshold: float) -> list[dict[str, Any]]:
+    """Each vocabulary's out-of-vocabulary share (items without an id of their own) on every
+    split but the training one (``train``, else the first), ``over`` when above ``threshold``."""
+    base = "train" if "train" in splits else (splits[0] if splits else None)
+    out = []
+    for name, feat in features.items():
+        for s in splits:
+            d = feat["splits"].get(s) or {}
+            if s != base and "oov" in d and d.get("items"):
+                share = d["oov"] / d["items"]
+                out.append({"feature": name, "split": s, "oov": d["oov"], "items": d["items"], "share": share,
+                            "threshold": threshold, "over": share > threshold})
+    return out
+
+
 def build_report(output: str, against: str | None = None,
-                 overrides: Mapping[str, float] | None = None) -> dict[str, Any]:
+                 overrides: Mapping[str, float] | None = None,
+                 oov_threshold: float = DEFAULT_OOV_THRESHOLD) -> dict[str, Any]:
     """The report as JSON: the output's statistics, its skew (training split
-    against each other split) and, with ``against``, its drift from that output."""
+    against each other split), each vocabulary's OOV share off the training split
+    (``oov_checks``) and, with ``against``, its drift from that output."""
     info, doc = load_output(output)
     limits = _drift.thresholds(info.get("config"), overrides)
     skew = [c.to_json() for c in _drift.skew(doc, limits)]
@@ -72,14 +93,16 @@ def build_report(output: str, against: str | None = None,
         drift = [c.to_json() for c in _drift.drift(doc, old, limits, new_name=output, old_name=against)]
     over = sorted({f for c in skew + drift for f in c["features_over"]})
     specs = {f["name"]: f for f in info.get("features", [])}
+    features = {name: {**feat, "params": (specs.get(name) or {}).get("params", {})}
+                for name, feat in doc["features"].items()}
     return {
         "output": output, "against": against,
         "created": info.get("created"), "tool": info.get("tool"), "layout": info.get("layout", "features"),
         "format_version": info.get("format_version"), "order": (info.get("shuffle") or {}).get("order", "input"),
         "splits": doc.get("splits", {}), "files": doc.get("files", []), "rejections": doc.get("rejections", {}),
-        "features": {name: {**feat, "params": (specs.get(name) or {}).get("params", {})}
-                     for name, feat in doc["features"].items()},
+        "features": features,
         "thresholds": limits, "skew": skew, "drift": drift, "features_over": over,
+        "oov_threshold": oov_threshold, "oov": oov_checks(features, list(doc.get("splits", {})), oov_threshold),
     }
 
 
@@ -100,6 +123,44 @@ def _num(x: Any) -> str:
     return f"{x:,}" if isinstance(x, int) else str(x)
 
 
+def _seconds(feat: Mapping[str, Any]) -> tuple[float, float] | None:
+    """``(mean, std)`` that turn a timestamp's written value back into epoch seconds (``x * std + mean``):
+    its training statistics when it is written scaled; ``(0, 1)`` when written as seconds (older
+    outputs); None when it is no timestamp."""
+    if feat.get("kind") != "timestamp":
+        return None
+    st = (feat.get("params") or {}).get("stats")
+    if not isinstance(st, Mapping):
+        return 0.0, 1.0
+    return float(st.get("mean") or 0.0), float(st.get("std") or 1.0)
+
+
+def _date(secs: float) -> str:
+    """Epoch seconds as a UTC date and time (to the nearest second: a scaled value is float32, so
+    its seconds come back a few milliseconds off); a number where no calendar date reaches."""
+    try:
+        return _dt.datetime.fromtimestamp(round(secs), _dt.UTC).strftime("%Y-%m-%d %H:%M")
+    except (OverflowError, OSError, ValueError):
+        return _num(secs)
+
+
+def _span(seconds: float) -> str:
+    """A length of time in its largest fitting unit."""
+    for unit, n in (("d", 86_400), ("h", 3_600), ("min", 60)):
+        if abs(seconds) >= n:
+            return f"{seconds / n:.3g} {unit}"
+    return f"{seconds:.3g} s"
+
+
+def _value(feat: Mapping[str, Any]) -> Any:
+    """How a feature's sketch values are shown: dates for timestamps, else numbers."""
+    back = _seconds(feat)
+    if back is None:
+        return lambda x: x
+    mean, std = back
+    return lambda x: "—" if x is None else _date(x * std + mean)
+
+
 def _summary(feat: Mapping[str, Any], s: Mapping[str, Any]) -> str:
     """One cell: a split's distribution in a few words."""
     if "terms" in s:
@@ -107,10 +168,15 @@ def _summary(feat: Mapping[str, Any], s: Mapping[str, Any]) -> str:
         oov = f", OOV {_pct(s.get('oov'), s.get('items'))}" if "oov" in s else ""
         return f"{_num(s.get('distinct'))} distinct{oov}; top: {top}"
     sk = s.get("before") or s.get("after")
+    back = _seconds(feat)
+    if sk and sk.get("count") and back is not None:
+        return f"mean {_date(sk['mean'] * back[1] + back[0])} ± {_span(sk['std'] * back[1])}, " \
+               f"[{_date(sk['min'] * back[1] + back[0])}, {_date(sk['max'] * back[1] + back[0])}] UTC"
     if sk and sk.get("count"):
         return f"mean {_num(sk['mean'])} ± {_num(sk['std'])}, [{_num(sk['min'])}, {_num(sk['max'])}]"
     if "items" in s:
-        return f"{_num(s['items'])} ids"
+        buckets = (feat.get("params") or {}).get("buckets")
+        return f"{_num(s['items'])} values hashed" + (f" into {_num(buckets)} buckets" if buckets else "")
     return ""
 
 
@@ -156,6 +222,7 @@ def render_terminal(report: Mapping[str, Any], console: Any) -> None:
             row += [p_(d.get("missing"), d.get("rows")), t_(_summary(feat, d))]
         t.add_row(*row)
     console.print(t)
+    _print_oov(report, console)
     for kind in ("skew", "drift"):
         for c in report[kind]:
             over = [f for f in c["findings"] if f["over"]]
@@ -187,6 +254,29 @@ def render_terminal(report: Mapping[str, Any], console: Any) -> None:
         t.add_row(t_(f["path"]), n_(f["read"]), *(n_(f["written"].get(s)) for s in splits), n_(f["rejected"]))
     if len(report["files"]) > 20:
         t.caption = f"... and {len(report['files']) - 20} more (--html or --json lists them all)"
+    console.print(t)
+
+
+def _print_oov(report: Mapping[str, Any], console: Any) -> None:
+    """The OOV shares off the training split, those over ``--oov-threshold`` in red."""
+    from rich.table import Table
+    from rich.text import Text
+
+    checks = report.get("oov") or []
+    if not checks:
+        return
+    over = [c for c in checks if c["over"]]
+    limit = _pct(report["oov_threshold"] * 1_000_000, 1_000_000)
+    if not over:
+        console.print(Text.assemble("out-of-vocabulary shares: ", ("none over", "green"), f" {limit} "
+                                    f"({len(checks)} checked)"))
+        return
+    t = Table(title=f"out-of-vocabulary shares over {limit} (--oov-threshold)")
+    for col in ("feature", "split", "OOV items", "share"):
+        t.add_column(col)
+    for c in over:
+        t.add_row(text(c["feature"]), text(c["split"]), text(f"{_num(c['oov'])} of {_num(c['items'])}"),
+                  text(_pct(c["oov"], c["items"])), style="red")
     console.print(t)
 
 
@@ -297,12 +387,20 @@ def _feature_section(name: str, feat: Mapping[str, Any], splits: Sequence[str], 
         parts.append(f"<p><code>{_esc(name)}_missing</code> is 1 on the missing rows: {shares}</p>")
     if params.get("vocab_size") is not None:
         parts.append(f"<p>vocab_size {_esc(_num(params['vocab_size']))}</p>")
+    for c in report.get("oov") or []:
+        if c["feature"] == name:
+            parts.append(f'<p class="{"over" if c["over"] else "ok"}">out-of-vocabulary on {_esc(c["split"])}: '
+                         f'{_esc(_pct(c["oov"], c["items"]))} of {_esc(_num(c["items"]))} items'
+                         + (f' (over the threshold {_esc(_pct(c["threshold"] * 1_000_000, 1_000_000))})' if c["over"] else "")
+                         + "</p>")
     rows = []
+    shown, back = _value(feat), _seconds(feat)
     for s in splits:
         d = feat["splits"].get(s) or {}
         sk = d.get("before") or d.get("after") or {}
+        std = _span(sk["std"] * back[1]) if back is not None and sk.get("std") is not None else sk.get("std")
         rows.append([s, d.get("rows"), d.get("missing"), _pct(d.get("missing"), d.get("rows")),
-                     sk.get("mean"), sk.get("std"), sk.get("min"), sk.get("max"),
+                     shown(sk.get("mean")), std, shown(sk.get("min")), shown(sk.get("max")),
                      d.get("distinct"), _pct(d.get("oov"), d.get("items")) if "oov" in d else None])
     parts.append(_table(["split", "rows", "missing", "missing %", "mean", "std", "min", "max", "distinct", "OOV"], rows))
     for which in ("before", "after"):

@@ -33,6 +33,7 @@ def export(
         fail(f"{export_dir} exists; export into a new directory (TF Serving reads one version per directory)", code=2)
     import tensorflow as tf  # only this command needs TensorFlow
 
+    import readers.encoder  # noqa: F401  (registers feature_encoder's layers, which a model file may hold)
     from readers import SpecError, example_keys, export_serving, transform_layer
 
     try:
