@@ -333,9 +333,10 @@ class FeatureSpec:
         vocabulary file and size), enough to rebuild the mapping.
       role: ``"feature"``, ``"label"`` or ``"aux"`` (derived features such as
         lengths and missing indicators).
-      encoding: how a model consumes it, one of ``ENCODINGS``; absent in the
-        metadata (``None`` here) it is ``derived_encoding``'s, and it is written
-        only where it differs from that, so that outputs stay byte-identical.
+      encoding: how a model consumes it, one of ``ENCODINGS``, written for every
+        feature so that any reader of the metadata (not only this package) can
+        build a model from it; metadata without it (older outputs) reads as
+        ``derived_encoding``'s.
     """
 
     name: str
@@ -411,8 +412,6 @@ class FeatureSpec:
         d = dataclasses.asdict(self)
         d["shape"] = list(self.shape)
         d["params"] = dict(self.params)
-        if self.encoding == derived_encoding(self):
-            del d["encoding"]
         return d
 
     @classmethod

@@ -68,14 +68,14 @@ def test_timestamps_and_counts_are_floats_about_unit_range(output):
         assert x.dtype == np.float32 and np.abs(x).max() < 5, (name, x.min(), x.max())
 
 
-def test_metadata_without_encoding_derives_it_and_an_old_timestamp_is_raw():
+def test_metadata_without_encoding_derives_it_an_old_timestamp_is_raw_and_it_is_always_written():
     old = FeatureSpec.from_json({"name": "ts", "dtype": "int64", "shape": [1], "transform": "timestamp"})
     assert old.encoding == "raw"
     count = FeatureSpec.from_json({"name": "n", "dtype": "int64", "shape": [1], "transform": "count"})
     assert count.encoding == "raw"
     ids = FeatureSpec.from_json({"name": "c", "dtype": "int64", "shape": [1], "transform": "vocabulary",
                                  "params": {"vocab_size": 5}})
-    assert ids.encoding == "embedding" and "encoding" not in ids.to_json()
+    assert ids.encoding == "embedding" and ids.to_json()["encoding"] == "embedding"  # always stated
     stated = FeatureSpec.from_json({"name": "c", "dtype": "float32", "shape": [1], "encoding": "raw",
                                     "transform": "zscore"})
     assert stated.encoding == "raw" and stated.to_json()["encoding"] == "raw"
