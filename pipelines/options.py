@@ -25,6 +25,16 @@ DEFAULT_SEED = 0
 #: or block no longer fits a worker's memory once decoded, so a cap above it
 #: is no cap.
 MAX_INPUT_CAP_MB = 4096.0
+#: The Beam runners the job runs on (``--runner`` after ``--``; none given: Beam's FnApiRunner, local).
+#: The job needs Beam's standard semantics: outputs from ``finish_bundle`` (the gather), side inputs
+#: that wait for their whole input (the analysis before the convert pass, every unit's scatter before
+#: the gather, every result before the commit) and multi-output ParDos. The local runners and the
+#: portable ones (Dataflow, a job service: Flink, Spark) have them; a runner outside this list (Dask's,
+#: for one, which lacks the first two) is refused before anything runs rather than writing a wrong output.
+SUPPORTED_RUNNERS = (
+    "FnApiRunner", "DirectRunner", "SwitchingDirectRunner", "BundleBasedDirectRunner", "PrismRunner",
+    "TestDirectRunner", "DataflowRunner", "TestDataflowRunner", "PortableRunner", "FlinkRunner", "SparkRunner",
+)
 
 
 class OptionsError(ValueError):
@@ -166,6 +176,7 @@ class ConvertOptions:
                     if any(looks_like_path(a) for a in stray) else "")
             raise OptionsError(f"Beam would ignore {' '.join(stray)} after `--` (Beam flags are --name value or "
                                f"--name=value){hint}")
+        check_runner(beam_flag(self.beam_args, "--runner"))
 
     @property
     def max_record_bytes(self) -> int:
@@ -226,6 +237,21 @@ def beam_flag(beam_args: Sequence[str], flag: str) -> str | None:
         elif a.startswith(flag + "="):
             found = a[len(flag) + 1:]
     return found
+
+
+def check_runner(name: str | None) -> None:
+    """OptionsError unless ``name`` (``--runner``'s value; None: the default) is one of
+    ``SUPPORTED_RUNNERS``, spelt as Beam accepts it: a class name in any case, with or without
+    its ``Runner`` suffix, or its module path."""
+    if name is None:
+        return
+    short = name.rsplit(".", 1)[-1].lower()
+    known = {r.lower(): r for r in SUPPORTED_RUNNERS}
+    if short in known or short + "runner" in known:
+        return
+    raise OptionsError(f"--runner {name}: the job is not supported on this runner; it needs outputs from finish_bundle "
+                       f"and side inputs that wait for their whole input (docs/converting.md#runners). Supported: "
+                       f"{', '.join(SUPPORTED_RUNNERS)}")
 
 
 def split_beam_args(argv: Sequence[str]) -> tuple[list[str], list[str]]:
