@@ -35,7 +35,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
 from convert.analysis import Analysis, AnalysisMismatchError
-from convert.config import Config
+from convert.config import Config, ConfigError
 from convert.sources import InputFileError
 from convert.spec import FAILURE_FILENAME, FORMAT_VERSION, METADATA_FILENAME
 from pipelines import local, remote
@@ -428,4 +428,6 @@ def _unwrap(e: BaseException) -> BaseException:
     for line in text.splitlines():
         if "InputFileError:" in line:
             return ConversionFailed("cannot read input " + _clean(line.split("InputFileError:", 1)[1]))
+        if "ConfigError:" in line:  # the analysis' checks, raised in a worker process
+            return ConfigError(_clean(line.split("ConfigError:", 1)[1]))
     return e

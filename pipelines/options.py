@@ -25,6 +25,12 @@ DEFAULT_SEED = 0
 #: or block no longer fits a worker's memory once decoded, so a cap above it
 #: is no cap.
 MAX_INPUT_CAP_MB = 4096.0
+#: ``--max-vocabulary-terms`` when none is given: a vocabulary without ``top_k`` larger than this
+#: is refused once the analysis has counted it. Every process that applies a vocabulary holds it
+#: whole (the convert pass, the commit, the serving layer); a few million terms is a few hundred MB.
+DEFAULT_MAX_VOCABULARY_TERMS = 5_000_000
+#: Upper bound of ``--max-vocabulary-terms``: a vocabulary of a billion terms is hundreds of GB per process.
+MAX_VOCABULARY_TERMS = 1_000_000_000
 #: The Beam runners the job runs on (``--runner`` after ``--``; none given: Beam's FnApiRunner, local).
 #: The job needs Beam's standard semantics: outputs from ``finish_bundle`` (the gather), side inputs
 #: that wait for their whole input (the analysis before the convert pass, every unit's scatter before
@@ -105,6 +111,11 @@ class ConvertOptions:
       seed: seeds the shuffle (0 .. 2**63-1); ``None``: ``DEFAULT_SEED`` when
         shuffled. The same seed gives the same bytes whatever the runner or
         worker count. Refused with ``order="input"`` (it would be ignored).
+      max_vocabulary_terms: the largest vocabulary without ``top_k`` a run
+        accepts (terms counted ``min_frequency`` times or more in the training
+        split); a larger one stops the run after the analysis, before any
+        shard is written (``pipelines.analyze``). Not in the fingerprint: it
+        decides whether a run goes on, not what it writes.
     """
 
     inputs: tuple[str, ...]
@@ -132,6 +143,7 @@ class ConvertOptions:
     pre_fork: bool = False
     order: str = "shuffled"
     seed: int | None = None
+    max_vocabulary_terms: int = DEFAULT_MAX_VOCABULARY_TERMS
 
     def __post_init__(self) -> None:
         if not self.inputs:
@@ -154,6 +166,10 @@ class ConvertOptions:
                                    "drop one of them")
             if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < 2**63:
                 raise OptionsError(f"--seed must be an integer 0 .. 2**63-1, found {self.seed!r}")
+        if (isinstance(self.max_vocabulary_terms, bool) or not isinstance(self.max_vocabulary_terms, int)
+                or not 1 <= self.max_vocabulary_terms <= MAX_VOCABULARY_TERMS):
+            raise OptionsError(f"--max-vocabulary-terms must be a whole number 1 .. {MAX_VOCABULARY_TERMS:,}, "
+                               f"found {self.max_vocabulary_terms!r}")
         if self.layout not in LAYOUTS:
             raise OptionsError(f"--layout must be one of {LAYOUTS}, found {self.layout!r}")
         if not 1 <= self.batch_size <= 1_000_000:

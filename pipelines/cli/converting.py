@@ -61,6 +61,7 @@ def convert(
     max_record_mb: Annotated[float, typer.Option(help=_MAX_RECORD_HELP)] = _DEFAULT_RECORD_MB,
     max_block_mb: Annotated[float, typer.Option(help=_MAX_BLOCK_HELP)] = _DEFAULT_BLOCK_MB,
     analysis_from: Annotated[str | None, typer.Option(help="Reuse vocabularies/statistics of an earlier output (daily runs, eval-only runs); refused when a feature's transform or options differ from those it was computed with.")] = None,
+    max_vocabulary_terms: Annotated[int, typer.Option(help="Largest vocabulary without top_k a run accepts (terms counted min_frequency times or more in the training split): every process applying a vocabulary holds it whole, so a larger one stops the run after the analysis, before any shard is written (exit 2); give such a feature a top_k, or hash an identifier.")] = 5_000_000,
     check_against: Annotated[str | None, typer.Option(help="After the run, check drift against this earlier output and skew between the splits (as `recordprep report --fail-on-drift`): exit 1 naming the features over threshold (the output stays committed).", show_default=False)] = None,
     drift_threshold: Annotated[list[str] | None, typer.Option(help="With --check-against: " + DRIFT_THRESHOLD_HELP, show_default=False)] = None,
     overwrite: Annotated[bool, typer.Option(help="Replace an existing output made from other inputs or config. Deletes only what a recordprep run wrote; refused (nothing deleted) when the output holds other files. A reader still reading the old output gets its records or an error saying it was replaced, never the new run's (shard names are unique per run).")] = False,
@@ -93,7 +94,8 @@ def convert(
             seed=seed, avro_decoder=avro_decoder.lower(), max_errors=max_errors,
             max_error_fraction=max_error_fraction, json_records_path=json_records_path,
             max_record_mb=max_record_mb, max_block_mb=max_block_mb, analysis_from=analysis_from,
-            overwrite=overwrite, force=force, beam_args=tuple(beam_args or ()), progress=progress, workers=workers,
+            max_vocabulary_terms=max_vocabulary_terms, overwrite=overwrite, force=force,
+            beam_args=tuple(beam_args or ()), progress=progress, workers=workers,
             pre_fork=True,  # the CLI's own process: its workers may fork from it (pipelines.local.warm)
         )
         if dry_run:
