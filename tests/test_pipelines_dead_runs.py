@@ -238,11 +238,25 @@ def test_sigterm_ends_a_run_like_ctrl_c(tmp_path, signum, code, reason):
     assert r.exit_code == 1 and f"failed: {reason}" in r.output, r.output  # the failure, not the timeout
 
 
+def _until_it_handles_sigterm(proc: subprocess.Popen) -> None:
+    """Once the command has set its SIGTERM handler (Linux: ``SigCgt`` in ``/proc/PID/status``);
+    before that the signal's default action would end it with no message."""
+    deadline = time.monotonic() + 120
+    while proc.poll() is None:
+        with open(f"/proc/{proc.pid}/status") as f:
+            caught = next(int(line.split()[1], 16) for line in f if line.startswith("SigCgt:"))
+        if caught & (1 << (signal.SIGTERM - 1)):
+            return
+        assert time.monotonic() < deadline, "the command never set its SIGTERM handler"
+        time.sleep(0.05)
+    raise AssertionError(f"the command ended (rc {proc.returncode}) before it handled SIGTERM")
+
+
 @pytest.mark.slow
 def test_sigterm_ends_a_wait(tmp_path):
     p = subprocess.Popen([str(RECORDPREP), "wait", str(tmp_path), "--timeout", "120", "--poll", "0.05"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(3)  # in its loop
+    _until_it_handles_sigterm(p)  # not a fixed sleep: a loaded machine starts the command slower
     p.send_signal(signal.SIGTERM)
     _, err = p.communicate(timeout=60)
     assert p.returncode == 143 and err.strip() == "error: interrupted by SIGTERM", err
