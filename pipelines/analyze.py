@@ -23,6 +23,13 @@ candidates. Memory per process is one unit's terms, one partition's terms
 never every distinct term (unless there is no ``top_k``: the vocabulary is
 then as large as its distinct terms). The result equals ``Analyzer.result``'s.
 
+A vocabulary without ``top_k`` is held whole by every process that applies
+it, so one larger than ``ConvertOptions.max_vocabulary_terms`` stops the run
+with a ``ConfigError`` once it is counted, before any shard is written
+(``check_vocabulary_sizes``). In the partitioned merge a partition over the
+limit sends its count only, and the combine drops a feature's candidates as
+soon as their count passes it: the refusal never holds more than the limit.
+
 The output statistics' term counts (``convert.stats``: per feature and split)
 go the same way: each unit's are written to ``stats-terms-<unit>-*.bin``
 (``spill_stats_terms``), one task per partition merges that partition of
@@ -48,7 +55,7 @@ from apache_beam.runners.worker.statecache import CacheAware
 
 import convert.stats as _stats
 from convert.analysis import Analyzer, vocabulary_label
-from convert.config import Config
+from convert.config import Config, ConfigError
 from convert.prepare import Preparer
 from convert.stats import StatsAccumulator, StatsMerger, _TermCounts
 from convert.term_counts import (
@@ -112,13 +119,18 @@ class _MergedAnalysis:
     analyzer: Analyzer
     prepared: dict[int, str | None]
     spills: dict[int, str | None]
+    max_terms: int | None = None
 
     def value(self, config: Config, vocabularies: dict[str, list[str]] | None = None) -> AnalysisValue:
         # Where each unit's prepared batches are, and which features had values
         # (for the commit's check; neither is part of the saved analysis).
         present = {f.name: self.analyzer.present[f.name] for f in config.features}
         analysis = self.analyzer.result(vocabularies)
-        self.analyzer.check_vocabularies(analysis)  # before any shard is written
+        # before any shard is written
+        if self.max_terms is not None:
+            sizes = {n: len(analysis.vocabularies[n]) for n in spilled_features(config) if n in analysis.vocabularies}
+            check_vocabulary_sizes(config, sizes, self.max_terms)
+        self.analyzer.check_vocabularies(analysis)
         return AnalysisValue({**analysis.to_json(), PREPARED_KEY: self.prepared, PRESENT_KEY: present})
 
 
@@ -133,8 +145,8 @@ class _MergeAnalyzers(beam.CombineFn):
     the output is a ``_MergedAnalysis`` still without those vocabularies.
     """
 
-    def __init__(self, config: Config, spilled: bool = False):
-        self.config, self.spilled = config, spilled
+    def __init__(self, config: Config, spilled: bool = False, max_terms: int | None = None):
+        self.config, self.spilled, self.max_terms = config, spilled, max_terms
 
     def create_accumulator(self):
         return (Analyzer(self.config), {}, {}, {})
@@ -167,7 +179,7 @@ class _MergeAnalyzers(beam.CombineFn):
         for unit in sorted(partials):
             for k, st in partials[unit].items():
                 analyzer.numeric[k].merge(st)
-        merged = _MergedAnalysis(analyzer, prepared, spills)
+        merged = _MergedAnalysis(analyzer, prepared, spills, self.max_terms)
         return merged if self.spilled else merged.value(self.config)
 
 
@@ -220,11 +232,12 @@ class AnalyzeUnits(beam.PTransform):
         merged = (
             units
             | "AnalyzeUnit" >> beam.ParDo(_AnalyzeUnit(self.config, self.options, self.partitions))
-            | "MergeAnalysis" >> beam.CombineGlobally(_MergeAnalyzers(self.config, spilled))
+            | "MergeAnalysis" >> beam.CombineGlobally(
+                _MergeAnalyzers(self.config, spilled, self.options.max_vocabulary_terms))
         )
         if not spilled:
             return merged
-        vocabularies = merge_vocabularies(merged, self.config, self.partitions)
+        vocabularies = merge_vocabularies(merged, self.config, self.partitions, self.options.max_vocabulary_terms)
         config = self.config
         return merged | "FinishAnalysis" >> beam.Map(
             lambda m, v: m.value(config, v), beam.pvalue.AsSingleton(vocabularies))
@@ -261,14 +274,21 @@ def spill_unit_counts(acc: Analyzer, tmp_dir: str, unit: int, partitions: int) -
     return _spill_file(tmp_dir, "terms", unit, lambda out: write_unit_counts(out, counts, partitions))
 
 
+_Candidates = tuple[int, list[tuple[str, int]]]  # (terms kept without top_k, best (term, count))
+
+
 class _CountPartition(beam.DoFn):
     """``(feature, partition)`` + the merged analysis (side input: its unit files)
-    -> ``(feature, best top_k (term, count))``."""
+    -> ``(feature, (terms kept, best top_k (term, count)))``.
 
-    def __init__(self, config: Config):
-        self.config = config
+    Without ``top_k`` every kept term is a candidate; a partition keeping more
+    than ``max_terms`` sends its count only (the feature is refused anyway).
+    """
 
-    def process(self, task: tuple[str, int], merged: Any) -> Iterator[tuple[str, list[tuple[str, int]]]]:
+    def __init__(self, config: Config, max_terms: int | None = None):
+        self.config, self.max_terms = config, max_terms
+
+    def process(self, task: tuple[str, int], merged: Any) -> Iterator[tuple[str, _Candidates]]:
         name, partition = task
         paths = unit_files(merged.spills)
         f = next(f for f in self.config.features if f.name == name)
@@ -276,33 +296,66 @@ class _CountPartition(beam.DoFn):
         for path in paths:
             with FileSystems.open(path) as fh:
                 add_counts(total, *read_partition(fh, name, partition))
-        yield name, top_terms(total, f.min_frequency, f.top_k)
+        best = top_terms(total, f.min_frequency, f.top_k)
+        kept = 0 if f.top_k else len(best)
+        if self.max_terms is not None and kept > self.max_terms:
+            best = []
+        yield name, (kept, best)
 
 
 class _TopVocabularies(beam.CombineFn):
-    """Partition candidates -> ``{feature: vocabulary}``, keeping the best ``top_k`` as they merge."""
+    """Partition candidates -> ``{feature: vocabulary}``, keeping the best ``top_k`` as they merge.
 
-    def __init__(self, config: Config):
+    A feature without ``top_k`` whose kept terms pass ``max_terms`` keeps only
+    their count from then on, and ``extract_output`` refuses it
+    (``check_vocabulary_sizes``).
+    """
+
+    def __init__(self, config: Config, max_terms: int | None = None):
+        self.config, self.max_terms = config, max_terms
         self.top_k = {f.name: f.top_k for f in config.features}
         self.names = spilled_features(config)
 
-    def create_accumulator(self) -> dict[str, list[tuple[str, int]]]:
+    def create_accumulator(self) -> dict[str, _Candidates]:
         return {}
 
+    def _add(self, acc: dict[str, _Candidates], name: str, cands: _Candidates) -> None:
+        kept, best = acc.get(name, (0, []))
+        kept += cands[0]
+        over = self.max_terms is not None and kept > self.max_terms
+        acc[name] = (kept, [] if over else merge_top([best, cands[1]], self.top_k[name]))
+
     def add_input(self, acc, element):
-        name, cands = element
-        acc[name] = merge_top([acc.get(name, []), cands], self.top_k[name])
+        self._add(acc, *element)
         return acc
 
     def merge_accumulators(self, accs):
-        out: dict[str, list[tuple[str, int]]] = {}
+        out: dict[str, _Candidates] = {}
         for acc in accs:
             for name, cands in acc.items():
-                out[name] = merge_top([out.get(name, []), cands], self.top_k[name])
+                self._add(out, name, cands)
         return out
 
     def extract_output(self, acc) -> dict[str, list[str]]:
-        return {n: [t for t, _ in acc.get(n, [])] for n in self.names}
+        if self.max_terms is not None:
+            check_vocabulary_sizes(self.config, {n: kept for n, (kept, _) in acc.items()}, self.max_terms)
+        return {n: [t for t, _ in acc.get(n, (0, []))[1]] for n in self.names}
+
+
+def check_vocabulary_sizes(config: Config, sizes: dict[str, int], max_terms: int) -> None:
+    """ConfigError naming every feature without ``top_k`` whose vocabulary (``sizes``: terms
+    counted ``min_frequency`` times or more in the training split) holds more than
+    ``max_terms`` terms, with what to do: a ``top_k``, a ``hash``, or a higher limit."""
+    over = [(f, sizes[f.name]) for f in config.features
+            if f.name in sizes and not f.top_k and sizes[f.name] > max_terms]
+    if over:
+        raise ConfigError(*(
+            f"feature {f.name!r} (source {f.source!r}): {n:,} distinct terms of the training split occur "
+            f"min_frequency ({f.min_frequency}) times or more, more than --max-vocabulary-terms ({max_terms:,}) "
+            f"for a vocabulary without top_k, which every process applying it holds whole; no dataset was "
+            f"committed. Give it a top_k (its most frequent terms get ids, the rest num_oov_buckets), or for "
+            f"identifiers use transform: hash with buckets; or raise --max-vocabulary-terms"
+            for f, n in over))
 
 
 def unit_files(spills: dict[int, str | None]) -> list[str]:
@@ -315,14 +368,15 @@ def partition_tasks(config: Config, partitions: int) -> list[tuple[str, int]]:
     return [(n, p) for n in spilled_features(config) for p in range(partitions)]
 
 
-def merge_vocabularies(merged: Any, config: Config, partitions: int) -> Any:
-    """``merged`` (singleton with ``.spills``) -> singleton ``{feature: vocabulary}``."""
+def merge_vocabularies(merged: Any, config: Config, partitions: int, max_terms: int | None = None) -> Any:
+    """``merged`` (singleton with ``.spills``) -> singleton ``{feature: vocabulary}``; a vocabulary
+    without ``top_k`` of more than ``max_terms`` terms is a ConfigError (``check_vocabulary_sizes``)."""
     return (
         merged
         | "PartitionTasks" >> beam.FlatMap(lambda _: partition_tasks(config, partitions))
         | "SpreadPartitions" >> beam.Reshuffle()
-        | "CountPartition" >> beam.ParDo(_CountPartition(config), beam.pvalue.AsSingleton(merged))
-        | "TopVocabularies" >> beam.CombineGlobally(_TopVocabularies(config))
+        | "CountPartition" >> beam.ParDo(_CountPartition(config, max_terms), beam.pvalue.AsSingleton(merged))
+        | "TopVocabularies" >> beam.CombineGlobally(_TopVocabularies(config, max_terms))
     )
 
 

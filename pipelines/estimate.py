@@ -14,7 +14,8 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from pipelines.plan import default_num_shards
+from convert.splits import MAX_SPLITS
+from pipelines.plan import InputError, default_num_shards
 
 MB = 1 << 20
 
@@ -49,11 +50,38 @@ _DISK_GB = 250  # Dataflow's default persistent disk per batch worker
 
 
 class EstimateError(ValueError):
-    """An impossible job description (no records, an unknown machine type)."""
+    """An impossible job description: a size, split count, rate or price that is not a finite
+    number in its range, or an unknown machine type. The message names the option."""
+
+
+#: Upper bound of ``--records`` and of ``--distinct-ids``: far past any job (a million billion records),
+#: below where float64 stops holding whole numbers exactly.
+MAX_RECORDS = 10**15
+
+
+def _number(flag: str, value: float, *, low: float = 0.0, zero: bool = False, high: float = math.inf,
+            whole: bool = False) -> float:
+    """``value`` checked: a finite number above ``low`` (or equal with ``zero``), at most ``high``,
+    a whole number with ``whole``; an EstimateError naming ``flag`` otherwise."""
+    ok = (isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+          and (value >= low if zero else value > low) and value <= high and (not whole or float(value).is_integer()))
+    if not ok:
+        what = "a whole number" if whole else "a finite number"
+        bound = f">= {low:g}" if zero else f"> {low:g}"
+        top = f" and at most {high:g}" if math.isfinite(high) else ""
+        raise EstimateError(f"{flag} must be {what} {bound}{top}, found {value!r}")
+    return value
 
 
 @dataclasses.dataclass(frozen=True)
 class JobSize:
+    """What ``recordprep estimate`` sizes: the job, the workers, the per-record rates and the prices.
+
+    Validated in one place (``__post_init__``): every size, count and rate is a finite number in
+    its range and every price > 0 (an EstimateError names the ``recordprep estimate`` option);
+    ``records``, ``input_bytes``, ``distinct_ids`` and ``splits`` are whole numbers (``1e9`` is).
+    """
+
     records: int
     input_bytes: int
     distinct_ids: int = 0
@@ -64,19 +92,55 @@ class JobSize:
     scatter_bytes_per_record: float = MEASURED["scatter_bytes_per_record"]
     output_bytes_per_record: float = MEASURED["output_bytes_per_record"]
     utilization: float = 0.7  # of the workers' vCPU-hours spent converting (start-up, stragglers, I/O waits)
+    vcpu_hour_usd: float = PRICES["vcpu_hour"]
+    gb_hour_usd: float = PRICES["gb_hour"]
 
     def __post_init__(self) -> None:
-        if self.records <= 0 or self.input_bytes <= 0:
-            raise EstimateError("--records and --input-gb must be > 0")
+        _number("--input-gb", self.input_bytes / 1e9, high=1e12)  # a thousand PB
+        if self.input_bytes < 1:
+            raise EstimateError(f"--input-gb must be at least one byte (1e-9), found {self.input_bytes / 1e9!r}")
+        whole = {
+            "records": _number("--records", self.records, high=MAX_RECORDS, whole=True),
+            "input_bytes": self.input_bytes,
+            "distinct_ids": _number("--distinct-ids", self.distinct_ids, zero=True, high=MAX_RECORDS, whole=True),
+            "splits": _number("--splits", self.splits, low=1, zero=True, high=MAX_SPLITS, whole=True),
+        }
+        for name, v in whole.items():
+            object.__setattr__(self, name, int(v))
         if self.machine_type not in MACHINES:
             raise EstimateError(f"--machine-type {self.machine_type!r} is not modelled; one of {', '.join(MACHINES)}")
-        if not 0 < self.utilization <= 1:
-            raise EstimateError("--utilization must be in (0, 1]")
+        _number("--target-shard-mb", self.target_shard_mb)
+        _number("--cpu-us-per-record", self.cpu_us_per_record)
+        _number("scatter bytes per record", self.scatter_bytes_per_record)
+        _number("output bytes per record", self.output_bytes_per_record)
+        _number("--utilization", self.utilization, high=1.0)
+        _number("--vcpu-hour-usd", self.vcpu_hour_usd)
+        _number("--gb-hour-usd", self.gb_hour_usd)
+        try:
+            default_num_shards(self.input_bytes, self.target_shard_mb)
+        except InputError as e:  # more shards than a conversion may make
+            raise EstimateError(str(e)) from None
+
+
+def held_terms(records: int, distinct: int, units: int) -> dict[str, int]:
+    """The distinct terms of one vocabulary feature a process holds at once, by stage.
+
+    ``unit_terms``: a unit's own distinct terms, counted while it is analyzed (and again in its
+    statistics): at most its records' worth and at most the column's. ``partition_terms``: one
+    partition of the merge, about ``distinct / units``. A process holds one or the other at a time,
+    so its peak follows the larger (``held_terms``); with few units the unit's own terms are it.
+    """
+    if not distinct:
+        return {"unit_terms": 0, "partition_terms": 0, "held_terms": 0}
+    unit = min(distinct, math.ceil(records / units))
+    partition = math.ceil(distinct / units)
+    return {"unit_terms": unit, "partition_terms": partition, "held_terms": max(unit, partition)}
 
 
 def estimate(job: JobSize, prices: dict[str, float] | None = None) -> dict[str, float]:
-    """The model's figures for ``job`` (see the module docstring and docs/scale.md)."""
-    price = {**PRICES, **(prices or {})}
+    """The model's figures for ``job`` (see the module docstring and docs/scale.md); ``prices``
+    overrides :data:`PRICES` beyond the job's own vCPU-hour and GB-hour prices."""
+    price = {**PRICES, **(prices or {}), "vcpu_hour": job.vcpu_hour_usd, "gb_hour": job.gb_hour_usd}
     shards = default_num_shards(job.input_bytes, job.target_shard_mb)
     units, buckets = shards, shards * job.splits
     scatter = job.records * job.scatter_bytes_per_record
@@ -96,11 +160,11 @@ def estimate(job: JobSize, prices: dict[str, float] | None = None) -> dict[str, 
     # Per worker: one process per vCPU, each at the measured RSS plus the shuffle's buffers (3 spills,
     # 2 key ranges of 16 MB, a read of 8 MB).
     worker_mb = vcpus * (MEASURED["worker_rss_mb"] + 3 * 4 + 2 * 16 + 8)
-    # The analysis and the statistics count terms by partition (pipelines.analyze), one partition per
-    # unit: a process merging one holds about distinct_ids / units terms (per vocabulary feature and split).
-    partition_terms = math.ceil(job.distinct_ids / units) if job.distinct_ids else 0
-    partition_mb = partition_terms * MEASURED["bytes_per_held_term"] / MB
-    worker_mb += vcpus * partition_mb
+    # The analysis and the statistics count terms by unit, then by partition (pipelines.analyze, one
+    # partition per unit): a process holds a unit's distinct terms or a partition's (held_terms).
+    terms = held_terms(job.records, job.distinct_ids, units)
+    held_mb = terms["held_terms"] * MEASURED["bytes_per_held_term"] / MB
+    worker_mb += vcpus * held_mb
 
     def cost(vh: float) -> float:
         wh = vh / vcpus
@@ -117,7 +181,8 @@ def estimate(job: JobSize, prices: dict[str, float] | None = None) -> dict[str, 
         "vcpu_hours": vcpu_hours, "worker_hours": worker_hours, "cost_usd": cost(vcpu_hours),
         "tft_vcpu_hours": tft_vcpu_hours, "tft_worker_hours": tft_vcpu_hours / vcpus,
         "tft_cost_usd": cost(tft_vcpu_hours) + 2 * job.input_bytes / 1e9 * price["shuffle_gb"],
-        "distinct_ids": job.distinct_ids, "partition_terms": partition_terms, "partition_mb": partition_mb,
+        "distinct_ids": job.distinct_ids, **terms, "held_mb": held_mb,
+        "partition_mb": terms["partition_terms"] * MEASURED["bytes_per_held_term"] / MB,
         "one_process_terms_mb": job.distinct_ids * MEASURED["bytes_per_held_term"] / MB,
     }
 
@@ -137,12 +202,13 @@ def render(job: JobSize, est: dict[str, float]) -> list[str]:
         f"{e['gather_reads']:,} reads average {e['gather_read_mb']:.2f} MB",
         f"output: {e['output_gb']:,.1f} GB of shards",
         f"peak memory per worker: {e['peak_mb_per_worker']:,.0f} MB of {e['worker_mem_mb']:,.0f} MB ({fits}), "
-        f"with the term counts of one analysis partition per process ({e['partition_terms']:,} of the "
-        f"{job.distinct_ids:,} distinct ids, {e['partition_mb']:,.0f} MB; {e['one_process_terms_mb']:,.0f} MB "
-        f"if one process held them all)",
+        f"with the term counts a process holds ({e['held_terms']:,} of the {job.distinct_ids:,} distinct ids, "
+        f"{e['held_mb']:,.0f} MB: a unit's own {e['unit_terms']:,} or a merge partition's {e['partition_terms']:,}; "
+        f"{e['one_process_terms_mb']:,.0f} MB if one process held them all)",
         f"worker-hours: {e['worker_hours']:,.1f} ({e['vcpu_hours']:,.1f} vCPU-hours at "
         f"{job.cpu_us_per_record:g} µs per record, {job.utilization:.0%} busy)",
-        f"cost: ${e['cost_usd']:,.2f} (Dataflow batch list prices: pipelines/estimate.py PRICES)",
+        f"cost: ${e['cost_usd']:,.2f} (${job.vcpu_hour_usd:g} per vCPU-hour, ${job.gb_hour_usd:g} per GB-hour; "
+        f"defaults: Dataflow batch list prices, pipelines/estimate.py PRICES)",
         f"TF Transform on the same job: {e['tft_worker_hours']:,.1f} worker-hours, ${e['tft_cost_usd']:,.2f} "
         f"(its measured {MEASURED['tft_cpu_us_per_record']:g} µs per record, Shuffle of twice the input), "
         f"{e['tft_peak_mb_per_worker']:,.0f} MB per worker ({tft_fits})",

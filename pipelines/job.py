@@ -36,7 +36,7 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 
 from convert.analysis import Analysis, AnalysisMismatchError
 from convert.apply import check_reused_analysis
-from convert.config import Config
+from convert.config import Config, ConfigError
 from convert.sources import InputFileError
 from convert.spec import FAILURE_FILENAME, FORMAT_VERSION, METADATA_FILENAME
 from pipelines import local, remote
@@ -431,4 +431,6 @@ def _unwrap(e: BaseException) -> BaseException:
     for line in text.splitlines():
         if "InputFileError:" in line:
             return ConversionFailed("cannot read input " + _clean(line.split("InputFileError:", 1)[1]))
+        if "ConfigError:" in line:  # the analysis' checks, raised in a worker process
+            return ConfigError(_clean(line.split("ConfigError:", 1)[1]))
     return e

@@ -25,6 +25,22 @@ DEFAULT_SEED = 0
 #: or block no longer fits a worker's memory once decoded, so a cap above it
 #: is no cap.
 MAX_INPUT_CAP_MB = 4096.0
+#: ``--max-vocabulary-terms`` when none is given: a vocabulary without ``top_k`` larger than this
+#: is refused once the analysis has counted it. Every process that applies a vocabulary holds it
+#: whole (the convert pass, the commit, the serving layer); a few million terms is a few hundred MB.
+DEFAULT_MAX_VOCABULARY_TERMS = 5_000_000
+#: Upper bound of ``--max-vocabulary-terms``: a vocabulary of a billion terms is hundreds of GB per process.
+MAX_VOCABULARY_TERMS = 1_000_000_000
+#: The Beam runners the job runs on (``--runner`` after ``--``; none given: Beam's FnApiRunner, local).
+#: The job needs Beam's standard semantics: outputs from ``finish_bundle`` (the gather), side inputs
+#: that wait for their whole input (the analysis before the convert pass, every unit's scatter before
+#: the gather, every result before the commit) and multi-output ParDos. The local runners and the
+#: portable ones (Dataflow, a job service: Flink, Spark) have them; a runner outside this list (Dask's,
+#: for one, which lacks the first two) is refused before anything runs rather than writing a wrong output.
+SUPPORTED_RUNNERS = (
+    "FnApiRunner", "DirectRunner", "SwitchingDirectRunner", "BundleBasedDirectRunner", "PrismRunner",
+    "TestDirectRunner", "DataflowRunner", "TestDataflowRunner", "PortableRunner", "FlinkRunner", "SparkRunner",
+)
 
 
 class OptionsError(ValueError):
@@ -95,6 +111,11 @@ class ConvertOptions:
       seed: seeds the shuffle (0 .. 2**63-1); ``None``: ``DEFAULT_SEED`` when
         shuffled. The same seed gives the same bytes whatever the runner or
         worker count. Refused with ``order="input"`` (it would be ignored).
+      max_vocabulary_terms: the largest vocabulary without ``top_k`` a run
+        accepts (terms counted ``min_frequency`` times or more in the training
+        split); a larger one stops the run after the analysis, before any
+        shard is written (``pipelines.analyze``). Not in the fingerprint: it
+        decides whether a run goes on, not what it writes.
     """
 
     inputs: tuple[str, ...]
@@ -122,6 +143,7 @@ class ConvertOptions:
     pre_fork: bool = False
     order: str = "shuffled"
     seed: int | None = None
+    max_vocabulary_terms: int = DEFAULT_MAX_VOCABULARY_TERMS
 
     def __post_init__(self) -> None:
         if not self.inputs:
@@ -144,6 +166,10 @@ class ConvertOptions:
                                    "drop one of them")
             if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < 2**63:
                 raise OptionsError(f"--seed must be an integer 0 .. 2**63-1, found {self.seed!r}")
+        if (isinstance(self.max_vocabulary_terms, bool) or not isinstance(self.max_vocabulary_terms, int)
+                or not 1 <= self.max_vocabulary_terms <= MAX_VOCABULARY_TERMS):
+            raise OptionsError(f"--max-vocabulary-terms must be a whole number 1 .. {MAX_VOCABULARY_TERMS:,}, "
+                               f"found {self.max_vocabulary_terms!r}")
         if self.layout not in LAYOUTS:
             raise OptionsError(f"--layout must be one of {LAYOUTS}, found {self.layout!r}")
         if not 1 <= self.batch_size <= 1_000_000:
@@ -166,6 +192,7 @@ class ConvertOptions:
                     if any(looks_like_path(a) for a in stray) else "")
             raise OptionsError(f"Beam would ignore {' '.join(stray)} after `--` (Beam flags are --name value or "
                                f"--name=value){hint}")
+        check_runner(beam_flag(self.beam_args, "--runner"))
 
     @property
     def max_record_bytes(self) -> int:
@@ -226,6 +253,21 @@ def beam_flag(beam_args: Sequence[str], flag: str) -> str | None:
         elif a.startswith(flag + "="):
             found = a[len(flag) + 1:]
     return found
+
+
+def check_runner(name: str | None) -> None:
+    """OptionsError unless ``name`` (``--runner``'s value; None: the default) is one of
+    ``SUPPORTED_RUNNERS``, spelt as Beam accepts it: a class name in any case, with or without
+    its ``Runner`` suffix, or its module path."""
+    if name is None:
+        return
+    short = name.rsplit(".", 1)[-1].lower()
+    known = {r.lower(): r for r in SUPPORTED_RUNNERS}
+    if short in known or short + "runner" in known:
+        return
+    raise OptionsError(f"--runner {name}: the job is not supported on this runner; it needs outputs from finish_bundle "
+                       f"and side inputs that wait for their whole input (docs/converting.md#runners). Supported: "
+                       f"{', '.join(SUPPORTED_RUNNERS)}")
 
 
 def split_beam_args(argv: Sequence[str]) -> tuple[list[str], list[str]]:

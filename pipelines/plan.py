@@ -46,9 +46,23 @@ class InputFile:
 
 @dataclasses.dataclass(frozen=True)
 class ByteRange:
+    """Bytes ``[start, end)`` of an input.
+
+    ``path`` is the input as the user gave it (what messages, counts and the
+    metadata name); ``absolute`` is the same local file as an absolute path,
+    set by the plan for a relative one, since the workers of a remote or
+    distributed runner do not share the launcher's working directory.
+    """
+
     path: str
     start: int
     end: int | None  # None: to end of file
+    absolute: str | None = None
+
+    @property
+    def location(self) -> str:
+        """Where a worker opens the input: the same file from any working directory."""
+        return self.absolute or self.path
 
 
 @dataclasses.dataclass(frozen=True)
@@ -277,6 +291,7 @@ def plan_units(files: Sequence[InputFile], num_shards: int, json_records_path: s
     align to the next block/line); compressed or whole-document files go
     entirely to the unit where they start. A unit may be empty; it still
     writes an (empty) shard so every split has exactly ``num_shards`` files.
+    A relative local path gets its absolute one (``ByteRange.absolute``).
     """
     total = sum(f.size for f in files)
     target = max(1.0, total / num_shards)
@@ -285,15 +300,24 @@ def plan_units(files: Sequence[InputFile], num_shards: int, json_records_path: s
     for f in files:
         first = min(num_shards - 1, int(g // target))
         last = min(num_shards - 1, int(max(g, g + f.size - 1) // target))
+        absolute = _absolute(f.path)
         if first == last or not is_splittable(f.path, _head(f.path), json_records_path):
-            ranges[first].append(ByteRange(f.path, 0, None))
+            ranges[first].append(ByteRange(f.path, 0, None, absolute))
         else:
             for u in range(first, last + 1):
                 lo = max(0, int(u * target) - g)
                 hi = None if u == last else int((u + 1) * target) - g
-                ranges[u].append(ByteRange(f.path, lo, hi))
+                ranges[u].append(ByteRange(f.path, lo, hi, absolute))
         g += f.size
     return [WorkUnit(i, tuple(r)) for i, r in enumerate(ranges)]
+
+
+def _absolute(path: str) -> str | None:
+    """A relative local path made absolute (from this process' working directory); None for an
+    absolute or remote one."""
+    if FileSystems.get_scheme(path) or os.path.isabs(path):
+        return None
+    return os.path.abspath(path)
 
 
 def input_fingerprint(files: Sequence[InputFile], config_hash: str, options: dict[str, object]) -> str:

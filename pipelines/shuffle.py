@@ -371,19 +371,25 @@ class _GatherShard(beam.DoFn):
     deflate runs on another core (as the input-order convert pass overlaps
     deflate with encoding); worker processes already use the cores. Results
     come out in shard order; memory is that many shards' key ranges.
+
+    The pool and the stop event are made in ``setup``, not ``__init__``: the
+    DoFn is pickled to reach the workers, and plain cloudpickle (what
+    runners other than Beam's own use) cannot pickle a lock or an event.
     """
 
     def __init__(self, options: ConvertOptions, num_shards: int, parallel: int = 1):
         self.options, self.num_shards, self.parallel = options, num_shards, parallel
         self._running: list[concurrent.futures.Future] = []
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
-        self._stop = threading.Event()
+        self._stop: threading.Event | None = None
 
     def setup(self) -> None:
         self._pool = concurrent.futures.ThreadPoolExecutor(self.parallel, thread_name_prefix="recordprep-gather")
+        self._stop = threading.Event()
 
     def start_bundle(self) -> None:
         self._running = []
+        assert self._stop is not None
         self._stop.clear()
 
     def process(self, shard: int, results: list[dict]):
@@ -410,7 +416,8 @@ class _GatherShard(beam.DoFn):
     def _abort(self) -> None:
         """A failure (or Ctrl-C): the other shards' threads stop before the error goes on, so
         none writes into the temp directory the run's cleanup removes."""
-        self._stop.set()
+        if self._stop is not None:
+            self._stop.set()
         running, self._running = self._running, []
         concurrent.futures.wait(running)
 
@@ -438,7 +445,7 @@ class _GatherShard(beam.DoFn):
                 w = ShardWriter(FileSystems.join(tmp, f"{name}-{shard:05d}-{attempt}{suffix}"), opts.compression_type, opts.gzip_level)
                 try:
                     for piece in _gathered(sources, FileSystems.join(tmp, f"gather-{name}-{shard:05d}-{attempt}.bin")):
-                        if self._stop.is_set():
+                        if self._stop is not None and self._stop.is_set():
                             raise ConversionFailed("stopped: another shard failed")
                         w.write(piece[0], piece[1])
                         prog.add(piece[1], round(len(piece[0]) * scale))

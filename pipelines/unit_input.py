@@ -47,7 +47,7 @@ def unit_bytes(unit: WorkUnit) -> int:
         end = r.end
         if end is None:  # to the end of the file
             try:
-                end = size_of(r.path)
+                end = size_of(r.location)
             except Exception:  # progress only: never fail a unit over it
                 end = r.start
         total += max(0, end - r.start)
@@ -160,7 +160,7 @@ def prepare_unit(unit: WorkUnit, options: ConvertOptions, preparer: Preparer,
     ``label_classes``: a reused analysis' label classes (see ``_late_label_errors``)."""
     columns = read_columns(preparer.config, options.splits)
     for rng in unit.ranges:
-        with FileSystems.open(rng.path, compression_type="uncompressed") as f:
+        with FileSystems.open(rng.location, compression_type="uncompressed") as f:
             for batch in iter_records(f, rng.path, rng.start, rng.end, options.batch_size, options.json_records_path,
                                       options.avro_decoder, record_json=options.splits.hashes_whole_records,
                                       max_record_bytes=options.max_record_bytes, max_block_bytes=options.max_block_bytes,

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from convert.analysis import Analyzer
-from convert.config import parse_config
+from convert.config import ConfigError, parse_config
 from pipelines.analyze import _CountPartition, _TopVocabularies, partition_tasks, spill_unit_counts
 
 _TERMS = st.text(alphabet="abcé\U0001f600 ", min_size=0, max_size=3)
@@ -31,9 +31,12 @@ def _config(top_k: int | None, min_frequency: int):
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(units=st.lists(st.lists(st.tuples(_TERMS, _TERMS), max_size=30), min_size=1, max_size=5),
-       top_k=st.none() | st.integers(1, 8), min_frequency=st.integers(1, 3), partitions=st.integers(2, 5))
+       top_k=st.none() | st.integers(1, 8), min_frequency=st.integers(1, 3), partitions=st.integers(2, 5),
+       max_terms=st.none() | st.integers(1, 40))
 def test_partitioned_vocabularies_equal_the_one_analyzer_result(tmp_path_factory, units, top_k, min_frequency,
-                                                                partitions):
+                                                                partitions, max_terms):
+    """... or, for a vocabulary without top_k of more than ``max_terms`` terms, a ConfigError naming
+    it, the merge never holding more than ``max_terms`` of its candidates."""
     config = _config(top_k, min_frequency)
     tmp = str(tmp_path_factory.mktemp("spill"))
     records = [[{"t": t, "s": s, "x": 1.0, "y": 0} for t, s in unit] for unit in units]
@@ -47,12 +50,22 @@ def test_partitioned_vocabularies_equal_the_one_analyzer_result(tmp_path_factory
         a.add_records(recs)
         spills[i] = spill_unit_counts(a, tmp, i, partitions)
         assert not a.counts["t"] and not a.counts["s"]  # nothing left for the global combine
-    count, top = _CountPartition(config), _TopVocabularies(config)
+    count, top = _CountPartition(config, max_terms), _TopVocabularies(config, max_terms)
     accs = [top.create_accumulator() for _ in range(2)]  # two combine workers, merged
     merged = SimpleNamespace(spills=spills)
     for j, task in enumerate(partition_tasks(config, partitions)):
         for cands in count.process(task, merged):
             accs[j % 2] = top.add_input(accs[j % 2], cands)
+    if max_terms is not None and top_k is None:
+        assert all(len(best) <= max_terms for acc in accs for _, best in acc.values())
+    over = [n for n in ("t", "s") if max_terms is not None and top_k is None and len(want.vocabularies[n]) > max_terms]
+    if over:
+        with pytest.raises(ConfigError) as e:
+            top.extract_output(top.merge_accumulators(accs))
+        assert [p.split("'")[1] for p in e.value.problems] == over
+        for n, p in zip(over, e.value.problems, strict=True):
+            assert f"{len(want.vocabularies[n]):,} distinct terms" in p and "top_k" in p and "hash" in p
+        return
     got = top.extract_output(top.merge_accumulators(accs))
     assert got == {"t": want.vocabularies["t"], "s": want.vocabularies["s"]}
 

@@ -163,11 +163,10 @@ def test_waiting_on_a_failed_conversion_stops_at_once(layout):
     out = outputs / "dt=2026-11-20"
     out.mkdir(parents=True)
     (out / "_FAILURE.json").write_text(json.dumps({"reason": "3 of 10 records were rejected", "counts": {}}))
-    t0 = time.monotonic()
     r = _run("train_when_ready.sh", "2026-11-20", env=env)
     assert r.returncode != 0
     assert "rejected" in r.stdout + r.stderr
-    assert time.monotonic() - t0 < 60  # not the 300 s timeout
+    assert "still incomplete" not in r.stdout + r.stderr  # the failure, not the 300 s timeout
 
 
 def test_cron_killed_conversion_is_reported_by_the_training_job_and_taken_over_by_the_next_run(layout):
@@ -183,12 +182,10 @@ def test_cron_killed_conversion_is_reported_by_the_training_job_and_taken_over_b
         conv.kill()
     assert not (out / "dataset_info.json").exists() and not (out / "_FAILURE.json").exists()
 
-    t0 = time.monotonic()
-    r = _run("train_when_ready.sh", env=env, timeout=120)
+    r = _run("train_when_ready.sh", env=env, timeout=120)  # its wait's timeout is 300 s: ending here is at once
     assert r.returncode == 1, r.stdout + r.stderr
     assert f"(pid {pid}) is dead" in r.stderr, r.stderr
-    assert "training on" not in r.stdout
-    assert time.monotonic() - t0 < 60  # at once, not the 300 s timeout
+    assert "training on" not in r.stdout and "still incomplete" not in r.stderr
 
     retry = _run("convert_daily.sh", env=env)
     assert retry.returncode == 0, retry.stderr

@@ -48,10 +48,8 @@ def _wait_for_lock(out: Path, proc: subprocess.Popen) -> dict:
     raise AssertionError(f"the run never held {out / LOCK_FILENAME} (rc {proc.poll()})")
 
 
-def _cli_wait(out: str, *extra: str, timeout: float = 120) -> tuple[subprocess.CompletedProcess, float]:
-    t0 = time.monotonic()
-    r = subprocess.run([str(RECORDPREP), "wait", out, *extra], capture_output=True, text=True, timeout=timeout)
-    return r, time.monotonic() - t0
+def _cli_wait(out: str, *extra: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([str(RECORDPREP), "wait", out, *extra], capture_output=True, text=True, timeout=timeout)
 
 
 # ------------------------------------------------------------------ a run killed with -9
@@ -70,16 +68,13 @@ def test_a_run_killed_with_sigkill_is_reported_dead_and_the_next_run_takes_over(
     assert (out / LOCK_FILENAME).exists() and not (out / FAILURE_FILENAME).exists()  # -9 writes nothing
     host, pid = socket.gethostname(), run.pid
 
-    r, took = _cli_wait(str(out), "--timeout", "60", "--stale-after", "2", "--poll", "0.2")
+    r = _cli_wait(str(out), "--timeout", "60", "--stale-after", "2", "--poll", "0.2")
     assert r.returncode == 1, r.stdout + r.stderr
-    assert f"started at {lock['owner']['started']} on {host} (pid {pid}) is dead" in r.stderr, r.stderr
+    assert f"started at {lock['owner']['started']} on {host} (pid {pid}) is dead" in r.stderr, r.stderr  # not the timeout
     assert "without --overwrite" in r.stderr and "Traceback" not in r.stderr
-    assert took < 40  # at once (the command's own start-up included), not at the timeout
 
-    t0 = time.monotonic()
     with pytest.raises(readers.DatasetDeadError, match=rf"on {host} \(pid {pid}\) is dead: its process {pid} is gone") as e:
-        readers.wait_for_dataset(str(out), timeout=60, poll=0.1, stale_after=2)
-    assert time.monotonic() - t0 < 5
+        readers.wait_for_dataset(str(out), timeout=60, poll=0.1, stale_after=2)  # (the timeout: a TimeoutError)
     assert isinstance(e.value, readers.DatasetFailedError) and e.value.lock["owner"]["pid"] == pid
 
     again = subprocess.run(_convert_cmd(data, out), capture_output=True, text=True, timeout=600)  # no --overwrite
@@ -130,21 +125,18 @@ def _frozen_run_is_reported(output: str) -> None:
         # live: its heartbeat keeps the wait waiting (the run's own limit, 1.5 s, passes twice)
         with pytest.raises(TimeoutError, match="did not appear within 3 s"):
             readers.wait_for_dataset(output, timeout=3, poll=0.1)
-        r, _ = _cli_wait(output, "--timeout", "3", "--poll", "0.2")
+        r = _cli_wait(output, "--timeout", "3", "--poll", "0.2")
         assert r.returncode == 1 and "still incomplete after 3 s" in r.stderr, r.stderr
         # a limit within its heartbeat period would call a live run dead: a usage error
-        r, _ = _cli_wait(output, "--timeout", "30", "--stale-after", "0.1")
+        r = _cli_wait(output, "--timeout", "30", "--stale-after", "0.1")
         assert r.returncode == 2 and "--stale-after 0.1 s is not longer than the heartbeat period" in r.stderr, r.stderr
 
         holder.freeze()  # alive, but its heartbeat stops: a hung or lost launcher
         pid, host = holder.proc.pid, socket.gethostname()
-        t0 = time.monotonic()
         with pytest.raises(readers.DatasetDeadError, match=rf"on {host} \(pid {pid}\) appears dead: no heartbeat for"):
-            readers.wait_for_dataset(output, timeout=60, poll=0.1)
-        assert time.monotonic() - t0 < 10
-        r, took = _cli_wait(output, "--timeout", "60", "--poll", "0.2")
+            readers.wait_for_dataset(output, timeout=60, poll=0.1)  # (the timeout: a TimeoutError)
+        r = _cli_wait(output, "--timeout", "60", "--poll", "0.2")
         assert r.returncode == 1 and f"on {host} (pid {pid}) appears dead: no heartbeat for" in r.stderr, r.stderr
-        assert took < 40
     finally:
         holder.stop()
 
@@ -242,17 +234,29 @@ def test_sigterm_ends_a_run_like_ctrl_c(tmp_path, signum, code, reason):
     marker = json.loads((out / FAILURE_FILENAME).read_text())
     assert marker["reason"] == reason, marker
     assert not (out / TMP).exists() and not (out / LOCK_FILENAME).exists() and not (out / METADATA_FILENAME).exists()
-    t0 = time.monotonic()
     r = runner.invoke(app, ["wait", str(out), "--timeout", "30", "--poll", "0.1"])
-    assert r.exit_code == 1 and f"failed: {reason}" in r.output, r.output
-    assert time.monotonic() - t0 < 10  # at once (Beam's import included), not at the timeout
+    assert r.exit_code == 1 and f"failed: {reason}" in r.output, r.output  # the failure, not the timeout
+
+
+def _until_it_handles_sigterm(proc: subprocess.Popen) -> None:
+    """Once the command has set its SIGTERM handler (Linux: ``SigCgt`` in ``/proc/PID/status``);
+    before that the signal's default action would end it with no message."""
+    deadline = time.monotonic() + 120
+    while proc.poll() is None:
+        with open(f"/proc/{proc.pid}/status") as f:
+            caught = next(int(line.split()[1], 16) for line in f if line.startswith("SigCgt:"))
+        if caught & (1 << (signal.SIGTERM - 1)):
+            return
+        assert time.monotonic() < deadline, "the command never set its SIGTERM handler"
+        time.sleep(0.05)
+    raise AssertionError(f"the command ended (rc {proc.returncode}) before it handled SIGTERM")
 
 
 @pytest.mark.slow
 def test_sigterm_ends_a_wait(tmp_path):
     p = subprocess.Popen([str(RECORDPREP), "wait", str(tmp_path), "--timeout", "120", "--poll", "0.05"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(3)  # in its loop
+    _until_it_handles_sigterm(p)  # not a fixed sleep: a loaded machine starts the command slower
     p.send_signal(signal.SIGTERM)
     _, err = p.communicate(timeout=60)
     assert p.returncode == 143 and err.strip() == "error: interrupted by SIGTERM", err

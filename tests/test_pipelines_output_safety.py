@@ -315,10 +315,8 @@ def _assert_failed_cleanly(out: Path, reason: str) -> None:
     assert reason in marker["reason"] and "\n" not in marker["reason"], marker
     assert not (out / TMP).exists() and not (out / LOCK_FILENAME).exists()
     assert not (out / METADATA_FILENAME).exists()
-    t0 = time.monotonic()
     r = runner.invoke(app, ["wait", str(out), "--timeout", "5", "--poll", "0.1"])
-    assert r.exit_code == 1 and reason in r.output, r.output
-    assert time.monotonic() - t0 < 2  # at once, not at the timeout
+    assert r.exit_code == 1 and reason in r.output and "still incomplete" not in r.output, r.output  # not the timeout
 
 
 def test_a_truncated_avro_input_leaves_a_failure_marker(tmp_path):

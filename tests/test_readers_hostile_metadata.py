@@ -285,11 +285,9 @@ def test_inspect_of_an_uncompressed_shard_holding_garbage(tmp_path):
     (["--poll", "nan"], "--poll must be"),
 ])
 def test_wait_refuses_arguments_that_would_hang_or_spin(tmp_path, args, match):
-    started = time.monotonic()
     r = runner.invoke(app, ["wait", str(tmp_path), *args])
     assert r.exit_code == 2 and match in r.output, r.output
     assert r.exception is None or isinstance(r.exception, SystemExit)
-    assert time.monotonic() - started < 5
 
 
 @pytest.mark.parametrize("timeout, poll", [(math.nan, 1.0), (math.inf, 1.0), (1.0, math.nan), (1.0, 0.0),
@@ -312,13 +310,11 @@ def test_wait_reports_an_unreadable_failure_report_as_a_failure(tmp_path, conten
 @pytest.mark.parametrize("content", ["garbage", "[]", '{"format_version": 1}', "{"])
 def test_wait_does_not_call_garbage_metadata_complete(tmp_path, content):
     (tmp_path / METADATA_FILENAME).write_text(content)
-    started = time.monotonic()
     r = runner.invoke(app, ["wait", str(tmp_path), "--timeout", "0.3", "--poll", "0.05"])
     assert r.exit_code == 1 and "is complete" not in r.output, r.output
     assert r.exception is None or isinstance(r.exception, SystemExit)
     if content in ("garbage", "{"):  # not JSON (yet): may be a file being replaced, polled until the deadline
         assert "still incomplete after 0.3 s" in r.output and "not valid JSON yet" in r.output
-        assert time.monotonic() - started >= 0.25
     else:  # JSON but not recordprep metadata: waiting will not help
         assert "is not a complete recordprep output" in r.output
 
@@ -336,13 +332,11 @@ def test_wait_on_a_path_that_is_a_file_fails_at_once(tmp_path, where):
     blocker = tmp_path / "out"
     blocker.write_text("not a directory")
     target = blocker if where == "output" else blocker / "day1"
-    started = time.monotonic()
     r = runner.invoke(app, ["wait", str(target), "--timeout", "5", "--poll", "0.05"])
-    assert r.exit_code == 1 and f"{blocker} is a file, not a directory" in r.output, r.output
+    assert r.exit_code == 1 and f"{blocker} is a file, not a directory" in r.output, r.output  # not the timeout
     assert r.exception is None or isinstance(r.exception, SystemExit)
-    with pytest.raises(SpecError, match="is a file, not a directory"):
+    with pytest.raises(SpecError, match="is a file, not a directory"):  # (the timeout: a TimeoutError)
         readers.wait_for_dataset(str(target), timeout=5, poll=0.05)
-    assert time.monotonic() - started < 4
 
 
 def test_wait_on_an_output_that_becomes_a_file_fails_at_its_next_check(tmp_path):
@@ -357,10 +351,8 @@ def test_wait_on_an_output_that_becomes_a_file_fails_at_its_next_check(tmp_path)
         target.write_text("not a directory")
 
     threading.Thread(target=replace).start()
-    started = time.monotonic()
-    with pytest.raises(SpecError, match="is a file, not a directory"):
+    with pytest.raises(SpecError, match="is a file, not a directory"):  # (the timeout: a TimeoutError)
         readers.wait_for_dataset(str(target), timeout=10, poll=0.05)
-    assert time.monotonic() - started < 5
 
 
 def test_wait_still_accepts_a_real_output(out):

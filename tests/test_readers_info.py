@@ -86,10 +86,8 @@ def test_failed_conversion_is_reported_with_its_reason(tmp_path):
     assert err.value.reason == reason
     assert reason in str(err.value) and "failed" in str(err.value)
     assert isinstance(err.value, DatasetIncompleteError)
-    started = time.monotonic()
     with pytest.raises(readers.DatasetFailedError, match="were rejected"):
-        wait_for_dataset(str(o.root), timeout=30, poll=0.05)  # no waiting for the timeout
-    assert time.monotonic() - started < 10
+        wait_for_dataset(str(o.root), timeout=30, poll=0.05)  # the failure, not the timeout (a TimeoutError)
     with pytest.raises(readers.DatasetFailedError):
         readers.train_dataset(str(o.root / "train-*"), 4)
 
@@ -180,14 +178,13 @@ def test_wait_for_dataset_returns_when_metadata_appears(tmp_path):
         os.replace(tmp, final.root / METADATA_FILENAME)  # what the converter does
 
     writer = threading.Thread(target=finish)
-    started = time.monotonic()
+    assert not (final.root / METADATA_FILENAME).exists()  # so the info below is what the wait waited for
     writer.start()
     try:
         info = wait_for_dataset(str(final.root / "train-*"), timeout=30, poll=0.05)
     finally:
         writer.join()
     assert info == final.info
-    assert time.monotonic() - started >= 0.25
 
 
 def test_wait_for_dataset_times_out_with_a_clear_message(tmp_path):
@@ -210,10 +207,8 @@ def test_wait_for_dataset_keeps_polling_past_unparsable_json(tmp_path):
 
 def test_wait_for_dataset_does_not_wait_for_a_newer_format(tmp_path):
     o = fx.write_output(tmp_path / "out", format_version=7)
-    started = time.monotonic()
-    with pytest.raises(SpecError, match="newer"):
+    with pytest.raises(SpecError, match="newer"):  # at once: the timeout is a TimeoutError
         wait_for_dataset(str(o.root), timeout=30, poll=0.05)
-    assert time.monotonic() - started < 10
 
 
 def test_wait_for_dataset_argument_checks(tmp_path):

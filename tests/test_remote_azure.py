@@ -66,22 +66,19 @@ def az_dataset(azure_stack, tmp_path_factory):
     azure_stack.put("e2e/out/.recordprep-tmp/train-00000-deadbeef.tfrecord.gz", b"junk")
     az_out = azure_stack.url("e2e/out") + "/"
     azure_stack.proxy_stats(reset=True)
-    started = time.monotonic()
     run = cli("convert", "--input", f"{az_in}/*.avro", "--config", str(paths["config"]), "--output", az_out,
               "--num-shards", "3", timeout=300)
-    cli_seconds = time.monotonic() - started
     assert run.returncode == 0, run.stdout + run.stderr
     local_out = root / "local-out"
     run_convert(opts(str(root / "data" / "*.avro"), paths["config"], str(local_out), num_shards=3))
     return {"paths": paths, "az_in": az_in, "az_out": az_out.rstrip("/"), "local": local_out, "root": root,
-            "cli": run, "cli_seconds": cli_seconds, "requests": azure_stack.proxy_stats()["counts"]}
+            "cli": run, "requests": azure_stack.proxy_stats()["counts"]}
 
 
 def test_cli_converts_azure_to_azure_like_a_local_run(az_dataset, azure_stack):
     assert_like_local(files(azure_stack, "e2e/out"), az_dataset["local"])
     # Everything went through the connection string's endpoint (the proxy counts it).
     assert az_dataset["requests"].get("PUT plain", 0) > 0 and az_dataset["requests"].get("GET plain", 0) > 0
-    assert az_dataset["cli_seconds"] < 120
 
 
 def test_credentials_are_never_printed(az_dataset, azure_stack, tmp_path):
@@ -260,10 +257,8 @@ def test_unreachable_azure_says_what_to_check(monkeypatch, tmp_path):
 
     monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING",
                        AzureStack.connection_string(f"http://127.0.0.1:{free_port()}"))  # nothing listens there
-    started = time.monotonic()
     with pytest.raises(StagingError, match=r"azfs://devstoreaccount1/recordprep/out/.*AZURE_STORAGE_CONNECTION_STRING"):
         readers.load_info("azfs://devstoreaccount1/recordprep/out/train-*")
-    assert time.monotonic() - started < 60
 
 
 def test_beam_azure_exists_answers_false_for_a_missing_blob(azure_stack):

@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -54,18 +53,16 @@ def gcs_dataset(remote_stack, tmp_path_factory):
         "e2e/out/.recordprep-tmp/train-00000-deadbeef.tfrecord.gz"
     ).upload_from_string(b"junk")
     gs_out = f"gs://{remote_stack.bucket}/e2e/out/"
-    started = time.monotonic()
     cli = subprocess.run(
         [str(RECORDPREP), "convert", "--input", f"{gs_in}/*.avro", "--config", str(paths["config"]),
          "--output", gs_out, "--num-shards", "3"],
         capture_output=True, text=True, timeout=300, env=os.environ.copy(),
     )
-    cli_seconds = time.monotonic() - started
     assert cli.returncode == 0, cli.stdout + cli.stderr
     local_out = root / "local-out"
     run_convert(_opts(str(root / "data" / "*.avro"), paths["config"], str(local_out), num_shards=3))
     return {"paths": paths, "gs_in": gs_in, "gs_out": gs_out.rstrip("/"), "local": local_out,
-            "cli": cli, "cli_seconds": cli_seconds}
+            "cli": cli}
 
 
 def test_cli_converts_gs_to_gs_like_a_local_run(gcs_dataset, remote_stack):
@@ -85,7 +82,6 @@ def test_cli_converts_gs_to_gs_like_a_local_run(gcs_dataset, remote_stack):
         assert files[name] == local[name], name
     # No ~20 s hunt for credentials (the fixture's credential file is found at once).
     assert "Unable to find default credentials" not in gcs_dataset["cli"].stderr
-    assert gcs_dataset["cli_seconds"] < 60
     assert "train" in gcs_dataset["cli"].stdout
 
 

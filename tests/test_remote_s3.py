@@ -56,18 +56,16 @@ def s3_dataset(s3_stack, tmp_path_factory):
                                  Body=b"junk")
     s3_out = f"s3://{s3_stack.bucket}/e2e/out/"
     s3_stack.proxy_stats(reset=True)
-    started = time.monotonic()
     cli = subprocess.run(
         [str(RECORDPREP), "convert", "--input", f"{s3_in}/*.avro", "--config", str(paths["config"]),
          "--output", s3_out, "--num-shards", "3"],
         capture_output=True, text=True, timeout=300, env=os.environ.copy(),
     )
-    cli_seconds = time.monotonic() - started
     assert cli.returncode == 0, cli.stdout + cli.stderr
     local_out = root / "local-out"
     run_convert(opts(str(root / "data" / "*.avro"), paths["config"], str(local_out), num_shards=3))
     return {"paths": paths, "s3_in": s3_in, "s3_out": s3_out.rstrip("/"), "local": local_out,
-            "cli": cli, "cli_seconds": cli_seconds, "requests": s3_stack.proxy_stats()["counts"]}
+            "cli": cli, "requests": s3_stack.proxy_stats()["counts"]}
 
 
 def test_cli_converts_s3_to_s3_like_a_local_run(s3_dataset, s3_stack):
@@ -75,7 +73,6 @@ def test_cli_converts_s3_to_s3_like_a_local_run(s3_dataset, s3_stack):
     assert_like_local(files(s3_stack, "e2e/out"), s3_dataset["local"])
     # Everything went through the endpoint of the environment (the proxy counts it).
     assert s3_dataset["requests"].get("PUT plain", 0) > 0 and s3_dataset["requests"].get("GET plain", 0) > 0
-    assert s3_dataset["cli_seconds"] < 120
     assert "recordprep-test-secret" not in s3_dataset["cli"].stdout + s3_dataset["cli"].stderr
 
 

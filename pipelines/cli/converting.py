@@ -61,6 +61,7 @@ def convert(
     max_record_mb: Annotated[float, typer.Option(help=_MAX_RECORD_HELP)] = _DEFAULT_RECORD_MB,
     max_block_mb: Annotated[float, typer.Option(help=_MAX_BLOCK_HELP)] = _DEFAULT_BLOCK_MB,
     analysis_from: Annotated[str | None, typer.Option(help="Reuse vocabularies/statistics of an earlier output (daily runs, eval-only runs); refused when a feature's transform or options differ from those it was computed with.")] = None,
+    max_vocabulary_terms: Annotated[int, typer.Option(help="Largest vocabulary without top_k a run accepts (terms counted min_frequency times or more in the training split): every process applying a vocabulary holds it whole, so a larger one stops the run after the analysis, before any shard is written (exit 2); give such a feature a top_k, or hash an identifier.")] = 5_000_000,
     check_against: Annotated[str | None, typer.Option(help="After the run, check drift against this earlier output and skew between the splits (as `recordprep report --fail-on-drift`): exit 1 naming the features over threshold (the output stays committed). Its path is checked with the run's before the run starts.", show_default=False)] = None,
     drift_threshold: Annotated[list[str] | None, typer.Option(help="With --check-against: " + DRIFT_THRESHOLD_HELP, show_default=False)] = None,
     overwrite: Annotated[bool, typer.Option(help="Replace an existing output made from other inputs or config. Deletes only what a recordprep run wrote; refused (nothing deleted) when the output holds other files. A reader still reading the old output gets its records or an error saying it was replaced, never the new run's (shard names are unique per run).")] = False,
@@ -93,7 +94,8 @@ def convert(
             seed=seed, avro_decoder=avro_decoder.lower(), max_errors=max_errors,
             max_error_fraction=max_error_fraction, json_records_path=json_records_path,
             max_record_mb=max_record_mb, max_block_mb=max_block_mb, analysis_from=analysis_from,
-            overwrite=overwrite, force=force, beam_args=tuple(beam_args or ()), progress=progress, workers=workers,
+            max_vocabulary_terms=max_vocabulary_terms, overwrite=overwrite, force=force,
+            beam_args=tuple(beam_args or ()), progress=progress, workers=workers,
             pre_fork=True,  # the CLI's own process: its workers may fork from it (pipelines.local.warm)
         )
         from pipelines import remote
@@ -333,29 +335,33 @@ def _records_key_hint(paths: list[str]) -> str:
 
 
 def estimate(
-    records: Annotated[float, typer.Option(help="Records in the input (e.g. 1e9).")],
-    input_gb: Annotated[float, typer.Option(help="Input size in GB (10^9 bytes).")],
-    distinct_ids: Annotated[float, typer.Option(help="Distinct values of the largest vocabulary feature (reported; its analysis memory is not modelled).")] = 0,
+    records: Annotated[float, typer.Option(help="Records in the input (e.g. 1e9; a whole number > 0).")],
+    input_gb: Annotated[float, typer.Option(help="Input size in GB (10^9 bytes; > 0).")],
+    distinct_ids: Annotated[float, typer.Option(help="Distinct values of the largest vocabulary feature (>= 0): sizes the term counts a worker process holds.")] = 0,
     machine_type: Annotated[str, typer.Option(help="Dataflow worker machine type (n1-standard-4, n2-standard-8, ...).")] = "n1-standard-4",
-    splits: Annotated[int, typer.Option(help="Number of splits.")] = 2,
-    target_shard_mb: Annotated[float, typer.Option(help="As convert's --target-shard-mb.")] = 128.0,
-    cpu_us_per_record: Annotated[float | None, typer.Option(help="CPU µs per record measured on your data (a local run's CPU-s / records); default: the bench's.", show_default=False)] = None,
-    utilization: Annotated[float, typer.Option(help="Share of the workers' vCPU-hours spent converting.")] = 0.7,
-    vcpu_hour_usd: Annotated[float | None, typer.Option(help="Price of a vCPU-hour (default: pipelines/estimate.py PRICES).", show_default=False)] = None,
-    gb_hour_usd: Annotated[float | None, typer.Option(help="Price of a GB-hour of worker memory.", show_default=False)] = None,
+    splits: Annotated[int, typer.Option(help="Number of splits (1..256).")] = 2,
+    target_shard_mb: Annotated[float, typer.Option(help="As convert's --target-shard-mb (> 0).")] = 128.0,
+    cpu_us_per_record: Annotated[float | None, typer.Option(help="CPU µs per record measured on your data (a local run's CPU-s / records; > 0); default: the bench's.", show_default=False)] = None,
+    utilization: Annotated[float, typer.Option(help="Share of the workers' vCPU-hours spent converting (0 < u <= 1).")] = 0.7,
+    vcpu_hour_usd: Annotated[float | None, typer.Option(help="Price of a vCPU-hour (> 0; default: pipelines/estimate.py PRICES).", show_default=False)] = None,
+    gb_hour_usd: Annotated[float | None, typer.Option(help="Price of a GB-hour of worker memory (> 0).", show_default=False)] = None,
 ) -> None:
     """Size a conversion before running it: units, shards, requests, memory per worker,
-    worker-hours and cost on Dataflow, beside TF Transform on the same job (docs: Sizing a job)."""
-    from pipelines.estimate import MEASURED, JobSize, render
+    worker-hours and cost on Dataflow, beside TF Transform on the same job (docs: Sizing a job).
+
+    Every number is checked (finite, in its range) before anything is computed: exit 2 naming the option.
+    """
+    from pipelines.estimate import MEASURED, PRICES, EstimateError, JobSize, render
     from pipelines.estimate import estimate as run_estimate
 
-    prices = {k: v for k, v in (("vcpu_hour", vcpu_hour_usd), ("gb_hour", gb_hour_usd)) if v is not None}
+    given = {"cpu_us_per_record": (cpu_us_per_record, MEASURED["cpu_us_per_record"]),
+             "vcpu_hour_usd": (vcpu_hour_usd, PRICES["vcpu_hour"]), "gb_hour_usd": (gb_hour_usd, PRICES["gb_hour"])}
     try:
-        job = JobSize(records=int(records), input_bytes=int(input_gb * 1e9), distinct_ids=int(distinct_ids),
+        job = JobSize(records=records, input_bytes=input_gb * 1e9, distinct_ids=distinct_ids,  # type: ignore[arg-type]
                       machine_type=machine_type, splits=splits, target_shard_mb=target_shard_mb,
-                      cpu_us_per_record=cpu_us_per_record or MEASURED["cpu_us_per_record"], utilization=utilization)
-        lines = render(job, run_estimate(job, prices))
-    except ValueError as e:  # EstimateError, or the plan's InputError (too many shards)
+                      utilization=utilization, **{k: default if v is None else v for k, (v, default) in given.items()})
+        lines = render(job, run_estimate(job))
+    except EstimateError as e:
         fail(str(e), 2)
     for line in lines:
         typer.echo(line)

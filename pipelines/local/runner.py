@@ -3,7 +3,10 @@
 The default runner is Beam's in-process ``FnApiRunner``, chosen explicitly:
 ``DirectRunner`` first tries to download the Prism runner binary, which hangs
 or fails on an offline or firewalled machine. Any other runner comes from the
-Beam flags passed through (``-- --runner DataflowRunner ...``). A local
+Beam flags passed through (``-- --runner DataflowRunner ...``), one of
+``pipelines.options.SUPPORTED_RUNNERS`` (the options refuse the others: the
+job needs outputs from ``finish_bundle`` and side inputs that wait for their
+whole input, which not every runner gives). A local
 ``FnApiRunner`` runs its bundles in this process (one worker) or in worker
 processes (``python -m pipelines.local.worker``), pre-forked from this one
 when asked and safe (:mod:`pipelines.local.warm`).
