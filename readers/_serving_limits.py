@@ -60,21 +60,21 @@ def checked_inputs(wire: Wire, packed: Mapping[str, tf.Tensor]) -> dict[str, tf.
     """``packed`` (the layer's inputs, ``{name: [batch, width]}``) once the request's
     shape is checked: the same tensors, run after the checks."""
     names = list(packed)
-    checks: list[Any] = [tf.debugging.assert_rank(packed[n], 2, message=f"input {n!r} must be [records, values]")
+    checks: list[Any] = [tf.debugging.assert_rank(packed[n], 2, message=f"input `{n}` must be [records, values]")
                          for n in names]
     first = names[0]
     rows = tf.shape(packed[first])[0]
     for n in names[1:]:
         checks.append(tf.debugging.assert_equal(tf.shape(packed[n])[0], rows, message=(
-            f"input {n!r} holds a different number of rows than input {first!r}: every input of a request holds "
+            f"input `{n}` holds a different number of rows than input `{first}`: every input of a request holds "
             f"one row per record")))
     for n, cols in wire.columns.items():
         checks.append(tf.debugging.assert_equal(tf.shape(packed[n])[1], len(cols), message=(
-            f"input {n!r} must have {len(cols)} columns, one per source in the order of this export's "
-            f"recordprep_config.json 'columns'")))
+            f"input `{n}` must have {len(cols)} columns, one per source in the order of `columns` in the "
+            f"recordprep_config.json of this export")))
     for j, s in enumerate(wire.columns.get(LENS, ())):
         checks.append(tf.debugging.assert_greater_equal(packed[LENS][:, j], -1, message=(
-            f"input {LENS!r} column {j} (source {s.path!r}) holds a length below -1; a list's length is its "
+            f"input `{LENS}` column {j} (source `{s.path}`) holds a length below -1; the length of a list is its "
             f"number of items, or -1 when it is null or absent")))
     for s in wire.sources:
         if not s.is_list:
@@ -82,7 +82,7 @@ def checked_inputs(wire: Wire, packed: Mapping[str, tf.Tensor]) -> dict[str, tf.
         named = [s.input_name(form) for form in s.forms] + [s.kind_name]
         for n in named[1:]:
             checks.append(tf.debugging.assert_equal(tf.shape(packed[n])[1], tf.shape(packed[named[0]])[1], message=(
-                f"input {n!r} is not as wide as input {named[0]!r}: the inputs of list source {s.path!r} hold "
+                f"input `{n}` is not as wide as input `{named[0]}`: the inputs of list source `{s.path}` hold "
                 f"one column per item sent")))
     checks = [c for c in checks if c is not None]  # eager: raised already, or passed
     if not checks:
@@ -107,9 +107,10 @@ def bounded(inputs: Mapping[str, tf.Tensor], limits: ServingLimits,
     for t in inputs.values():
         if t.dtype != tf.string:
             total += tf.size(t, out_type=tf.int64) * t.dtype.size
-    ok = tf.debugging.Assert(total <= limits.max_request_bytes, [
-        "the request's inputs hold", total, f"bytes, over this export's max_request_bytes ({limits.max_request_bytes}):"
-        " send fewer records per request, or export with a larger limit (recordprep export --max-request-mb)"])
+    ok = tf.debugging.Assert(total <= limits.max_request_bytes, [tf.strings.join([
+        "the request holds ", tf.strings.as_string(total), f" bytes of inputs, over the max_request_bytes of this "
+        f"export ({limits.max_request_bytes}): send fewer records per request, or export with a larger bound "
+        f"(recordprep export --max-request-mb)"])])
     with tf.control_dependencies([ok] if ok is not None else []):
         over = per_row > limits.max_record_bytes
         any_over = tf.reduce_any(over)
