@@ -20,7 +20,9 @@ The protos are decoded with ``tf.io.decode_proto`` (stock TensorFlow), not
 on another, while records hold an integer in one row and a float in the next.
 What the graph cannot compute is reported per row instead of approximated: a
 non-integral float where a term is read (Python's ``repr`` has no TensorFlow
-op; send the text), bytes that are not UTF-8 there.
+op; send the text), bytes that are not UTF-8 there. So is a row protobuf cannot
+parse (``MALFORMED``), which ``decode_proto`` would fail the whole batch for
+(``_decoded``).
 """
 from __future__ import annotations
 

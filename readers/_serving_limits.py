@@ -28,9 +28,9 @@ import tensorflow as tf
 
 from readers._serving_wire import LENS, Wire
 
-#: Default bound of one request's inputs: the converter's default cap on one JSON record
-#: (``convert.source_types.DEFAULT_MAX_RECORD_BYTES``), for a whole batch of them.
-DEFAULT_MAX_REQUEST_BYTES = 64 << 20
+#: Default bound of one request's inputs: room for batches of thousands of records, while the
+#: graph's copies of a batch's strings (text tokens take tens of bytes each) stay well under a GB.
+DEFAULT_MAX_REQUEST_BYTES = 16 << 20
 #: Default bound of one record's strings: far above a real record's fields, low enough that
 #: one row cannot make the graph's string copies of a batch large.
 DEFAULT_MAX_RECORD_BYTES = 1 << 20

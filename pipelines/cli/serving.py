@@ -12,7 +12,7 @@ import typer
 from pipelines.cli.base import echo, fail, quiet_tensorflow
 
 #: readers' defaults (``readers._serving_limits``), in MB of 2**20 bytes; a test keeps them equal.
-DEFAULT_MAX_REQUEST_MB = 64.0
+DEFAULT_MAX_REQUEST_MB = 16.0
 DEFAULT_MAX_RECORD_MB = 1.0
 _MAX_REQUEST_HELP = ("Most MB (2**20 bytes) of inputs one request may hold (strings' bytes, 8 per number or 4 per "
                      "kind/length): a larger request fails with InvalidArgumentError before any work on it. "
