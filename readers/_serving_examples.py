@@ -20,7 +20,9 @@ The protos are decoded with ``tf.io.decode_proto`` (stock TensorFlow), not
 on another, while records hold an integer in one row and a float in the next.
 What the graph cannot compute is reported per row instead of approximated: a
 non-integral float where a term is read (Python's ``repr`` has no TensorFlow
-op; send the text), bytes that are not UTF-8 there.
+op; send the text), bytes that are not UTF-8 there. So is a row protobuf cannot
+parse (``MALFORMED``), which ``decode_proto`` would fail the whole batch for
+(``_decoded``).
 """
 from __future__ import annotations
 
@@ -51,6 +53,9 @@ _INT64_LIMIT = 2.0**63
 _FILL = {"bytes": "", "utf8": True, "float": 0.0, "int": 0}
 #: An Example with one feature (key ""), appended to every batch: ``decode_proto`` takes no empty input.
 _SENTINEL = b"\n\x06\n\x04\n\x00\x12\x00"
+#: The reason of a row protobuf cannot parse as an Example (its other rows are decoded).
+MALFORMED = (f"{EXAMPLES_INPUT}: not a serialized tf.train.Example (protobuf cannot parse it: cut short or "
+             f"not an Example); send the bytes of Example.SerializeToString()")
 
 
 def example_keys(config: Config, wire: Wire) -> dict[str, str]:
@@ -76,8 +81,8 @@ class ExampleDecoder:
         """The layer's inputs, and per row ``""`` or why a value could not be decoded exactly."""
         serialized = tf.reshape(tf.convert_to_tensor(serialized, tf.string), [-1])
         batch = tf.shape(serialized)[0]
-        entries = _entries(tf.concat([serialized, [_SENTINEL]], 0))
-        errors = tf.fill([batch], "")
+        entries, malformed = _decoded(serialized)
+        errors = tf.where(malformed, MALFORMED, "")
         per: dict[str, tf.Tensor] = {}
         for s in self.wire.sources:
             v = _gather(entries, self.keys[s.path], batch, _width(s))
@@ -162,6 +167,45 @@ def _forms(kind: tf.Tensor, v: dict[str, tf.Tensor], reads_terms: bool) -> tuple
     return forms, (inexact, "a non-integral float or bytes that are not UTF-8 where a term is read (vocabulary, "
                             "hash, cross): TensorFlow has no op for Python's form of it; send its text as a "
                             "UTF-8 bytes_list value")
+
+
+def _decoded(serialized: tf.Tensor) -> tuple[dict[str, Any], tf.Tensor]:
+    """``(_entries, malformed)``: the entries of the Examples, and per row whether it is
+    not one (protobuf cannot parse it), decoded as an empty Example (every key absent).
+
+    ``decode_proto`` fails a whole batch on one malformed row, and a graph catches
+    errors only in ``tf.data`` (``ignore_errors``): the batch is decoded at once in a
+    one-element dataset whose error drops the element, and only then is each row
+    tried alone (a dataset over the rows) to find the malformed ones. The other rows
+    decode to the same entries either way."""
+    one = tf.data.Dataset.from_tensors(serialized)
+    whole = one.map(lambda s: (_entries(_with_sentinel(s)), tf.zeros_like(s, tf.bool))).ignore_errors()
+
+    def row_by_row(s: tf.Tensor) -> tuple[dict[str, Any], tf.Tensor]:
+        malformed = _malformed(s)
+        return _entries(_with_sentinel(tf.where(malformed, b"", s))), malformed
+
+    options = tf.data.Options()
+    options.experimental_optimization.apply_default_optimizations = False  # nothing to gain on one element
+    options.autotune.enabled = False
+    # The second dataset is read only when the first yields nothing (its batch failed).
+    return whole.concatenate(one.map(row_by_row)).take(1).with_options(options).get_single_element()
+
+
+def _malformed(serialized: tf.Tensor) -> tf.Tensor:
+    """Per row, whether decoding it alone fails: every ``decode_proto`` of ``_entries``
+    runs, as the row's count of values depends on each."""
+    n = tf.shape(serialized, out_type=tf.int64)[0]
+    rows = tf.data.Dataset.from_tensor_slices((tf.range(n), serialized))
+    parsed = rows.map(lambda i, s: (i, tf.reduce_sum(_entries(_with_sentinel(s[None]))["count"]))).ignore_errors()
+    done = tf.data.Dataset.from_tensors((tf.constant(-1, tf.int64), tf.constant(0, tf.int32)))  # never empty
+    good, _ = parsed.concatenate(done).batch(n + 1).get_single_element()
+    hits = tf.math.unsorted_segment_sum(tf.ones_like(good), tf.where(good < 0, n, good), n + 1)[:n]
+    return tf.equal(hits, 0)
+
+
+def _with_sentinel(serialized: tf.Tensor) -> tf.Tensor:
+    return tf.concat([serialized, [_SENTINEL]], 0)
 
 
 def _entries(serialized: tf.Tensor) -> dict[str, Any]:

@@ -22,6 +22,10 @@ with an example request: docs/serving.md#request-format.
   list it counts (only its length is read), a ``text`` through lists its
   strings joined.
 
+Every input holds one row per record; a request of another shape (rows,
+columns, widths, a length below -1) fails naming the input
+(``readers._serving_limits.checked_inputs``).
+
 An input with no column is left out. ``Wire.encode`` builds these arrays from
 records (the dicts the converter reads) and reports the few values that cannot
 travel; ``instances`` writes them as a REST request body.

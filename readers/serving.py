@@ -42,6 +42,13 @@ import tensorflow as tf
 
 from readers import _io
 from readers._serving_examples import EXAMPLES_INPUT, example_keys, transform_examples
+from readers._serving_limits import (
+    DEFAULT_MAX_RECORD_BYTES,
+    DEFAULT_MAX_REQUEST_BYTES,
+    ServingLimits,
+    bounded,
+    checked_inputs,
+)
 from readers._serving_wire import (
     Wire,
 )
@@ -70,10 +77,11 @@ CLASSES_OUTPUT = "recordprep_classes"
 class _Serving(tf.Module):
     """Raw inputs -> transform -> model, as one SavedModel."""
 
-    def __init__(self, model: Any, layer: TransformLayer):
+    def __init__(self, model: Any, layer: TransformLayer, limits: ServingLimits):
         super().__init__(name="recordprep_serving")
         self.model = model
         self.layer = layer
+        self._limits = limits
         inputs = getattr(model, "inputs", None)
         names = [getattr(t, "name", None) for t in inputs] if isinstance(inputs, list | tuple) else []
         wanted = {f.name for f in layer.features}
@@ -85,11 +93,19 @@ class _Serving(tf.Module):
             tf.TensorSpec([None], tf.string, name=EXAMPLES_INPUT)])
 
     def _serve_examples(self, examples: tf.Tensor) -> dict[str, tf.Tensor]:
-        return self._serve(None, transform_examples(self.layer, examples))
+        bound, too_big = bounded({EXAMPLES_INPUT: tf.reshape(examples, [-1])}, self._limits,
+                                 f"{EXAMPLES_INPUT}: the serialized Example has")
+        features, errors = transform_examples(self.layer, bound[EXAMPLES_INPUT])
+        return self._serve(None, (features, tf.where(tf.equal(too_big, ""), errors, too_big)))
 
     def _serve(self, inputs: dict[str, tf.Tensor] | None,
                transformed: tuple[dict[str, tf.Tensor], tf.Tensor] | None = None) -> dict[str, tf.Tensor]:
-        features, errors = transformed or self.layer.transform(inputs)
+        if transformed is None:
+            packed = checked_inputs(self.layer.wire, inputs)
+            bound, too_big = bounded(packed, self._limits, "<record>: its strings have")
+            features, errors = self.layer.transform(bound)
+            transformed = features, tf.where(tf.equal(too_big, ""), errors, too_big)
+        features, errors = transformed
         if self._model_inputs is not None:
             features = {n: features[n] for n in self._model_inputs}
         outputs = self.model(features, training=False)
@@ -104,7 +120,9 @@ class _Serving(tf.Module):
         return {**outputs, ERROR_OUTPUT: errors, CLASSES_OUTPUT: classes}
 
 
-def export_serving(model: Any, output: str | TransformLayer, export_dir: str) -> str:
+def export_serving(model: Any, output: str | TransformLayer, export_dir: str, *,
+                   max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
+                   max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES) -> str:
     """Write a SavedModel whose ``serving_default`` takes raw fields and returns the model's outputs.
 
     Args:
@@ -113,6 +131,11 @@ def export_serving(model: Any, output: str | TransformLayer, export_dir: str) ->
       output: the recordprep output the model was trained on (its analysis is
         embedded), or a layer from :func:`transform_layer`.
       export_dir: where to write the SavedModel (local or ``gs://``).
+      max_request_bytes: the most bytes a request's inputs may hold (strings' bytes,
+        8 or 4 per number); a larger request fails with ``InvalidArgumentError``
+        before any work on it.
+      max_record_bytes: the most bytes of strings one record may hold (a serialized
+        Example's bytes); a larger record is rejected in ``recordprep_error`` alone.
 
     ``serving_default``'s inputs are the layer's wire format (``layer.input_signature``,
     see ``readers._serving_wire``); ``serve_examples`` takes ``examples``, serialized
@@ -121,10 +144,13 @@ def export_serving(model: Any, output: str | TransformLayer, export_dir: str) ->
     tensor is named ``outputs``) plus ``recordprep_error`` (string per row,
     ``""`` when the record converts) and, when the label has classes,
     ``recordprep_classes`` (per row, the class names: column ``j`` names class id ``j``). The SavedModel needs TensorFlow only, not
-    recordprep. Raises SpecError for an output it cannot serve exactly.
+    recordprep. A request of the wrong shape (rows, columns, widths, a list length
+    below -1) fails naming the input. Raises SpecError for an output it cannot serve
+    exactly, ValueError for limits that are not positive byte counts.
     """
+    limits = ServingLimits(max_request_bytes, max_record_bytes)
     layer = output if isinstance(output, TransformLayer) else transform_layer(output)
-    module = _Serving(model, layer)
+    module = _Serving(model, layer, limits)
     tf.saved_model.save(module, export_dir, signatures={
         "serving_default": module.serve.get_concrete_function(),
         EXAMPLES_SIGNATURE: module.serve_examples.get_concrete_function()})
@@ -133,7 +159,7 @@ def export_serving(model: Any, output: str | TransformLayer, export_dir: str) ->
     tf.io.gfile.makedirs(extra)
     with tf.io.gfile.GFile(_io.join(extra, EXPORT_CONFIG_FILENAME), "w") as f:
         f.write(json.dumps({"config": layer.config.to_json(), "inputs": layer.wire.input_names(),
-                            "columns": layer.wire.column_names(),
+                            "columns": layer.wire.column_names(), "limits": limits.to_json(),
                             "example_keys": list(example_keys(layer.config, layer.wire).values())}, indent=1) + "\n")
     return export_dir
 

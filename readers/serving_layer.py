@@ -19,6 +19,7 @@ from convert.config import FeatureConfig, count_path
 from convert.derive import CROSS_SEPARATOR, DAY_SECONDS, UNITS
 from convert.prepare import transform_constants
 from readers import _io
+from readers._serving_limits import checked_inputs
 from readers._serving_wire import (
     KIND_BYTES,
     KIND_FLOAT,
@@ -174,7 +175,10 @@ class TransformLayer(tf.Module):
 
     def transform(self, inputs: Mapping[str, Any]) -> tuple[dict[str, tf.Tensor], tf.Tensor]:
         """``(features, errors)``: the feature tensors, and per row ``""`` or why
-        the converter would reject the record (its features are then unspecified)."""
+        the converter would reject the record (its features are then unspecified).
+
+        Raises ``InvalidArgumentError`` naming the input for a request of the wrong
+        shape (``readers._serving_limits.checked_inputs``): no record of it is read."""
         features, any_bad, reasons = self._features(inputs)
         # The reasons (string work) are built only for a batch with a rejected row.
         return features, tf.cond(any_bad, reasons, lambda: tf.fill(reasons.batch, ""))
@@ -201,6 +205,7 @@ class TransformLayer(tf.Module):
         """The features, whether any row is rejected (one reduction over every
         check), and the per-row reasons to build when one is."""
         packed = {k: tf.convert_to_tensor(inputs[k], dtype=spec.dtype) for k, spec in self.input_signature.items()}
+        packed = checked_inputs(self.wire, packed)  # a malformed request fails here, naming the input
         batch = tf.shape(next(iter(packed.values())), out_type=tf.int64)[:1]
         inputs = PackedColumns(self.wire, packed)
         out: dict[str, tf.Tensor] = {}

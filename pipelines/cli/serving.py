@@ -11,19 +11,42 @@ import typer
 
 from pipelines.cli.base import echo, fail, quiet_tensorflow
 
+#: readers' defaults (``readers._serving_limits``), in MB of 2**20 bytes; a test keeps them equal.
+DEFAULT_MAX_REQUEST_MB = 16.0
+DEFAULT_MAX_RECORD_MB = 1.0
+_MAX_REQUEST_HELP = ("Most MB (2**20 bytes) of inputs one request may hold (strings' bytes, 8 per number or 4 per "
+                     "kind/length): a larger request fails with InvalidArgumentError before any work on it. "
+                     "Bounds the server's memory per call.")
+_MAX_RECORD_HELP = ("Most MB of strings one record may hold (the bytes of its serialized Example for "
+                    "serve_examples): a larger record is rejected in recordprep_error, the others in its batch "
+                    "convert.")
+
 
 def export(
     output: Annotated[str, typer.Argument(help="The recordprep output the model was trained on (its analysis is embedded).")],
     model: Annotated[Path, typer.Argument(help="The trained Keras model file (.keras or .h5), taking the output's features by name.")],
     export_dir: Annotated[str, typer.Argument(help="Where to write the serving SavedModel (must not exist).")],
     trust_model_code: Annotated[bool, typer.Option(help="Load Python code inside the model file (Lambda layers): only for a model you wrote.")] = False,
+    max_request_mb: Annotated[float, typer.Option(help=_MAX_REQUEST_HELP)] = DEFAULT_MAX_REQUEST_MB,
+    max_record_mb: Annotated[float, typer.Option(help=_MAX_RECORD_HELP)] = DEFAULT_MAX_RECORD_MB,
 ) -> None:
     """Write a SavedModel for TF Serving that applies the converter's transforms exactly to raw records (docs/serving.md).
 
     Two signatures, same outputs: serving_default takes the packed fields (kinds, numbers, terms, ...);
     serve_examples takes 'examples', serialized tf.train.Example protos of the raw records (keyed by
-    source path), for clients in any language.
+    source path), for clients in any language. A request of the wrong shape fails naming the input; a
+    malformed Example or a record over --max-record-mb is rejected in its row only.
     """
+    from pipelines.options import OptionsError, input_cap_bytes
+
+    try:
+        max_request_bytes = input_cap_bytes("--max-request-mb", max_request_mb)
+        max_record_bytes = input_cap_bytes("--max-record-mb", max_record_mb)
+    except OptionsError as e:
+        fail(str(e), code=2)
+    if max_record_bytes > max_request_bytes:
+        fail(f"--max-record-mb ({max_record_mb:g}) is over --max-request-mb ({max_request_mb:g}): a record is part "
+             f"of a request", code=2)
     if not model.exists():
         fail(f"model {model}: no such file", code=2)
     quiet_tensorflow()
@@ -46,7 +69,8 @@ def export(
         hint = " (add --trust-model-code to load Lambda layers of a model you wrote)" if "safe_mode" in str(e) else ""
         fail(f"cannot load the model {model}: {str(e).splitlines()[0] if str(e) else type(e).__name__}{hint}")
     try:
-        export_serving(keras_model, layer, export_dir)
+        export_serving(keras_model, layer, export_dir, max_request_bytes=max_request_bytes,
+                       max_record_bytes=max_record_bytes)
     except (ValueError, TypeError, tf.errors.OpError) as e:
         fail(f"cannot export {model} with the transforms of {output}: {e}")
     inputs = ", ".join(layer.wire.input_names())
