@@ -26,10 +26,13 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
-from convert.config import EACH, KEYS, TRANSFORM_TABLE, Step, parse_path, render_path
+from convert.config import EACH, KEYS, Step, parse_path, render_path
 from convert.derive import epoch_seconds
+from convert.infer_yaml import Names, render_yaml
 from convert.records import tokenize, walk_path
 from convert.spec import MAX_FEATURE_SIZE
+
+__all__ = ["LABEL_MAX_CLASSES", "Draft", "infer_config", "render_yaml"]
 
 MAX_DEPTH = 4
 _LABEL_NAMES = ("label", "target", "y", "clicked", "class", "outcome")
@@ -64,7 +67,7 @@ class _FieldStats:
     count: int = 0  # records seen where the parent existed
     nulls: int = 0
     types: Counter = dataclasses.field(default_factory=Counter)
-    distinct: set = dataclasses.field(default_factory=set)
+    distinct: Counter = dataclasses.field(default_factory=Counter)  # value -> records, at most _DISTINCT_CAP values
     tokens: list[int] = dataclasses.field(default_factory=list)
     lengths: list[int] = dataclasses.field(default_factory=list)
     list_tokens: list[int] = dataclasses.field(default_factory=list)  # lists: the tokens of each record's strings
@@ -77,8 +80,9 @@ class _FieldStats:
     int_hi: int | None = None
 
     def add_distinct(self, v: Any) -> None:
-        if len(self.distinct) < _DISTINCT_CAP:
-            self.distinct.add(v if not isinstance(v, list | dict) else repr(v))
+        v = v if not isinstance(v, list | dict) else repr(v)
+        if v in self.distinct or len(self.distinct) < _DISTINCT_CAP:
+            self.distinct[v] += 1
 
 
 def _kind(v: Any) -> str:
@@ -260,18 +264,6 @@ def _pct(xs: list[int], q: float) -> int:
     return s[min(len(s) - 1, int(math.ceil(q * len(s))) - 1)]
 
 
-def _safe_name(path: str, taken: set[str]) -> str:
-    path = path.replace("[keys]", ".keys").replace("[]", "")
-    name = re.sub(r"[^A-Za-z0-9_]", "_", path.replace(".", "_")).strip("_") or "field"
-    if not re.match(r"[A-Za-z_]", name):
-        name = f"f_{name}"
-    base, i = name, 2
-    while name in taken or any(name == t + sfx for t in taken for sfx in ("_len", "_missing")):
-        name, i = f"{base}_{i}", i + 1
-    taken.add(name)
-    return name
-
-
 @dataclasses.dataclass
 class Draft:
     """An inferred config entry: ``entry`` is the YAML mapping, ``comment`` why.
@@ -302,6 +294,14 @@ def _epoch_unit(st: _FieldStats) -> str | None:
     return next((u for u, (lo, hi) in _EPOCH_RANGES.items() if lo <= st.int_lo and st.int_hi <= hi), None)
 
 
+def _epoch_unit_fits(st: _FieldStats, unit: str) -> bool | None:
+    """Whether every integer of ``st`` is an instant of years 2000-2100 in ``unit`` (None: no integers)."""
+    if st.int_lo is None:
+        return None
+    lo, hi = _EPOCH_RANGES[unit]
+    return lo <= st.int_lo and st.int_hi <= hi
+
+
 def _few(distinct: int, non_null: int) -> bool:
     """Few enough values for a vocabulary (codes like ``country_id``), not an open-ended set of ids."""
     return distinct <= 50 and distinct <= 0.5 * non_null
@@ -328,21 +328,72 @@ def _identifier(path: str, st: _FieldStats, types: set[str], non_null: int, null
         return Draft(e, f"{path}: integers that are epoch {unit} of years 2000-2100 -> epoch seconds + hour, day_of_week "
                         f"(UTC){null_note}", path)
     hashed = {"transform": "hash", "buckets": _hash_buckets(distinct)}
+    what = None
     if _named(path, _ID_NAMES):
         if _few(distinct, non_null):
             return Draft({"transform": "vocabulary"}, f"{path}: an id with {distinct} values in the sample: categorical{null_note}", path)
+        what = "identifier"
         why = "its numeric value means nothing and new ids keep coming" if types == {"int"} else "new ids keep coming"
-        return Draft(hashed, f"{path}: identifier ({distinct}{more} distinct in {non_null}), hashed: {why}{null_note}", path)
-    if types == {"int"} and st.int_lo is not None and not st.nonfinite:
+    elif types == {"int"} and st.int_lo is not None and not st.nonfinite:
         big = max(abs(st.int_lo), abs(st.int_hi))
         if big > 2**53 or (min(abs(st.int_lo), abs(st.int_hi)) >= 10**11 and st.int_lo > 0 and distinct >= 0.9 * non_null
                            and _epoch_unit(st) is None):
-            return Draft(hashed, f"{path}: identifier-like integers (12+ digits, {distinct}{more} distinct in {non_null}: "
-                                 f"card or account numbers?), hashed{null_note}", path)
-    if types == {"str"} and st.digit_strings == non_null and not _few(distinct, non_null):
-        return Draft(hashed, f"{path}: digit strings of 9+ digits ({distinct}{more} distinct in {non_null}: card, account "
-                             f"or phone numbers?), hashed{null_note}", path)
-    return None
+            what, why = "identifier-like integers (12+ digits: card or account numbers?)", "their numeric value means nothing"
+    elif types == {"str"} and st.digit_strings == non_null and not _few(distinct, non_null):
+        what, why = "digit strings of 9+ digits (card, account or phone numbers?)", "new numbers keep coming"
+    if what is None:
+        return None
+    if _one_per_record(distinct, non_null):
+        return _left_out(path, what, distinct, non_null, null_note)
+    return Draft(hashed, f"{path}: {what} ({distinct}{more} distinct in {non_null}), hashed: {why}{null_note}", path)
+
+
+#: Sampled values below which every value being distinct proves nothing (a small sample of a few categories).
+_MIN_ID_SAMPLE = 20
+
+
+def _one_per_record(distinct: int, non_null: int) -> bool:
+    """Nearly one distinct value per record: an identifier of the record itself (a request or event id)."""
+    return non_null >= _MIN_ID_SAMPLE and distinct >= 0.95 * non_null
+
+
+def _left_out(path: str, what: str, distinct: int, non_null: int, null_note: str) -> Draft:
+    """No entry for an identifier of the record itself, saying why."""
+    more = "+" if distinct >= _DISTINCT_CAP else ""
+    return Draft(None, f"{path}: {what} with {distinct}{more} distinct values in {non_null} records, nearly one per "
+                       f"record: left out, since an id seen once in training carries no signal (a hashed one is "
+                       f"noise); add it with transform: hash if its values recur{null_note}", path)
+
+
+def _round_up(n: int) -> int:
+    """``n`` rounded up to two significant digits (2,984 -> 3,000; 137 -> 140)."""
+    step = 10 ** max(0, len(str(n)) - 2)
+    return -(-n // step) * step
+
+
+def _vocabulary(path: str, st: _FieldStats, entry: dict[str, Any]) -> tuple[str, list[str]]:
+    """Set ``top_k`` on a vocabulary ``entry`` from the sample's distinct count;
+    returns the comment's note (the estimated coverage) and a warning when many
+    new values are likely out of vocabulary.
+
+    The coverage is Good-Turing's estimate: the share of new values never seen
+    in the sample is about the share of sampled values seen exactly once.
+    """
+    distinct = len(st.distinct)
+    n = sum(st.distinct.values())
+    once = sum(1 for c in st.distinct.values() if c == 1)
+    if not n or distinct <= 100 and not once:
+        return "", []
+    coverage = 1 - once / n
+    note = f"; estimated coverage {coverage:.0%} of new values ({once} of {n} sampled values occur once)"
+    if distinct > 100:
+        entry["top_k"] = _round_up(distinct)
+        note = f"; top_k {entry['top_k']}: the sample's {distinct}{'+' if distinct >= _DISTINCT_CAP else ''} distinct values" + note
+    warnings = []
+    if coverage < 0.9:
+        warnings.append(f"{path}: an estimated {1 - coverage:.0%} of new values will be out of vocabulary "
+                        f"({once} of {n} sampled values occur once); consider transform: hash, or --sample more records")
+    return note, warnings
 
 
 def _max_len(counts: list[int]) -> tuple[int, int, str]:
@@ -404,11 +455,10 @@ def _decide_map(path: str, st: _FieldStats, null_note: str) -> Draft:
         return Draft(None, f"{path}: a map that is always empty in the sample; nothing to learn", path)
     max_len, p95, capped = _max_len(st.lengths)
     e = {"transform": "vocabulary", "max_len": max_len}
-    if len(st.distinct) > 100:
-        e["top_k"] = 1000
+    note, warnings = _vocabulary(path, st, e)
     return Draft(e, f"{path}: a map (arbitrary keys): its keys as categories, {len(st.distinct)} distinct, "
-                    f"count p95 {p95}{capped}; a key's value: source: {path}[\"KEY\"]{null_note}",
-                 render_path((*parse_path(path), KEYS)))
+                    f"count p95 {p95}{capped}{note}; a key's value: source: {path}[\"KEY\"]{null_note}",
+                 render_path((*parse_path(path), KEYS)), warnings=warnings)
 
 
 def _decide_logical(path: str, st: _FieldStats, types: set[str], logical: str, distinct: int, null_note: str,
@@ -417,6 +467,9 @@ def _decide_logical(path: str, st: _FieldStats, types: set[str], logical: str, d
     if logical in _TIMESTAMP_UNITS and types == {"int"}:
         # Instants: exact epoch seconds plus the calendar parts models usually want.
         unit = _TIMESTAMP_UNITS[logical]
+        seen = _epoch_unit(st)
+        if seen is not None and unit != "days" and seen != unit and _epoch_unit_fits(st, unit) is False:
+            logical, unit = f"{logical} declared, but the values are epoch {seen} of years 2000-2100", seen
         e = {"transform": "timestamp", "unit": unit,
              "parts": ["day_of_week", "month"] if unit == "days" else ["hour", "day_of_week"]}
         if st.nulls or missing_in:
@@ -429,6 +482,8 @@ def _decide_logical(path: str, st: _FieldStats, types: set[str], logical: str, d
         unit = "days since 1970-01-01" if logical == "date" else "raw integer " + logical.rsplit("-", 1)[-1]
         return Draft(e, f"{path}: {logical} ({unit}), numeric{null_note}", path)
     if logical == "uuid" and types == {"str"}:
+        if _one_per_record(distinct, st.count - st.nulls):
+            return _left_out(path, "uuid (an identifier)", distinct, st.count - st.nulls, null_note)
         return Draft({"transform": "hash", "buckets": _hash_buckets(distinct)}, f"{path}: uuid (an identifier), hashed{null_note}", path)
     if logical.startswith("decimal") and types == {"bytes"}:
         return Draft({"transform": "bytes"}, f"{path}: {logical}: read as its unscaled two's-complement bytes "
@@ -464,10 +519,11 @@ def _decide_string(path: str, st: _FieldStats, distinct: int, non_null: int, nul
         return Draft({"transform": "text", "max_len": max_len},
                      f"{path}: free text, {avg_tokens:.1f} tokens on average (max_len = 95th percentile, {p95}){capped}{null_note}", path)
     if distinct <= 1000 and (ratio < 0.5 or distinct <= 50):
-        e = {"transform": "vocabulary"}
-        if distinct > 100:
-            e["top_k"] = 1000
-        return Draft(e, f"{path}: categorical, {distinct} distinct in the sample{null_note}", path)
+        e: dict[str, Any] = {"transform": "vocabulary"}
+        note, warnings = _vocabulary(path, st, e)
+        return Draft(e, f"{path}: categorical, {distinct} distinct in the sample{note}{null_note}", path, warnings=warnings)
+    if avg_tokens <= 2.5 and _one_per_record(distinct, non_null):
+        return _left_out(path, "identifier-like strings", distinct, non_null, null_note)
     return Draft({"transform": "hash", "buckets": _hash_buckets(distinct)},
                  f"{path}: high-cardinality string ({distinct}{'+' if distinct >= _DISTINCT_CAP else ''} distinct in {non_null}){null_note}", path)
 
@@ -496,11 +552,10 @@ def _decide_scalar_or_list(path: str, st: _FieldStats, types: set[str], null_not
     distinct = len(st.distinct)
     e: dict[str, Any] = ({"transform": "hash", "buckets": _hash_buckets(distinct)} if distinct > 1000
                          else {"transform": "vocabulary"})
-    if distinct > 100 and e["transform"] == "vocabulary":
-        e["top_k"] = 1000
+    note, warnings = _vocabulary(path, st, e) if e["transform"] == "vocabulary" else ("", [])
     e["max_len"] = max_len
     return Draft(e, f"{path}: {kinds} in some records, a list in others: drafted as a list of categories (a "
-                    f"scalar is a one-item list), length p95 {p95}{capped}{null_note}", path)
+                    f"scalar is a one-item list), length p95 {p95}{capped}{note}{null_note}", path, warnings=warnings)
 
 
 def _decide_list(path: str, st: _FieldStats, maps: set[str], null_note: str) -> Draft:
@@ -510,6 +565,10 @@ def _decide_list(path: str, st: _FieldStats, maps: set[str], null_note: str) -> 
     max_len, p95, capped = _max_len(st.lengths)
     if not elems:
         return Draft(None, f"{path}: always an empty list in the sample", path)
+    steps = parse_path(path)
+    if "dict" in elems and EACH in steps and isinstance(steps[-1], str) and path not in maps:
+        return Draft(None, f"{path}: a record inside each item of a list, not a list: nothing to count; its fields "
+                           f"are drafted as {path}.FIELD", path)
     if elems <= {"dict", "list"}:
         record = "maps" if f"{path}[]" in maps else "records"
         what = " and ".join({"dict": record, "list": "lists"}[k] for k in sorted(elems))
@@ -530,7 +589,9 @@ def _decide_list(path: str, st: _FieldStats, maps: set[str], null_note: str) -> 
             nonfinite_note = f", {st.nonfinite} NaN/inf/beyond-float32 item(s) filled (on_nan: fill)"
         return Draft(e, f"{path}: numeric list, length p95 {p95}{capped}{null_note}{nonfinite_note}", path)
     if elems <= {"str", "int", "bool"}:
-        return Draft({"transform": "vocabulary", "max_len": max_len}, f"{path}: list of categories, length p95 {p95}{capped}{null_note}", path)
+        e = {"transform": "vocabulary", "max_len": max_len}
+        note, warnings = _vocabulary(path, st, e)
+        return Draft(e, f"{path}: list of categories, length p95 {p95}{capped}{note}{null_note}", path, warnings=warnings)
     return Draft(None, f"{path}: list of {'/'.join(sorted(elems))} mixed: one feature takes lists of one kind; "
                        f"point 'source' at the items of one kind", path)
 
@@ -540,14 +601,49 @@ def _allow_missing(d: Draft, st: _FieldStats, total: int) -> Draft:
     in part of the sample, or reached through a list: convert's training split
     may then lack it entirely (convert stops on such a feature unless marked)."""
     sparse = st.nulls or total - st.count or "[]" in d.path or any(n == 0 for n in st.lengths)
-    if d.entry is not None and d.entry.get("transform") != "count" and sparse:
+    if d.entry is not None and sparse:
         d.entry["allow_all_missing"] = True
         d.comment += "; allow_all_missing: absent, null or empty in part of the sample, so possibly in all of a split"
     return d
 
 
+def _observed(stats: dict[str, _FieldStats], inner: dict[str, set[tuple[Step, ...]]], sample: list[dict],
+              kinds: dict[str, str], maps: set[str]) -> list[Draft]:
+    """A draft per observed path, each list's paths through it (``items[].price``)
+    right after the list's own; a list of records is counted only when none of
+    its items' features already holds its length (``<name>_len``)."""
+    total = len(sample)
+    drafts = []
+    for p, st in list(stats.items()):
+        d = _decide(p, st, total, kinds.get(p), maps)
+        subs = []
+        for steps in sorted(inner.get(p, ()), key=render_path):  # paths through the list: items[].price
+            path = render_path(steps)
+            sub = _FieldStats()
+            for r in sample:
+                _observe(sub, walk_path(r, steps))
+            stats[path] = sub
+            subs.append(_allow_missing(_decide(path, sub, total, kinds.get(path), maps), sub, total))
+        if d.entry is not None and d.entry.get("transform") == "count":
+            d.path_name = f"{p}_count"
+            lengths = [x.path for x in subs if x.entry is not None and "max_len" in x.entry
+                       and x.path.startswith(f"{p}[]") and x.path.count("[]") == p.count("[]") + 1]
+            if lengths:
+                d = Draft(None, f"{p}: a list of records: its length is the <name>_len of {lengths[0]}'s feature "
+                                f"(one length feature per list, not a count beside it)", p)
+        drafts.append(_allow_missing(d, st, total))
+        drafts += subs
+    return drafts
+
+
 def infer_config(records: Iterable[dict], avro_schema: Any = None, label: str | None = None) -> tuple[dict[str, Any], list[Draft]]:
-    """Draft a config from sample records; returns (config mapping, drafts incl. skipped fields)."""
+    """Draft a config from sample records; returns (config mapping, drafts incl. skipped fields).
+
+    ``label`` names the label's field. Without it the draft has no label: a
+    numeric field with a label's name (``label``, ``clicked``...) is named as
+    the candidate in the label's comment and a warning, and left out of the
+    features (where it would leak the label once the user names it).
+    """
     kinds = _schema_paths(avro_schema) if avro_schema is not None else {}
     maps = {p for p, k in kinds.items() if k == "map"}
     stats: dict[str, _FieldStats] = {}
@@ -559,37 +655,29 @@ def infer_config(records: Iterable[dict], avro_schema: Any = None, label: str | 
     for r in sample:
         _walk(r, stats, maps, inner, objects)
     total = len(sample)
-    drafts = []
-    for p, st in list(stats.items()):
-        d = _decide(p, st, total, kinds.get(p), maps)
-        if p in objects:  # a value in some records, a nested record in others: convert rejects either way
-            d = Draft(None, f"{p}: a value in some records, a nested record in others; not vectorized (its "
-                            f"fields are drafted as {p}.FIELD)", p)
-        if d.entry is not None and d.entry.get("transform") == "count":
-            d.path_name = f"{p}_count"
-        drafts.append(_allow_missing(d, st, total))
-        for steps in sorted(inner.get(p, ()), key=render_path):  # paths through the list: items[].price
-            path = render_path(steps)
-            sub = _FieldStats()
-            for r in sample:
-                _observe(sub, walk_path(r, steps))
-            stats[path] = sub
-            drafts.append(_allow_missing(_decide(path, sub, total, kinds.get(path), maps), sub, total))
-    label_path = label
-    if label_path is None:  # a numeric field with a label's name
-        label_path = next((p for p, st in stats.items() if p.lower() in _LABEL_NAMES
-                           and set(st.types) - {"null"} and set(st.types) - {"null"} <= {"int", "float", "bool"}), None)
-    taken: set[str] = set()
+    drafts = _observed(stats, inner, sample, kinds, maps)
+    for i, d in enumerate(drafts):
+        if d.path in objects:  # a value in some records, a nested record in others: convert rejects either way
+            drafts[i] = Draft(None, f"{d.path}: a value in some records, a nested record in others; not vectorized "
+                                    f"(its fields are drafted as {d.path}.FIELD)", d.path)
+    candidate = None
+    if label is None:  # a numeric field with a label's name: named, never chosen
+        candidate = next((p for p, st in stats.items() if p.lower() in _LABEL_NAMES
+                          and set(st.types) - {"null"} and set(st.types) - {"null"} <= {"int", "float", "bool"}), None)
+    names = Names()
     features = []
     label_entry = None
     for i, d in enumerate(drafts):
-        if d.path == label_path:
-            drafts[i] = _label_draft(d.path, stats[d.path], total, taken)
+        if d.path == label:
+            drafts[i] = _label_draft(d.path, stats[d.path], total, names)
             label_entry = drafts[i].entry
+            continue
+        if d.path == candidate:
+            drafts[i] = _candidate_draft(d.path, stats[d.path], total)
             continue
         if d.entry is None:
             continue
-        name = _safe_name(d.path_name or d.path, taken)
+        name = names.claim(d.path_name or d.path, tuple(d.entry.get("parts", ())))
         e = {"name": name}
         if name != d.path:
             e["source"] = d.path
@@ -599,7 +687,17 @@ def infer_config(records: Iterable[dict], avro_schema: Any = None, label: str | 
     return {"label": label_entry, "features": features}, drafts
 
 
-def _label_draft(path: str, st: _FieldStats, total: int, taken: set[str]) -> Draft:
+def _candidate_draft(path: str, st: _FieldStats, total: int) -> Draft:
+    """The label's line of a draft made without ``--label``: no label, the candidate named."""
+    kind = _label_draft(path, st, total, Names()).comment.removeprefix(f"{path}: ")
+    why = (f"none without --label; {path!r} looks like one ({kind}); rerun with --label {path} to draft it, "
+           f"or name yours; {path!r} is left out of the features so it cannot leak into the inputs")
+    return Draft(None, why, path, role="label",
+                 warnings=[f"no --label given: the draft has no label; candidate {path!r} ({kind}): rerun with "
+                           f"--label {path}"])
+
+
+def _label_draft(path: str, st: _FieldStats, total: int, names: Names) -> Draft:
     """The label's draft: its kind from the sample (strings: class names, ``transform:
     vocabulary``; few integer values: class ids, int64; other numbers: float32), or
     no entry for values that cannot be a label, with warnings for what convert would reject."""
@@ -614,7 +712,7 @@ def _label_draft(path: str, st: _FieldStats, total: int, taken: set[str]) -> Dra
     if st.nonfinite:
         warnings.append(f"label {path!r} is NaN, infinite or beyond float32 in {st.nonfinite} sampled records: "
                         f"convert rejects them (labels must be finite)")
-    name = _safe_name(path, taken)
+    name = names.claim(path)
     entry: dict[str, Any] | None = {"source": path}
     if name != path.replace(".", "_"):
         entry["name"] = name
@@ -643,61 +741,3 @@ def _label_draft(path: str, st: _FieldStats, total: int, taken: set[str]) -> Dra
             why = f"{path} holds {', '.join(sorted(types))} values; a label is one number per record"
         warnings.insert(0, why)
     return Draft(entry, why, path, role="label", warnings=warnings)
-
-
-def _yaml_scalar(v: Any) -> str:
-    import json
-
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, int | float):
-        return str(v)
-    if isinstance(v, list | tuple):
-        return "[" + ", ".join(_yaml_scalar(x) for x in v) + "]"
-    s = str(v)
-    return s if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.\-/]*", s) and s.lower() not in ("true", "false", "null", "yes", "no", "on", "off") else json.dumps(s)
-
-
-def _comment(text: str) -> str:
-    """``text`` on one comment line (field names from the data may hold line breaks)."""
-    return re.sub(r"[\x00-\x1f\x7f\u2028\u2029\x85]", lambda m: repr(m.group(0))[1:-1], text)
-
-
-def _header() -> list[str]:
-    """Every transform, what it does and its options (the config's own table)."""
-    width = max(map(len, TRANSFORM_TABLE))
-    lines = ["# Drafted by `recordprep infer`: check every entry. Every transform, and its options",
-             "# (besides name, source, allow_all_missing; details: docs/feature-config.md):"]
-    for t, info in TRANSFORM_TABLE.items():
-        opts = f" [{', '.join(info.options)}]" if info.options else ""
-        lines.append(f"#   {t:<{width}}  {info.summary}{opts}")
-    return lines
-
-
-def render_yaml(config: dict[str, Any], drafts: list[Draft], header: str = "") -> str:
-    """The draft as commented YAML (loads back with ``load_config``)."""
-    lines = []
-    if header:
-        lines += [f"# {_comment(h)}" for h in header.splitlines()]
-    lines += _header()
-    label = next((d for d in drafts if d.role == "label"), None)
-    if label is not None and label.entry is not None:
-        body = ", ".join(f"{k}: {_yaml_scalar(v)}" for k, v in label.entry.items())
-        lines.append(f"label: {{{body}}}  # {_comment(label.comment)}")
-    elif label is not None:
-        lines.append(f"# label: none drafted: {_comment(label.comment)}")
-    else:
-        lines.append("# label: {source: FIELD, dtype: int64}   # no numeric field looked like a label; name yours here")
-    lines += [f"# warning: {_comment(w)}" for w in (label.warnings if label else ())]
-    lines.append("features:")
-    for d in drafts:
-        if d.role == "label":
-            continue
-        if d.entry is None:
-            lines.append(f"  # skipped {_comment(d.comment)}")
-        else:
-            body = ", ".join(f"{k}: {_yaml_scalar(v)}" for k, v in d.entry.items())
-            lines.append(f"  - {{{body}}}  # {_comment(d.comment)}")
-    if not config["features"]:
-        lines.append("  []  # nothing vectorizable found in the sample")
-    return "\n".join(lines) + "\n"

@@ -93,15 +93,30 @@ def test_a_string_that_only_looks_like_a_date_keeps_the_field_out_of_timestamp()
 
 @pytest.mark.parametrize("field", ["id", "user_id", "userId", "sessionUUID", "request_guid"])
 def test_identifier_names_are_hashed(field):
-    records = [{field: 10_000 + 7 * i, "n": i % 2} for i in range(300)]
+    records = [{field: 10_000 + 7 * (i % 150), "n": i % 2} for i in range(300)]  # each id in two records
     feats, _ = _draft(records)
-    assert feats[field]["transform"] == "hash" and feats[field]["buckets"] >= 300, feats[field]
-    strings, _ = _draft([{field: f"u{i * 31 % 997}"} for i in range(300)])
+    assert feats[field]["transform"] == "hash" and feats[field]["buckets"] >= 150, feats[field]
+    strings, _ = _draft([{field: f"u{i * 31 % 997 % 120}"} for i in range(300)])
     assert strings[field]["transform"] == "hash", strings[field]
 
 
+@pytest.mark.parametrize("values", [
+    [10_000 + 7 * i for i in range(300)], [f"req-{i * 31 % 997}" for i in range(300)],
+])
+def test_identifiers_of_the_record_itself_are_left_out_saying_why(values):
+    """A distinct value per record (request_id, event_id): a hashed feature of it is noise."""
+    records = [{"request_id": v, "n": i % 3, "event": f"e{i % 9}"} for i, v in enumerate(values)]
+    config, drafts = infer_config(records)
+    assert "request_id" not in {f["name"] for f in config["features"]}
+    why = next(d.comment for d in drafts if d.path == "request_id")
+    assert "300 distinct values in 300 records, nearly one per record: left out" in why
+    assert "  # skipped request_id: identifier" in render_yaml(config, drafts)
+    few, _ = _draft(records[:12])  # too few records to tell an id of the record from a category
+    assert few["request_id"]["transform"] in ("hash", "vocabulary")
+
+
 def test_nested_id_and_few_valued_ids():
-    records = [{"user": {"id": f"u{i}"}, "category_id": i % 6, "valid": 1000 + i, "paid": i * 3} for i in range(200)]
+    records = [{"user": {"id": f"u{i % 80}"}, "category_id": i % 6, "valid": 1000 + i, "paid": i * 3} for i in range(200)]
     feats, _ = _draft(records)
     assert feats["user_id"]["transform"] == "hash" and feats["user_id"]["source"] == "user.id"
     assert feats["category_id"]["transform"] == "vocabulary"  # a code with few values
@@ -110,7 +125,8 @@ def test_nested_id_and_few_valued_ids():
 
 def test_card_numbers_are_hashed_whether_integers_or_digit_strings():
     rng = random.Random(5)
-    cards = [rng.randrange(4000_0000_0000_0000, 4999_9999_9999_9999) for _ in range(200)]
+    cards = [rng.randrange(4000_0000_0000_0000, 4999_9999_9999_9999) for _ in range(180)]
+    cards += cards[:20]  # some cards in two records
     records = [{"cc": c, "card": " ".join(f"{c:016d}"[k:k + 4] for k in range(0, 16, 4)), "phone": f"+1-555-{c % 10**7:07d}",
                 "amount": c % 100_000, "zip": f"{c % 40:05d}"} for c in cards]
     feats, _ = _draft(records)
@@ -118,6 +134,8 @@ def test_card_numbers_are_hashed_whether_integers_or_digit_strings():
         assert feats[name]["transform"] == "hash", feats[name]
     assert feats["amount"]["transform"] == "zscore"
     assert feats["zip"]["transform"] == "vocabulary"  # digits, but few values
+    once, _ = _draft(records[:180])  # one card per record: left out
+    assert not {"cc", "card", "phone"} & set(once) and once["amount"]["transform"] == "zscore"
 
 
 def test_epoch_integers_of_a_time_named_field_are_timestamps_in_their_unit():
@@ -215,7 +233,14 @@ def test_drafts_of_the_examples_load_and_convert(tmp_path):
         config = load_config(cfg)
         by = {f.name: f for f in config.features}
         assert by["ts"].transform == "timestamp" and by["user_id"].transform == "hash"
-        assert by["event_id"].transform == "hash" and config.label.source == "clicked"
+        assert "event_id" not in by  # one per record: left out
+        # no --label: none chosen; the candidate is named, and kept out of the features
+        assert config.label is None and "clicked" not in {f.source for f in config.features}
+        assert "rerun with --label clicked" in r.stdout and "rerun with --label clicked" in r.stderr
+    r = cli("infer", "-i", str(EXAMPLES / "*.avro"), "--label", "clicked")  # the README's tour
+    assert r.exit_code == 0 and "warning" not in r.stderr, r.output
+    (tmp_path / "features-avro.yaml").write_text(r.stdout)
+    assert load_config(tmp_path / "features-avro.yaml").label.source == "clicked"
     out = tmp_path / "out"
     r = cli("convert", "-i", str(EXAMPLES / "*.avro"), "-c", str(tmp_path / "features-avro.yaml"), "-o", str(out))
     assert r.exit_code == 0, r.output
