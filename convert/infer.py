@@ -280,6 +280,8 @@ class Draft:
     warnings: list[str] = dataclasses.field(default_factory=list)
     #: What the feature's name is made from, when not ``path`` (a count: ``items_count``).
     path_name: str | None = None
+    #: The entry drafted after all when no field of the sample gives a feature (a left-out identifier's hash).
+    fallback: dict[str, Any] | None = None
 
 
 def _named(path: str, patterns: tuple[re.Pattern, ...]) -> bool:
@@ -362,7 +364,8 @@ def _left_out(path: str, what: str, distinct: int, non_null: int, null_note: str
     more = "+" if distinct >= _DISTINCT_CAP else ""
     return Draft(None, f"{path}: {what} with {distinct}{more} distinct values in {non_null} records, nearly one per "
                        f"record: left out, since an id seen once in training carries no signal (a hashed one is "
-                       f"noise); add it with transform: hash if its values recur{null_note}", path)
+                       f"noise); add it with transform: hash if its values recur{null_note}", path,
+                 fallback={"transform": "hash", "buckets": _hash_buckets(distinct)})
 
 
 def _round_up(n: int) -> int:
@@ -660,6 +663,12 @@ def infer_config(records: Iterable[dict], avro_schema: Any = None, label: str | 
         if d.path in objects:  # a value in some records, a nested record in others: convert rejects either way
             drafts[i] = Draft(None, f"{d.path}: a value in some records, a nested record in others; not vectorized "
                                     f"(its fields are drafted as {d.path}.FIELD)", d.path)
+    if not any(d.entry is not None and d.path not in (label, None) for d in drafts):
+        for d in drafts:  # nothing but identifiers: hashed after all, so the draft still converts
+            if d.fallback is not None:
+                d.entry = _allow_missing(Draft(dict(d.fallback), "", d.path), stats[d.path], total).entry
+                d.comment = (d.comment.replace("left out, since", "hashed all the same (no other field can be a "
+                                               "feature), though").replace("; add it with transform: hash if its values recur", ""))
     candidate = None
     if label is None:  # a numeric field with a label's name: named, never chosen
         candidate = next((p for p, st in stats.items() if p.lower() in _LABEL_NAMES
