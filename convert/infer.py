@@ -116,6 +116,9 @@ def _schema_paths(schema: Any, prefix: str = "", depth: int = 0, named: dict | N
         return out
     if isinstance(schema, str):
         schema = named.get(schema, schema)
+    prim = schema if isinstance(schema, str) else schema.get("type") if isinstance(schema, dict) else None
+    if prefix and isinstance(prim, str) and prim in _FALLBACK:  # "type:PATH": the leaf's type, for always-null fields
+        out.setdefault(f"type:{prefix}", prim)
     if isinstance(schema, list):
         for s in schema:
             _schema_paths(s, prefix, depth, named, out)
@@ -140,6 +143,23 @@ def _schema_paths(schema: Any, prefix: str = "", depth: int = 0, named: dict | N
                 lt = f"decimal({schema.get('precision')},{schema.get('scale', 0)})"
             out.setdefault(prefix, lt)
     return out
+
+
+#: The entry of a field the sample never shows a value of, by its schema type: drafted only when
+#: nothing else can be a feature, so the draft of an all-null sample still converts.
+_FALLBACK: dict[str, dict[str, Any]] = {
+    **{t: {"transform": "identity"} for t in ("int", "long", "float", "double")},
+    **{t: {"transform": "hash", "buckets": 1024} for t in ("string", "enum", "boolean")},
+}
+
+
+def _typed_fallback(path: str, kinds: dict[str, str]) -> dict[str, Any] | None:
+    """The entry for ``path`` (a field or a list of them) from its schema type alone, if it has one."""
+    if (t := kinds.get(f"type:{path}")) is not None:
+        return dict(_FALLBACK[t])
+    if (t := kinds.get(f"type:{path}[]")) is not None:
+        return {**_FALLBACK[t], "max_len": 1}
+    return None
 
 
 #: Items of a list ``infer`` looks into for the paths of lists of records, maps and lists.
@@ -567,7 +587,7 @@ def _decide_list(path: str, st: _FieldStats, maps: set[str], null_note: str) -> 
     elems = {t for t in st.elem_types if t != "null"}
     max_len, p95, capped = _max_len(st.lengths)
     if not elems:
-        return Draft(None, f"{path}: always an empty list in the sample", path)
+        return Draft(None, f"{path}: always an empty list in the sample", path, fallback={"transform": "count"})
     steps = parse_path(path)
     if "dict" in elems and EACH in steps and isinstance(steps[-1], str) and path not in maps:
         return Draft(None, f"{path}: a record inside each item of a list, not a list: nothing to count; its fields "
@@ -664,7 +684,12 @@ def infer_config(records: Iterable[dict], avro_schema: Any = None, label: str | 
             drafts[i] = Draft(None, f"{d.path}: a value in some records, a nested record in others; not vectorized "
                                     f"(its fields are drafted as {d.path}.FIELD)", d.path)
     if not any(d.entry is not None and d.path not in (label, None) for d in drafts):
-        for d in drafts:  # nothing but identifiers: hashed after all, so the draft still converts
+        for d in drafts:  # nothing but identifiers or null fields: drafted after all, so the draft still converts
+            if d.entry is None and d.fallback is None and not stats[d.path].distinct:
+                d.fallback = _typed_fallback(d.path, kinds)
+                if d.fallback is not None:
+                    d.comment += (f" (the schema's type: {d.fallback['transform']} drafted all the same, as no "
+                                  f"other field can be a feature)")
             if d.fallback is not None:
                 d.entry = _allow_missing(Draft(dict(d.fallback), "", d.path), stats[d.path], total).entry
                 d.comment = (d.comment.replace("left out, since", "hashed all the same (no other field can be a "

@@ -290,6 +290,11 @@ def _rejections(records: list, schema=None) -> dict:
     loaded = parse_config(yaml.safe_load(render_yaml(config, drafts)))
     # A label's rejection names its source field (the label is renamed when a feature takes its name).
     label = {loaded.label.name, loaded.label.source} if loaded.label else set()
+    if schema is not None:  # what convert's config check says before a run
+        from convert.check import avro_problems
+
+        problems = avro_problems(loaded, schema)
+        assert not problems, problems
     bad = Preparer(loaded).prepare(records, analyze=True).bad
     return {i: (r.field, r.reason) for i, r in bad.items() if r.field not in label}
 
@@ -306,6 +311,12 @@ def test_the_draft_of_random_nested_json_takes_every_record(records):
 @settings(max_examples=10, deadline=None, suppress_health_check=list(HealthCheck))
 @given(_record_strategies.avro_cases())
 def test_the_draft_of_random_avro_takes_every_record(case):
+    assert _rejections(case.records, case.schema) == {}
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck))
+@given(_record_strategies.wide_nested_cases())
+def test_the_draft_of_lists_of_records_of_records_and_variants_passes_the_check_and_takes_every_record(case):
     assert _rejections(case.records, case.schema) == {}
 
 
