@@ -405,8 +405,8 @@ def _vocabulary(path: str, st: _FieldStats, entry: dict[str, Any]) -> tuple[str,
     distinct = len(st.distinct)
     n = sum(st.distinct.values())
     once = sum(1 for c in st.distinct.values() if c == 1)
-    if not n or distinct <= 100 and not once:
-        return "", []
+    if n < _MIN_ID_SAMPLE or distinct <= 100 and not once:
+        return "", []  # (too few values to estimate from)
     coverage = 1 - once / n
     note = f"; estimated coverage {coverage:.0%} of new values ({once} of {n} sampled values occur once)"
     if distinct > 100:

@@ -65,6 +65,7 @@ def test_drafts_of_parquet_testing_files_convert(tmp_path):
     assert rate >= 0.95, f"{rate:.1%} of {len(files)} files convert from their draft; failed:\n" + "\n".join(failed)
 
 
+@pytest.mark.slow
 def test_drafts_of_the_kept_writers_files_convert(tmp_path):
     files = _readable(sorted(KEPT.glob("*.parquet")))
     assert files, f"no Parquet files in {KEPT}"
