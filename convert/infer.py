@@ -649,14 +649,22 @@ def _observed(stats: dict[str, _FieldStats], inner: dict[str, set[tuple[Step, ..
             subs.append(_allow_missing(_decide(path, sub, total, kinds.get(path), maps), sub, total))
         if d.entry is not None and d.entry.get("transform") == "count":
             d.path_name = f"{p}_count"
-            lengths = [x.path for x in subs if x.entry is not None and "max_len" in x.entry
-                       and x.path.startswith(f"{p}[]") and x.path.count("[]") == p.count("[]") + 1]
+            lengths = [x.path for x in subs if _one_per_item(x, p, stats[x.path])]
             if lengths:
                 d = Draft(None, f"{p}: a list of records: its length is the <name>_len of {lengths[0]}'s feature "
                                 f"(one length feature per list, not a count beside it)", p)
         drafts.append(_allow_missing(d, st, total))
         drafts += subs
     return drafts
+
+
+def _one_per_item(d: Draft, lst: str, st: _FieldStats) -> bool:
+    """Whether ``d``'s feature holds one value per item of the list ``lst`` (a field of
+    its records, never null), so its ``<name>_len`` is the list's length."""
+    if d.entry is None or "max_len" not in d.entry or d.entry.get("transform") == "text" or st.elem_types["null"]:
+        return False
+    below = parse_path(d.path)[len(parse_path(lst)):]  # (EACH, "price") for items[].price
+    return len(below) >= 2 and below[0] is EACH and all(isinstance(x, str) for x in below[1:])
 
 
 def infer_config(records: Iterable[dict], avro_schema: Any = None, label: str | None = None) -> tuple[dict[str, Any], list[Draft]]:
