@@ -178,7 +178,10 @@ def _walk(rec: dict, stats: dict[str, _FieldStats], maps: set[str], inner: dict[
             objects.add(path)
             _walk(v, stats, maps, inner, objects, steps, depth + 1)
             continue
-        _observe(stats.setdefault(path, _FieldStats()), v)
+        st = stats.get(path)
+        if st is None:  # (not setdefault: a _FieldStats per value is most of a wide record's cost)
+            st = stats[path] = _FieldStats()
+        _observe(st, v)
         if isinstance(v, list) and depth < MAX_DEPTH:
             found = inner.setdefault(path, set())
             for x in v[:_MAX_ITEMS]:
