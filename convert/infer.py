@@ -10,11 +10,14 @@ Beyond the value types, a draft reads: ISO 8601 strings as ``timestamp``;
 identifier-like fields (named ``id``, ``*_id``, ``userId``, ``*uuid``; or card-
 number-like: integers of 12+ digits nearly all distinct, digit strings of 9+
 digits) as ``hash``, since their numeric value means nothing and new ids keep
-coming; epoch integers of a time-named field (``ts``, ``*_at``, ``*_time``) as
+coming, unless nearly every record has its own value (an id of the record
+itself, noise to a model: left out, saying why); epoch integers of a time-named field (``ts``, ``*_at``, ``*_time``) as
 ``timestamp`` in the unit their magnitude shows.
 
 Nested records are flattened to dotted paths down to ``MAX_DEPTH`` levels,
-which also bounds recursive schemas (``LongList.next.next...``).
+which also bounds recursive schemas (``LongList.next.next...``). No label is
+chosen without one named: the draft names the candidate instead. The text of
+the draft (names, YAML, comments) is ``convert.infer_yaml``'s.
 """
 
 from __future__ import annotations
