@@ -31,14 +31,14 @@ from typing import Any
 
 from convert.config import EACH, KEYS, Step, parse_path, render_path
 from convert.derive import epoch_seconds
-from convert.infer_yaml import Names, render_yaml
+from convert.infer_labels import LABEL_MAX_CLASSES, LABEL_NAMES, candidate_draft, label_draft
+from convert.infer_yaml import Draft, Names, render_yaml
 from convert.records import tokenize, walk_path
 from convert.spec import MAX_FEATURE_SIZE
 
 __all__ = ["LABEL_MAX_CLASSES", "Draft", "infer_config", "render_yaml"]
 
 MAX_DEPTH = 4
-_LABEL_NAMES = ("label", "target", "y", "clicked", "class", "outcome")
 _DISTINCT_CAP = 5000
 _F32_MAX = 3.4028234663852886e38
 #: Avro logical types that are instants, and the unit of their raw integers.
@@ -59,8 +59,6 @@ _TIME_NAMES = (re.compile(r"(?:^|_)(?:ts|time|timestamp|datetime|at)$", re.IGNOR
 #: Epoch integers of present-day instants (2000..2100) in each unit; the ranges do not overlap.
 _EPOCH_RANGES = {unit: (946_684_800 * k, 4_102_444_800 * k) for unit, k in
                  (("s", 1), ("ms", 10**3), ("us", 10**6), ("ns", 10**9))}
-#: An integer label with at most this many values is a class id (int64); past it, a regression target.
-LABEL_MAX_CLASSES = 100
 _TIME_TYPES = ("date", "time-millis", "time-micros", "timestamp-millis", "timestamp-micros", "timestamp-nanos",
                "local-timestamp-millis", "local-timestamp-micros", "local-timestamp-nanos")
 
@@ -81,6 +79,11 @@ class _FieldStats:
     digit_strings: int = 0  # strings of 9+ digits (card, account, phone numbers)
     int_lo: int | None = None
     int_hi: int | None = None
+
+    @property
+    def capped(self) -> bool:
+        """Whether ``distinct`` stopped at its cap (the sample holds more values)."""
+        return len(self.distinct) >= _DISTINCT_CAP
 
     def add_distinct(self, v: Any) -> None:
         v = v if not isinstance(v, list | dict) else repr(v)
@@ -288,26 +291,6 @@ def _pct(xs: list[int], q: float) -> int:
         return 1
     s = sorted(xs)
     return s[min(len(s) - 1, int(math.ceil(q * len(s))) - 1)]
-
-
-@dataclasses.dataclass
-class Draft:
-    """An inferred config entry: ``entry`` is the YAML mapping, ``comment`` why.
-
-    ``role`` is ``"label"`` for the label's draft (``entry`` is then the
-    config's ``label`` mapping, or None when the field cannot be a label);
-    ``warnings`` are what the user must know before converting with it.
-    """
-
-    entry: dict[str, Any] | None
-    comment: str
-    path: str
-    role: str = "feature"
-    warnings: list[str] = dataclasses.field(default_factory=list)
-    #: What the feature's name is made from, when not ``path`` (a count: ``items_count``).
-    path_name: str | None = None
-    #: The entry drafted after all when no field of the sample gives a feature (a left-out identifier's hash).
-    fallback: dict[str, Any] | None = None
 
 
 def _named(path: str, patterns: tuple[re.Pattern, ...]) -> bool:
@@ -710,18 +693,18 @@ def infer_config(records: Iterable[dict], avro_schema: Any = None, label: str | 
                                                "feature), though").replace("; add it with transform: hash if its values recur", ""))
     candidate = None
     if label is None:  # a numeric field with a label's name: named, never chosen
-        candidate = next((p for p, st in stats.items() if p.lower() in _LABEL_NAMES
+        candidate = next((p for p, st in stats.items() if p.lower() in LABEL_NAMES
                           and set(st.types) - {"null"} and set(st.types) - {"null"} <= {"int", "float", "bool"}), None)
     names = Names()
     features = []
     label_entry = None
     for i, d in enumerate(drafts):
         if d.path == label:
-            drafts[i] = _label_draft(d.path, stats[d.path], total, names)
+            drafts[i] = label_draft(d.path, stats[d.path], total, names)
             label_entry = drafts[i].entry
             continue
         if d.path == candidate:
-            drafts[i] = _candidate_draft(d.path, stats[d.path], total)
+            drafts[i] = candidate_draft(d.path, stats[d.path], total)
             continue
         if d.entry is None:
             continue
@@ -733,59 +716,3 @@ def infer_config(records: Iterable[dict], avro_schema: Any = None, label: str | 
         d.entry = e
         features.append(e)
     return {"label": label_entry, "features": features}, drafts
-
-
-def _candidate_draft(path: str, st: _FieldStats, total: int) -> Draft:
-    """The label's line of a draft made without ``--label``: no label, the candidate named."""
-    kind = _label_draft(path, st, total, Names()).comment.removeprefix(f"{path}: ")
-    why = (f"none without --label; {path!r} looks like one ({kind}); rerun with --label {path} to draft it, "
-           f"or name yours; {path!r} is left out of the features so it cannot leak into the inputs")
-    return Draft(None, why, path, role="label",
-                 warnings=[f"no --label given: the draft has no label; candidate {path!r} ({kind}): rerun with "
-                           f"--label {path}"])
-
-
-def _label_draft(path: str, st: _FieldStats, total: int, names: Names) -> Draft:
-    """The label's draft: its kind from the sample (strings: class names, ``transform:
-    vocabulary``; few integer values: class ids, int64; other numbers: float32), or
-    no entry for values that cannot be a label, with warnings for what convert would reject."""
-    types = set(st.types) - {"null"}
-    distinct = len(st.distinct)
-    warnings = []
-    missing = st.nulls + (total - st.count)
-    if missing and types:
-        warnings.append(f"label {path!r} is null or absent in {missing} of {total} sampled records: convert rejects "
-                        f"such records (OUTPUT/errors/; the run fails unless --max-errors/--max-error-fraction "
-                        f"tolerates them); filter them out first or pick another label")
-    if st.nonfinite:
-        warnings.append(f"label {path!r} is NaN, infinite or beyond float32 in {st.nonfinite} sampled records: "
-                        f"convert rejects them (labels must be finite)")
-    name = names.claim(path)
-    entry: dict[str, Any] | None = {"source": path}
-    if name != path.replace(".", "_"):
-        entry["name"] = name
-    if types and types <= {"int", "bool"} and distinct <= LABEL_MAX_CLASSES:
-        entry["dtype"] = "int64"
-        why = f"{path}: integer with {distinct} values: class ids (int64)"
-    elif types and types <= {"int", "float", "bool"}:
-        entry["dtype"] = "float32"
-        why = (f"{path}: integer with {distinct}{'+' if distinct >= _DISTINCT_CAP else ''} values (more than "
-               f"{LABEL_MAX_CLASSES}): a regression target (float32); use dtype: int64 if they are class ids"
-               if types <= {"int", "bool"} else f"{path}: numeric: a regression target (float32)")
-    elif types == {"str"}:
-        entry["transform"] = "vocabulary"
-        more = "+" if distinct >= _DISTINCT_CAP else ""
-        shown = ", ".join(sorted(map(str, st.distinct))[:5]) + (", ..." if distinct > 5 else "")
-        why = (f"{path}: strings ({distinct}{more} distinct: {shown}): class names, ids 0..K-1 by training "
-               f"frequency (the class names are in the metadata)")
-        if distinct > LABEL_MAX_CLASSES:
-            warnings.append(f"label {path!r} has {distinct}{more} distinct strings in the sample: is it an identifier "
-                            f"rather than a class? Each becomes a class of the model's output")
-    else:
-        entry = None
-        if not types:
-            why = f"{path} is always null in the sample; it cannot be the label"
-        else:
-            why = f"{path} holds {', '.join(sorted(types))} values; a label is one number per record"
-        warnings.insert(0, why)
-    return Draft(entry, why, path, role="label", warnings=warnings)

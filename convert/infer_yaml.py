@@ -10,6 +10,7 @@ surrogate pair (which YAML reads as two lone surrogates).
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import Any
 
@@ -59,6 +60,26 @@ def comment(text: str) -> str:
     return _UNPRINTABLE.sub(lambda m: repr(m.group(0))[1:-1], text)
 
 
+@dataclasses.dataclass
+class Draft:
+    """An inferred config entry: ``entry`` is the YAML mapping, ``comment`` why.
+
+    ``role`` is ``"label"`` for the label's draft (``entry`` is then the
+    config's ``label`` mapping, or None when the field cannot be a label);
+    ``warnings`` are what the user must know before converting with it.
+    """
+
+    entry: dict[str, Any] | None
+    comment: str
+    path: str
+    role: str = "feature"
+    warnings: list[str] = dataclasses.field(default_factory=list)
+    #: What the feature's name is made from, when not ``path`` (a count: ``items_count``).
+    path_name: str | None = None
+    #: The entry drafted after all when no field of the sample gives a feature (a left-out identifier's hash).
+    fallback: dict[str, Any] | None = None
+
+
 class Names:
     """Feature names for dotted paths, unique with every output name they derive.
 
@@ -101,7 +122,7 @@ def _header() -> list[str]:
     return lines
 
 
-def _label_lines(label: Any) -> list[str]:
+def _label_lines(label: Draft | None) -> list[str]:
     """The label's line: its entry, why no entry, or the candidate a draft without ``--label`` names."""
     if label is not None and label.entry is not None:
         body = ", ".join(f"{k}: {yaml_scalar(v)}" for k, v in label.entry.items())
@@ -111,7 +132,7 @@ def _label_lines(label: Any) -> list[str]:
     return ["# label: {source: FIELD, dtype: int64}   # none drafted: name yours here, or rerun with --label FIELD"]
 
 
-def render_yaml(config: dict[str, Any], drafts: list, header: str = "") -> str:
+def render_yaml(config: dict[str, Any], drafts: list[Draft], header: str = "") -> str:
     """The draft as commented YAML (loads back with ``load_config``)."""
     lines = [f"# {comment(h)}" for h in header.splitlines()] if header else []
     lines += _header()
