@@ -10,11 +10,14 @@ Beyond the value types, a draft reads: ISO 8601 strings as ``timestamp``;
 identifier-like fields (named ``id``, ``*_id``, ``userId``, ``*uuid``; or card-
 number-like: integers of 12+ digits nearly all distinct, digit strings of 9+
 digits) as ``hash``, since their numeric value means nothing and new ids keep
-coming; epoch integers of a time-named field (``ts``, ``*_at``, ``*_time``) as
+coming, unless nearly every record has its own value (an id of the record
+itself, noise to a model: left out, saying why); epoch integers of a time-named field (``ts``, ``*_at``, ``*_time``) as
 ``timestamp`` in the unit their magnitude shows.
 
 Nested records are flattened to dotted paths down to ``MAX_DEPTH`` levels,
-which also bounds recursive schemas (``LongList.next.next...``).
+which also bounds recursive schemas (``LongList.next.next...``). No label is
+chosen without one named: the draft names the candidate instead. The text of
+the draft (names, YAML, comments) is ``convert.infer_yaml``'s.
 """
 
 from __future__ import annotations
@@ -26,13 +29,16 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
-from convert.config import EACH, KEYS, TRANSFORM_TABLE, Step, parse_path, render_path
+from convert.config import EACH, KEYS, Step, parse_path, render_path
 from convert.derive import epoch_seconds
+from convert.infer_labels import LABEL_MAX_CLASSES, LABEL_NAMES, candidate_draft, label_draft
+from convert.infer_yaml import Draft, Names, render_yaml
 from convert.records import tokenize, walk_path
 from convert.spec import MAX_FEATURE_SIZE
 
+__all__ = ["LABEL_MAX_CLASSES", "Draft", "infer_config", "render_yaml"]
+
 MAX_DEPTH = 4
-_LABEL_NAMES = ("label", "target", "y", "clicked", "class", "outcome")
 _DISTINCT_CAP = 5000
 _F32_MAX = 3.4028234663852886e38
 #: Avro logical types that are instants, and the unit of their raw integers.
@@ -53,8 +59,6 @@ _TIME_NAMES = (re.compile(r"(?:^|_)(?:ts|time|timestamp|datetime|at)$", re.IGNOR
 #: Epoch integers of present-day instants (2000..2100) in each unit; the ranges do not overlap.
 _EPOCH_RANGES = {unit: (946_684_800 * k, 4_102_444_800 * k) for unit, k in
                  (("s", 1), ("ms", 10**3), ("us", 10**6), ("ns", 10**9))}
-#: An integer label with at most this many values is a class id (int64); past it, a regression target.
-LABEL_MAX_CLASSES = 100
 _TIME_TYPES = ("date", "time-millis", "time-micros", "timestamp-millis", "timestamp-micros", "timestamp-nanos",
                "local-timestamp-millis", "local-timestamp-micros", "local-timestamp-nanos")
 
@@ -64,7 +68,7 @@ class _FieldStats:
     count: int = 0  # records seen where the parent existed
     nulls: int = 0
     types: Counter = dataclasses.field(default_factory=Counter)
-    distinct: set = dataclasses.field(default_factory=set)
+    distinct: Counter = dataclasses.field(default_factory=Counter)  # value -> records, at most _DISTINCT_CAP values
     tokens: list[int] = dataclasses.field(default_factory=list)
     lengths: list[int] = dataclasses.field(default_factory=list)
     list_tokens: list[int] = dataclasses.field(default_factory=list)  # lists: the tokens of each record's strings
@@ -76,9 +80,15 @@ class _FieldStats:
     int_lo: int | None = None
     int_hi: int | None = None
 
+    @property
+    def capped(self) -> bool:
+        """Whether ``distinct`` stopped at its cap (the sample holds more values)."""
+        return len(self.distinct) >= _DISTINCT_CAP
+
     def add_distinct(self, v: Any) -> None:
-        if len(self.distinct) < _DISTINCT_CAP:
-            self.distinct.add(v if not isinstance(v, list | dict) else repr(v))
+        v = v if not isinstance(v, list | dict) else repr(v)
+        if v in self.distinct or len(self.distinct) < _DISTINCT_CAP:
+            self.distinct[v] += 1
 
 
 def _kind(v: Any) -> str:
@@ -112,6 +122,9 @@ def _schema_paths(schema: Any, prefix: str = "", depth: int = 0, named: dict | N
         return out
     if isinstance(schema, str):
         schema = named.get(schema, schema)
+    prim = schema if isinstance(schema, str) else schema.get("type") if isinstance(schema, dict) else None
+    if prefix and isinstance(prim, str) and prim in _FALLBACK:  # "type:PATH": the leaf's type, for always-null fields
+        out.setdefault(f"type:{prefix}", prim)
     if isinstance(schema, list):
         for s in schema:
             _schema_paths(s, prefix, depth, named, out)
@@ -138,6 +151,23 @@ def _schema_paths(schema: Any, prefix: str = "", depth: int = 0, named: dict | N
     return out
 
 
+#: The entry of a field the sample never shows a value of, by its schema type: drafted only when
+#: nothing else can be a feature, so the draft of an all-null sample still converts.
+_FALLBACK: dict[str, dict[str, Any]] = {
+    **{t: {"transform": "identity"} for t in ("int", "long", "float", "double")},
+    **{t: {"transform": "hash", "buckets": 1024} for t in ("string", "enum", "boolean")},
+}
+
+
+def _typed_fallback(path: str, kinds: dict[str, str]) -> dict[str, Any] | None:
+    """The entry for ``path`` (a field or a list of them) from its schema type alone, if it has one."""
+    if (t := kinds.get(f"type:{path}")) is not None:
+        return dict(_FALLBACK[t])
+    if (t := kinds.get(f"type:{path}[]")) is not None:
+        return {**_FALLBACK[t], "max_len": 1}
+    return None
+
+
 #: Items of a list ``infer`` looks into for the paths of lists of records, maps and lists.
 _MAX_ITEMS = 100
 
@@ -154,7 +184,10 @@ def _walk(rec: dict, stats: dict[str, _FieldStats], maps: set[str], inner: dict[
             objects.add(path)
             _walk(v, stats, maps, inner, objects, steps, depth + 1)
             continue
-        _observe(stats.setdefault(path, _FieldStats()), v)
+        st = stats.get(path)
+        if st is None:  # (not setdefault: a _FieldStats per value is most of a wide record's cost)
+            st = stats[path] = _FieldStats()
+        _observe(st, v)
         if isinstance(v, list) and depth < MAX_DEPTH:
             found = inner.setdefault(path, set())
             for x in v[:_MAX_ITEMS]:
@@ -260,36 +293,6 @@ def _pct(xs: list[int], q: float) -> int:
     return s[min(len(s) - 1, int(math.ceil(q * len(s))) - 1)]
 
 
-def _safe_name(path: str, taken: set[str]) -> str:
-    path = path.replace("[keys]", ".keys").replace("[]", "")
-    name = re.sub(r"[^A-Za-z0-9_]", "_", path.replace(".", "_")).strip("_") or "field"
-    if not re.match(r"[A-Za-z_]", name):
-        name = f"f_{name}"
-    base, i = name, 2
-    while name in taken or any(name == t + sfx for t in taken for sfx in ("_len", "_missing")):
-        name, i = f"{base}_{i}", i + 1
-    taken.add(name)
-    return name
-
-
-@dataclasses.dataclass
-class Draft:
-    """An inferred config entry: ``entry`` is the YAML mapping, ``comment`` why.
-
-    ``role`` is ``"label"`` for the label's draft (``entry`` is then the
-    config's ``label`` mapping, or None when the field cannot be a label);
-    ``warnings`` are what the user must know before converting with it.
-    """
-
-    entry: dict[str, Any] | None
-    comment: str
-    path: str
-    role: str = "feature"
-    warnings: list[str] = dataclasses.field(default_factory=list)
-    #: What the feature's name is made from, when not ``path`` (a count: ``items_count``).
-    path_name: str | None = None
-
-
 def _named(path: str, patterns: tuple[re.Pattern, ...]) -> bool:
     last = path.rsplit(".", 1)[-1]
     return any(p.search(last) for p in patterns)
@@ -300,6 +303,14 @@ def _epoch_unit(st: _FieldStats) -> str | None:
     if st.int_lo is None:
         return None
     return next((u for u, (lo, hi) in _EPOCH_RANGES.items() if lo <= st.int_lo and st.int_hi <= hi), None)
+
+
+def _epoch_unit_fits(st: _FieldStats, unit: str) -> bool | None:
+    """Whether every integer of ``st`` is an instant of years 2000-2100 in ``unit`` (None: no integers)."""
+    if st.int_lo is None:
+        return None
+    lo, hi = _EPOCH_RANGES[unit]
+    return lo <= st.int_lo and st.int_hi <= hi
 
 
 def _few(distinct: int, non_null: int) -> bool:
@@ -328,21 +339,73 @@ def _identifier(path: str, st: _FieldStats, types: set[str], non_null: int, null
         return Draft(e, f"{path}: integers that are epoch {unit} of years 2000-2100 -> epoch seconds + hour, day_of_week "
                         f"(UTC){null_note}", path)
     hashed = {"transform": "hash", "buckets": _hash_buckets(distinct)}
+    what = None
     if _named(path, _ID_NAMES):
         if _few(distinct, non_null):
             return Draft({"transform": "vocabulary"}, f"{path}: an id with {distinct} values in the sample: categorical{null_note}", path)
+        what = "identifier"
         why = "its numeric value means nothing and new ids keep coming" if types == {"int"} else "new ids keep coming"
-        return Draft(hashed, f"{path}: identifier ({distinct}{more} distinct in {non_null}), hashed: {why}{null_note}", path)
-    if types == {"int"} and st.int_lo is not None and not st.nonfinite:
+    elif types == {"int"} and st.int_lo is not None and not st.nonfinite:
         big = max(abs(st.int_lo), abs(st.int_hi))
         if big > 2**53 or (min(abs(st.int_lo), abs(st.int_hi)) >= 10**11 and st.int_lo > 0 and distinct >= 0.9 * non_null
                            and _epoch_unit(st) is None):
-            return Draft(hashed, f"{path}: identifier-like integers (12+ digits, {distinct}{more} distinct in {non_null}: "
-                                 f"card or account numbers?), hashed{null_note}", path)
-    if types == {"str"} and st.digit_strings == non_null and not _few(distinct, non_null):
-        return Draft(hashed, f"{path}: digit strings of 9+ digits ({distinct}{more} distinct in {non_null}: card, account "
-                             f"or phone numbers?), hashed{null_note}", path)
-    return None
+            what, why = "identifier-like integers (12+ digits: card or account numbers?)", "their numeric value means nothing"
+    elif types == {"str"} and st.digit_strings == non_null and not _few(distinct, non_null):
+        what, why = "digit strings of 9+ digits (card, account or phone numbers?)", "new numbers keep coming"
+    if what is None:
+        return None
+    if _one_per_record(distinct, non_null):
+        return _left_out(path, what, distinct, non_null, null_note)
+    return Draft(hashed, f"{path}: {what} ({distinct}{more} distinct in {non_null}), hashed: {why}{null_note}", path)
+
+
+#: Sampled values below which every value being distinct proves nothing (a small sample of a few categories).
+_MIN_ID_SAMPLE = 20
+
+
+def _one_per_record(distinct: int, non_null: int) -> bool:
+    """Nearly one distinct value per record: an identifier of the record itself (a request or event id)."""
+    return non_null >= _MIN_ID_SAMPLE and distinct >= 0.95 * non_null
+
+
+def _left_out(path: str, what: str, distinct: int, non_null: int, null_note: str) -> Draft:
+    """No entry for an identifier of the record itself, saying why."""
+    more = "+" if distinct >= _DISTINCT_CAP else ""
+    return Draft(None, f"{path}: {what} with {distinct}{more} distinct values in {non_null} records, nearly one per "
+                       f"record: left out, since an id seen once in training carries no signal (a hashed one is "
+                       f"noise); add it with transform: hash if its values recur{null_note}", path,
+                 fallback={"transform": "hash", "buckets": _hash_buckets(distinct)})
+
+
+def _round_up(n: int) -> int:
+    """``n`` rounded up to two significant digits (2,984 -> 3,000; 137 -> 140)."""
+    step = 10 ** max(0, len(str(n)) - 2)
+    return -(-n // step) * step
+
+
+def _vocabulary(path: str, st: _FieldStats, entry: dict[str, Any]) -> tuple[str, list[str]]:
+    """Set ``top_k`` on a vocabulary ``entry`` from the sample's distinct count;
+    returns the comment's note (the estimated coverage) and a warning when many
+    new values are likely out of vocabulary.
+
+    The coverage is Good-Turing's estimate: the share of new values never seen
+    in the sample is about the share of sampled values seen exactly once.
+    """
+    distinct = len(st.distinct)
+    n = sum(st.distinct.values())
+    once = sum(1 for c in st.distinct.values() if c == 1)
+    if n < _MIN_ID_SAMPLE or distinct <= 100 and not once:
+        return "", []  # (too few values to estimate from)
+    coverage = 1 - once / n
+    note = f"; estimated coverage {coverage:.0%} of new values ({once} of {n} sampled values occur once)"
+    if distinct > 100:
+        entry["top_k"] = _round_up(distinct)
+        note = f"; top_k {entry['top_k']}: the sample's {distinct}{'+' if distinct >= _DISTINCT_CAP else ''} distinct values" + note
+    warnings = []
+    if coverage < 0.9:
+        warnings.append(f"{path}: an estimated {1 - coverage:.0%} of new values will be out of vocabulary "
+                        f"({once} of {n} sampled values occur once); consider transform: hash, or --sample more records")
+    return note, warnings
 
 
 def _max_len(counts: list[int]) -> tuple[int, int, str]:
@@ -404,11 +467,10 @@ def _decide_map(path: str, st: _FieldStats, null_note: str) -> Draft:
         return Draft(None, f"{path}: a map that is always empty in the sample; nothing to learn", path)
     max_len, p95, capped = _max_len(st.lengths)
     e = {"transform": "vocabulary", "max_len": max_len}
-    if len(st.distinct) > 100:
-        e["top_k"] = 1000
+    note, warnings = _vocabulary(path, st, e)
     return Draft(e, f"{path}: a map (arbitrary keys): its keys as categories, {len(st.distinct)} distinct, "
-                    f"count p95 {p95}{capped}; a key's value: source: {path}[\"KEY\"]{null_note}",
-                 render_path((*parse_path(path), KEYS)))
+                    f"count p95 {p95}{capped}{note}; a key's value: source: {path}[\"KEY\"]{null_note}",
+                 render_path((*parse_path(path), KEYS)), warnings=warnings)
 
 
 def _decide_logical(path: str, st: _FieldStats, types: set[str], logical: str, distinct: int, null_note: str,
@@ -417,6 +479,9 @@ def _decide_logical(path: str, st: _FieldStats, types: set[str], logical: str, d
     if logical in _TIMESTAMP_UNITS and types == {"int"}:
         # Instants: exact epoch seconds plus the calendar parts models usually want.
         unit = _TIMESTAMP_UNITS[logical]
+        seen = _epoch_unit(st)
+        if seen is not None and unit != "days" and seen != unit and _epoch_unit_fits(st, unit) is False:
+            logical, unit = f"{logical} declared, but the values are epoch {seen} of years 2000-2100", seen
         e = {"transform": "timestamp", "unit": unit,
              "parts": ["day_of_week", "month"] if unit == "days" else ["hour", "day_of_week"]}
         if st.nulls or missing_in:
@@ -429,6 +494,8 @@ def _decide_logical(path: str, st: _FieldStats, types: set[str], logical: str, d
         unit = "days since 1970-01-01" if logical == "date" else "raw integer " + logical.rsplit("-", 1)[-1]
         return Draft(e, f"{path}: {logical} ({unit}), numeric{null_note}", path)
     if logical == "uuid" and types == {"str"}:
+        if _one_per_record(distinct, st.count - st.nulls):
+            return _left_out(path, "uuid (an identifier)", distinct, st.count - st.nulls, null_note)
         return Draft({"transform": "hash", "buckets": _hash_buckets(distinct)}, f"{path}: uuid (an identifier), hashed{null_note}", path)
     if logical.startswith("decimal") and types == {"bytes"}:
         return Draft({"transform": "bytes"}, f"{path}: {logical}: read as its unscaled two's-complement bytes "
@@ -464,10 +531,11 @@ def _decide_string(path: str, st: _FieldStats, distinct: int, non_null: int, nul
         return Draft({"transform": "text", "max_len": max_len},
                      f"{path}: free text, {avg_tokens:.1f} tokens on average (max_len = 95th percentile, {p95}){capped}{null_note}", path)
     if distinct <= 1000 and (ratio < 0.5 or distinct <= 50):
-        e = {"transform": "vocabulary"}
-        if distinct > 100:
-            e["top_k"] = 1000
-        return Draft(e, f"{path}: categorical, {distinct} distinct in the sample{null_note}", path)
+        e: dict[str, Any] = {"transform": "vocabulary"}
+        note, warnings = _vocabulary(path, st, e)
+        return Draft(e, f"{path}: categorical, {distinct} distinct in the sample{note}{null_note}", path, warnings=warnings)
+    if avg_tokens <= 2.5 and _one_per_record(distinct, non_null):
+        return _left_out(path, "identifier-like strings", distinct, non_null, null_note)
     return Draft({"transform": "hash", "buckets": _hash_buckets(distinct)},
                  f"{path}: high-cardinality string ({distinct}{'+' if distinct >= _DISTINCT_CAP else ''} distinct in {non_null}){null_note}", path)
 
@@ -496,11 +564,10 @@ def _decide_scalar_or_list(path: str, st: _FieldStats, types: set[str], null_not
     distinct = len(st.distinct)
     e: dict[str, Any] = ({"transform": "hash", "buckets": _hash_buckets(distinct)} if distinct > 1000
                          else {"transform": "vocabulary"})
-    if distinct > 100 and e["transform"] == "vocabulary":
-        e["top_k"] = 1000
+    note, warnings = _vocabulary(path, st, e) if e["transform"] == "vocabulary" else ("", [])
     e["max_len"] = max_len
     return Draft(e, f"{path}: {kinds} in some records, a list in others: drafted as a list of categories (a "
-                    f"scalar is a one-item list), length p95 {p95}{capped}{null_note}", path)
+                    f"scalar is a one-item list), length p95 {p95}{capped}{note}{null_note}", path, warnings=warnings)
 
 
 def _decide_list(path: str, st: _FieldStats, maps: set[str], null_note: str) -> Draft:
@@ -509,7 +576,11 @@ def _decide_list(path: str, st: _FieldStats, maps: set[str], null_note: str) -> 
     elems = {t for t in st.elem_types if t != "null"}
     max_len, p95, capped = _max_len(st.lengths)
     if not elems:
-        return Draft(None, f"{path}: always an empty list in the sample", path)
+        return Draft(None, f"{path}: always an empty list in the sample", path, fallback={"transform": "count"})
+    steps = parse_path(path)
+    if "dict" in elems and EACH in steps and isinstance(steps[-1], str) and path not in maps:
+        return Draft(None, f"{path}: a record inside each item of a list, not a list: nothing to count; its fields "
+                           f"are drafted as {path}.FIELD", path)
     if elems <= {"dict", "list"}:
         record = "maps" if f"{path}[]" in maps else "records"
         what = " and ".join({"dict": record, "list": "lists"}[k] for k in sorted(elems))
@@ -530,7 +601,9 @@ def _decide_list(path: str, st: _FieldStats, maps: set[str], null_note: str) -> 
             nonfinite_note = f", {st.nonfinite} NaN/inf/beyond-float32 item(s) filled (on_nan: fill)"
         return Draft(e, f"{path}: numeric list, length p95 {p95}{capped}{null_note}{nonfinite_note}", path)
     if elems <= {"str", "int", "bool"}:
-        return Draft({"transform": "vocabulary", "max_len": max_len}, f"{path}: list of categories, length p95 {p95}{capped}{null_note}", path)
+        e = {"transform": "vocabulary", "max_len": max_len}
+        note, warnings = _vocabulary(path, st, e)
+        return Draft(e, f"{path}: list of categories, length p95 {p95}{capped}{note}{null_note}", path, warnings=warnings)
     return Draft(None, f"{path}: list of {'/'.join(sorted(elems))} mixed: one feature takes lists of one kind; "
                        f"point 'source' at the items of one kind", path)
 
@@ -540,14 +613,57 @@ def _allow_missing(d: Draft, st: _FieldStats, total: int) -> Draft:
     in part of the sample, or reached through a list: convert's training split
     may then lack it entirely (convert stops on such a feature unless marked)."""
     sparse = st.nulls or total - st.count or "[]" in d.path or any(n == 0 for n in st.lengths)
-    if d.entry is not None and d.entry.get("transform") != "count" and sparse:
+    if d.entry is not None and sparse:
         d.entry["allow_all_missing"] = True
         d.comment += "; allow_all_missing: absent, null or empty in part of the sample, so possibly in all of a split"
     return d
 
 
+def _observed(stats: dict[str, _FieldStats], inner: dict[str, set[tuple[Step, ...]]], sample: list[dict],
+              kinds: dict[str, str], maps: set[str]) -> list[Draft]:
+    """A draft per observed path, each list's paths through it (``items[].price``)
+    right after the list's own; a list of records is counted only when none of
+    its items' features already holds its length (``<name>_len``)."""
+    total = len(sample)
+    drafts = []
+    for p, st in list(stats.items()):
+        d = _decide(p, st, total, kinds.get(p), maps)
+        subs = []
+        for steps in sorted(inner.get(p, ()), key=render_path):  # paths through the list: items[].price
+            path = render_path(steps)
+            sub = _FieldStats()
+            for r in sample:
+                _observe(sub, walk_path(r, steps))
+            stats[path] = sub
+            subs.append(_allow_missing(_decide(path, sub, total, kinds.get(path), maps), sub, total))
+        if d.entry is not None and d.entry.get("transform") == "count":
+            d.path_name = f"{p}_count"
+            lengths = [x.path for x in subs if _one_per_item(x, p, stats[x.path])]
+            if lengths:
+                d = Draft(None, f"{p}: a list of records: its length is the <name>_len of {lengths[0]}'s feature "
+                                f"(one length feature per list, not a count beside it)", p)
+        drafts.append(_allow_missing(d, st, total))
+        drafts += subs
+    return drafts
+
+
+def _one_per_item(d: Draft, lst: str, st: _FieldStats) -> bool:
+    """Whether ``d``'s feature holds one value per item of the list ``lst`` (a field of
+    its records, never null), so its ``<name>_len`` is the list's length."""
+    if d.entry is None or "max_len" not in d.entry or d.entry.get("transform") == "text" or st.elem_types["null"]:
+        return False
+    below = parse_path(d.path)[len(parse_path(lst)):]  # (EACH, "price") for items[].price
+    return len(below) >= 2 and below[0] is EACH and all(isinstance(x, str) for x in below[1:])
+
+
 def infer_config(records: Iterable[dict], avro_schema: Any = None, label: str | None = None) -> tuple[dict[str, Any], list[Draft]]:
-    """Draft a config from sample records; returns (config mapping, drafts incl. skipped fields)."""
+    """Draft a config from sample records; returns (config mapping, drafts incl. skipped fields).
+
+    ``label`` names the label's field. Without it the draft has no label: a
+    numeric field with a label's name (``label``, ``clicked``...) is named as
+    the candidate in the label's comment and a warning, and left out of the
+    features (where it would leak the label once the user names it).
+    """
     kinds = _schema_paths(avro_schema) if avro_schema is not None else {}
     maps = {p for p, k in kinds.items() if k == "map"}
     stats: dict[str, _FieldStats] = {}
@@ -559,37 +675,40 @@ def infer_config(records: Iterable[dict], avro_schema: Any = None, label: str | 
     for r in sample:
         _walk(r, stats, maps, inner, objects)
     total = len(sample)
-    drafts = []
-    for p, st in list(stats.items()):
-        d = _decide(p, st, total, kinds.get(p), maps)
-        if p in objects:  # a value in some records, a nested record in others: convert rejects either way
-            d = Draft(None, f"{p}: a value in some records, a nested record in others; not vectorized (its "
-                            f"fields are drafted as {p}.FIELD)", p)
-        if d.entry is not None and d.entry.get("transform") == "count":
-            d.path_name = f"{p}_count"
-        drafts.append(_allow_missing(d, st, total))
-        for steps in sorted(inner.get(p, ()), key=render_path):  # paths through the list: items[].price
-            path = render_path(steps)
-            sub = _FieldStats()
-            for r in sample:
-                _observe(sub, walk_path(r, steps))
-            stats[path] = sub
-            drafts.append(_allow_missing(_decide(path, sub, total, kinds.get(path), maps), sub, total))
-    label_path = label
-    if label_path is None:  # a numeric field with a label's name
-        label_path = next((p for p, st in stats.items() if p.lower() in _LABEL_NAMES
-                           and set(st.types) - {"null"} and set(st.types) - {"null"} <= {"int", "float", "bool"}), None)
-    taken: set[str] = set()
+    drafts = _observed(stats, inner, sample, kinds, maps)
+    for i, d in enumerate(drafts):
+        if d.path in objects:  # a value in some records, a nested record in others: convert rejects either way
+            drafts[i] = Draft(None, f"{d.path}: a value in some records, a nested record in others; not vectorized "
+                                    f"(its fields are drafted as {d.path}.FIELD)", d.path)
+    if not any(d.entry is not None and d.path not in (label, None) for d in drafts):
+        for d in drafts:  # nothing but identifiers or null fields: drafted after all, so the draft still converts
+            if d.entry is None and d.fallback is None and not stats[d.path].distinct:
+                d.fallback = _typed_fallback(d.path, kinds)
+                if d.fallback is not None:
+                    d.comment += (f" (the schema's type: {d.fallback['transform']} drafted all the same, as no "
+                                  f"other field can be a feature)")
+            if d.fallback is not None:
+                d.entry = _allow_missing(Draft(dict(d.fallback), "", d.path), stats[d.path], total).entry
+                d.comment = (d.comment.replace("left out, since", "hashed all the same (no other field can be a "
+                                               "feature), though").replace("; add it with transform: hash if its values recur", ""))
+    candidate = None
+    if label is None:  # a numeric field with a label's name: named, never chosen
+        candidate = next((p for p, st in stats.items() if p.lower() in LABEL_NAMES
+                          and set(st.types) - {"null"} and set(st.types) - {"null"} <= {"int", "float", "bool"}), None)
+    names = Names()
     features = []
     label_entry = None
     for i, d in enumerate(drafts):
-        if d.path == label_path:
-            drafts[i] = _label_draft(d.path, stats[d.path], total, taken)
+        if d.path == label:
+            drafts[i] = label_draft(d.path, stats[d.path], total, names)
             label_entry = drafts[i].entry
+            continue
+        if d.path == candidate:
+            drafts[i] = candidate_draft(d.path, stats[d.path], total)
             continue
         if d.entry is None:
             continue
-        name = _safe_name(d.path_name or d.path, taken)
+        name = names.claim(d.path_name or d.path, tuple(d.entry.get("parts", ())))
         e = {"name": name}
         if name != d.path:
             e["source"] = d.path
@@ -597,107 +716,3 @@ def infer_config(records: Iterable[dict], avro_schema: Any = None, label: str | 
         d.entry = e
         features.append(e)
     return {"label": label_entry, "features": features}, drafts
-
-
-def _label_draft(path: str, st: _FieldStats, total: int, taken: set[str]) -> Draft:
-    """The label's draft: its kind from the sample (strings: class names, ``transform:
-    vocabulary``; few integer values: class ids, int64; other numbers: float32), or
-    no entry for values that cannot be a label, with warnings for what convert would reject."""
-    types = set(st.types) - {"null"}
-    distinct = len(st.distinct)
-    warnings = []
-    missing = st.nulls + (total - st.count)
-    if missing and types:
-        warnings.append(f"label {path!r} is null or absent in {missing} of {total} sampled records: convert rejects "
-                        f"such records (OUTPUT/errors/; the run fails unless --max-errors/--max-error-fraction "
-                        f"tolerates them); filter them out first or pick another label")
-    if st.nonfinite:
-        warnings.append(f"label {path!r} is NaN, infinite or beyond float32 in {st.nonfinite} sampled records: "
-                        f"convert rejects them (labels must be finite)")
-    name = _safe_name(path, taken)
-    entry: dict[str, Any] | None = {"source": path}
-    if name != path.replace(".", "_"):
-        entry["name"] = name
-    if types and types <= {"int", "bool"} and distinct <= LABEL_MAX_CLASSES:
-        entry["dtype"] = "int64"
-        why = f"{path}: integer with {distinct} values: class ids (int64)"
-    elif types and types <= {"int", "float", "bool"}:
-        entry["dtype"] = "float32"
-        why = (f"{path}: integer with {distinct}{'+' if distinct >= _DISTINCT_CAP else ''} values (more than "
-               f"{LABEL_MAX_CLASSES}): a regression target (float32); use dtype: int64 if they are class ids"
-               if types <= {"int", "bool"} else f"{path}: numeric: a regression target (float32)")
-    elif types == {"str"}:
-        entry["transform"] = "vocabulary"
-        more = "+" if distinct >= _DISTINCT_CAP else ""
-        shown = ", ".join(sorted(map(str, st.distinct))[:5]) + (", ..." if distinct > 5 else "")
-        why = (f"{path}: strings ({distinct}{more} distinct: {shown}): class names, ids 0..K-1 by training "
-               f"frequency (the class names are in the metadata)")
-        if distinct > LABEL_MAX_CLASSES:
-            warnings.append(f"label {path!r} has {distinct}{more} distinct strings in the sample: is it an identifier "
-                            f"rather than a class? Each becomes a class of the model's output")
-    else:
-        entry = None
-        if not types:
-            why = f"{path} is always null in the sample; it cannot be the label"
-        else:
-            why = f"{path} holds {', '.join(sorted(types))} values; a label is one number per record"
-        warnings.insert(0, why)
-    return Draft(entry, why, path, role="label", warnings=warnings)
-
-
-def _yaml_scalar(v: Any) -> str:
-    import json
-
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, int | float):
-        return str(v)
-    if isinstance(v, list | tuple):
-        return "[" + ", ".join(_yaml_scalar(x) for x in v) + "]"
-    s = str(v)
-    return s if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.\-/]*", s) and s.lower() not in ("true", "false", "null", "yes", "no", "on", "off") else json.dumps(s)
-
-
-def _comment(text: str) -> str:
-    """``text`` on one comment line (field names from the data may hold line breaks)."""
-    return re.sub(r"[\x00-\x1f\x7f\u2028\u2029\x85]", lambda m: repr(m.group(0))[1:-1], text)
-
-
-def _header() -> list[str]:
-    """Every transform, what it does and its options (the config's own table)."""
-    width = max(map(len, TRANSFORM_TABLE))
-    lines = ["# Drafted by `recordprep infer`: check every entry. Every transform, and its options",
-             "# (besides name, source, allow_all_missing; details: docs/feature-config.md):"]
-    for t, info in TRANSFORM_TABLE.items():
-        opts = f" [{', '.join(info.options)}]" if info.options else ""
-        lines.append(f"#   {t:<{width}}  {info.summary}{opts}")
-    return lines
-
-
-def render_yaml(config: dict[str, Any], drafts: list[Draft], header: str = "") -> str:
-    """The draft as commented YAML (loads back with ``load_config``)."""
-    lines = []
-    if header:
-        lines += [f"# {_comment(h)}" for h in header.splitlines()]
-    lines += _header()
-    label = next((d for d in drafts if d.role == "label"), None)
-    if label is not None and label.entry is not None:
-        body = ", ".join(f"{k}: {_yaml_scalar(v)}" for k, v in label.entry.items())
-        lines.append(f"label: {{{body}}}  # {_comment(label.comment)}")
-    elif label is not None:
-        lines.append(f"# label: none drafted: {_comment(label.comment)}")
-    else:
-        lines.append("# label: {source: FIELD, dtype: int64}   # no numeric field looked like a label; name yours here")
-    lines += [f"# warning: {_comment(w)}" for w in (label.warnings if label else ())]
-    lines.append("features:")
-    for d in drafts:
-        if d.role == "label":
-            continue
-        if d.entry is None:
-            lines.append(f"  # skipped {_comment(d.comment)}")
-        else:
-            body = ", ".join(f"{k}: {_yaml_scalar(v)}" for k, v in d.entry.items())
-            lines.append(f"  - {{{body}}}  # {_comment(d.comment)}")
-    if not config["features"]:
-        lines.append("  []  # nothing vectorizable found in the sample")
-    return "\n".join(lines) + "\n"

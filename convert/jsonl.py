@@ -131,6 +131,27 @@ def _records_at(doc: Any, records_path: str | None, path: str) -> list[Any]:
     return node
 
 
+def record_lists(doc: Any, depth: int = 3) -> list[str]:
+    """The ``--json-records-path`` of every non-empty list of objects in a JSON document
+    that is one object (``statuses`` of a search result, ``data.items``), down to
+    ``depth`` keys; what ``infer`` reads when a file holds no records of its own."""
+    found: list[str] = []
+    stack: list[tuple[str, Any, int]] = [("", doc, 0)]
+    while stack:
+        prefix, node, level = stack.pop()
+        if not isinstance(node, dict) or level >= depth:
+            continue
+        for k, v in node.items():
+            path = f"{prefix}.{k}" if prefix else str(k)
+            if "." in str(k):
+                continue  # --json-records-path splits at dots
+            if isinstance(v, list) and v and all(isinstance(x, dict) for x in v):
+                found.append(path)
+            elif isinstance(v, dict):
+                stack.append((path, v, level + 1))
+    return sorted(found)
+
+
 def _iter_gzip_json(f: IO[bytes], path: str, batch_size: int, records_path: str | None,
                     max_record_bytes: int) -> Iterator[RecordBatch]:
     """JSON inside gzip; damaged gzip data makes the file unreadable (named), not a crash.

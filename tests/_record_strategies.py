@@ -137,6 +137,45 @@ def avro_cases(draw, max_records: int = 20) -> AvroCase:
     return AvroCase(schema, records, {"features": features}, codec)
 
 
+def _variant(n: int) -> tuple[dict, st.SearchStrategy]:
+    """A variant-like struct (Spark's VARIANT as Parquet stores it: metadata and value bytes), nullable."""
+    schema = {"type": "record", "name": f"V{n}", "fields": [{"name": "metadata", "type": "bytes"},
+                                                            {"name": "value", "type": "bytes"}]}
+    values = st.fixed_dictionaries({"metadata": st.binary(max_size=4), "value": st.binary(max_size=6)})
+    return {"name": f"v{n}", "type": ["null", schema]}, st.one_of(st.none(), values)
+
+
+@st.composite
+def _records_field(draw, n: int):
+    """(avro field, value strategy): a (nullable) list of records, each holding a field of any
+    shape, a nullable nested record (a record of records) and a variant-like struct."""
+    inner, inner_values, _ = draw(_field(n * 10 + 1, 1))
+    leaf, leaf_values, _ = draw(_field(n * 10 + 2, 2))
+    nested = {"type": "record", "name": f"E{n}", "fields": [leaf]}
+    variant, variant_values = _variant(n * 10 + 3)
+    item = {"type": "record", "name": f"I{n}", "fields": [inner, {"name": "info", "type": ["null", nested]}, variant]}
+    item_values = st.fixed_dictionaries({inner["name"]: inner_values, variant["name"]: variant_values,
+                                         "info": st.one_of(st.none(), st.fixed_dictionaries({leaf["name"]: leaf_values}))})
+    values = st.lists(item_values, max_size=4)
+    if draw(st.booleans()):
+        return {"name": f"hits{n}", "type": ["null", {"type": "array", "items": item}]}, st.one_of(st.none(), values)
+    return {"name": f"hits{n}", "type": {"type": "array", "items": item}}, values
+
+
+@st.composite
+def wide_nested_cases(draw, max_records: int = 20) -> AvroCase:
+    """``avro_cases`` plus lists of records of records and variant-like structs, which
+    the case's config does not read (for ``infer``, which drafts its own)."""
+    case = draw(avro_cases(max_records))
+    extra = [draw(_records_field(1000 + k)) for k in range(draw(st.integers(1, 3)))]
+    extra.append(_variant(2000))
+    fields = case.schema["fields"] + [f for f, _ in extra]
+    more = draw(st.lists(st.fixed_dictionaries({f["name"]: v for f, v in extra}),
+                         min_size=len(case.records), max_size=len(case.records)))
+    records = [{**r, **m} for r, m in zip(case.records, more, strict=True)]
+    return AvroCase({**case.schema, "fields": fields}, records, case.config, case.codec)
+
+
 def avro_bytes(case: AvroCase, sync_interval: int = 200) -> bytes:
     """The case as an Avro container file (small blocks, so files have several)."""
     buf = io.BytesIO()

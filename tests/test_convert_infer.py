@@ -93,15 +93,30 @@ def test_a_string_that_only_looks_like_a_date_keeps_the_field_out_of_timestamp()
 
 @pytest.mark.parametrize("field", ["id", "user_id", "userId", "sessionUUID", "request_guid"])
 def test_identifier_names_are_hashed(field):
-    records = [{field: 10_000 + 7 * i, "n": i % 2} for i in range(300)]
+    records = [{field: 10_000 + 7 * (i % 150), "n": i % 2} for i in range(300)]  # each id in two records
     feats, _ = _draft(records)
-    assert feats[field]["transform"] == "hash" and feats[field]["buckets"] >= 300, feats[field]
-    strings, _ = _draft([{field: f"u{i * 31 % 997}"} for i in range(300)])
+    assert feats[field]["transform"] == "hash" and feats[field]["buckets"] >= 150, feats[field]
+    strings, _ = _draft([{field: f"u{i * 31 % 997 % 120}"} for i in range(300)])
     assert strings[field]["transform"] == "hash", strings[field]
 
 
+@pytest.mark.parametrize("values", [
+    [10_000 + 7 * i for i in range(300)], [f"req-{i * 31 % 997}" for i in range(300)],
+])
+def test_identifiers_of_the_record_itself_are_left_out_saying_why(values):
+    """A distinct value per record (request_id, event_id): a hashed feature of it is noise."""
+    records = [{"request_id": v, "n": i % 3, "event": f"e{i % 9}"} for i, v in enumerate(values)]
+    config, drafts = infer_config(records)
+    assert "request_id" not in {f["name"] for f in config["features"]}
+    why = next(d.comment for d in drafts if d.path == "request_id")
+    assert "300 distinct values in 300 records, nearly one per record: left out" in why
+    assert "  # skipped request_id: identifier" in render_yaml(config, drafts)
+    few, _ = _draft(records[:12])  # too few records to tell an id of the record from a category
+    assert few["request_id"]["transform"] in ("hash", "vocabulary")
+
+
 def test_nested_id_and_few_valued_ids():
-    records = [{"user": {"id": f"u{i}"}, "category_id": i % 6, "valid": 1000 + i, "paid": i * 3} for i in range(200)]
+    records = [{"user": {"id": f"u{i % 80}"}, "category_id": i % 6, "valid": 1000 + i, "paid": i * 3} for i in range(200)]
     feats, _ = _draft(records)
     assert feats["user_id"]["transform"] == "hash" and feats["user_id"]["source"] == "user.id"
     assert feats["category_id"]["transform"] == "vocabulary"  # a code with few values
@@ -110,7 +125,8 @@ def test_nested_id_and_few_valued_ids():
 
 def test_card_numbers_are_hashed_whether_integers_or_digit_strings():
     rng = random.Random(5)
-    cards = [rng.randrange(4000_0000_0000_0000, 4999_9999_9999_9999) for _ in range(200)]
+    cards = [rng.randrange(4000_0000_0000_0000, 4999_9999_9999_9999) for _ in range(180)]
+    cards += cards[:20]  # some cards in two records
     records = [{"cc": c, "card": " ".join(f"{c:016d}"[k:k + 4] for k in range(0, 16, 4)), "phone": f"+1-555-{c % 10**7:07d}",
                 "amount": c % 100_000, "zip": f"{c % 40:05d}"} for c in cards]
     feats, _ = _draft(records)
@@ -118,6 +134,8 @@ def test_card_numbers_are_hashed_whether_integers_or_digit_strings():
         assert feats[name]["transform"] == "hash", feats[name]
     assert feats["amount"]["transform"] == "zscore"
     assert feats["zip"]["transform"] == "vocabulary"  # digits, but few values
+    once, _ = _draft(records[:180])  # one card per record: left out
+    assert not {"cc", "card", "phone"} & set(once) and once["amount"]["transform"] == "zscore"
 
 
 def test_epoch_integers_of_a_time_named_field_are_timestamps_in_their_unit():
@@ -215,7 +233,14 @@ def test_drafts_of_the_examples_load_and_convert(tmp_path):
         config = load_config(cfg)
         by = {f.name: f for f in config.features}
         assert by["ts"].transform == "timestamp" and by["user_id"].transform == "hash"
-        assert by["event_id"].transform == "hash" and config.label.source == "clicked"
+        assert "event_id" not in by  # one per record: left out
+        # no --label: none chosen; the candidate is named, and kept out of the features
+        assert config.label is None and "clicked" not in {f.source for f in config.features}
+        assert "rerun with --label clicked" in r.stdout and "rerun with --label clicked" in r.stderr
+    r = cli("infer", "-i", str(EXAMPLES / "*.avro"), "--label", "clicked")  # the README's tour
+    assert r.exit_code == 0 and "warning" not in r.stderr, r.output
+    (tmp_path / "features-avro.yaml").write_text(r.stdout)
+    assert load_config(tmp_path / "features-avro.yaml").label.source == "clicked"
     out = tmp_path / "out"
     r = cli("convert", "-i", str(EXAMPLES / "*.avro"), "-c", str(tmp_path / "features-avro.yaml"), "-o", str(out))
     assert r.exit_code == 0, r.output
@@ -265,6 +290,11 @@ def _rejections(records: list, schema=None) -> dict:
     loaded = parse_config(yaml.safe_load(render_yaml(config, drafts)))
     # A label's rejection names its source field (the label is renamed when a feature takes its name).
     label = {loaded.label.name, loaded.label.source} if loaded.label else set()
+    if schema is not None:  # what convert's config check says before a run
+        from convert.check import avro_problems
+
+        problems = avro_problems(loaded, schema)
+        assert not problems, problems
     bad = Preparer(loaded).prepare(records, analyze=True).bad
     return {i: (r.field, r.reason) for i, r in bad.items() if r.field not in label}
 
@@ -281,6 +311,12 @@ def test_the_draft_of_random_nested_json_takes_every_record(records):
 @settings(max_examples=10, deadline=None, suppress_health_check=list(HealthCheck))
 @given(_record_strategies.avro_cases())
 def test_the_draft_of_random_avro_takes_every_record(case):
+    assert _rejections(case.records, case.schema) == {}
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck))
+@given(_record_strategies.wide_nested_cases())
+def test_the_draft_of_lists_of_records_of_records_and_variants_passes_the_check_and_takes_every_record(case):
     assert _rejections(case.records, case.schema) == {}
 
 
@@ -347,3 +383,156 @@ def test_a_field_past_the_config_checks_sample_does_not_stop_the_draft(tmp_path)
     r = cli("convert", "-i", data, "-c", cfg, "-o", tmp_path / "out")
     assert r.exit_code == 0, r.output
     assert sum(check_accounting(tmp_path / "out")["written"].values()) == 1500
+
+
+# ------------------------------------------------------ names, lists of records, vocabularies, labels
+
+
+def test_any_unicode_field_name_round_trips_through_the_draft():
+    """Emoji (outside the BMP), quotes, backslashes, a lone surrogate from JSON's \\ud83e: each
+    source loads back as the field's own name, so convert finds the field."""
+    from convert.config import render_path
+    from convert.prepare import Preparer
+
+    keys = ["\U0001f986", 'a"b\\c', "straße", "\ud83e", "yes", "x\u2028y", "\ufeffbom"]
+    records = [{k: i * 1.5 + j for j, k in enumerate(keys)} for i in range(5)]
+    config, drafts = infer_config(records)
+    loaded = parse_config(yaml.safe_load(render_yaml(config, drafts)))
+    assert {f.source for f in loaded.features} == {render_path((k,)) for k in keys}
+    assert not Preparer(loaded).prepare(records, analyze=True).bad
+
+
+def test_many_fields_with_one_sanitized_name_get_distinct_names():
+    records = [{f"a{c}b": 1.5 * i for c in "-./ :+*"} | {"a_b_len": i, "a_b": i} for i in range(3)]
+    config, drafts = infer_config(records)
+    loaded = parse_config(yaml.safe_load(render_yaml(config, drafts)))  # no clash with a_b's derived names
+    assert len({f.name for f in loaded.features}) == len(records[0])
+
+
+def test_a_count_of_a_list_absent_from_part_of_the_sample_allows_all_missing():
+    records = [{"x": i % 7, **({"m": [[i, 1], [2]]} if i % 7 == 0 else {})} for i in range(20)]
+    feats, _ = _draft(records)
+    assert feats["m_count"]["transform"] == "count" and feats["m_count"]["allow_all_missing"] is True
+
+
+def _tweets(n: int, media_in: set[int], salt: int = 0) -> list[dict]:
+    return [{"id": 10**17 + i, "source": f"client{salt}", "text": f"tweet {i} about {['cats', 'dogs', 'birds'][i % 3]} and more words",
+             "lang": ["en", "de"][i % 2], "retweet_count": i * 3 % 11,
+             "user": {"screen_name": f"u{i % 4}", "followers_count": 100 + i},
+             "entities": {"hashtags": [{"text": f"h{i % 3}"}] if i % 2 else [],
+                          **({"media": [{"type": "photo", "media_url": f"http://x/{i}.jpg"}]} if i in media_in else {})}}
+            for i in range(n)]
+
+
+def test_tweets_whose_training_split_lacks_a_list_of_records_convert_from_their_draft(tmp_path):
+    """A JSON array of 20 tweets, entities.media in eval records only: the draft converts as it is."""
+    from convert.splits import Splits
+
+    splits = Splits(("train", "eval"), (0.9, 0.1))
+    for k in range(400):  # the split is by content: find a media tweet that lands in eval
+        media = {k % 20}
+        tweets = _tweets(20, media, k // 20)
+        assign = splits.assign(tweets).tolist()
+        if all(assign[i] == 1 for i in media):
+            break
+    else:
+        pytest.fail("no tweets with media in eval only")
+    data = tmp_path / "tweets.json"
+    data.write_text(json.dumps(tweets, indent=1))
+    r = cli("infer", "-i", data)
+    assert r.exit_code == 0, r.output
+    cfg = tmp_path / "features.yaml"
+    cfg.write_text(r.stdout)
+    r = cli("convert", "-i", data, "-c", cfg, "-o", tmp_path / "out")
+    assert r.exit_code == 0, r.output
+    assert sum(check_accounting(tmp_path / "out")["written"].values()) == 20
+
+
+def test_one_json_document_with_one_list_of_records_is_read_from_it(tmp_path):
+    """{"statuses": [...], "search_metadata": {...}}: infer reads the list and names the flag
+    convert needs; a document with two lists of records is refused, naming both."""
+    doc = {"statuses": _tweets(20, {3}), "search_metadata": {"count": 20, "query": "cats"}}
+    data = tmp_path / "search.json"
+    data.write_text(json.dumps(doc, indent=2))
+    r = cli("infer", "-i", data)
+    assert r.exit_code == 0, r.output
+    assert "--json-records-path statuses" in r.stderr and "--json-records-path statuses" in r.stdout
+    cfg = tmp_path / "features.yaml"
+    cfg.write_text(r.stdout)
+    r = cli("convert", "-i", data, "-c", cfg, "-o", tmp_path / "out", "--json-records-path", "statuses")
+    assert r.exit_code == 0, r.output
+    assert sum(check_accounting(tmp_path / "out")["written"].values()) == 20
+    two = tmp_path / "two.json"
+    two.write_text(json.dumps({**doc, "more": {"users": [{"a": 1}]}}, indent=2))
+    r = cli("infer", "-i", two)
+    assert r.exit_code == 1 and "--json-records-path more.users (lists of records in it: more.users, statuses)" in r.output
+
+
+def test_one_list_of_records_gives_one_length_feature():
+    records = [{"impressions": [{"ad": f"a{(i + j) % 5}", "pos": j, "cost": j * 0.5} for j in range(i % 4 + 1)], "n": i}
+               for i in range(30)]
+    config, drafts = infer_config(records)
+    names = {f["name"] for f in config["features"]}
+    assert "impressions_count" not in names and {"impressions_ad", "impressions_pos", "impressions_cost"} <= names
+    why = next(d.comment for d in drafts if d.path == "impressions")
+    assert "its length is the <name>_len of impressions[].ad's feature" in why
+
+
+def test_top_k_comes_from_the_sample_with_its_estimated_coverage():
+    rng = random.Random(3)
+    common = [{"city": f"c{rng.randrange(130)}"} for _ in range(2000)]  # 130 values, each seen often
+    feats, _ = _draft(common)
+    assert feats["city"]["top_k"] == 130
+    config, drafts = infer_config(common)
+    assert "top_k 130: the sample's 130 distinct values; estimated coverage 100%" in drafts[0].comment
+    assert not drafts[0].warnings
+    rare = [{"city": f"c{i % 300}" if i % 5 else f"r{i}"} for i in range(1200)]  # a fifth seen once
+    config, drafts = infer_config(rare)
+    assert config["features"][0]["top_k"] == 480 and "estimated coverage 80%" in drafts[0].comment
+    assert "an estimated 20% of new values will be out of vocabulary" in drafts[0].warnings[0]
+    assert "  # warning: city: an estimated 20%" in render_yaml(config, drafts)
+
+
+@pytest.mark.parametrize("field", ["y", "label", "clicked"])
+def test_no_label_is_chosen_without_label_the_candidate_is_named(field):
+    config, drafts = infer_config([{"x": i * 1.5, field: i * 0.25} for i in range(30)])
+    assert config["label"] is None and field not in {f.get("source", f["name"]) for f in config["features"]}
+    text = render_yaml(config, drafts)
+    assert f"# label: none drafted: none without --label; {field!r} looks like one" in text
+    assert f"rerun with --label {field}" in text
+    parse_config(yaml.safe_load(text))
+
+
+def test_a_timestamp_whose_values_are_in_another_unit_than_declared_takes_the_values_unit():
+    schema = {"type": "record", "name": "r", "fields": [{"name": "t", "type": {"type": "long", "logicalType": "timestamp-micros"}}]}
+    config, drafts = infer_config([{"t": 1608822900000000000 + i} for i in range(5)], schema)
+    assert config["features"][0]["unit"] == "ns" and "values are epoch ns" in drafts[0].comment
+    config, _ = infer_config([{"t": 1608822900000000 + i} for i in range(5)], schema)
+    assert config["features"][0]["unit"] == "us"
+
+
+def test_records_inside_lists_and_variant_like_structs_of_parquet_convert_from_their_draft(tmp_path):
+    """hits[].eventInfo is a record inside each item (not countable); a Spark VARIANT is a
+    struct of two binaries: the draft of such a Parquet file converts it."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    info = pa.struct([("category", pa.string()), ("value", pa.int64())])
+    variant = pa.struct([("metadata", pa.binary()), ("value", pa.binary())])
+    hit = pa.struct([("hitNumber", pa.int64()), ("eventInfo", info), ("v", variant),
+                     ("product", pa.list_(pa.struct([("sku", pa.string()), ("price", pa.float64())])))])
+    rows = [{"visit": i % 9, "v": {"metadata": b"\x01\x00", "value": bytes([i % 7])},
+             "hits": [{"hitNumber": j, "eventInfo": None if (i + j) % 3 else {"category": f"c{j}", "value": i},
+                       "v": {"metadata": b"\x01", "value": b"\x0c"}, "product": [{"sku": f"s{k}", "price": k * 1.5} for k in range(j)]}
+                      for j in range(i % 4)]} for i in range(60)]
+    schema = pa.schema([("visit", pa.int64()), ("v", variant), ("hits", pa.list_(hit))])
+    data = tmp_path / "ga.parquet"
+    pq.write_table(pa.Table.from_pylist(rows, schema=schema), data)
+    r = cli("infer", "-i", data)
+    assert r.exit_code == 0, r.output
+    assert "hits[].eventInfo: a record inside each item of a list" in r.stdout
+    cfg = tmp_path / "features.yaml"
+    cfg.write_text(r.stdout)
+    r = cli("convert", "-i", data, "-c", cfg, "-o", tmp_path / "out")
+    assert r.exit_code == 0, r.output
+    assert sum(check_accounting(tmp_path / "out")["written"].values()) == 60

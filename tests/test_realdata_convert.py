@@ -215,10 +215,13 @@ def test_json_edge_files_together_keep_per_file_counts(tmp_path):
         assert {"file", "byte_offset", "line", "field", "reason", "record"} <= set(row)
 
 
-def test_pretty_printed_json_document_names_the_records_key():
+def test_pretty_printed_json_document_is_read_from_its_one_list_of_records():
+    """One JSON document holding one list of records: infer drafts from that list and names
+    the --json-records-path convert needs (the draft's header says it too)."""
     r = cli("infer", "-i", REALDATA / "duckdb__duckdb/data/json/sample_utf8_bom.json")
-    assert r.exit_code == 1
-    assert "--json-records-path users" in r.output and "sample_utf8_bom.json" in r.output
+    assert r.exit_code == 0, r.output
+    assert "pass --json-records-path users to convert" in r.stderr and "--json-records-path users" in r.stdout
+    assert yaml.safe_load(r.stdout)["features"]
 
 
 def test_infer_reads_avro_logical_types_raw():

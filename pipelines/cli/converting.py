@@ -191,7 +191,7 @@ def _print_plan(opts: ConvertOptions) -> None:
 def infer(
     input: Annotated[list[str], typer.Option("--input", "-i", help="Input files, globs or directories: several after one -i, or repeat -i.")],
     sample: Annotated[int, typer.Option(help="Records to sample (from the first files).")] = 2000,
-    label: Annotated[str | None, typer.Option(help="Field to use as the label (default: a numeric field named label/target/y/...); its kind comes from the data: strings -> class names (transform: vocabulary), few integer values -> int64, other numbers -> float32; warns when it is null in part of the sample.")] = None,
+    label: Annotated[str | None, typer.Option(help="Field to use as the label. Without it the draft has no label: a numeric field named label/target/clicked/y/... is named as the candidate (in the draft and on stderr) and left out of the features. The label's kind comes from the data: strings -> class names (transform: vocabulary), few integer values -> int64, other numbers -> float32; warns when it is null in part of the sample.")] = None,
     json_records_path: Annotated[str | None, typer.Option(help="Dotted key holding the record array in JSON documents.")] = None,
     max_record_mb: Annotated[float, typer.Option(help=_MAX_RECORD_HELP)] = _DEFAULT_RECORD_MB,
     max_block_mb: Annotated[float, typer.Option(help=_MAX_BLOCK_HELP)] = _DEFAULT_BLOCK_MB,
@@ -205,7 +205,12 @@ def infer(
     lists of lists and maps -> their count plus paths through them: items[].price,
     m[][], attrs[keys]) and a comment saying why. The draft converts the sampled
     data as it is: fields absent, null or empty in part of the sample (or under a
-    list) get allow_all_missing; fields it cannot type are left out, saying why.
+    list) get allow_all_missing; fields it cannot type are left out, saying why,
+    and so are identifiers of the record itself (nearly one distinct value per
+    record: request_id, event_id). Vocabularies get top_k from the sample's
+    distinct count, with the estimated coverage in a comment. No label is chosen
+    without --label. A file that is one JSON document holding one list of records
+    is read from that list, saying which (convert then needs --json-records-path).
     """
     setup_logging(False)
     import difflib
@@ -228,6 +233,15 @@ def infer(
 
     records, schemas, bad, first_bad, read_from = _sample_records(
         files, input, sample, json_records_path, max_record_bytes, max_block_bytes)
+    header = f"inferred from {len(records)} records of {len(files)} file(s)"
+    keys = _records_keys(read_from) if not records and bad and json_records_path is None else []
+    if len(keys) == 1:  # one JSON document holding one list of records: read it, and say so
+        records, schemas, bad, first_bad, read_from = _sample_records(
+            files, input, sample, keys[0], max_record_bytes, max_block_bytes)
+        note = (f"the records are the list at {keys[0]!r} of one JSON document: pass --json-records-path {keys[0]} "
+                f"to convert (and to infer)")
+        echo(f"note: {note}", err=True, color=typer.colors.YELLOW)
+        header = f"inferred from {len(records)} records of {len(files)} file(s); {note}"
     where = _describe_files(read_from)
     if not records:
         fail(f"no records found in {where}; nothing to infer from{_no_records_hint(bad, first_bad, read_from)}")
@@ -245,7 +259,7 @@ def infer(
     for d in drafts:  # the label's: null in part of the sample, or not a kind of label convert takes
         for w in d.warnings:
             echo(f"warning: {w}", err=True, color=typer.colors.YELLOW)
-    typer.echo(render_yaml(config, drafts, header=f"inferred from {len(records)} records of {len(files)} file(s)"), nl=False)
+    typer.echo(render_yaml(config, drafts, header=header), nl=False)
 
 
 def _sample_records(files: list[InputFile], input: list[str], sample: int, json_records_path: str | None,
@@ -297,9 +311,10 @@ def _no_records_hint(bad: int, first_bad: str, read_from: list[str]) -> str:
     hint = ""
     if bad:
         hint = f"; {bad} line(s) are not JSON objects (first: {first_bad})"
-        key = _records_key_hint(read_from)
-        if key:
-            hint += f"; the file is one JSON document: name the key holding the records with --json-records-path {key}"
+        keys = _records_keys(read_from)
+        if keys:
+            hint += (f"; the file is one JSON document: name the key holding the records with --json-records-path "
+                     f"{keys[0]} (lists of records in it: {', '.join(keys[:5])})")
     if not hint:
         hint = ("; point -i at files that hold records, or write the config by hand (docs/feature-config.md): "
                 "convert turns files without records into an empty output")
@@ -313,10 +328,13 @@ def _describe_files(paths: list[str]) -> str:
     return f"{len(paths)} files ({shown}{', ...' if len(paths) > 3 else ''})"
 
 
-def _records_key_hint(paths: list[str]) -> str:
-    """The key of a record list when a file is one JSON object holding one (``users``), else ``""``."""
+def _records_keys(paths: list[str]) -> list[str]:
+    """The ``--json-records-path`` of each list of records in the first file that is one
+    JSON object holding some (``statuses``), else ``[]``."""
     import orjson
     from apache_beam.io.filesystems import FileSystems
+
+    from convert.jsonl import record_lists
 
     for p in paths[:3]:
         try:
@@ -327,11 +345,9 @@ def _records_key_hint(paths: list[str]) -> str:
             doc = orjson.loads(data.removeprefix(b"\xef\xbb\xbf"))
         except Exception:  # noqa: BLE001 - only a hint
             continue
-        if isinstance(doc, dict):
-            keys = [k for k, v in doc.items() if isinstance(v, list) and v and all(isinstance(x, dict) for x in v)]
-            if keys:
-                return keys[0]
-    return ""
+        if keys := record_lists(doc):
+            return keys
+    return []
 
 
 def estimate(
