@@ -167,6 +167,17 @@ def _columns(config: dict, records) -> dict:
     return {k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, (_, v) in vb.columns.items()}, acc.result()
 
 
+def _counts_written(counts: list[int]) -> list[list[float]]:
+    """The column a ``count`` feature writes for ``counts`` when every record is in the training split
+    (as in ``_columns``): ``log1p(n)`` standardized by its mean and population std there
+    (``convert.derive.SCALED``), as float32."""
+    import numpy as np
+
+    x = np.log1p(np.asarray(counts, dtype=np.float64))
+    std = x.std() or 1.0
+    return ((x - x.mean()) / std).astype(np.float32)[:, None].tolist()
+
+
 def test_paths_through_lists_of_records_give_multi_valued_features():
     recs = [
         {"id": 1, "items": [{"price": 2.5, "sku": "a", "parts": [{"code": "x"}, {"code": "y"}]}, None,
@@ -181,7 +192,7 @@ def test_paths_through_lists_of_records_give_multi_valued_features():
     assert analysis.vocabularies["sku"] == ["a", "b"] and cols["sku"] == [[2, 3, 0], [0] * 3, [0] * 3]
     assert cols["sku_len"] == [[2], [0], [0]]  # the null item has no sku: skipped, as null list items are
     assert analysis.vocabularies["part"] == ["x", "y", "z"] and cols["part"] == [[2, 3, 4, 0], [0] * 4, [0] * 4]
-    assert cols["n_items"] == [[3], [0], [0]] and cols["n_parts"] == [[3], [0], [0]]
+    assert cols["n_items"] == _counts_written([3, 0, 0]) and cols["n_parts"] == _counts_written([3, 0, 0])
     assert analysis.vocabularies["email"] == ["p@q", "r@s"] and cols["email"] == [[0, 0], [2, 0], [2, 3]]
     assert cols["msg_len"] == [[0], [2], [3]]  # the messages' tokens in order: add, x / a, b, c
 
@@ -338,11 +349,11 @@ def test_maps_keys_values_by_key_and_lists_of_lists():
     assert cols["pairs_h"][0][:2] == [hash_id("color\x1f3", 1000), hash_id("a.b:c\x1f7", 1000)]
     assert analysis.vocabularies["keys"] == ["a.b:c", "color"] and cols["keys"] == [[3, 2, 0], [0] * 3]
     assert cols["color"] == [[3.0], [0.0]] and cols["color_missing"] == [[0], [1]] and cols["abc"] == [[7.0], [0.0]]
-    assert cols["n_attrs"] == [[2], [0]]
+    assert cols["n_attrs"] == _counts_written([2, 0])
     assert analysis.vocabularies["tag_keys"] == ["x", "y"] and cols["tag_keys"] == [[2, 3, 2], [0] * 3]
     assert cols["flat"] == [[1.0, 2.0, 3.0, 0.0], [0.0] * 4] and cols["flat_len"] == [[3], [0]]
     assert cols["first"] == [[1.0, 0.0], [0.0, 0.0]] and cols["last"] == [[2.0, 3.0], [0.0, 0.0]]
-    assert cols["rows"] == [[2], [0]]
+    assert cols["rows"] == _counts_written([2, 0])
 
 
 def test_infer_drafts_maps_and_lists_of_lists_and_both_decoders_convert_it(tmp_path):
@@ -402,7 +413,7 @@ def test_converting_records_without_fields_says_nothing_can_be_converted(tmp_pat
 def test_count_of_a_single_value_is_one_and_of_null_or_missing_zero():
     cols, _ = _columns({"features": [{"name": "n", "source": "x", "transform": "count"}]},
                        [{"x": 5}, {"x": [1, None]}, {"x": {"a": 1, "b": 2, "c": 3}}, {"x": None}, {}])
-    assert cols["n"] == [[1], [2], [3], [0], [0]]
+    assert cols["n"] == _counts_written([1, 2, 3, 0, 0])
 
 
 @pytest.mark.parametrize(("source", "message"), [
