@@ -113,16 +113,23 @@ def owner_gone(owner: dict[str, Any]) -> str:
 
 def stale_bound(lock: dict[str, Any]) -> float:
     """The bound the lock's run recorded (at most :data:`MAX_STALE_AFTER_SECONDS`), or :data:`STALE_AFTER_SECONDS`."""
-    bound = lock.get("stale_after_seconds")
-    ok = isinstance(bound, int | float) and not isinstance(bound, bool) and 0 < bound  # NaN fails too
-    return min(float(bound), MAX_STALE_AFTER_SECONDS) if ok else STALE_AFTER_SECONDS
+    bound = _number(lock.get("stale_after_seconds"))
+    return min(bound, MAX_STALE_AFTER_SECONDS) if bound is not None and bound > 0 else STALE_AFTER_SECONDS
+
+
+def _number(x: Any) -> float | None:
+    """``x`` as a float (an int too large for one is infinite); None for anything else or NaN."""
+    if not isinstance(x, int | float) or isinstance(x, bool):
+        return None
+    try:
+        f = float(x)
+    except OverflowError:
+        f = float("inf") if x > 0 else float("-inf")
+    return None if f != f else f
 
 
 def _beat(lock: dict[str, Any]) -> float | None:
-    beat = lock.get("heartbeat_unix")
-    if isinstance(beat, int | float) and not isinstance(beat, bool) and beat == beat:
-        return float(beat)
-    return None
+    return _number(lock.get("heartbeat_unix"))
 
 
 def _secs(x: float) -> str:
@@ -138,8 +145,8 @@ def heartbeat_age(lock: dict[str, Any], now: float | None = None) -> float:
     """
     now = time.time() if now is None else now
     beat = _beat(lock)
-    modified = lock.get("_modified")
-    seen = float(modified) if isinstance(modified, int | float) and modified == modified else now
+    modified = _number(lock.get("_modified"))
+    seen = now if modified is None else modified
     return now - (seen if beat is None else min(beat, seen))
 
 

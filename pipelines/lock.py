@@ -665,11 +665,12 @@ class OutputLock:
             if self._held is None:
                 return
             try:
-                if not isinstance(self._store, _Gcs | _S3 | _Azure):  # the generation or ETag precondition checks it
-                    got = self._store.read()
-                    why = _not_ours(_parse(got[0], got[2]) if got else None, self.token)
-                    if why:
-                        self._lose(why, drop=True)
+                # Read first on every store: a precondition alone would let a store (or emulator)
+                # that ignores it overwrite another run's lock.
+                got = self._store.read()
+                why = _not_ours(_parse(got[0], got[2]) if got else None, self.token)
+                if why:
+                    self._lose(why, drop=True)
                 self._held = self._store.replace(self._document(), self._held)
             except LockLostError:
                 raise
