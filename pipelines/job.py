@@ -47,7 +47,7 @@ from pipelines._fs import delete as fs_delete
 from pipelines.analyze import AnalysisValue, AnalyzeUnits
 from pipelines.commit import CommitContext, CommitOutput, cleanup_tmp, write_atomic
 from pipelines.convert_pass import ConvertUnits
-from pipelines.interrupt import Interrupted, stop_main
+from pipelines.interrupt import Interrupted, Stopped, stop_main
 from pipelines.lock import LockLostError, OutputLock, lock_timing
 from pipelines.options import ConvertOptions
 from pipelines.output_guard import (
@@ -263,6 +263,8 @@ def _lost(lock: OutputLock, e: BaseException) -> BaseException:
         return e
     seen: BaseException | None = e
     while seen is not None:  # the fence's own error, if it is in the chain (in-process runs)
+        if isinstance(seen, Stopped):  # the heartbeat thread stopped the run (stop_main)
+            seen = seen.reason
         if isinstance(seen, LockLostError):
             return LockLostError(lock.output, seen.why, seen.step)
         seen = seen.__cause__ or seen.__context__

@@ -18,6 +18,14 @@ A second run finding a live lock gets :class:`LockHeldError` naming the owner
 at once. A *stale* lock (heartbeat older than ``stale_after_seconds``, or an
 owner on this host whose process is gone) is taken over with a warning.
 
+A run whose lock was taken over (it stalled) must not touch the output
+again: before each delete, rename or commit write it proves the lock is
+still its own (:func:`fence`, :meth:`OutputLock.check`), and a lock that is
+another run's, or that no refresh has proved for half the staleness bound,
+is *lost*: :class:`LockLostError`. Each call to the store is bounded
+(:data:`IO_TIMEOUT_SECONDS`), so a dead store makes the lock lost, not a
+hang.
+
 Creation is atomic where the storage allows it: local paths by
 ``O_CREAT | O_EXCL`` (a stale lock is renamed aside first, and put back if it
 turns out to be another run's fresh lock), ``gs://`` by generation
