@@ -62,8 +62,8 @@ class Stopped(BaseException):
     on the way (a retry loop) swallows it.
     """
 
-    def __init__(self, reason: BaseException):
-        self.reason = reason
+    def __init__(self, reason: BaseException | str):
+        self.reason = reason  # a str when Beam re-made the exception from its text
         super().__init__(str(reason))
 
 

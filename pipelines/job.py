@@ -264,6 +264,8 @@ def _lost(lock: OutputLock, e: BaseException) -> BaseException:
     seen: BaseException | None = e
     while seen is not None:  # the fence's own error, if it is in the chain (in-process runs)
         if isinstance(seen, Stopped):  # the heartbeat thread stopped the run (stop_main)
+            if not isinstance(seen.reason, LockLostError):  # re-made from its text by Beam on the way
+                break
             seen = seen.reason
         if isinstance(seen, LockLostError):
             return LockLostError(lock.output, seen.why, seen.step)

@@ -66,12 +66,15 @@ def split_brain_is_refused(data: dict, out: str, files: Callable[[], dict[str, b
                            *, preconditions: bool = True) -> str:
     """The scenario; returns A's stderr (for store-specific checks). ``preconditions``: the
     store refuses to create over a live lock (the GCS emulator does not: B wins at once there)."""
+    t0 = time.monotonic()
     a = subprocess.Popen(convert_cmd(data, out, 4), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          env=env(**{PAUSE_ENV: stage}))
     try:
         wait_paused(a)
+        print(f"A paused after {time.monotonic() - t0:.0f} s", file=sys.stderr)
         assert LOCK_FILENAME in files()  # paused while holding its lock
         b = take_over(convert_cmd(data, out, 2))
+        print(f"B done after {time.monotonic() - t0:.0f} s", file=sys.stderr)
         assert b.returncode == 0, b.stdout + b.stderr
         assert "taking over the lock" in b.stderr or not preconditions, b.stderr
         committed = files()
@@ -79,6 +82,7 @@ def split_brain_is_refused(data: dict, out: str, files: Callable[[], dict[str, b
     finally:
         os.kill(a.pid, signal.SIGCONT)
     a_out, a_err = a.communicate(timeout=300)
+    print(f"A done after {time.monotonic() - t0:.0f} s", file=sys.stderr)
     after = files()
     assert sorted(after) == sorted(committed), a_err  # nothing deleted, renamed or written: no failure marker either
     assert after == committed, a_err
