@@ -35,6 +35,7 @@ GRACE_SECONDS = 15.0
 #: The signal stop_main sends to the main thread (handled only once the CLI installed raise_on_signals).
 _STOP_SIGNAL = signal.SIGUSR2
 _stop_reason: list[BaseException] = []
+_received: list[Interrupted] = []
 
 
 class Interrupted(BaseException):
@@ -74,12 +75,18 @@ def _hard_exit(signum: int) -> None:
     os._exit(128 + signum)
 
 
+def received() -> Interrupted | None:
+    """The signal that ended this run, if one did (Beam may have re-made its exception on the way)."""
+    return _received[-1] if _received else None
+
+
 def _raise(signum: int, frame: FrameType | None) -> None:
     signal.signal(signum, signal.SIG_DFL)  # a second one ends the process at once
+    _received.append(Interrupted(signum))
     timer = threading.Timer(GRACE_SECONDS, _hard_exit, (signum,))
     timer.daemon = True
     timer.start()
-    raise Interrupted(signum)
+    raise _received[-1]
 
 
 def _raise_stopped(signum: int, frame: FrameType | None) -> None:
@@ -110,4 +117,4 @@ def raise_on_signals() -> None:
     signal.signal(_STOP_SIGNAL, _raise_stopped)
 
 
-__all__ = ["GRACE_SECONDS", "Interrupted", "Stopped", "raise_on_signals", "stop_main"]
+__all__ = ["GRACE_SECONDS", "Interrupted", "Stopped", "raise_on_signals", "received", "stop_main"]

@@ -47,7 +47,7 @@ from pipelines._fs import delete as fs_delete
 from pipelines.analyze import AnalysisValue, AnalyzeUnits
 from pipelines.commit import CommitContext, CommitOutput, cleanup_tmp, write_atomic
 from pipelines.convert_pass import ConvertUnits
-from pipelines.interrupt import Interrupted, Stopped, stop_main
+from pipelines.interrupt import Interrupted, Stopped, received, stop_main
 from pipelines.lock import LockLostError, OutputLock, lock_timing
 from pipelines.options import ConvertOptions
 from pipelines.output_guard import (
@@ -257,12 +257,15 @@ def _lock(opts: ConvertOptions, fingerprint: str, beam_options: PipelineOptions)
 
 def _lost(lock: OutputLock, e: BaseException) -> BaseException:
     """What a failed run whose lock is not provably its own raises: the signal that ended it, or LockLostError."""
-    if isinstance(e, Interrupted | KeyboardInterrupt):
-        log.error("%s: not recording the failure, since the lock of %s %s", failure_reason(e), lock.output,
+    signalled = e if isinstance(e, Interrupted | KeyboardInterrupt) else received()  # Beam may re-make it
+    if signalled is not None:
+        log.error("%s: not recording the failure, since the lock of %s %s", failure_reason(signalled), lock.output,
                   lock.lost or "could not be refreshed")
-        return e
+        return signalled
     seen: BaseException | None = e
-    while seen is not None:  # the fence's own error, if it is in the chain (in-process runs)
+    for _ in range(20):  # the fence's own error, if it is in the chain (in-process runs)
+        if seen is None:
+            break
         if isinstance(seen, Stopped):  # the heartbeat thread stopped the run (stop_main)
             if not isinstance(seen.reason, LockLostError):  # re-made from its text by Beam on the way
                 break
