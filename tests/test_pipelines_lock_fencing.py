@@ -141,3 +141,16 @@ def test_a_future_lock_on_disk_is_taken_over_once_its_file_is_old(tmp_path):
     os.utime(path, (time.time() - 7200, time.time() - 7200))
     with OutputLock(str(out)) as lock:
         assert lock.took_over["owner"]["user"] == "bob"
+
+
+def test_wait_reports_a_run_whose_heartbeat_lies_in_the_future_once_it_stops_changing(tmp_path):
+    import readers
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / LOCK_FILENAME).write_text(json.dumps({
+        "owner": {"host": "elsewhere", "pid": 1, "user": "bob", "started": "then"},
+        "heartbeat_unix": time.time() + 86400, "heartbeat_seconds": 0.1, "stale_after_seconds": 1e12}))
+    # judged by this reader's own clock: the lock has not changed for longer than the limit
+    with pytest.raises(readers.DatasetDeadError, match="appears dead: no heartbeat for"):
+        readers.wait_for_dataset(str(out), timeout=120, poll=0.1, stale_after=1)
