@@ -148,9 +148,14 @@ class _Local:
 
     def replace(self, data: bytes, held: Any) -> Any:
         tmp = f"{self.path}.{uuid.uuid4().hex[:8]}"
-        with open(tmp, "wb") as f:
-            f.write(data)
-        os.replace(tmp, self.path)
+        try:
+            with open(tmp, "wb") as f:
+                f.write(data)
+            os.replace(tmp, self.path)
+        except BaseException:  # a full disk: leave no partial copy in the output
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
         return data
 
     def remove_if(self, state: Any) -> bool:
@@ -728,12 +733,21 @@ class OutputLock:
                 time.sleep(min(1.0, self.heartbeat_seconds / 2))
 
     def still_ours(self) -> bool:
-        """One conditional refresh: whether the lock is provably ours now (False on any error)."""
-        try:
-            self.refresh()
-        except Exception:  # noqa: BLE001 - unproven is not ours
-            return False
-        return self._held is not None
+        """One read: whether the lock is provably ours now (False on any error).
+
+        Ours: it carries this run's token and a heartbeat at most
+        ``lost_after`` old. A read, not a refresh, so that a run failing on
+        a full disk (no room for the heartbeat) still records its failure.
+        """
+        with self._io:
+            if self.lost or self._held is None:
+                return False
+            try:
+                got = self._store.read()
+            except Exception:  # noqa: BLE001 - unproven is not ours
+                return False
+        lock = _parse(got[0], got[2]) if got else None
+        return not _not_ours(lock, self.token) and heartbeat_age(lock or {}) <= self.lost_after
 
     def release(self) -> None:
         """Stop the heartbeat and delete the lock if it is still ours; never raises."""
