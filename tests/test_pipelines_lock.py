@@ -13,7 +13,14 @@ import time
 
 import pytest
 
-from pipelines.lock import LOCK_FILENAME, LockHeldError, LockLostError, OutputLock, is_stale, read_lock
+from pipelines.lock import (
+    LOCK_FILENAME,
+    LockHeldError,
+    LockLostError,
+    OutputLock,
+    is_stale,
+    read_lock,
+)
 
 
 def test_acquire_refuse_release(tmp_path):
