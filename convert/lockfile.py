@@ -16,9 +16,16 @@ The document::
      "heartbeat_seconds": the refresh period, "stale_after_seconds": the bound}
 
 A run is dead when its heartbeat is older than the bound (the lock's own
-``stale_after_seconds`` unless the reader chooses another), or when it ran
-on this host (same boot) and its process is gone. Ages compare wall clocks,
-so hosts whose clocks differ by more than the bound can misjudge each other.
+``stale_after_seconds``, at most :data:`MAX_STALE_AFTER_SECONDS`, unless the
+reader chooses another), or when it ran on this host (same boot) and its
+process is gone. A heartbeat's age is the reader's clock minus the older of
+the heartbeat and ``_modified`` (the object's time as the store, or the
+watching reader, saw it written): a heartbeat stamped in the future by a
+host whose clock is ahead therefore still ages, and a run that stops
+rewriting its lock is judged dead however wrong its clock was. A writer
+whose clock lags by more than the bound looks dead early; the run that
+then loses its lock stops before deleting or committing anything
+(``pipelines.lock.fence``).
 """
 
 from __future__ import annotations
@@ -36,6 +43,9 @@ HEARTBEAT_SECONDS = 10.0
 #: A heartbeat older than this means the run is dead: six missed beats, far
 #: more than a stalled write or a long GC pause takes, and room for clock skew.
 STALE_AFTER_SECONDS = 60.0
+#: The largest bound a lock may record: a larger (absurd, or damaged) one is
+#: cut to this, so a dead run's lock is always taken over within the hour.
+MAX_STALE_AFTER_SECONDS = 3600.0
 
 
 def parse_lock(data: bytes, modified: float) -> dict[str, Any]:
@@ -102,17 +112,24 @@ def owner_gone(owner: dict[str, Any]) -> str:
 
 
 def stale_bound(lock: dict[str, Any]) -> float:
-    """The bound the lock's run recorded, or :data:`STALE_AFTER_SECONDS`."""
-    bound = lock.get("stale_after_seconds")
-    ok = isinstance(bound, int | float) and not isinstance(bound, bool) and 0 < bound < float("inf")
-    return float(bound) if ok else STALE_AFTER_SECONDS
+    """The bound the lock's run recorded (at most :data:`MAX_STALE_AFTER_SECONDS`), or :data:`STALE_AFTER_SECONDS`."""
+    bound = _number(lock.get("stale_after_seconds"))
+    return min(bound, MAX_STALE_AFTER_SECONDS) if bound is not None and bound > 0 else STALE_AFTER_SECONDS
+
+
+def _number(x: Any) -> float | None:
+    """``x`` as a float (an int too large for one is infinite); None for anything else or NaN."""
+    if not isinstance(x, int | float) or isinstance(x, bool):
+        return None
+    try:
+        f = float(x)
+    except OverflowError:
+        f = float("inf") if x > 0 else float("-inf")
+    return None if f != f else f
 
 
 def _beat(lock: dict[str, Any]) -> float | None:
-    beat = lock.get("heartbeat_unix")
-    if isinstance(beat, int | float) and not isinstance(beat, bool) and beat == beat:
-        return float(beat)
-    return None
+    return _number(lock.get("heartbeat_unix"))
 
 
 def _secs(x: float) -> str:
@@ -120,10 +137,17 @@ def _secs(x: float) -> str:
 
 
 def heartbeat_age(lock: dict[str, Any], now: float | None = None) -> float:
-    """Seconds since the last heartbeat (or since an unreadable lock was written)."""
+    """Seconds since the last heartbeat (or since an unreadable lock was written).
+
+    The heartbeat counts from the older of its own stamp and ``_modified``:
+    a stamp in the future (the writer's clock is ahead) does not keep a
+    lock young once it stops changing.
+    """
     now = time.time() if now is None else now
     beat = _beat(lock)
-    return now - (float(lock.get("_modified", now)) if beat is None else beat)
+    modified = _number(lock.get("_modified"))
+    seen = now if modified is None else modified
+    return now - (seen if beat is None else min(beat, seen))
 
 
 def why_dead(lock: dict[str, Any], now: float | None = None, stale_after: float | None = None) -> str:
@@ -151,6 +175,7 @@ def is_stale(lock: dict[str, Any], now: float | None = None, stale_after: float 
 __all__ = [
     "HEARTBEAT_SECONDS",
     "LOCK_FILENAME",
+    "MAX_STALE_AFTER_SECONDS",
     "STALE_AFTER_SECONDS",
     "describe_owner",
     "heartbeat_age",

@@ -12,6 +12,11 @@ fail on the configuration is built first, then the temp shards are renamed to
 removed, vocabularies, ``analysis.json`` and ``stats.json`` are written, the
 temp directory is removed, and ``dataset_info.json`` is written last and
 atomically (``write_atomic``): a reader that finds it finds a whole dataset.
+
+Before each of those steps that deletes, renames or writes in the output
+the run proves it still holds the output's lock (``pipelines.lock.fence``);
+a run that lost it (it stalled and another run took over) raises
+``LockLostError`` and leaves the output as the new holder made it.
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ from convert.vectorize import Vectorizer
 from pipelines._fs import delete as fs_delete
 from pipelines._fs import match_in
 from pipelines.analyze import PRESENT_KEY, AnalysisValue
+from pipelines.lock import fence
 from pipelines.options import ConvertOptions
 from pipelines.plan import InputFile
 from pipelines.run_files import (
@@ -111,11 +117,17 @@ class CommitContext:
     tool_version: str
     started: str
     run_id: str = ""  # in every shard name: a replacement never reuses a name (convert.spec.shard_name)
+    lock_token: str = ""  # the run's lock (OutputLock.token), checked before every destructive step
+    lock_max_age: float = 0.0  # the oldest heartbeat a worker's check accepts (OutputLock.lost_after)
 
 
 class _Commit(beam.DoFn):
     def __init__(self, config: Config, options: ConvertOptions, ctx: CommitContext):
         self.config, self.options, self.ctx = config, options, ctx
+
+    def _fence(self, step: str) -> None:
+        """Raise LockLostError unless the run still holds the output's lock (``step``: "id (what)")."""
+        fence(self.options.output, self.ctx.lock_token, self.ctx.lock_max_age, step)
 
     def process(self, keyed_stats: tuple[None, StatsMerger], results: list[dict], analysis_value: AnalysisValue,
                 gathered: list[dict] | None = None):
@@ -130,6 +142,7 @@ class _Commit(beam.DoFn):
         counts = _checked_counts(results, shard_results, names, ctx.num_shards)
         per_file = counts["per_file"]
         # Error output goes to its final place whatever happens next.
+        self._fence("commit-errors (moving the error files into errors/)")
         error_files = _move_error_files(out, results)
         self._refuse_failed_run(counts, error_files, analysis_json)
 
@@ -147,19 +160,24 @@ class _Commit(beam.DoFn):
         stats_data = _stats_document(keyed_stats[1].result(), splits, per_file, analysis.stats)
 
         # Shards: temp names -> {split}-{i}-of-{n}; then what an earlier run left.
+        self._fence("commit-shards (renaming the shards into place)")
         _rename_replacing([src for src, _ in renames], [dst for _, dst in renames])
+        self._fence("commit-stale (removing files an earlier run left)")
         _remove_stale(out, [f"{s}-*-of-*.tfrecord*" for s in names], {sh.file for sp in splits.values() for sh in sp.shards})
         _remove_stale(out, [f"{ERRORS_DIR}/errors-*.jsonl"], {e["file"] for e in error_files})
+        self._fence("commit-files (writing the vocabularies, analysis and statistics)")
         for name, data in vocab_data.items():
             write_atomic(FileSystems.join(out, vocab_files[name]["file"]), data)
         write_atomic(FileSystems.join(out, ANALYSIS_FILENAME), analysis_data)
         write_atomic(FileSystems.join(out, STATS_FILENAME), stats_data)
 
+        self._fence("commit-tmp (removing the temp files)")
         cleanup_tmp(out)
         try:
             fs_delete([FileSystems.join(out, FAILURE_FILENAME)])
         except Exception:
             pass
+        self._fence("commit-metadata (writing dataset_info.json)")
         write_atomic(FileSystems.join(out, METADATA_FILENAME), metadata)
         yield info.to_json()
 
@@ -169,6 +187,7 @@ class _Commit(beam.DoFn):
         opts, ctx, out = self.options, self.ctx, self.options.output
         read, n_err, written = counts["read"], counts["errors"], counts["written"]
         if not opts.errors_tolerated(n_err, read):
+            self._fence("commit-failure (recording the rejected run)")
             cleanup_tmp(out)
             where = FileSystems.join(out, ERRORS_DIR)
             if n_err == read:  # tolerating them all would commit an empty dataset: say why instead

@@ -14,7 +14,11 @@ The output is guarded in stages, each before the next may write
 the output's lock is taken (:mod:`pipelines.lock`); the output's files are
 checked (``_check_output``) and a previous dataset is cleared only of what a
 recordprep run wrote; and a run that fails after that check leaves
-``_FAILURE.json`` and no temp files (``_record_failure``).
+``_FAILURE.json`` and no temp files (``_record_failure``). Every delete,
+rename or write in the output is fenced: the run first proves it still holds
+the lock (``OutputLock.check``, ``pipelines.lock.fence`` in the commit); a run
+that lost it raises ``LockLostError`` and touches nothing more, not even to
+record its failure (the files there may be the new holder's).
 """
 
 from __future__ import annotations
@@ -45,8 +49,8 @@ from pipelines._fs import read_file
 from pipelines.analyze import AnalysisValue, AnalyzeUnits
 from pipelines.commit import CommitContext, CommitOutput, cleanup_tmp, write_atomic
 from pipelines.convert_pass import ConvertUnits
-from pipelines.interrupt import Interrupted
-from pipelines.lock import OutputLock
+from pipelines.interrupt import Interrupted, Stopped, received, stop_main
+from pipelines.lock import LockLostError, OutputLock, lock_timing
 from pipelines.options import ConvertOptions
 from pipelines.output_guard import (
     OutputExistsError,
@@ -216,11 +220,15 @@ def _convert(opts: ConvertOptions, beam_options: PipelineOptions, t0: float) -> 
         existing, previous = _check_output(opts, p.fingerprint, lock)
         if existing is not None:  # the run that held the lock made this very dataset
             return ConvertResult(opts.output, True, existing, time.perf_counter() - t0)
-        # From here on the output is this run's: any failure, a signal included, leaves the marker.
+        # From here on the output is this run's: any failure, a signal included, leaves the
+        # marker, unless the lock is no longer provably ours (then nothing may be touched).
         try:
+            lock.check("clear (clearing the previous dataset)")
             _clear_previous(opts, previous)
             workers, pre_forked = _run(p, analysis, lock)
         except BaseException as e:
+            if not lock.still_ours():
+                raise _lost(lock, e) from e
             _record_failure(opts.output, p.fingerprint, e)
             raise
     finally:
@@ -232,13 +240,43 @@ def _convert(opts: ConvertOptions, beam_options: PipelineOptions, t0: float) -> 
 
 
 def _lock(opts: ConvertOptions, fingerprint: str, beam_options: PipelineOptions) -> OutputLock:
-    """The output's lock; on gs:// through a client made from the job's Beam options (project, credentials)."""
+    """The output's lock; on gs:// through a client made from the job's Beam options (project, credentials).
+
+    Once lost (see :class:`OutputLock`), the run is stopped where it is
+    (:func:`pipelines.interrupt.stop_main`, when the CLI allows it), not
+    only at its next fence: a run whose store died fails within bounded time.
+    """
     client = None
     if opts.output.startswith("gs://"):
         from apache_beam.io.gcp.gcsio import create_storage_client
 
         client = create_storage_client(beam_options)
-    return OutputLock(opts.output, fingerprint=fingerprint, version=tool_version(), gcs_client=client)
+    heartbeat, stale_after = lock_timing()
+    lock = OutputLock(opts.output, fingerprint=fingerprint, version=tool_version(), gcs_client=client,
+                      heartbeat_seconds=heartbeat, stale_after_seconds=stale_after)
+    lock.on_lost = stop_main
+    return lock
+
+
+def _lost(lock: OutputLock, e: BaseException) -> BaseException:
+    """What a failed run whose lock is not provably its own raises: the signal that ended it, or LockLostError."""
+    signalled = e if isinstance(e, Interrupted | KeyboardInterrupt) else received()  # Beam may re-make it
+    if signalled is not None:
+        log.error("%s: not recording the failure, since the lock of %s %s", failure_reason(signalled), lock.output,
+                  lock.lost or "could not be refreshed")
+        return signalled
+    seen: BaseException | None = e
+    for _ in range(20):  # the fence's own error, if it is in the chain (in-process runs)
+        if seen is None:
+            break
+        if isinstance(seen, Stopped):  # the heartbeat thread stopped the run (stop_main)
+            if not isinstance(seen.reason, LockLostError):  # re-made from its text by Beam on the way
+                break
+            seen = seen.reason
+        if isinstance(seen, LockLostError):
+            return LockLostError(lock.output, seen.why, seen.step)
+        seen = seen.__cause__ or seen.__context__
+    return LockLostError(lock.output, lock.lost or f"could not be refreshed after the run failed ({failure_reason(e)})")
 
 
 def _check_existing(opts: ConvertOptions, fingerprint: str) -> dict[str, Any] | None:
@@ -352,13 +390,15 @@ def _record_failure(output: str, fingerprint: str, e: BaseException) -> None:
         log.warning("could not write %s: %s", marker, err)
 
 
-def _build_pipeline(p: Plan, analysis: dict[str, Any] | None, runner: local.Runner) -> beam.Pipeline:
+def _build_pipeline(p: Plan, analysis: dict[str, Any] | None, runner: local.Runner,
+                    lock: OutputLock) -> beam.Pipeline:
     """The job's pipeline: analyze (or reuse an analysis), convert, gather the shuffled shards, commit."""
     opts, config, units = p.options, p.config, list(p.units)
     ctx = CommitContext(
         inputs=list(p.files), num_shards=len(units), fingerprint=p.fingerprint, config_json=config.to_json(),
         config_hash=config.hash, runner=runner.label, tool_version=tool_version(),
         started=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"), run_id=new_run_id(),
+        lock_token=lock.token, lock_max_age=lock.lost_after,
     )
     pipeline = beam.Pipeline(runner=runner.beam_runner, options=_ViewCachingOptions(runner.args))
     # The reshuffle spreads the units over workers; in one process there is
@@ -400,7 +440,7 @@ def _run(p: Plan, analysis: dict[str, Any] | None, lock: OutputLock) -> tuple[in
     work = local.Work(total_bytes=p.total_bytes, num_units=p.num_shards, paths=paths, tmp_dir=tmp_dir)
     with local.runner_for(opts, args, runner_name, work) as runner:
         lock.start_heartbeat()  # a thread: only once the workers are forked
-        pipeline = _build_pipeline(p, analysis, runner)
+        pipeline = _build_pipeline(p, analysis, runner, lock)
         try:
             runner.run(pipeline)
         except Exception as e:

@@ -18,6 +18,14 @@ A second run finding a live lock gets :class:`LockHeldError` naming the owner
 at once. A *stale* lock (heartbeat older than ``stale_after_seconds``, or an
 owner on this host whose process is gone) is taken over with a warning.
 
+A run whose lock was taken over (it stalled) must not touch the output
+again: before each delete, rename or commit write it proves the lock is
+still its own (:func:`fence`, :meth:`OutputLock.check`), and a lock that is
+another run's, or that no refresh has proved for half the staleness bound,
+is *lost*: :class:`LockLostError`. Each call to the store is bounded
+(:data:`IO_TIMEOUT_SECONDS`), so a dead store makes the lock lost, not a
+hang.
+
 Creation is atomic where the storage allows it: local paths by
 ``O_CREAT | O_EXCL`` (a stale lock is renamed aside first, and put back if it
 turns out to be another run's fresh lock), ``gs://`` by generation
@@ -46,17 +54,21 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from convert.lockfile import (
     HEARTBEAT_SECONDS,
     LOCK_FILENAME,
+    MAX_STALE_AFTER_SECONDS,
     STALE_AFTER_SECONDS,
     boot_id,
     describe_owner,
+    heartbeat_age,
     is_stale,
     parse_lock,
     process_start,
+    stale_bound,
 )
 
 log = logging.getLogger("recordprep")
@@ -66,9 +78,12 @@ __all__ = [
     "LOCK_FILENAME",
     "STALE_AFTER_SECONDS",
     "LockHeldError",
+    "LockLostError",
     "OutputLock",
     "describe_owner",
+    "fence",
     "is_stale",
+    "lock_timing",
     "read_lock",
 ]
 
@@ -85,7 +100,7 @@ class LockHeldError(RuntimeError):
             f"{output} is being written by another conversion: {describe_owner(owner)}, running since {since} "
             f"(last heartbeat {beat}); wait for it to finish (recordprep wait {output}) or write to another "
             f"directory. A lock whose run died is taken over once its heartbeat is "
-            f"{lock.get('stale_after_seconds', STALE_AFTER_SECONDS):.0f} s old."
+            f"{stale_bound(lock):g} s old."
         )
 
 
@@ -133,9 +148,14 @@ class _Local:
 
     def replace(self, data: bytes, held: Any) -> Any:
         tmp = f"{self.path}.{uuid.uuid4().hex[:8]}"
-        with open(tmp, "wb") as f:
-            f.write(data)
-        os.replace(tmp, self.path)
+        try:
+            with open(tmp, "wb") as f:
+                f.write(data)
+            os.replace(tmp, self.path)
+        except BaseException:  # a full disk: leave no partial copy in the output
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
         return data
 
     def remove_if(self, state: Any) -> bool:
@@ -156,18 +176,30 @@ class _Local:
         return True
 
 
+#: Seconds one request of the lock may take (connect and read), and how often a
+#: failed one is tried again: a store that stops answering fails the lock's
+#: calls within seconds, not after a client's default minutes of retries.
+IO_TIMEOUT_SECONDS = 10.0
+IO_ATTEMPTS = 2
+
+
 class _Gcs:
     """A lock object on GCS, every change conditional on the object's generation."""
 
     def __init__(self, path: str, client: Any):
+        from google.cloud.storage.retry import DEFAULT_RETRY
+
         bucket, _, name = path[len("gs://"):].partition("/")
         self.blob = client.bucket(bucket).blob(name)
+        self.io: dict[str, Any] = {"timeout": IO_TIMEOUT_SECONDS}
+        self.retry = DEFAULT_RETRY.with_deadline(IO_TIMEOUT_SECONDS * IO_ATTEMPTS)
 
     def create(self, data: bytes) -> bool:
         from google.api_core.exceptions import PreconditionFailed
 
         try:
-            self.blob.upload_from_string(data, content_type="application/json", if_generation_match=0)
+            self.blob.upload_from_string(data, content_type="application/json", if_generation_match=0,
+                                         retry=self.retry, **self.io)
         except PreconditionFailed:
             return False
         return True
@@ -176,24 +208,25 @@ class _Gcs:
         from google.api_core.exceptions import NotFound
 
         try:
-            blob = self.blob.bucket.get_blob(self.blob.name)
+            blob = self.blob.bucket.get_blob(self.blob.name, retry=self.retry, **self.io)
             if blob is None:
                 return None
-            data = blob.download_as_bytes(if_generation_match=blob.generation)
+            data = blob.download_as_bytes(if_generation_match=blob.generation, retry=self.retry, **self.io)
         except NotFound:
             return None
         updated = blob.updated.timestamp() if blob.updated else _now()
         return data, blob.generation, updated
 
     def replace(self, data: bytes, held: Any) -> Any:
-        self.blob.upload_from_string(data, content_type="application/json", if_generation_match=held)
+        self.blob.upload_from_string(data, content_type="application/json", if_generation_match=held,
+                                     retry=self.retry, **self.io)
         return self.blob.generation
 
     def remove_if(self, state: Any) -> bool:
         from google.api_core.exceptions import NotFound, PreconditionFailed
 
         try:
-            self.blob.delete(if_generation_match=state)
+            self.blob.delete(if_generation_match=state, retry=self.retry, **self.io)
         except NotFound:
             return True
         except PreconditionFailed:
@@ -261,13 +294,20 @@ class _S3:
 
 
 def _s3_client() -> Any:
-    from apache_beam.io.aws.clients.s3.boto3_client import Client
+    """A boto3 client as Beam's S3 file system makes it, with bounded timeouts and retries."""
+    import boto3
     from apache_beam.io.filesystems import FileSystems
-    from apache_beam.options.pipeline_options import PipelineOptions
+    from apache_beam.options.pipeline_options import PipelineOptions, S3Options
+    from botocore.config import Config
 
     # The options the run set on FileSystems (pipelines.remote.filesystem_options), if any.
-    options = getattr(FileSystems, "_pipeline_options", None) or PipelineOptions([])
-    return Client(options=options).client
+    o = (getattr(FileSystems, "_pipeline_options", None) or PipelineOptions([])).view_as(S3Options)
+    return boto3.session.Session().client(
+        service_name="s3", region_name=o.s3_region_name, api_version=o.s3_api_version, use_ssl=not o.s3_disable_ssl,
+        verify=o.s3_verify, endpoint_url=o.s3_endpoint_url, aws_access_key_id=o.s3_access_key_id,
+        aws_secret_access_key=o.s3_secret_access_key, aws_session_token=o.s3_session_token,
+        config=Config(connect_timeout=IO_TIMEOUT_SECONDS, read_timeout=IO_TIMEOUT_SECONDS,
+                      retries={"max_attempts": IO_ATTEMPTS, "mode": "standard"}))
 
 
 class _Azure:
@@ -287,6 +327,9 @@ class _Azure:
 
         _, container, name = parse_azfs_url(path)
         self.blob = (client or _azure_client()).get_blob_client(container, name)
+        # azure-core reads these per request: bounded connect/read time and retries.
+        self.io = {"connection_timeout": IO_TIMEOUT_SECONDS, "read_timeout": IO_TIMEOUT_SECONDS,
+                   "retry_total": IO_ATTEMPTS - 1}
 
     def create(self, data: bytes) -> bool:
         from azure.core.exceptions import ResourceExistsError, ResourceModifiedError
@@ -294,7 +337,7 @@ class _Azure:
 
         try:  # overwrite=False sends If-None-Match: *
             resp = self.blob.upload_blob(data, overwrite=False,
-                                         content_settings=ContentSettings(content_type="application/json"))
+                                         content_settings=ContentSettings(content_type="application/json"), **self.io)
         except (ResourceExistsError, ResourceModifiedError):  # 409 BlobAlreadyExists, or 412 from a proxy
             return False
         self.etag = resp["etag"]
@@ -304,7 +347,7 @@ class _Azure:
         from azure.core.exceptions import ResourceNotFoundError
 
         try:
-            stream = self.blob.download_blob()
+            stream = self.blob.download_blob(**self.io)
             data = stream.readall()
         except ResourceNotFoundError:
             return None
@@ -315,7 +358,7 @@ class _Azure:
         from azure.storage.blob import ContentSettings
 
         resp = self.blob.upload_blob(data, overwrite=True, etag=held, match_condition=MatchConditions.IfNotModified,
-                                     content_settings=ContentSettings(content_type="application/json"))
+                                     content_settings=ContentSettings(content_type="application/json"), **self.io)
         return resp["etag"]
 
     def remove_if(self, state: Any) -> bool:
@@ -323,7 +366,7 @@ class _Azure:
         from azure.core.exceptions import ResourceModifiedError, ResourceNotFoundError
 
         try:
-            self.blob.delete_blob(etag=state, match_condition=MatchConditions.IfNotModified)
+            self.blob.delete_blob(etag=state, match_condition=MatchConditions.IfNotModified, **self.io)
         except ResourceNotFoundError:
             return True
         except ResourceModifiedError:
@@ -419,6 +462,105 @@ def read_lock(output: str, gcs_client: Any = None) -> dict[str, Any] | None:
 
 # ---------------------------------------------------------------- the lock
 
+#: The lock's staleness bound in seconds (1 to MAX_STALE_AFTER_SECONDS; the
+#: heartbeat is a sixth of it), when a deployment (or a test) must notice dead
+#: runs sooner than a minute. An environment setting, not a convert option: it
+#: must be the same for every run of an output.
+STALE_AFTER_ENV = "RECORDPREP_LOCK_STALE_AFTER"
+#: Test hook: a run with this set to a fence's step (``clear``, ``commit-shards``,
+#: ...) stops itself with SIGSTOP right before that step's check, once, so a
+#: test can take its lock over while it is paused.
+PAUSE_ENV = "RECORDPREP_TEST_PAUSE_AT"
+
+_HELD: dict[str, OutputLock] = {}  # output -> the lock this process holds on it
+
+
+def lock_timing() -> tuple[float, float]:
+    """``(heartbeat_seconds, stale_after_seconds)``: the defaults, or from ``$RECORDPREP_LOCK_STALE_AFTER``."""
+    raw = os.environ.get(STALE_AFTER_ENV, "").strip()
+    if not raw:
+        return HEARTBEAT_SECONDS, STALE_AFTER_SECONDS
+    try:
+        bound = float(raw)
+    except ValueError:
+        bound = float("nan")
+    if not 1.0 <= bound <= MAX_STALE_AFTER_SECONDS:  # NaN fails too
+        raise ValueError(f"${STALE_AFTER_ENV} must be a number of seconds from 1 to {MAX_STALE_AFTER_SECONDS:g}, "
+                         f"found {raw!r}")
+    return bound / 6, bound
+
+
+class LockLostError(RuntimeError):
+    """This run no longer holds its output's lock, or cannot prove it does: it must not
+    delete, rename or write anything in the output, and stops."""
+
+    def __init__(self, output: str, why: str, step: str = ""):
+        self.output, self.why, self.step = output, why, step
+        before = f" before {step.split(' ', 1)[-1].strip('()')}" if step else ""
+        super().__init__(
+            f"this run stopped{before}: the lock of {output} {why}. It deleted and committed nothing "
+            f"from then on; the output belongs to the lock's new holder (if none, re-run the conversion)")
+
+
+def _key(output: str) -> str:
+    return output.rstrip("/")
+
+
+def _pause_if_asked(step: str) -> None:
+    """:data:`PAUSE_ENV`: stop this process before ``step``'s check, once (tests only)."""
+    if os.environ.get(PAUSE_ENV) and os.environ[PAUSE_ENV] == step.split(" ", 1)[0]:
+        del os.environ[PAUSE_ENV]
+        import signal
+
+        log.warning("pausing (SIGSTOP) before %s, as $%s asks", step, PAUSE_ENV)
+        os.kill(os.getpid(), signal.SIGSTOP)
+
+
+def fence(output: str, token: str, max_age: float, step: str) -> None:
+    """The check before a destructive step of the run whose lock carries ``token``.
+
+    Returns only if the lock is provably that run's right now; raises
+    :class:`LockLostError` otherwise. In the process holding the lock (the
+    launcher, or an in-process runner's commit) the proof is a conditional
+    refresh (:meth:`OutputLock.check`). Elsewhere (a worker process) it is a
+    read: the lock carries ``token`` and a heartbeat at most ``max_age`` old,
+    so no other run can take it over for ``stale_after - max_age`` seconds
+    (the time the step has). ``step`` is ``"id (what it does)"``; an empty
+    ``token`` (no lock) checks nothing.
+    """
+    if not token:
+        return
+    held = _HELD.get(_key(output))
+    if held is not None and held.owner["token"] == token and held.owner["pid"] == os.getpid():
+        held.check(step)
+        return
+    _pause_if_asked(step)
+    try:
+        got = _storage(_lock_path(output)).read()
+    except Exception as e:  # noqa: BLE001 - unreadable: ownership unproven
+        raise LockLostError(output, f"could not be read ({_lock_path(output)}: {_first_line(e)})", step) from e
+    lock = _parse(got[0], got[2]) if got else None
+    why = _not_ours(lock, token)
+    if not why and heartbeat_age(lock or {}) > max_age:
+        why = f"has had no heartbeat for {heartbeat_age(lock or {}):.0f} s (this run's own limit is {max_age:g} s)"
+    if why:
+        raise LockLostError(output, why, step)
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return f"{type(e).__name__}: {text.splitlines()[0] if text else ''}".rstrip(": ")
+
+
+def _not_ours(lock: dict[str, Any] | None, token: str) -> str:
+    """Why ``lock`` (None: absent) is not the one carrying ``token``, or ``""``."""
+    if lock is None:
+        return "was removed (another run took it over and finished)"
+    owner = lock.get("owner") if isinstance(lock.get("owner"), dict) else {}
+    if owner.get("token") != token:
+        return f"was taken over by {describe_owner(owner)} (started {owner.get('started', '?')})"
+    return ""
+
 
 class OutputLock:
     """The lock of one conversion's output; see the module docstring.
@@ -428,6 +570,13 @@ class OutputLock:
     and deletes the lock if it is still ours. As a context manager it does all
     three. The thread starts separately because a launcher may fork worker
     processes after taking the lock, which must happen while it has no thread.
+
+    The lock is *lost* once a refresh finds another run's lock (or none), or
+    once no refresh has succeeded for ``lost_after`` seconds (half the
+    staleness bound: well before another run may judge it dead). Then
+    ``lost`` says why, ``on_lost`` (if set) is called from the heartbeat
+    thread, and every :meth:`check` (the fence before each delete, rename or
+    commit write) raises :class:`LockLostError`.
     """
 
     def __init__(self, output: str, *, fingerprint: str = "", version: str = "",
@@ -435,10 +584,13 @@ class OutputLock:
                  gcs_client: Any = None):
         if not heartbeat_seconds > 0 or not stale_after_seconds > heartbeat_seconds:
             raise ValueError("the lock needs heartbeat_seconds > 0 and stale_after_seconds > heartbeat_seconds")
+        if not stale_after_seconds <= MAX_STALE_AFTER_SECONDS:
+            raise ValueError(f"the lock's stale_after_seconds must be at most {MAX_STALE_AFTER_SECONDS:g}")
         self.output = output
         self.path = _lock_path(output)
         self.heartbeat_seconds = float(heartbeat_seconds)
         self.stale_after_seconds = float(stale_after_seconds)
+        self.lost_after = self.stale_after_seconds / 2
         self._store = _storage(self.path, gcs_client)
         now = _now()
         self.owner = {
@@ -447,10 +599,17 @@ class OutputLock:
             "boot_id": boot_id(), "pid_start": process_start(os.getpid()),
         }
         self._held: Any = None  # the storage's state of our lock (bytes, or a GCS generation)
+        self._last_ok = 0.0  # time.monotonic() of the last write that proved the lock ours
+        self.lost = ""  # why the lock is no longer (provably) ours
+        self.on_lost: Callable[[LockLostError], None] | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._io = threading.Lock()  # heartbeat and release never write at once
+        self._io = threading.Lock()  # heartbeat, checks and release never write at once
         self.took_over: dict[str, Any] | None = None  # the stale lock replaced, if any
+
+    @property
+    def token(self) -> str:
+        return self.owner["token"]
 
     def _document(self) -> bytes:
         now = _now()
@@ -467,6 +626,8 @@ class OutputLock:
                               else self._store.etag if isinstance(self._store, _S3 | _Azure) else data)
                 if isinstance(self._store, _BeamFs):
                     self._check_still_ours()
+                self._last_ok = time.monotonic()
+                _HELD[_key(self.output)] = self
                 return self
             got = self._store.read()
             if got is None:
@@ -497,22 +658,96 @@ class OutputLock:
         while not self._stop.wait(self.heartbeat_seconds):
             try:
                 self.refresh()
-            except Exception as e:  # noqa: BLE001 - a missed beat is not fatal; many in a row are
-                log.warning("could not refresh the lock %s: %s", self.path, e)
+            except LockLostError as e:
+                if self.on_lost is not None and not self._stop.is_set():
+                    self.on_lost(e)
+                return
+            except Exception as e:  # noqa: BLE001 - a missed beat is not fatal; lost_after of them is
+                log.warning("could not refresh the lock %s: %s (the run stops if this lasts %g s)",
+                            self.path, _first_line(e), self.lost_after)
 
     def refresh(self) -> None:
-        """Rewrite the heartbeat now (the thread does it every ``heartbeat_seconds``)."""
+        """Rewrite the heartbeat now, only if the lock is still ours (the thread does it every ``heartbeat_seconds``).
+
+        Raises :class:`LockLostError` once the lock is lost (see the class
+        docstring); another error of the store is one missed beat and passes.
+        """
         with self._io:
+            if self.lost:
+                raise LockLostError(self.output, self.lost)
             if self._held is None:
                 return
-            if not isinstance(self._store, _Gcs | _S3 | _Azure):  # the generation or ETag precondition checks it
+            try:
+                # Read first on every store: a precondition alone would let a store (or emulator)
+                # that ignores it overwrite another run's lock.
                 got = self._store.read()
-                if got is None or (_parse(got[0], got[2]).get("owner") or {}).get("token") != self.owner["token"]:
-                    log.error("the lock %s is no longer ours (another run took it over); "
-                              "this run's output may be mixed with that run's", self.path)
-                    self._held = None
-                    return
-            self._held = self._store.replace(self._document(), self._held)
+                why = _not_ours(_parse(got[0], got[2]) if got else None, self.token)
+                if why:
+                    self._lose(why, drop=True)
+                self._held = self._store.replace(self._document(), self._held)
+            except LockLostError:
+                raise
+            except Exception as e:
+                self._judge_failure(e)
+                raise
+            self._last_ok = time.monotonic()
+
+    def _judge_failure(self, e: Exception) -> None:
+        """After a failed refresh: lose the lock if another run has it, or if none succeeded for ``lost_after``."""
+        try:
+            got = self._store.read()
+            why = _not_ours(_parse(got[0], got[2]) if got else None, self.token)
+        except Exception:  # noqa: BLE001 - the store does not answer: judged by time alone
+            why = ""
+        if why:
+            self._lose(why, drop=True)
+        silent = time.monotonic() - self._last_ok
+        if silent > self.lost_after:
+            self._lose(f"could not be refreshed for {silent:.0f} s ({self.path}: {_first_line(e)}), so this "
+                       f"run cannot prove it still holds it", drop=False)
+
+    def _lose(self, why: str, *, drop: bool) -> None:
+        """Mark the lock lost (``drop``: it is another run's now, never to be deleted by this one); raise."""
+        self.lost = why
+        if drop:
+            self._held = None
+        log.error("the lock %s %s; this run stops before it deletes or commits anything more", self.path, why)
+        raise LockLostError(self.output, why)
+
+    def check(self, step: str) -> None:
+        """The fence before a destructive step: return only once a conditional refresh proved the lock ours.
+
+        A store error is tried again until the lock is lost (``lost_after``
+        without a successful refresh). Raises :class:`LockLostError`.
+        """
+        _pause_if_asked(step)
+        while True:
+            if self._held is None and not self.lost:
+                raise LockLostError(self.output, "is not held by this run", step)
+            try:
+                self.refresh()
+                return
+            except LockLostError as e:
+                raise LockLostError(self.output, e.why, step) from None
+            except Exception:  # noqa: BLE001 - one failed refresh; _judge_failure decides when it is lost
+                time.sleep(min(1.0, self.heartbeat_seconds / 2))
+
+    def still_ours(self) -> bool:
+        """One read: whether the lock is provably ours now (False on any error).
+
+        Ours: it carries this run's token and a heartbeat at most
+        ``lost_after`` old. A read, not a refresh, so that a run failing on
+        a full disk (no room for the heartbeat) still records its failure.
+        """
+        with self._io:
+            if self.lost or self._held is None:
+                return False
+            try:
+                got = self._store.read()
+            except Exception:  # noqa: BLE001 - unproven is not ours
+                return False
+        lock = _parse(got[0], got[2]) if got else None
+        return not _not_ours(lock, self.token) and heartbeat_age(lock or {}) <= self.lost_after
 
     def release(self) -> None:
         """Stop the heartbeat and delete the lock if it is still ours; never raises."""
@@ -520,6 +755,8 @@ class OutputLock:
         if self._thread is not None:
             self._thread.join()
             self._thread = None
+        if _HELD.get(_key(self.output)) is self:
+            del _HELD[_key(self.output)]
         with self._io:
             held, self._held = self._held, None
             if held is None:

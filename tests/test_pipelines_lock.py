@@ -13,7 +13,14 @@ import time
 
 import pytest
 
-from pipelines.lock import LOCK_FILENAME, LockHeldError, OutputLock, is_stale, read_lock
+from pipelines.lock import (
+    LOCK_FILENAME,
+    LockHeldError,
+    LockLostError,
+    OutputLock,
+    is_stale,
+    read_lock,
+)
 
 
 def test_acquire_refuse_release(tmp_path):
@@ -125,17 +132,17 @@ class _FakeBlob:
         if if_generation_match is not None and if_generation_match != current:
             raise PreconditionFailed(f"generation {current} != {if_generation_match}")
 
-    def upload_from_string(self, data, content_type=None, if_generation_match=None):
+    def upload_from_string(self, data, content_type=None, if_generation_match=None, **_):
         self._check(if_generation_match)
         self.bucket.counter[0] += 1
         self.store[self.name] = (bytes(data), self.bucket.counter[0])
         self.generation = self.bucket.counter[0]
 
-    def download_as_bytes(self, if_generation_match=None):
+    def download_as_bytes(self, if_generation_match=None, **_):
         self._check(if_generation_match)
         return self.store[self.name][0]
 
-    def delete(self, if_generation_match=None):
+    def delete(self, if_generation_match=None, **_):
         from google.api_core.exceptions import NotFound
 
         if self.name not in self.store:
@@ -152,7 +159,7 @@ class _FakeBucket:
     def blob(self, name):
         return _FakeBlob(self.store, name, self)
 
-    def get_blob(self, name):
+    def get_blob(self, name, **_):
         if name not in self.store:
             return None
         b = _FakeBlob(self.store, name, self)
@@ -179,7 +186,7 @@ def test_on_gcs_every_change_is_conditional_on_the_generation():
     first.refresh()
     # another run replaced the lock meanwhile: this one's heartbeat and release leave it alone
     client.bucket("b").blob(f"out/{LOCK_FILENAME}").upload_from_string(b'{"owner": {"user": "bob"}, "heartbeat_unix": 1}')
-    with pytest.raises(Exception, match="generation"):
+    with pytest.raises(LockLostError, match="taken over by pid"):  # the generation precondition failed
         first.refresh()
     first.release()
     assert b"bob" in client.bucket("b").get_blob(f"out/{LOCK_FILENAME}").download_as_bytes()

@@ -47,7 +47,7 @@ app.add_typer(data_service, name="data-service")
 
 def main() -> None:
     """``recordprep``: set up this process (a local convert's launcher; Ctrl-C and SIGTERM end a run cleanly), then run the command."""
-    from pipelines.interrupt import Interrupted, raise_on_signals
+    from pipelines.interrupt import Interrupted, Stopped, raise_on_signals
     from pipelines.local import prepare_launcher
 
     prepare_launcher(sys.argv[1:])  # a local convert loads no more of Beam than its workers
@@ -57,3 +57,6 @@ def main() -> None:
     except Interrupted as e:
         typer.echo(f"error: {e}", err=True)
         sys.exit(e.exit_code)
+    except Stopped as e:  # the run's lock was lost (pipelines.lock), outside the run's own error handling
+        typer.echo(f"error: {e.reason}", err=True)
+        sys.exit(1)

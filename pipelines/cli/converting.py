@@ -126,7 +126,7 @@ def _exit_codes(verbose: bool) -> Iterator[None]:
     from convert.config import ConfigError
     from convert.splits import SplitError
     from pipelines.job import failure_reason
-    from pipelines.lock import LockHeldError
+    from pipelines.lock import LockHeldError, LockLostError
     from pipelines.options import OptionsError
     from pipelines.output_guard import OutputExistsError, OutputPathError
     from pipelines.plan import InputError
@@ -137,7 +137,7 @@ def _exit_codes(verbose: bool) -> Iterator[None]:
         yield
     except (ConfigError, OptionsError, SplitError, InputError, OutputPathError, RemotePathError) as e:
         fail(str(e), 2)
-    except (ConversionFailed, OutputExistsError, LockHeldError, FileNotFoundError) as e:
+    except (ConversionFailed, OutputExistsError, LockHeldError, LockLostError, FileNotFoundError) as e:
         fail(getattr(e, "message", None) or str(e))
     except Exception as e:  # noqa: BLE001 - last resort: one line, details with -v
         if verbose:
