@@ -2,7 +2,8 @@
 writes (issue 44 follow-up): a directory in a vocabulary's or the analysis'
 place is a reported problem, not a traceback; a device in their place (a
 symlink to ``/dev/zero``, which never ends) is read no further than one byte
-past its size, so verify reports it instead of hashing forever."""
+past its size, so verify reports it instead of hashing forever. A path whose
+URL scheme no file system reads is a usage error before any work."""
 
 from __future__ import annotations
 
@@ -82,3 +83,25 @@ def test_metadata_replaced_by_a_device_that_never_ends_is_refused_not_read_into_
     t.join(120)
     assert box, f"{command} did not finish: it reads a file that never ends"
     assert box[0].exit_code != 0 and "dataset_info.json" in box[0].output, box[0].output
+
+
+@pytest.mark.parametrize(("args", "path"), [
+    (["inspect", "http://127.0.0.1:9/out"], "http://127.0.0.1:9/out"),
+    (["verify", "s3a://bucket/out"], "s3a://bucket/out"),
+    (["convert", "-o", "http://127.0.0.1:9/out", "--dry-run"], "http://127.0.0.1:9/out"),
+    (["convert", "--analysis-from", "https://127.0.0.1:9/prev", "--dry-run"], "https://127.0.0.1:9/prev"),
+], ids=["inspect-http", "verify-s3a", "dry-run-output-http", "analysis-from-https"])
+def test_a_path_no_file_system_reads_is_a_usage_error_before_any_work(made, tmp_path, args, path):
+    """Before: the dry run passed (exit 0) and the others failed with Beam's ValueError (exit 1)."""
+    if args[0] == "convert":
+        info = made.parent
+        args = ["convert", "-i", str(info / "d" / "*.avro"), "-c", str(info / "cfg.yaml"),
+                *(["-o", str(tmp_path / "o")] if "-o" not in args else []), *args[1:]]
+    r = runner.invoke(app, args)
+    assert r.exit_code == 2, r.output
+    assert f"{path}: no file system reads" in r.output and "copy the data" in r.output
+
+
+def test_a_file_url_is_a_usage_error_naming_the_local_path(tmp_path):
+    r = runner.invoke(app, ["inspect", f"file://{tmp_path}"])
+    assert r.exit_code == 2 and f"write a local path without file:// ({tmp_path})" in r.output, r.output
