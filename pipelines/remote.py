@@ -47,8 +47,8 @@ from pipelines.options import beam_flag
 
 class RemotePathError(ValueError):
     """A path the run's file systems cannot serve as written (no NameNode to tell, another
-    Azure account than the connection string's, two accounts in one job, ``az://``): a usage
-    error, raised before anything is read or written."""
+    Azure account than the connection string's, two accounts in one job, ``az://``, a scheme no
+    file system reads): a usage error, raised before anything is read or written."""
 
 
 WEBHDFS_URL_ENV = "RECORDPREP_WEBHDFS_URL"  # same variable as readers._staging
