@@ -1,7 +1,7 @@
 """Hostile input the round-4 fixes missed (issue 44 follow-up): Parquet
 footers that lose rows when a run reads only some columns, row groups the
-footer places outside the file, and partition directories escaping bytes
-that are not text. Each is refused naming the file and what to do, on both
+footer places outside the file, partition directories escaping bytes that
+are not text, and encrypted columns without the file's encryption marker. Each is refused naming the file and what to do, on both
 decoders, where before its rows were dropped or its value changed silently."""
 
 from __future__ import annotations
@@ -10,9 +10,10 @@ import io
 
 import pyarrow as pa
 import pytest
-from test_convert_parquet_guards import DECODERS, _patch_footer, _read, _write
+from test_convert_parquet_guards import DECODERS, _encrypted, _patch_footer, _read, _write
 
 from convert.parquet import read_parquet_schema
+from convert.parquet_footer import _skip, _varint
 from convert.source_types import InputFileError
 
 
@@ -69,3 +70,36 @@ def test_a_row_group_of_no_rows_may_leave_its_offsets_zero():
     """As parquet-cpp writes an empty table's row group (parquet-testing's column_chunk_key_value_metadata)."""
     empty = _write(pa.table({"id": pa.array([], pa.int64())}), use_dictionary=False)
     assert _read(_patch_footer(empty, {(4, 0, 1, 0, 3, 9): 0})) == []
+
+
+def _without_file_encryption_marker(data: bytes) -> bytes:
+    """``data`` (encrypted columns, plaintext footer) with ``FileMetaData``'s fields from 8 on
+    (``encryption_algorithm``, ``footer_signing_key_metadata``) and the signature cut: only the
+    column chunks' ``crypto_metadata`` still says the columns are encrypted."""
+    length = int.from_bytes(data[-8:-4], "little")
+    body, footer = data[:-8 - length], data[-8 - length:-8]
+    pos = last = 0
+    while footer[pos]:
+        start, byte = pos, footer[pos]
+        pos += 1
+        if byte >> 4:
+            last += byte >> 4
+        else:
+            raw, pos = _varint(footer, pos)
+            last = (raw >> 1) ^ -(raw & 1)
+        if last >= 8:
+            cut = footer[:start] + b"\x00"
+            return body + cut + len(cut).to_bytes(4, "little") + b"PAR1"
+        pos = _skip(footer, pos, byte & 0x0F, 0)
+    raise AssertionError("no encryption marker in the footer")
+
+
+def test_encrypted_columns_without_the_files_marker_are_refused_not_aborting_the_process():
+    """pyarrow aborts the process (SIGABRT: "Cannot decrypt ColumnMetadata") at the first column
+    chunk's metadata; the file's ``encryption_algorithm`` is not the only marker to look for."""
+    data = _without_file_encryption_marker(_encrypted(plaintext_footer=True))
+    for decoder in DECODERS:
+        with pytest.raises(InputFileError, match=r"an encrypted Parquet file \(some of its columns are encrypted\)"):
+            _read(data, "e.parquet", decoder)
+    with pytest.raises(InputFileError, match="an encrypted Parquet file"):
+        read_parquet_schema(io.BytesIO(data), "e.parquet")
