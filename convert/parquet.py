@@ -190,10 +190,13 @@ def iter_parquet(f: IO[bytes], path: str, start: int = 0, end: int | None = None
     fast = (decoder == "auto" and bool(names) and "" not in names  # polars renames a column ""
             and all(is_columnar_type(schema.field(n).type) for n in names))
     reader = _dictionary_reader(f, pf, names, leaves)
-    for i, off in enumerate(row_group_offsets(pf)):
+    offsets = row_group_offsets(pf)
+    _check_offsets(f, path, pf, offsets)
+    counted = _counted_leaves(pf, leaves)
+    for i, off in enumerate(offsets):
         if off < start or (end is not None and off >= end):
             continue
-        _check_row_group(pf, path, i, off, max_block_bytes, leaves)
+        _check_row_group(pf, path, i, off, max_block_bytes, leaves, counted)
         row, memo = 0, {}  # memo: the dictionary values built, for this row group's batches
         try:
             for rb in reader.iter_batches(batch_size, row_groups=[i], columns=names, use_threads=False):
@@ -323,10 +326,42 @@ def _columnar(rb: pa.RecordBatch, parts: dict[str, str | None], path: str, recor
     return frame_records(df, path, record_json)
 
 
-def _check_row_group(pf: pq.ParquetFile, path: str, i: int, off: int, cap: int, leaves: list[int]) -> None:
-    """Refuse a row group one of whose read column chunks claims more than
-    ``cap`` bytes decompressed, or (not repeated) holds other than one value
-    per row: pyarrow would read only as many rows as the footer says."""
+def _check_offsets(f: IO[bytes], path: str, pf: pq.ParquetFile, offsets: list[int]) -> None:
+    """Refuse a row group with rows whose first page the footer places outside
+    the file's data (after ``PAR1``, before the footer): no byte range would
+    own it, so its rows would be lost without a word. (Writers leave offsets
+    0 in a row group of no rows.)"""
+    end = f.seek(0, 2)
+    f.seek(end - 8)
+    data_end = end - 8 - int.from_bytes(f.read(4), "little")
+    f.seek(0)
+    md = pf.metadata
+    bad = next((i for i, off in enumerate(offsets) if not 4 <= off < data_end and md.row_group(i).num_rows),
+               None)
+    if bad is not None:
+        raise InputFileError(path, f"row group {bad}: the footer places its first page at byte {offsets[bad]}, "
+                                   f"outside the file's data (bytes 4 to {data_end}); the file is corrupt "
+                                   "(rewrite it)", 0)
+
+
+def _counted_leaves(pf: pq.ParquetFile, leaves: list[int]) -> list[int]:
+    """The leaf columns whose value counts ``_check_row_group`` compares with
+    the row group's rows: those read, and one not repeated (one value per row)
+    if none read is, so that a footer understating the rows is seen when the
+    run reads only list columns (pyarrow would read as many rows as it says)."""
+    schema = pf.schema
+    if any(schema.column(j).max_repetition_level == 0 for j in leaves):
+        return leaves
+    flat = next((j for j in range(pf.metadata.num_columns) if schema.column(j).max_repetition_level == 0), None)
+    return leaves if flat is None else [*leaves, flat]
+
+
+def _check_row_group(pf: pq.ParquetFile, path: str, i: int, off: int, cap: int, leaves: list[int],
+                     counted: list[int]) -> None:
+    """Refuse a row group one of whose read column chunks (``leaves``) claims
+    more than ``cap`` bytes decompressed, or one of whose ``counted`` chunks
+    holds other than one value per row (not repeated; fewer than one
+    repeated): pyarrow would read only as many rows as the footer says."""
     rg = pf.metadata.row_group(i)
     for j in leaves:
         c = rg.column(j)
@@ -334,7 +369,10 @@ def _check_row_group(pf: pq.ParquetFile, path: str, i: int, off: int, cap: int, 
             raise InputFileError(path, f"row group {i}, column {c.path_in_schema!r}: the column chunk claims "
                                        f"{c.total_uncompressed_size} bytes decompressed, over the cap of "
                                        f"{mb(cap)}; raise --max-block-mb if the file is trusted", off)
-        if c.num_values != rg.num_rows and pf.schema.column(j).max_repetition_level == 0:
+    for j in counted:
+        c = rg.column(j)
+        flat = pf.schema.column(j).max_repetition_level == 0
+        if (c.num_values != rg.num_rows) if flat else (c.num_values < rg.num_rows):
             raise InputFileError(path, f"row group {i}, column {c.path_in_schema!r}: the column chunk holds "
                                        f"{c.num_values} values, the row group has {rg.num_rows} rows; the file is "
                                        "corrupt (rewrite it)", off)

@@ -7,7 +7,8 @@ footer is touched without keys (``ParquetFile.metadata.row_group(i).column(j)``)
 and names a file with an encrypted footer "not a Parquet file". So the reader
 asks ``encryption`` first: the magic ``PARE`` (encrypted footer) at either
 end, or ``FileMetaData.encryption_algorithm`` (field 8, set only in files with
-encrypted columns and a plaintext footer) in the Thrift compact encoded footer.
+encrypted columns and a plaintext footer) or a ``ColumnChunk.crypto_metadata``
+in the Thrift compact encoded footer.
 
 A plaintext footer of such a file is signed: 28 bytes (nonce and tag) follow
 its ``FileMetaData``. A footer that pyarrow read to its last byte
@@ -61,18 +62,26 @@ def encryption(f: IO[bytes], metadata_size: int | None = None) -> str | None:
     finally:
         f.seek(0)
     try:
-        return "columns" if _top_level_fields(footer) & {8, 9} else None
+        return "columns" if _encryption_fields(footer) else None
     except (_Bad, IndexError):
         return None
 
 
-def _top_level_fields(buf: bytes) -> set[int]:
-    """The field ids of the Thrift compact struct at the start of ``buf``
-    (one loop over an explicit stack: footers of wide files hold millions of values)."""
-    ids: set[int] = set()
+# The roles of the structs ``_encryption_fields`` looks into: FileMetaData, its row_groups (field 4)
+# and their columns (RowGroup field 1).
+_OTHER, _FILE, _ROW_GROUP, _COLUMN = range(4)
+
+
+def _encryption_fields(buf: bytes) -> bool:
+    """Whether the Thrift compact ``FileMetaData`` at the start of ``buf`` marks
+    encryption: its ``encryption_algorithm`` or ``footer_signing_key_metadata``
+    (fields 8, 9), or a column chunk's ``crypto_metadata`` or
+    ``encrypted_column_metadata`` (``ColumnChunk`` fields 8, 9; a file may hold
+    these without the file's marker, and pyarrow then aborts as well).
+    One loop over an explicit stack: footers of wide files hold millions of values."""
     pos = 0
-    # frames: [is_struct, last field id, list items left, list item kind]
-    stack: list[list[int]] = [[1, 0, 0, 0]]
+    # frames: [is_struct, last field id, list items left, list item kind, role (of the struct or the items)]
+    stack: list[list[int]] = [[1, 0, 0, 0, _FILE]]
     while stack:
         frame = stack[-1]
         if frame[0]:  # a struct: the next field header
@@ -87,14 +96,16 @@ def _top_level_fields(buf: bytes) -> set[int]:
             else:
                 raw, pos = _varint(buf, pos)
                 frame[1] = (raw >> 1) ^ -(raw & 1)
-            if len(stack) == 1:
-                ids.add(frame[1])
+            if frame[4] in (_FILE, _COLUMN) and frame[1] in (8, 9):
+                return True
+            role = (_ROW_GROUP if (frame[4], frame[1]) == (_FILE, 4)
+                    else _COLUMN if (frame[4], frame[1]) == (_ROW_GROUP, 1) else _OTHER)
         else:  # a list or set: the next item
             if not frame[2]:
                 stack.pop()
                 continue
             frame[2] -= 1
-            kind = frame[3]
+            kind, role = frame[3], frame[4]
         if kind <= 2:  # bool in a field header
             continue
         if kind == 3:
@@ -111,7 +122,7 @@ def _top_level_fields(buf: bytes) -> set[int]:
         elif kind == 12:
             if len(stack) > _MAX_STRUCT_DEPTH:
                 raise _Bad
-            stack.append([1, 0, 0, 0])
+            stack.append([1, 0, 0, 0, role if not frame[0] else _OTHER])
         elif kind in (9, 10):
             head = buf[pos]
             pos += 1
@@ -120,14 +131,14 @@ def _top_level_fields(buf: bytes) -> set[int]:
                 n, pos = _varint(buf, pos)
             if len(stack) > _MAX_STRUCT_DEPTH or n > len(buf):
                 raise _Bad
-            stack.append([0, 0, n, 3 if elem in (1, 2) else elem])
+            stack.append([0, 0, n, 3 if elem in (1, 2) else elem, role])
         elif kind == 11:
             pos = _skip(buf, pos, kind, len(stack))
         else:
             raise _Bad
         if pos > len(buf):
             raise _Bad
-    return ids
+    return False
 
 
 def _varint(buf: bytes, pos: int) -> tuple[int, int]:

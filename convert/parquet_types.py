@@ -119,15 +119,21 @@ def partition_fields(path: str) -> dict[str, str | None]:
     """The hive-style partition fields of a file: the directories directly above
     it named ``key=value`` (up to the first one that is not), outermost first,
     keys and values URL-unquoted as Hive and Spark escape them. Raises
-    ``ValueError`` for a key named twice (``k=1/k=2/``)."""
+    ``ValueError`` for a key named twice (``k=1/k=2/``) or an escape of bytes
+    that are not UTF-8 (``%E9``: no string, and two such directories would
+    read as one value)."""
     parts = posixpath.dirname(path.replace("\\", "/")).split("/")
     found: list[tuple[str, str | None]] = []
     for part in reversed(parts):
         key, eq, value = part.partition("=")
         if not eq or not key:
             break
-        value = urllib.parse.unquote(value)
-        found.append((urllib.parse.unquote(key), None if value == HIVE_NULL else value))
+        try:
+            key, value = (urllib.parse.unquote(x, errors="strict") for x in (key, value))
+        except UnicodeDecodeError:
+            raise ValueError(f"the partition directory {part!r} escapes bytes that are not UTF-8 text; a partition "
+                             "value is a string (Hive and Spark escape UTF-8): rename the directory") from None
+        found.append((key, None if value == HIVE_NULL else value))
     out = dict(reversed(found))
     if len(out) != len(found):
         key = next(k for i, (k, _) in enumerate(found) if any(k == k2 for k2, _ in found[i + 1:]))

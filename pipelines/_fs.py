@@ -107,12 +107,15 @@ def read_file(path: str) -> bytes | None:
 
     Through Beam's file systems, which need no TensorFlow (conversion hosts
     lack it); other errors (unreachable storage, a directory) are raised.
+    Read no further than one byte past its size: a device in its place (a
+    symlink to ``/dev/zero``, size 0) never ends, and the byte past makes the
+    caller's parse or digest fail instead.
     """
     if not FileSystems.exists(path):
         return None
     try:
         with FileSystems.open(path, compression_type="uncompressed") as f:
-            return f.read()
+            return f.read(size_of(path) + 1)
     except FileNotFoundError:  # removed between the two calls
         return None
 

@@ -47,8 +47,8 @@ from pipelines.options import beam_flag
 
 class RemotePathError(ValueError):
     """A path the run's file systems cannot serve as written (no NameNode to tell, another
-    Azure account than the connection string's, two accounts in one job, ``az://``): a usage
-    error, raised before anything is read or written."""
+    Azure account than the connection string's, two accounts in one job, ``az://``, a scheme no
+    file system reads): a usage error, raised before anything is read or written."""
 
 
 WEBHDFS_URL_ENV = "RECORDPREP_WEBHDFS_URL"  # same variable as readers._staging
@@ -151,8 +151,36 @@ def check_paths(opts: Any, *more: str | None) -> None:
     the run starts, not after it committed."""
     args = list(opts.beam_args)
     paths = [*opts.inputs, opts.output, getattr(opts, "analysis_from", None), *more]
+    check_schemes(paths)
     hdfs_beam_args(paths, args)
     azure_beam_args(paths, args)
+
+
+def check_schemes(paths: Iterable[str | None]) -> None:
+    """Raise :class:`RemotePathError` for a path whose URL scheme no file system of Beam's reads
+    (``http://``, ``s3a://``; ``gs://`` without Beam's GCP extra): Beam would fail later, with a
+    traceback, and a ``--dry-run`` would pass."""
+    from apache_beam.io.filesystem import FileSystem
+    from apache_beam.io.filesystems import FileSystems
+
+    for p in paths:
+        p = str(p or "")
+        scheme = FileSystems.get_scheme(p)
+        if scheme is None or other_scheme_hint_of(p):
+            continue  # a local path, or one azure_beam_args names the right scheme for
+        if scheme.lower() == "file":
+            raise RemotePathError(f"{p}: write a local path without file:// ({p.split('://', 1)[1]})")
+        if scheme not in {fs.scheme() for fs in FileSystem.get_all_subclasses()}:  # as get_filesystem looks it up
+            raise RemotePathError(f"{p}: no file system reads {scheme}:// paths here; recordprep reads local "
+                                  "paths, gs://, s3://, azfs:// and hdfs:// (gs:// needs apache-beam[gcp]): "
+                                  "copy the data to one of them")
+
+
+def other_scheme_hint_of(path: str) -> str | None:
+    """``readers._staging_azure.other_scheme_hint``: what to write instead of ``az://``, ``abfs://``, ``wasb://``."""
+    from readers._staging_azure import other_scheme_hint
+
+    return other_scheme_hint(path)
 
 
 def pipeline_options(opts: Any) -> PipelineOptions:
@@ -209,6 +237,7 @@ def use_paths(*paths: str | None) -> None:
     from apache_beam.io.filesystems import FileSystems
     from apache_beam.options.pipeline_options import PipelineOptions
 
+    check_schemes(paths)
     flags = hdfs_beam_args(paths, []) + azure_beam_args(paths, [])
     _azure_patch(paths)
     if flags:

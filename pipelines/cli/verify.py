@@ -105,7 +105,10 @@ def _analysis_problems(output: str, info: DatasetInfo) -> list[str]:
     writes (``analysis_problems``), and where it contradicts the metadata's feature spec
     (``OutputAnalysis.from_json``). None when the file is absent (``_digest_problems`` says so)."""
     path = FileSystems.join(output, _analysis_name(output, info))
-    data = read_file(path)
+    try:
+        data = read_file(path)
+    except OSError as e:  # a directory in its place, no permission
+        return [f"{path}: unreadable ({e}); re-run the conversion"]
     if data is None:
         return []
     try:
@@ -143,7 +146,11 @@ def _digest_problems(output: str, info: DatasetInfo) -> list[str]:
             problems.append(f"{FileSystems.join(output, METADATA_FILENAME)}: no {key} (the digest of {name}); "
                             f"the converter always writes it, so the metadata was edited: re-run the conversion")
             continue
-        actual = _streamed_digest(path)
+        try:
+            actual = _streamed_digest(path)
+        except OSError as e:  # a directory in its place, no permission
+            problems.append(f"{path}: unreadable ({e}); re-run the conversion")
+            continue
         if actual is None:
             problems.append(f"{path}: listed in the metadata but missing")
         elif actual != digest:
@@ -154,11 +161,15 @@ def _digest_problems(output: str, info: DatasetInfo) -> list[str]:
 
 def _streamed_digest(path: str) -> str | None:
     """``content_digest`` of the file at ``path``, read in blocks (a vocabulary may be larger than
-    memory); ``None`` when it does not exist."""
+    memory) and no further than one byte past its size: a device or pipe in its place (a symlink
+    to ``/dev/zero``, size 0) never ends, and its digest then differs. ``None`` when it does not
+    exist; ``OSError`` when it cannot be read (a directory)."""
     if not FileSystems.exists(path):
         return None
+    left = size_of(path) + 1
     h = hashlib.sha256()
     with FileSystems.open(path, compression_type="uncompressed") as f:
-        while block := f.read(_HASH_BLOCK):
+        while left > 0 and (block := f.read(min(_HASH_BLOCK, left))):
             h.update(block)
+            left -= len(block)
     return "sha256:" + h.hexdigest()
