@@ -14,6 +14,7 @@ from _expected_values import read_split
 from _pipelines_data import make_records, write_dataset
 from typer.testing import CliRunner
 
+from convert.derive import cross_ids
 from convert.records import hash_id
 from convert.stats import MAX_COUNTED_BUCKETS, STATS_FILENAME, _UsedBuckets
 from pipelines.cli import app
@@ -27,6 +28,7 @@ features:
   - {name: id, transform: identity}
   - {name: user_name, source: user.name, transform: hash, buckets: 64}
   - {name: tag_ids, source: tags, transform: hash, buckets: 8, max_len: 2}
+  - {name: color_user, transform: cross, sources: [color, user.name], buckets: 32}
 """
 
 
@@ -41,7 +43,9 @@ def _expected(records: list[dict], out) -> dict[str, dict[str, int]]:
         rows = [by_id[i] for i in ids]
         want[split] = {"user_name": len({hash_id(r["user"]["name"], 64) for r in rows}),
                        "tag_ids": len({hash_id(t, 8) for r in rows for t in r["tags"][:2]}),
-                       "tag_items": sum(len(r["tags"][:2]) for r in rows)}
+                       "tag_items": sum(len(r["tags"][:2]) for r in rows),
+                       "cross": len(set(cross_ids([[r["color"] for r in rows], [r["user"]["name"] for r in rows]], 32).tolist())
+                                    - {0})}
     return want
 
 
@@ -71,6 +75,7 @@ def test_stats_json_counts_the_buckets_each_split_used_in_one_unit_and_merged(ou
             assert (user["used_buckets"], user["buckets"]) == (w["user_name"], 64), (out, split)
             assert (tags["used_buckets"], tags["buckets"]) == (w["tag_ids"], 8), (out, split)
             assert tags["items"] == w["tag_items"]  # every id of a multi-valued feature
+            assert feats["color_user"]["splits"][split]["used_buckets"] == w["cross"] > 1
             assert 0 < w["user_name"] < 21  # 21 names collide in 64 buckets: the count is not the distinct values
 
 
@@ -96,6 +101,7 @@ def test_the_report_shows_used_buckets_in_the_terminal_json_and_html(outputs, tm
         assert f"into {u} of 64 buckets" in r.output
         assert f"{split}: {items} values hashed into {u} of 64 buckets" in page
         assert f"into {w['tag_ids']} of 8 buckets" in r.output
+        assert rep["features"]["color_user"]["splits"][split]["bucket_use"]["used_buckets"] == w["cross"]
 
 
 def test_an_older_stats_json_without_the_count_still_renders(outputs, tmp_path):
