@@ -15,7 +15,11 @@ and without ``missing_indicator``), numbers as a ``ValueSketch`` ``before``
 and ``after`` the transform, list lengths, the most frequent terms with the
 count of every item, distinct terms and out-of-vocabulary items (vocabulary
 and text features; text counts the tokens it writes, the first ``max_len``).
-Hash and cross features have counts only: their ids are not terms.
+Hash and cross features have no terms (their ids are not terms): their
+``items`` (every id written, every position of a multi-valued one) and the
+number of their ``buckets`` the split's ids used (``used_buckets``, exact: a
+bitmap of the ids seen, ORed on merging; ``None`` above
+``MAX_COUNTED_BUCKETS``, see docs/data-report.md#hash-buckets).
 
 Numbers are kept as a log-bucketed histogram (``ValueSketch``: 64 buckets
 per power of two, from the float32 exponent and the top 6 mantissa bits):
@@ -59,6 +63,11 @@ TOP_TERMS = 1000
 EXAMPLES_PER_GROUP = 3
 #: (field, reason) groups kept; the rest are summed into one "other" group.
 MAX_GROUPS = 200
+#: ``hash``/``cross`` features with at most this many buckets have their used buckets counted:
+#: a bitmap of ``buckets`` bits (2 MiB at most) per feature and split, in each work unit's
+#: accumulator and once per feature and split where the units merge. Above it (``buckets`` may
+#: reach ``config_model.MAX_HASH_BUCKETS``) ``used_buckets`` is ``None``: not counted.
+MAX_COUNTED_BUCKETS = 1 << 24
 
 
 # ---------------------------------------------------------------- features
@@ -77,9 +86,9 @@ def _kind(f: FeatureConfig) -> str:
 class _FeatureSplit:
     """One feature's accumulators for one split."""
 
-    __slots__ = ("missing", "before", "after", "lengths", "terms", "items", "oov")
+    __slots__ = ("missing", "before", "after", "lengths", "terms", "items", "oov", "used")
 
-    def __init__(self, kind: str, multi: bool, raw: bool = False) -> None:
+    def __init__(self, kind: str, multi: bool, raw: bool = False, buckets: int = 0) -> None:
         self.missing: int | None = 0
         #: One sketch: of the raw values (``raw``: the prepared batch has them), else of the written ones.
         self.before = ValueSketch() if kind == "numeric" and raw else None
@@ -89,6 +98,8 @@ class _FeatureSplit:
         self.terms: _TermCounts | TermSummary | None = _TermCounts() if kind in ("categorical", "label") else None
         self.items = 0
         self.oov = 0
+        #: ``hash``/``cross``: the ids seen, where ``buckets`` is counted (``MAX_COUNTED_BUCKETS``).
+        self.used = _UsedBuckets(buckets) if kind == "hash" and 0 < buckets <= MAX_COUNTED_BUCKETS else None
 
     def merge(self, o: _FeatureSplit) -> None:
         self.missing = None if self.missing is None or o.missing is None else self.missing + o.missing
@@ -101,6 +112,49 @@ class _FeatureSplit:
             self.terms.merge(o.terms)  # type: ignore[arg-type]
         self.items += o.items
         self.oov += o.oov
+        if self.used is not None and o.used is not None:
+            self.used.merge(o.used)
+
+
+class _UsedBuckets:
+    """The hash ids ``1..buckets`` seen: a packed bitmap (bit ``id - 1``, most significant
+    first as ``np.packbits``), ``ceil(buckets / 8)`` bytes allocated at the first id. Merging
+    ORs the bitmaps: exact, and the same in any order. Pickled zlib-compressed (a unit's
+    bitmap is mostly zeros where its ids are few)."""
+
+    __slots__ = ("buckets", "bits")
+
+    def __init__(self, buckets: int) -> None:
+        self.buckets = buckets
+        self.bits: np.ndarray | None = None
+
+    def add(self, ids: np.ndarray) -> None:
+        """Mark ``ids`` (each in ``1..buckets``) used."""
+        if not ids.size:
+            return
+        if self.bits is None:
+            self.bits = np.zeros((self.buckets + 7) // 8, dtype=np.uint8)
+        i = np.unique(ids.astype(np.int64)) - 1
+        np.bitwise_or.at(self.bits, i >> 3, (128 >> (i & 7)).astype(np.uint8))
+
+    def merge(self, o: _UsedBuckets) -> None:
+        if o.bits is None:
+            return
+        if self.bits is None:
+            self.bits = o.bits.copy()
+        else:
+            np.bitwise_or(self.bits, o.bits, out=self.bits)
+
+    def count(self) -> int:
+        """How many buckets were used."""
+        return 0 if self.bits is None else int(np.bitwise_count(self.bits).sum())
+
+    def __getstate__(self) -> tuple[int, bytes | None]:
+        return self.buckets, None if self.bits is None else zlib.compress(self.bits.tobytes(), 1)
+
+    def __setstate__(self, state: tuple[int, bytes | None]) -> None:
+        self.buckets, packed = state
+        self.bits = None if packed is None else np.frombuffer(zlib.decompress(packed), dtype=np.uint8).copy()
 
 
 class _Ids(dict):
@@ -290,7 +344,8 @@ class StatsAccumulator:
         feats = self._features
         self.feature: dict[str, list[_FeatureSplit]] = {
             name: [_FeatureSplit(kind, name in feats and (feats[name].multi_valued or feats[name].transform == "text"),
-                                 raw=name in feats and feats[name].is_numeric and feats[name].needs_stats)
+                                 raw=name in feats and feats[name].is_numeric and feats[name].needs_stats,
+                                 buckets=(feats[name].buckets or 0) if name in feats else 0)
                    for _ in self.splits]
             for name, kind in self.kinds.items()}
         for name, f in self._features.items():
@@ -412,8 +467,11 @@ class StatsAccumulator:
                 a.missing += sum(1 for v in sel if not v)  # type: ignore[operator]
                 continue
             if f.transform in ("hash", "cross"):
-                present = col[m] != 0
+                ids = col[m]
+                present = ids != 0
                 a.items += int(np.count_nonzero(present))
+                if a.used is not None:
+                    a.used.add(ids[present])
                 a.missing += int(np.count_nonzero(~present.any(axis=1)))  # type: ignore[operator]
             elif f.transform == "timestamp":
                 missing = (miss_col[1][m, 0] != 0) if miss_col is not None else (col[m, 0] == 0)
@@ -522,7 +580,8 @@ class StatsAccumulator:
                     if f is not None:
                         d["oov"] = a.oov
                 elif f is not None and f.transform in ("hash", "cross"):
-                    d["items"] = a.items
+                    d.update(items=a.items, buckets=f.buckets,
+                             used_buckets=a.used.count() if a.used is not None else None)
                 per[s] = d
             features[name] = {"kind": self.kinds[name], "transform": f.transform if f is not None else "label",
                               "source": f.source if f is not None else (self.config.label.source if self.config.label else None),
@@ -552,6 +611,8 @@ class StatsMerger:
         self.splits = list(splits)
         self.terms: dict[tuple[str, int], _TermCounts] = {}  # (feature, split index) -> merged counts
         self.units: dict[int, StatsAccumulator] = {}  # unit index -> its accumulator without term counts
+        #: (feature, split index) -> the units' used hash buckets, ORed as they arrive (exact in any order).
+        self.used: dict[tuple[str, int], _UsedBuckets] = {}
         #: (feature, split index) -> the units' term counts merged per partition, if they were spilled.
         self.term_summaries: dict[tuple[str, int], TermSummary] | None = None
 
@@ -565,10 +626,13 @@ class StatsMerger:
         for name, accs in acc.feature.items():
             kept = []
             for s, fs in enumerate(accs):
-                if fs.terms is not None:
-                    self._add_terms((name, s), fs.terms)
+                if fs.terms is not None or fs.used is not None:
+                    if fs.terms is not None:
+                        self._add_terms((name, s), fs.terms)
+                    if fs.used is not None:
+                        self._add_used((name, s), fs.used)
                     fs = copy.copy(fs)
-                    fs.terms = None
+                    fs.terms = fs.used = None
                 kept.append(fs)
             rest.feature[name] = kept
         self.units[unit] = rest
@@ -580,7 +644,15 @@ class StatsMerger:
             raise ValueError(f"work unit {min(twice)}'s statistics were added twice")
         for key, terms in other.terms.items():
             self._add_terms(key, terms)
+        for key, used in other.used.items():
+            self._add_used(key, used)
         self.units.update(other.units)
+
+    def _add_used(self, key: tuple[str, int], used: _UsedBuckets) -> None:
+        mine = self.used.get(key)
+        if mine is None:
+            self.used[key] = mine = _UsedBuckets(used.buckets)
+        mine.merge(used)
 
     def _add_terms(self, key: tuple[str, int], terms: _TermCounts) -> None:
         mine = self.terms.get(key)
@@ -597,6 +669,8 @@ class StatsMerger:
             merged.merge(self.units[unit])
         for (name, s), terms in self.terms.items():
             merged.feature[name][s].terms = terms
+        for (name, s), used in self.used.items():
+            merged.feature[name][s].used = used
         for (name, s), summary in (self.term_summaries or {}).items():
             merged.feature[name][s].terms = summary
         return merged

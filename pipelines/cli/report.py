@@ -23,7 +23,13 @@ from apache_beam.io.filesystems import FileSystems
 
 from convert import drift as _drift
 from convert.spec import check_name
-from convert.stats import STATS_FILENAME, StatsFormatError, ValueSketch, load_stats
+from convert.stats import (
+    MAX_COUNTED_BUCKETS,
+    STATS_FILENAME,
+    StatsFormatError,
+    ValueSketch,
+    load_stats,
+)
 from pipelines.cli.inspect import InspectError, load
 from pipelines.cli.terminal import text, visible
 
@@ -78,6 +84,38 @@ def oov_checks(features: Mapping[str, Any], splits: Sequence[str], threshold: fl
     return out
 
 
+def bucket_use(items: int, used: int | None, buckets: int | None) -> dict[str, Any] | None:
+    """How crowded a hash feature's buckets are on one split: ``used`` of ``buckets`` (exact, from
+    ``stats.json``), ``items`` (ids written) per used bucket, and two estimates that assume the
+    ids spread uniformly (as a fingerprint's do): the distinct values (linear counting:
+    ``D = -B ln(1 - U/B)``, the D whose expected used buckets are U; None when every bucket is used)
+    and the share of distinct values that share their bucket with another (``(U - 1) / (B - 1)``:
+    ``1 - (1 - 1/B)^(D - 1)`` at that D). None where the used buckets were not counted."""
+    if not all(isinstance(x, int) and not isinstance(x, bool) for x in (items, used, buckets)):
+        return None  # not counted, or not a document this recordprep wrote
+    assert isinstance(used, int) and isinstance(buckets, int)
+    if not 0 <= used <= buckets or buckets < 1:
+        return None
+    return {"used_buckets": used, "buckets": buckets, "used_share": used / buckets,
+            "items_per_used_bucket": items / used if used else None,
+            "distinct_estimate": round(-buckets * math.log1p(-used / buckets)) if used < buckets else None,
+            "colliding_share_estimate": (used - 1) / (buckets - 1) if used and buckets > 1 else None}
+
+
+def _with_bucket_use(feat: Mapping[str, Any]) -> dict[str, Any]:
+    """A hash feature's splits with their ``bucket_use`` (``bucket_use``); other features as they are."""
+    if feat.get("kind") != "hash":
+        return dict(feat)
+    splits = {}
+    for s, d in (feat.get("splits") or {}).items():
+        if not isinstance(d, Mapping):
+            splits[s] = d
+            continue
+        use = bucket_use(d.get("items") or 0, d.get("used_buckets"), d.get("buckets"))
+        splits[s] = {**d, "bucket_use": use} if use is not None else d
+    return {**feat, "splits": splits}
+
+
 def build_report(output: str, against: str | None = None,
                  overrides: Mapping[str, float] | None = None,
                  oov_threshold: float = DEFAULT_OOV_THRESHOLD) -> dict[str, Any]:
@@ -93,7 +131,7 @@ def build_report(output: str, against: str | None = None,
         drift = [c.to_json() for c in _drift.drift(doc, old, limits, new_name=output, old_name=against)]
     over = sorted({f for c in skew + drift for f in c["features_over"]})
     specs = {f["name"]: f for f in info.get("features", [])}
-    features = {name: {**feat, "params": (specs.get(name) or {}).get("params", {})}
+    features = {name: {**_with_bucket_use(feat), "params": (specs.get(name) or {}).get("params", {})}
                 for name, feat in doc["features"].items()}
     return {
         "output": output, "against": against,
@@ -175,9 +213,27 @@ def _summary(feat: Mapping[str, Any], s: Mapping[str, Any]) -> str:
     if sk and sk.get("count"):
         return f"mean {_num(sk['mean'])} ± {_num(sk['std'])}, [{_num(sk['min'])}, {_num(sk['max'])}]"
     if "items" in s:
-        buckets = (feat.get("params") or {}).get("buckets")
-        return f"{_num(s['items'])} values hashed" + (f" into {_num(buckets)} buckets" if buckets else "")
+        return _hash_summary(feat, s)
     return ""
+
+
+def _hash_summary(feat: Mapping[str, Any], s: Mapping[str, Any]) -> str:
+    """A hash feature's split: its values, the buckets they used and how crowded those are."""
+    buckets = s.get("buckets") or (feat.get("params") or {}).get("buckets")
+    head = f"{_num(s['items'])} values hashed"
+    use = s.get("bucket_use")
+    if use is None:
+        if "used_buckets" in s and buckets:  # counted up to MAX_COUNTED_BUCKETS only
+            return f"{head} into {_num(buckets)} buckets (used buckets not counted above {_num(MAX_COUNTED_BUCKETS)})"
+        return head + (f" into {_num(buckets)} buckets" if buckets else "")
+    out = f"{head} into {_num(use['used_buckets'])} of {_num(buckets)} buckets ({_pct(use['used_buckets'], buckets)} used"
+    if use["items_per_used_bucket"] is not None:
+        out += f", {use['items_per_used_bucket']:.3g} values per used bucket"
+    if use["colliding_share_estimate"] is not None:
+        distinct = use["distinct_estimate"]
+        out += (f"; est. {_num(distinct) if distinct is not None else 'more than ' + _num(buckets)} distinct, "
+                f"{100 * use['colliding_share_estimate']:.1f}% of them share a bucket")
+    return out + ")"
 
 
 # ---------------------------------------------------------------- terminal
@@ -387,6 +443,9 @@ def _feature_section(name: str, feat: Mapping[str, Any], splits: Sequence[str], 
         parts.append(f"<p><code>{_esc(name)}_missing</code> is 1 on the missing rows: {shares}</p>")
     if params.get("vocab_size") is not None:
         parts.append(f"<p>vocab_size {_esc(_num(params['vocab_size']))}</p>")
+    if feat.get("kind") == "hash":
+        parts += [f"<p>{_esc(s)}: {_esc(_hash_summary(feat, d))}</p>"
+                  for s in splits if "items" in (d := feat["splits"].get(s) or {})]
     for c in report.get("oov") or []:
         if c["feature"] == name:
             parts.append(f'<p class="{"over" if c["over"] else "ok"}">out-of-vocabulary on {_esc(c["split"])}: '
