@@ -229,7 +229,7 @@ def _convert(args: argparse.Namespace) -> dict[str, Any]:
             out = (chain.transform(part).map_batches(_finish(feats, label), batch_format="pandas"))
             out.write_tfrecords(os.path.join(args.output, name), arrow_open_stream_args={"compression": "gzip"})
         records = ds.count()
-        stop_ray()
+    stop_ray()  # after the timer: the CPU of Ray's processes is read while they live
     written = {name: _count_records(os.path.join(args.output, name)) for name in ("train", "eval")}
     files = [os.path.join(d, f) for d, _, fs in os.walk(args.output) for f in fs]
     return {**t.to_json(), "init_s": round(init_s, 3), "records": records, "written": written,
