@@ -259,8 +259,8 @@ def _feed(args: argparse.Namespace) -> dict[str, Any]:
     prep = keras_prep.Prep(feats, label, args.inputs)
     adapt_s = time.perf_counter() - t0
     init_s = start_ray(args.cpus, args.object_store_mb)
-    ds = ray.data.read_parquet(args.inputs).map_batches(keras_prep.arrow_columns(feats, label),
-                                                        batch_format="pyarrow")
+    ds = ray.data.read_parquet(args.inputs).map_batches(
+        lambda t: keras_prep.raw_columns(t, feats, label), batch_format="pyarrow")
 
     def batches():
         while True:  # epochs: read the Parquet files again each pass
