@@ -207,7 +207,8 @@ def run_table(size: str, manifest: dict[str, Any], *, log, log_dir: Path, out_ro
                 ["--case", "recordprep", "--inputs", *parquet, "--output", str(outs["recordprep"])], timeout=4 * 3600)
         if "ray" in ready:
             measure("ray_convert", "bench.ray_worker", ["--case", "convert", "--inputs", *parquet, "--output",
-                                                        str(outs["ray"]), "--cpus", str(cores)], ray_data.VENV)
+                                                        str(outs["ray"]), "--cpus", str(cores)], ray_data.VENV,
+                    timeout=4 * 3600)
         measure("recordprep_feed", "bench.parquet_peers", ["--case", "recordprep-feed", "--output",
                                                            str(outs["recordprep"]), *feed])
         if "petastorm" in ready:
