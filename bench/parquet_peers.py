@@ -9,11 +9,11 @@ reason when its virtualenv cannot be built.
 
 Conversion (the Parquet files -> gzip TFRecords, train/eval by recordprep's split rule):
 
-``recordprep Parquet -> gzip (beside Ray Data)``
-    ``run_convert`` with default options, run just before Ray's (interleaved).
+``recordprep Parquet -> gzip (--workers N, beside Ray Data)``
+    ``run_convert`` with default options but ``workers`` = :func:`parallelism`, the
+    cores Ray gets, run just before Ray's (interleaved).
 ``Ray Data read_parquet -> preprocessors -> write_tfrecords``
-    :mod:`bench.ray_worker` ``convert`` on ``num_cpus`` = recordprep's worker
-    processes; its shards are then compared with recordprep's feature by feature
+    :mod:`bench.ray_worker` ``convert`` with ``num_cpus`` = :func:`parallelism`; its shards are then compared with recordprep's feature by feature
     (:func:`compare`).
 
 Feeding (``model.fit`` of a trivial model, :func:`bench.peer_common.fit_rate`):
@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import glob
+import os
 from pathlib import Path
 from typing import Any
 
@@ -166,6 +167,14 @@ def _feed_row(label: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
     return row
 
 
+def parallelism() -> int:
+    """The cores both conversions get (recordprep ``--workers``, Ray ``num_cpus``) and the feeding
+    rows' reader workers: the cores this process may run on, at least 2. With ``num_cpus=1`` Ray
+    Data's hash aggregation (``StandardScaler``'s fit) waits for a CPU its other tasks hold, forever."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(2, cores)
+
+
 def run_table(size: str, manifest: dict[str, Any], *, log, log_dir: Path, out_root: Path,
               skip_ray: bool = False, skip_petastorm: bool = False, repeats: int = 1,
               feed_seconds: float = 10.0) -> dict[str, Any]:
@@ -174,11 +183,9 @@ def run_table(size: str, manifest: dict[str, Any], *, log, log_dir: Path, out_ro
     from bench import convert_bench, make_data, petastorm_peer, ray_data
     from bench.measure import run_child
     from bench.peers import PeerUnavailable
-    from bench.tft import _workers_for
-
     avro = make_data.avro_files(size, manifest)
     parquet = convert_bench.parquet_twins(avro, out_root / "parquet-input")
-    cores = _workers_for(avro)
+    cores = parallelism()
     outs = {"recordprep": out_root / "recordprep-beside-ray", "ray": out_root / "ray-convert"}
     peers: dict[str, Any] = {}
     for key, peer, skip in (("ray", ray_data.VENV, skip_ray), ("petastorm", petastorm_peer.VENV, skip_petastorm)):
@@ -204,7 +211,8 @@ def run_table(size: str, manifest: dict[str, Any], *, log, log_dir: Path, out_ro
     feed = ["--batch", str(FEED_BATCH), "--seconds", str(feed_seconds)]
     for _ in range(max(1, repeats)):
         measure("recordprep_convert", "bench.convert_bench",
-                ["--case", "recordprep", "--inputs", *parquet, "--output", str(outs["recordprep"])], timeout=4 * 3600)
+                ["--case", "recordprep", "--inputs", *parquet, "--workers", str(cores),
+                 "--output", str(outs["recordprep"])], timeout=4 * 3600)
         if "ray" in ready:
             measure("ray_convert", "bench.ray_worker", ["--case", "convert", "--inputs", *parquet, "--output",
                                                         str(outs["ray"]), "--cpus", str(cores)], ray_data.VENV,
@@ -218,7 +226,7 @@ def run_table(size: str, manifest: dict[str, Any], *, log, log_dir: Path, out_ro
         if "ray" in ready:
             measure("ray_feed", "bench.ray_worker", ["--case", "feed", "--inputs", *parquet, "--cpus", str(cores),
                                                      *feed], ray_data.VENV)
-    labels = {"recordprep_convert": "recordprep Parquet -> gzip (beside Ray Data)",
+    labels = {"recordprep_convert": f"recordprep Parquet -> gzip (--workers {cores}, beside Ray Data)",
               "ray_convert": f"Ray Data read_parquet -> preprocessors -> write_tfrecords (num_cpus={cores})",
               "recordprep_feed": "recordprep train_dataset on its shards",
               "petastorm_feed": "Petastorm make_petastorm_dataset on Parquet + Keras preprocessing layers",
