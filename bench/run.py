@@ -273,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
     results["machine"]["loadavg_end"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
     results["elapsed_s"] = round(time.perf_counter() - t0, 1)
     results["targets"] = report.evaluate_targets(results)
-    others = [run["others_cores"] for table in ("conversion", "readers", "remote")
+    others = [run["others_cores"] for table in ("conversion", "readers", "remote", "parquet_peers")
               for row in (results.get(table) or {}).get("rows", {}).values() for run in row.get("raw", [])]
     if others:
         results["machine"]["others_cores"] = {"median": sorted(others)[len(others) // 2], "max": max(others)}
@@ -295,7 +295,9 @@ def main(argv: list[str] | None = None) -> int:
         f"bench/results/latest-{args.size}.md")
     failed = [k for k, r in {**conv["rows"], **(results.get("readers") or {}).get("rows", {}),
                              **(results.get("remote") or {}).get("rows", {}),
-                             **{f"tft:{k}": r for k, r in (results.get("tft") or {}).get("rows", {}).items()}}.items()
+                             **{f"tft:{k}": r for k, r in (results.get("tft") or {}).get("rows", {}).items()},
+                             **{f"parquet peers:{k}": r
+                                for k, r in (results.get("parquet_peers") or {}).get("rows", {}).items()}}.items()
               if not r.get("ok") and not r.get("unavailable")]
     if (results.get("shuffle") or {}).get("error"):
         failed.append("shuffle quality")
