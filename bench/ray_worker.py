@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import sys
 import time
 from typing import Any
 
@@ -271,9 +272,37 @@ def _feed(args: argparse.Namespace) -> dict[str, Any]:
             .map(prep, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE))
     try:
         res = fit_rate(data, prep.feature_names, args.batch, args.seconds)
-    finally:
+    except BaseException:
         stop_ray()
+        raise
     return {**res, "adapt_s": round(adapt_s, 3), "init_s": round(init_s, 3)}
+
+
+def _feed_and_exit(args: argparse.Namespace) -> None:
+    """:func:`_feed`, its result written, then every process Ray started killed and this one ended
+    at once: ``tf.data``'s generator thread may still be inside ``iter_tf_batches``, and Ray's core
+    worker ends the process with exit code 1 when that thread touches it after ``ray.shutdown()``."""
+    import json
+
+    import psutil
+
+    try:
+        out, code = _feed(args), 0
+    except Exception as e:  # reported to the parent, as child_main does
+        import traceback
+
+        traceback.print_exc()
+        out, code = {"error": f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"}, 1
+    with open(args.result, "w") as f:
+        json.dump(out, f, default=str)
+    for p in psutil.Process().children(recursive=True):
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def _add_args(ap: argparse.ArgumentParser) -> None:
@@ -290,8 +319,12 @@ def _add_args(ap: argparse.ArgumentParser) -> None:
 
 
 def main() -> None:
-    child_main("one Ray Data measurement", _add_args,
-               lambda a: _convert(a) if a.case == "convert" else _feed(a))
+    if "feed" in sys.argv[1:]:
+        ap = argparse.ArgumentParser(description="one Ray Data feeding measurement")
+        _add_args(ap)
+        ap.add_argument("--result", required=True)
+        _feed_and_exit(ap.parse_args())
+    child_main("one Ray Data measurement", _add_args, _convert)
 
 
 if __name__ == "__main__":
