@@ -258,7 +258,9 @@ def break_even(table: dict[str, Any]) -> dict[str, Any]:
         train = (conv.get("raw") or [{}])[-1].get("result", {}).get("written", {}).get("train") or conv["records"]
         epochs = break_even_epochs(conv["work_wall_s"], int(train), mine["examples_per_s"], peer["examples_per_s"],
                                    peer.get("setup_s", 0.0))
-        out[key] = {"epochs": epochs, "convert_s": conv["work_wall_s"], "examples_per_epoch": int(train),
+        bare = break_even_epochs(conv["work_wall_s"], int(train), mine["examples_per_s"], peer["examples_per_s"])
+        out[key] = {"epochs": epochs, "epochs_without_setup": bare, "convert_s": conv["work_wall_s"],
+                    "examples_per_epoch": int(train),
                     "why": None if epochs is not None else "the converted shards feed no faster"}
     return out
 
@@ -327,6 +329,8 @@ def markdown(table: dict[str, Any] | None) -> list[str]:
     lines += [f"| {names[k]} | {_fmt_value(v, 'x')} |" for k, v in ratios(table).items() if k in names]
     for key, be in table.get("break_even", {}).items():
         what = f"{be['epochs']:.2f} epochs" if be.get("epochs") is not None else f"— ({be.get('why')})"
+        if be.get("epochs_without_setup") is not None:
+            what += f" ({be['epochs_without_setup']:.2f} without the peer's one-off set-up)"
         lines.append(f"| break-even against {key.removesuffix('_feed')}: convert once vs read Parquet each epoch "
                      f"| {what} |")
     cmp_ = table.get("comparison")

@@ -84,5 +84,6 @@ def test_ratios_and_break_even_of_a_table():
     # petastorm: (10 - 1) / (10 - 1) = 1 epoch; ray: (10 - 3) / (5 - 1) = 1.75 epochs; the later counts
     assert t["break_even"]["petastorm_feed"]["epochs"] == pytest.approx(1.0)
     assert q["parquet_break_even"] == pytest.approx(1.75)
+    assert t["break_even"]["ray_feed"]["epochs_without_setup"] == pytest.approx(10 / 4)
     text = "\n".join(markdown(t))
     assert "petastorm: skipped: no wheel" in text and "1.75 epochs" in text
