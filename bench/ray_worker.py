@@ -12,9 +12,9 @@ before the result is written; the parent samples the whole process tree.
     ``read_parquet`` -> ``map_batches`` (recordprep's split rule, nested fields
     flattened, missing indicators) -> ``materialize`` (every fit below is a pass
     over the data) -> ``filter`` per split -> a ``Chain`` of Ray's preprocessors
-    fitted on the train split: ``Tokenizer`` (recordprep's tokens) for text,
-    ``StandardScaler`` for z-score, ``MinMaxScaler``, ``OrdinalEncoder``
-    (``encode_lists``) for vocabularies and text tokens -> ``map_batches`` for what
+    fitted on the train split: ``OrdinalEncoder`` (``encode_lists``) for
+    vocabularies, ``Tokenizer`` (recordprep's tokens) + ``OrdinalEncoder`` for
+    text, ``StandardScaler`` for z-score, ``MinMaxScaler`` -> ``map_batches`` for what
     Ray has no preprocessor for (null fill, log1p, clip, per-value hashing with
     FarmHash ``Fingerprint64``, ids shifted to recordprep's layout, padding to
     ``max_len`` with ``<name>_len``) -> ``write_tfrecords`` (gzip) per split.
