@@ -42,6 +42,16 @@ TARGETS = {
     # layer's own batch time measured in the same process (1.1: the layer's time + 10%), realistic model.
     "export_added_per_layer": ("serving export: batch latency added to the model / the layer's standalone batch "
                                "latency (model of realistic size, batches of 1,024)", "<=", 1.1, "x", None),
+    # Ray Data and Petastorm (bench/parquet_peers.py, issue 48): the same Parquet twin, the same cores.
+    "ray_convert_rate": ("recordprep / Ray Data conversion of the Parquet twin, records/s (same cores)",
+                         ">=", 3.0, "x", None),
+    "ray_convert_rss": ("recordprep / Ray Data conversion, peak RSS of the process tree", "<=", 1.0, "x", None),
+    "petastorm_feed_rate": ("recordprep train_dataset / Petastorm on Parquet + Keras layers, examples/s into fit",
+                            ">=", 5.0, "x", None),
+    "ray_feed_rate": ("recordprep train_dataset / Ray Data iter_tf_batches + Keras layers, examples/s into fit",
+                      ">=", 5.0, "x", None),
+    "parquet_break_even": ("break-even: epochs after which converting once costs less wall time than reading "
+                           "Parquet every epoch (the later of the two peers)", "<=", 2.0, "epochs", None),
     # Shuffle quality (bench/shuffle_quality.py, issue 18): readers.train_dataset with its defaults on the output
     # converted with recordprep's defaults, input sorted by `ts` across its files.
     "shuffle_spread": ("shuffle: spread of per-batch means of the sorted field / iid sampling (train_dataset, "
@@ -111,6 +121,10 @@ def evaluate_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     values["remote_packed_vs_mbfd_gzip"] = _remote_table.ratios(results.get("remote"), "gzip")["packed_vs_mbfd"]
     values.update(tft_ratios(results.get("tft")))
     notes = tft_notes(results.get("tft"))
+    from bench import parquet_peers
+
+    values.update(parquet_peers.ratios(results.get("parquet_peers")))
+    notes.update(parquet_peers.notes(results.get("parquet_peers")))
     shuffled = ((results.get("shuffle") or {}).get("rows") or {}).get("train_dataset:shuffled") or {}
     values["shuffle_spread"], values["shuffle_files"] = shuffled.get("spread"), shuffled.get("files")
     if not shuffled:
@@ -210,6 +224,8 @@ def _fmt_value(v: float | None, unit: str) -> str:
         return f"{v:.2f} s"
     if unit == "%":
         return f"{v:.1f}%"
+    if unit == "epochs":
+        return f"{v:.2f} epochs"
     if unit == "MB":
         return f"{v:,.0f} MB"
     return f"{v:,.0f} {unit}"
@@ -398,6 +414,10 @@ def markdown(results: dict[str, Any]) -> str:
              "## Targets", "", *targets_md(results["targets"]), "",
              "## Conversion", "", *conversion_md(results), "",
              "## TF Transform (the TFX peer)", "", *tft_md(results), ""]
+    if "parquet_peers" in results:
+        from bench import parquet_peers
+
+        lines += ["## Ray Data and Petastorm (Parquet peers)", "", *parquet_peers.markdown(results["parquet_peers"]), ""]
     if results.get("scaling"):
         lines += ["## Scaling (recordprep AVRO -> gzip)", "", *scaling_md(results), ""]
     lines += ["## Readers", "", *readers_md(results), ""]

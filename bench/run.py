@@ -7,6 +7,10 @@
 3. TF Transform rows (:mod:`bench.tft`, in the peer's own virtualenv, built on
    demand): its conversion beside recordprep's, its serving layer beside
    recordprep's; skipped with the reason when the peer cannot be installed.
+3b. Ray Data and Petastorm rows (:mod:`bench.parquet_peers`, each peer in its own
+   virtualenv, built on demand): conversion of the Parquet twin beside
+   recordprep's, feeding Keras from Parquet beside ``train_dataset``, break-even
+   epochs; a peer that cannot be installed is skipped with the reason.
 4. Reader table (:mod:`bench.reader_bench`) on the two recordprep outputs.
 5. Shuffle quality (:mod:`bench.shuffle_quality`): how far batches of input
    sorted by time are from random ones, recordprep's shuffled output against
@@ -41,6 +45,7 @@ from bench import (
     analysis_memory,
     convert_bench,
     make_data,
+    parquet_peers,
     reader_bench,
     remote,
     report,
@@ -125,6 +130,12 @@ def main(argv: list[str] | None = None) -> int:
                          "`default`; default 1); its ratios then compare medians over N runs")
     ap.add_argument("--skip-tft", action="store_true",
                     help="leave the TF Transform rows out (they build bench/.peers/tft-venv on first use)")
+    ap.add_argument("--skip-ray", action="store_true",
+                    help="leave the Ray Data rows out (they build bench/.peers/ray-venv on first use)")
+    ap.add_argument("--skip-petastorm", action="store_true",
+                    help="leave the Petastorm row out (it builds bench/.peers/petastorm-venv on first use)")
+    ap.add_argument("--feed-seconds", type=float, default=10.0, metavar="S",
+                    help="measured seconds of each feeding row of the Ray Data / Petastorm table (default 10)")
     ap.add_argument("--skip-analysis-memory", action="store_true",
                     help="leave the analysis memory vs distinct terms rows out (two conversions, 2 workers)")
     ap.add_argument("--skip-readers", action="store_true", help="leave the reader table out")
@@ -174,6 +185,15 @@ def main(argv: list[str] | None = None) -> int:
         results["tft"] = tft.run_table(args.size, manifest, log=log, log_dir=log_dir, out_root=out_root,
                                        tft_convert_repeats=args.tft_convert_repeats,
                                        target_repeats=target_repeats)
+
+    if not (args.skip_ray and args.skip_petastorm):
+        try:
+            results["parquet_peers"] = parquet_peers.run_table(
+                args.size, manifest, log=log, log_dir=log_dir, out_root=out_root, skip_ray=args.skip_ray,
+                skip_petastorm=args.skip_petastorm, repeats=target_repeats, feed_seconds=args.feed_seconds)
+        except Exception as e:  # the other tables still count
+            results["notes"].append(f"Ray Data / Petastorm rows failed: {type(e).__name__}: {e}")
+            log(f"Ray Data / Petastorm rows FAILED: {e}")
 
     if not args.skip_readers:
         dirs = {}
@@ -254,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
     results["machine"]["loadavg_end"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
     results["elapsed_s"] = round(time.perf_counter() - t0, 1)
     results["targets"] = report.evaluate_targets(results)
-    others = [run["others_cores"] for table in ("conversion", "readers", "remote")
+    others = [run["others_cores"] for table in ("conversion", "readers", "remote", "parquet_peers")
               for row in (results.get(table) or {}).get("rows", {}).values() for run in row.get("raw", [])]
     if others:
         results["machine"]["others_cores"] = {"median": sorted(others)[len(others) // 2], "max": max(others)}
@@ -276,7 +296,9 @@ def main(argv: list[str] | None = None) -> int:
         f"bench/results/latest-{args.size}.md")
     failed = [k for k, r in {**conv["rows"], **(results.get("readers") or {}).get("rows", {}),
                              **(results.get("remote") or {}).get("rows", {}),
-                             **{f"tft:{k}": r for k, r in (results.get("tft") or {}).get("rows", {}).items()}}.items()
+                             **{f"tft:{k}": r for k, r in (results.get("tft") or {}).get("rows", {}).items()},
+                             **{f"parquet peers:{k}": r
+                                for k, r in (results.get("parquet_peers") or {}).get("rows", {}).items()}}.items()
               if not r.get("ok") and not r.get("unavailable")]
     if (results.get("shuffle") or {}).get("error"):
         failed.append("shuffle quality")
