@@ -98,7 +98,14 @@ class MetadataNotJSONError(SpecError):
 
 
 def _finite(v: Any) -> bool:
-    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+    """A JSON number (not a bool) that is finite as a float: an integer past float's range
+    (``10**400`` in a JSON file) is not, rather than an ``OverflowError``."""
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        return False
+    try:
+        return math.isfinite(v)
+    except OverflowError:
+        return False
 
 
 #: How far (relative to the larger of ``|min|``, ``|max|``) a mean may stray outside

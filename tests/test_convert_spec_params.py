@@ -98,3 +98,14 @@ def test_metadata_listing_every_option_still_loads_and_applies(output, tmp_path)
         old_kind, old_values = old_batch.columns[name]
         assert kind == old_kind and (values == old_values).all(), name
     assert (new.keep == old_batch.keep).all()
+
+
+@pytest.mark.parametrize("key", ["min", "max", "mean", "std"])
+def test_an_integer_past_floats_range_in_statistics_is_a_problem_not_an_overflow(key):
+    """``10**400`` is valid JSON: a hand-edited ``analysis.json`` holding it is named as a
+    problem by every checker (verify, --analysis-from, the readers), not an OverflowError."""
+    from convert.spec import statistics_problems
+
+    stats = {"min": 0.0, "max": 2.0, "mean": 1.0, "std": 0.5, key: 10**400}
+    problems = statistics_problems("x", stats)
+    assert problems and f"'{key}'" in problems[0]
