@@ -26,7 +26,8 @@ _DEFAULT_BLOCK_MB = 256.0
 _MAX_RECORD_HELP = ("Cap on one JSON line (a longer line goes to the error output) and on one whole JSON "
                     "document (a longer one fails the file), in MB. Bounds memory on hostile input.")
 _MAX_BLOCK_HELP = ("Cap on the decompressed size of one Avro block or Parquet column chunk, in MB (a larger one fails the file; "
-                   "writers flush blocks of 64 KB..16 MB). Bounds memory on compression bombs.")
+                   "writers flush blocks of 64 KB..16 MB), and on what one batch of Parquet rows decodes to (read in smaller "
+                   "pieces instead; one record over it fails the file). Bounds memory on compression bombs.")
 
 
 def _order(order: str | None, no_shuffle: bool) -> str:
