@@ -166,3 +166,16 @@ def break_even_epochs(convert_s: float, examples_per_epoch: int, converted_rate:
     if saved_per_epoch <= 0:
         return None
     return extra / saved_per_epoch
+
+
+def setup_main(venv: PeerVenv, module: str) -> None:
+    """``python -m <module> --setup``: build (or check) ``venv`` and print its versions."""
+    import sys
+
+    if sys.argv[1:] != ["--setup"]:
+        sys.exit(f"usage: python -m {module} --setup  (builds or checks bench/.peers/{venv.name})")
+    try:
+        stamp = venv.ensure()
+    except PeerUnavailable as e:
+        sys.exit(f"{venv.label} peer unavailable: {e}")
+    print(f"{venv.path}: {stamp['versions']} (built {stamp['built']} in {stamp['install_seconds']} s)")

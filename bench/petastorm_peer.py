@@ -13,9 +13,7 @@ recordprep is :mod:`bench.parquet_peers`.
 
 from __future__ import annotations
 
-import sys
-
-from bench.peers import HERE, PeerUnavailable, PeerVenv
+from bench.peers import HERE, PeerVenv, setup_main
 
 VENV = PeerVenv(name="petastorm-venv", label="Petastorm", requirements=HERE / "petastorm_requirements.txt",
                 constraints=HERE / "petastorm_constraints.txt",
@@ -23,13 +21,7 @@ VENV = PeerVenv(name="petastorm-venv", label="Petastorm", requirements=HERE / "p
 
 
 def main() -> None:
-    if sys.argv[1:] != ["--setup"]:
-        sys.exit("usage: python -m bench.petastorm_peer --setup  (builds or checks bench/.peers/petastorm-venv)")
-    try:
-        stamp = VENV.ensure()
-    except PeerUnavailable as e:
-        sys.exit(f"Petastorm peer unavailable: {e}")
-    print(f"{VENV.path}: {stamp['versions']} (built {stamp['built']} in {stamp['install_seconds']} s)")
+    setup_main(VENV, "bench.petastorm_peer")
 
 
 if __name__ == "__main__":

@@ -10,22 +10,14 @@ table beside recordprep is :mod:`bench.parquet_peers`.
 
 from __future__ import annotations
 
-import sys
-
-from bench.peers import HERE, PeerUnavailable, PeerVenv
+from bench.peers import HERE, PeerVenv, setup_main
 
 VENV = PeerVenv(name="ray-venv", label="Ray Data", requirements=HERE / "ray_requirements.txt",
                 constraints=HERE / "ray_constraints.txt", dists=("ray", "pyarrow", "pandas", "tensorflow-cpu"))
 
 
 def main() -> None:
-    if sys.argv[1:] != ["--setup"]:
-        sys.exit("usage: python -m bench.ray_data --setup  (builds or checks bench/.peers/ray-venv)")
-    try:
-        stamp = VENV.ensure()
-    except PeerUnavailable as e:
-        sys.exit(f"Ray Data peer unavailable: {e}")
-    print(f"{VENV.path}: {stamp['versions']} (built {stamp['built']} in {stamp['install_seconds']} s)")
+    setup_main(VENV, "bench.ray_data")
 
 
 if __name__ == "__main__":
