@@ -21,6 +21,7 @@ from typer.testing import CliRunner
 from pipelines import local, remote
 from pipelines.cli import app
 from pipelines.job import _build_pipeline
+from pipelines.lock import OutputLock
 from pipelines.options import SUPPORTED_RUNNERS, ConvertOptions, OptionsError
 from pipelines.plan import plan
 from pipelines.unit_input import prepare_unit
@@ -67,7 +68,8 @@ def test_every_function_of_the_job_pickles_with_plain_cloudpickle(tmp_path, in_p
         p = plan(opts)
     runner = local.Runner(None, [], "test", in_process, 1, None, None)
     visitor = _Fns()
-    _build_pipeline(p, None, runner).visit(visitor)
+    lock = OutputLock(opts.output)  # not acquired: the pipeline only records its token and age bound
+    _build_pipeline(p, None, runner, lock).visit(visitor)
     names = {type(fn).__name__ for fn in visitor.fns.values()}
     assert {"_AnalyzeUnit", "_CountPartition", "_GatherShard"} <= names, names  # the job's own, shuffled and spilled
     for label, fn in visitor.fns.items():
