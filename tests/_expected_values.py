@@ -214,6 +214,42 @@ def _numeric_one(x: float, transform: str, params: dict) -> float:
     return x
 
 
+def _timestamp_seconds(v: Any, unit: str) -> int:
+    """A timestamp's epoch seconds. Independent of convert/derive.py: datetime-free integer
+    arithmetic spelled out per unit, floor towards -inf; ISO 8601 strings from their fields."""
+    if isinstance(v, str):  # ISO 8601: seconds from the date and time fields; no offset = UTC
+        import datetime as dt
+
+        t = dt.datetime.fromisoformat(v.replace("Z", "+00:00"))
+        day = dt.date(t.year, t.month, t.day).toordinal() - dt.date(1970, 1, 1).toordinal()
+        off = t.utcoffset() or dt.timedelta(0)
+        return day * 86400 + t.hour * 3600 + t.minute * 60 + t.second - int(off.total_seconds())
+    per = {"s": 1, "ms": 1000, "us": 10**6, "ns": 10**9}
+    return v * 86400 if unit == "days" else v // per[unit]
+
+
+def _count_base(record: Any, feature: dict) -> float:
+    """A count feature's base value: log1p of the items its source holds (0 for null or absent)."""
+    v = get(record, feature["source"])
+    if "[" not in feature["source"] or not feature["source"].endswith(("[]", "[keys]")):
+        v = get(record, feature["source"] + "[]") if v is not None else None
+    return math.log1p(0 if v is None else len(v))
+
+
+def expected_scaled_stats(records: Sequence[Any], feature: dict) -> dict[str, float]:
+    """Mean and population std of a ``timestamp``'s seconds (over records that have one) or a
+    ``count``'s log1p (over every record) in ``records`` (the training split)."""
+    if feature["transform"] == "count":
+        xs = [_count_base(r, feature) for r in records]
+    else:
+        unit = feature["params"].get("unit", "s")
+        xs = [float(_timestamp_seconds(v, unit)) for v in (get(r, feature["source"]) for r in records) if v is not None]
+    if not xs:
+        return {"mean": 0.0, "std": 0.0}
+    a = np.asarray(xs, dtype=np.float64)
+    return {"mean": float(a.mean()), "std": float(a.std())}
+
+
 def _scaled(x: float, params: dict) -> float:
     """A timestamp's seconds or a count's log1p, less its training mean, over its training std."""
     stats = params.get("stats") or {}
@@ -245,12 +281,22 @@ def expected_row(record: Any, feature: dict, vocab: list[str] | None) -> dict[st
     n = feature["shape"][0]
     out: dict[str, Any] = {}
     if transform == "count":
-        if "[" not in feature["source"] or not feature["source"].endswith(("[]", "[keys]")):
-            v = get(record, feature["source"] + "[]") if v is not None else None
-        out[name] = np.asarray([_scaled(math.log1p(0 if v is None else len(v)), params)], dtype=np.float32)
+        out[name] = np.asarray([_scaled(_count_base(record, feature), params)], dtype=np.float32)
         return out
     if transform == "text":
         v = _text_of(v)
+    if transform == "timestamp":
+        secs = 0 if v is None else _timestamp_seconds(v, params["unit"])
+        out[name] = np.asarray([0.0 if v is None else _scaled(float(secs), params)], dtype=np.float32)
+        days, rem = divmod(secs, 86400)
+        for part in params.get("parts") or ():
+            val = {"hour": rem // 3600, "day_of_week": (days + 3) % 7}.get(part)
+            if part == "month":
+                val = _month(days)
+            out[f"{name}_{part}"] = np.asarray([0 if v is None else val], dtype=np.int64)
+        if params.get("missing_indicator"):
+            out[f"{name}_missing"] = np.asarray([int(v is None)], dtype=np.int64)
+        return out
     if feature["dtype"] == "float32" and transform != "label":
         stats = params.get("stats") or {}
         fill = stats.get("mean") if params.get("fill") == "mean" else params.get("fill", 0.0)
@@ -272,29 +318,6 @@ def expected_row(record: Any, feature: dict, vocab: list[str] | None) -> dict[st
                 out[f"{name}_len"] = np.asarray([len(items)], dtype=np.int64)
             else:
                 out[name] = np.asarray([one(v)], dtype=np.float32)
-        if params.get("missing_indicator"):
-            out[f"{name}_missing"] = np.asarray([int(v is None)], dtype=np.int64)
-        return out
-    if transform == "timestamp":
-        # Independent of convert/derive.py: datetime-free integer arithmetic
-        # spelled out per unit, floor towards -inf.
-        per = {"s": 1, "ms": 1000, "us": 10**6, "ns": 10**9}
-        if isinstance(v, str):  # ISO 8601: seconds from the date and time fields; no offset = UTC
-            import datetime as dt
-
-            t = dt.datetime.fromisoformat(v.replace("Z", "+00:00"))
-            day = dt.date(t.year, t.month, t.day).toordinal() - dt.date(1970, 1, 1).toordinal()
-            off = t.utcoffset() or dt.timedelta(0)
-            v = day * 86400 + t.hour * 3600 + t.minute * 60 + t.second - int(off.total_seconds())
-            params = {**params, "unit": "s"}
-        secs = 0 if v is None else v * 86400 if params["unit"] == "days" else v // per[params["unit"]]
-        out[name] = np.asarray([0.0 if v is None else _scaled(float(secs), params)], dtype=np.float32)
-        days, rem = divmod(secs, 86400)
-        for part in params.get("parts") or ():
-            val = {"hour": rem // 3600, "day_of_week": (days + 3) % 7}.get(part)
-            if part == "month":
-                val = _month(days)
-            out[f"{name}_{part}"] = np.asarray([0 if v is None else val], dtype=np.int64)
         if params.get("missing_indicator"):
             out[f"{name}_missing"] = np.asarray([int(v is None)], dtype=np.int64)
         return out

@@ -27,6 +27,7 @@ from _e2e import check_accounting, cli, error_rows
 from _expected_values import (
     assert_columns_equal,
     expected_columns,
+    expected_scaled_stats,
     expected_stats,
     expected_vocabulary,
     json_lines,
@@ -115,7 +116,10 @@ def check_values(out: Path, records: list, splits=("train", "eval")) -> None:
             want = expected_vocabulary(by_split[splits[0]], f["source"], f["transform"], p)
             assert analysis["vocabularies"][f["name"]] == want, f["name"]
         if "stats" in p and p["stats"] is not None:
-            want = expected_stats(by_split[splits[0]], f["source"], bool(p.get("max_len")))
+            if f["transform"] in ("timestamp", "count"):  # scaled from their base values' statistics
+                want = expected_scaled_stats(by_split[splits[0]], f)
+            else:
+                want = expected_stats(by_split[splits[0]], f["source"], bool(p.get("max_len")))
             for k in ("mean", "std"):
                 assert p["stats"][k] == pytest.approx(want[k], rel=1e-9, abs=1e-12), (f["name"], k)
     for s in splits:
