@@ -84,7 +84,7 @@ TRANSFORM_TABLE: dict[str, TransformInfo] = {
     "timestamp": TransformInfo("epoch number in 'unit' or ISO 8601 string -> epoch seconds scaled by the training split + calendar 'parts'",
                                ("unit", "parts", "missing_indicator")),
     "cross": TransformInfo("two or more categorical 'sources' hashed together -> id 1..buckets", ("sources", "buckets")),
-    "count": TransformInfo("how many items a list (or path through lists, items[]) or map holds -> log1p of it, scaled by the training split", ()),
+    "count": TransformInfo("how many items a list (or path through lists, items[]) or map holds, standardized by the training split", ()),
 }
 TRANSFORMS = tuple(TRANSFORM_TABLE)
 NUMERIC_TRANSFORMS = tuple(t for t, info in TRANSFORM_TABLE.items() if info.numeric)

@@ -185,7 +185,7 @@ def cross_ids(parts: Sequence[Sequence[str | None]], buckets: int) -> np.ndarray
 # ---------------------------------------------------------------- scaled by the training split
 #
 # ``timestamp`` and ``count`` features are written as floats a model can take
-# as they are: the base value (epoch seconds; ``log1p`` of a count) less its
+# as they are: the base value (epoch seconds; a count of items) less its
 # mean over the training split, divided by its standard deviation there. The
 # analysis records those statistics of the base value; a missing timestamp is
 # written 0.0 (the mean). The serving layer computes the same in float64
@@ -205,7 +205,10 @@ class Scaled:
 #: transform -> its scaling; the one table the analysis, the vectorizer and the spec read.
 SCALED: dict[str, Scaled] = {
     "timestamp": Scaled(lambda col: col.astype(np.float64), missing_is_value=False),
-    "count": Scaled(lambda col: np.log1p(np.maximum(col, 0).astype(np.float64)), missing_is_value=True),
+    # The count itself, not its log: integers, a mean and a std make (x - mean) / std exact IEEE arithmetic
+    # in numpy and TensorFlow alike; a log1p differs by an ulp between the two, which the subtraction of
+    # a mean close to it turns into a different float32.
+    "count": Scaled(lambda col: np.maximum(col, 0).astype(np.float64), missing_is_value=True),
 }
 
 

@@ -382,7 +382,7 @@ def any_bad(bad: list[tuple[Any, tf.Tensor, Any]]) -> tf.Tensor:
 #: ``convert.derive.SCALED``'s base values in TensorFlow: int64 column -> float64.
 _SCALED_BASE = {
     "timestamp": lambda col: tf.cast(col, tf.float64),
-    "count": lambda col: tf.math.log1p(tf.cast(tf.maximum(col, 0), tf.float64)),
+    "count": lambda col: tf.cast(tf.maximum(col, 0), tf.float64),
 }
 
 

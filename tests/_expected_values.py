@@ -229,16 +229,16 @@ def _timestamp_seconds(v: Any, unit: str) -> int:
 
 
 def _count_base(record: Any, feature: dict) -> float:
-    """A count feature's base value: log1p of the items its source holds (0 for null or absent)."""
+    """A count feature's base value: the items its source holds (0 for null or absent)."""
     v = get(record, feature["source"])
     if "[" not in feature["source"] or not feature["source"].endswith(("[]", "[keys]")):
         v = get(record, feature["source"] + "[]") if v is not None else None
-    return math.log1p(0 if v is None else len(v))
+    return float(0 if v is None else len(v))
 
 
 def expected_scaled_stats(records: Sequence[Any], feature: dict) -> dict[str, float]:
     """Mean and population std of a ``timestamp``'s seconds (over records that have one) or a
-    ``count``'s log1p (over every record) in ``records`` (the training split)."""
+    ``count``'s items (over every record) in ``records`` (the training split)."""
     if feature["transform"] == "count":
         xs = [_count_base(r, feature) for r in records]
     else:
@@ -251,7 +251,7 @@ def expected_scaled_stats(records: Sequence[Any], feature: dict) -> dict[str, fl
 
 
 def _scaled(x: float, params: dict) -> float:
-    """A timestamp's seconds or a count's log1p, less its training mean, over its training std."""
+    """A timestamp's seconds or a count's items, less its training mean, over its training std."""
     stats = params.get("stats") or {}
     return (x - (stats.get("mean") or 0.0)) / (stats.get("std") or 1.0)
 

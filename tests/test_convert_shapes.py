@@ -169,11 +169,11 @@ def _columns(config: dict, records) -> dict:
 
 def _counts_written(counts: list[int]) -> list[list[float]]:
     """The column a ``count`` feature writes for ``counts`` when every record is in the training split
-    (as in ``_columns``): ``log1p(n)`` standardized by its mean and population std there
+    (as in ``_columns``): ``n`` standardized by its mean and population std there
     (``convert.derive.SCALED``), as float32."""
     import numpy as np
 
-    x = np.log1p(np.asarray(counts, dtype=np.float64))
+    x = np.asarray(counts, dtype=np.float64)
     std = x.std() or 1.0
     return ((x - x.mean()) / std).astype(np.float32)[:, None].tolist()
 
