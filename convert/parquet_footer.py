@@ -10,38 +10,43 @@ end, or ``FileMetaData.encryption_algorithm`` (field 8, set only in files with
 encrypted columns and a plaintext footer) or a ``ColumnChunk.crypto_metadata``
 in the Thrift compact encoded footer.
 
-A plaintext footer of such a file is signed: 28 bytes (nonce and tag) follow
-its ``FileMetaData``. A footer that pyarrow read to its last byte
-(``FileMetaData.serialized_size``) has none, so a large one is not scanned
-(pure Python: about a second per 20,000 column chunks).
+Every footer is walked, whatever its size: a footer whose column chunks say
+they are encrypted aborts pyarrow whether or not the file's marker or a
+signature is there. The walk runs in C (``convert/_footer.c``) where it is
+built; the Python path beside it gives the same answer and remembers it by the
+footer's digest, so that the work units of one file do not walk it again
+(``docs/benchmarks.md#design-parquet-footer``).
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 from typing import IO
+
+try:
+    from convert._footer import encryption_fields as _encryption_fields_c
+except ImportError:  # built without a C compiler: the Python path
+    _encryption_fields_c = None
 
 #: The magic of a Parquet file whose footer is encrypted (plaintext footers keep ``PAR1``).
 ENCRYPTED_MAGIC = b"PARE"
 
 _MAX_STRUCT_DEPTH = 64  # the Thrift structs of a footer nest a few levels; deeper is garbage
 
-#: A footer up to this size is scanned whatever its ``serialized_size``.
-_ALWAYS_SCANNED = 256 << 10
-
-#: The signature after a signed plaintext footer: AES-GCM nonce and tag.
-_SIGNATURE_BYTES = 28
+#: The Python path's verdicts by footer digest; a few files at a time are read in one process.
+_VERDICTS: dict[bytes, bool] = {}
+_MAX_VERDICTS = 64
 
 
 class _Bad(Exception):
     """The footer is not Thrift compact as expected: pyarrow will say what is wrong."""
 
 
-def encryption(f: IO[bytes], metadata_size: int | None = None) -> str | None:
+def encryption(f: IO[bytes]) -> str | None:
     """``"footer"`` (encrypted footer), ``"columns"`` (encrypted columns,
     plaintext footer) or ``None`` (not encrypted, or a footer pyarrow will
-    refuse by itself). ``metadata_size``: the ``serialized_size`` pyarrow read,
-    where known. Leaves ``f`` at its start."""
+    refuse by itself). Leaves ``f`` at its start."""
     try:
         f.seek(0)
         head = f.read(4)
@@ -55,16 +60,30 @@ def encryption(f: IO[bytes], metadata_size: int | None = None) -> str | None:
         length = int.from_bytes(tail[:4], "little")
         if tail[4:] != b"PAR1" or not 0 < length <= size - 12:
             return None
-        if metadata_size is not None and length > _ALWAYS_SCANNED and metadata_size > length - _SIGNATURE_BYTES:
-            return None  # no room for a signature: not a signed plaintext footer
         f.seek(size - 8 - length)
         footer = f.read(length)
     finally:
         f.seek(0)
-    try:
-        return "columns" if _encryption_fields(footer) else None
-    except (_Bad, IndexError):
-        return None
+    return "columns" if encryption_fields(footer) else None
+
+
+def encryption_fields(footer: bytes) -> bool:
+    """Whether the Thrift compact ``FileMetaData`` ``footer`` marks encryption
+    (``_encryption_fields``; ``False`` for a footer that is not Thrift compact
+    as expected)."""
+    if _encryption_fields_c is not None:
+        return _encryption_fields_c(footer)
+    key = hashlib.blake2b(footer, digest_size=32).digest()
+    verdict = _VERDICTS.get(key)
+    if verdict is None:
+        try:
+            verdict = _encryption_fields(footer)
+        except (_Bad, IndexError):
+            verdict = False
+        if len(_VERDICTS) >= _MAX_VERDICTS:
+            del _VERDICTS[next(iter(_VERDICTS))]
+        _VERDICTS[key] = verdict
+    return verdict
 
 
 # The roles of the structs ``_encryption_fields`` looks into: FileMetaData, its row_groups (field 4)

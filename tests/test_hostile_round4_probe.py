@@ -7,6 +7,10 @@ decoders, where before its rows were dropped or its value changed silently."""
 from __future__ import annotations
 
 import io
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -103,3 +107,24 @@ def test_encrypted_columns_without_the_files_marker_are_refused_not_aborting_the
             _read(data, "e.parquet", decoder)
     with pytest.raises(InputFileError, match="an encrypted Parquet file"):
         read_parquet_schema(io.BytesIO(data), "e.parquet")
+
+
+def test_a_large_unsigned_footer_with_only_column_encryption_markers_is_refused_not_aborting(tmp_path):
+    """A footer over the size pyarrow's ``serialized_size`` once let go unscanned (no room for a
+    signature), its columns' ``crypto_metadata`` the only marker: pyarrow aborted the process at the
+    first column chunk's metadata. Run in a child process, so an abort fails this test, not the suite."""
+    data = _without_file_encryption_marker(_encrypted(plaintext_footer=True, wide=1500))
+    assert int.from_bytes(data[-8:-4], "little") > 256 << 10
+    path = tmp_path / "wide.parquet"
+    path.write_bytes(data)
+    script = ("import sys\nfrom convert.parquet import iter_parquet, read_parquet_schema\n"
+              "from convert.source_types import InputFileError\n"
+              "for call in (lambda f: read_parquet_schema(f, sys.argv[1]),\n"
+              "             lambda f: [b for b in iter_parquet(f, sys.argv[1])]):\n"
+              "    try:\n        call(open(sys.argv[1], 'rb'))\n    except InputFileError as e:\n        print(e)\n")
+    out = subprocess.run([sys.executable, "-c", script, str(path)], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    assert out.returncode == 0, f"exit {out.returncode}: {out.stderr[-2000:]}"
+    refusals = out.stdout.splitlines()
+    assert len(refusals) == 2 and all(f"{path} at byte 0: an encrypted Parquet file (some of its columns are "
+                                      "encrypted)" in r for r in refusals), out.stdout
