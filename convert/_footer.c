@@ -1,15 +1,16 @@
 /* The encryption-marker walk of convert/parquet_footer.py in C: the same answer
  * as its Python path (``_encryption_fields``) on every input.
  *
- * encryption_fields(footer) -> bool
+ * encryption_fields(footer) -> int
  *   footer: a C-contiguous byte buffer holding a Thrift compact FileMetaData.
- *   True when, walking it in order, a field header of FileMetaData fields 8/9
- *   or of a row group's ColumnChunk fields 8/9 is met before anything the walk
- *   cannot read; False otherwise (no marker, or a footer that is not Thrift
- *   compact as expected: pyarrow refuses that one by itself).
+ *   1 when, walking it in order as Thrift's C++ compact protocol and the code
+ *   generated for parquet.thrift read it, a field header of FileMetaData fields
+ *   8/9 or of a row group's ColumnChunk fields 8/9 is met; 0 when the walk ends
+ *   the FileMetaData without one; -1 when it stops first (a footer it cannot
+ *   read as Thrift would).
  *
  * Why in C: the walk visits every value of the footer, and a wide file's footer
- * holds millions; the reader walks it before pyarrow may touch a column chunk.
+ * holds millions; the reader walks it before pyarrow parses it.
  * Every read is bounds-checked: the footer is untrusted input.
  */
 #define PY_SSIZE_T_CLEAN
@@ -17,10 +18,10 @@
 #include <stdint.h>
 
 #define MAX_DEPTH 64 /* as _MAX_STRUCT_DEPTH */
-#define FAR ((int64_t)1 << 41) /* a field id no delta within a footer brings back to 1..9 */
 #define BAD (-1)
 
-enum { OTHER, FILE_, ROW_GROUP, COLUMN };
+/* The structs read by their schema (as _OTHER, _FILE, ... in parquet_footer.py). */
+enum { OTHER, FILE_, ROW_GROUP, COLUMN, COLUMN_META, SIZE_STATS, GEO_STATS };
 
 typedef struct {
     int is_struct;
@@ -35,7 +36,7 @@ typedef struct {
     Py_ssize_t len;
 } in_t;
 
-/* A varint at *pos as _varint reads it: BAD past the end or over 11 bytes; *big set when over 64 bits. */
+/* As _varint: at most 10 bytes; *big set when the value needs more than 64 bits. */
 static int varint(const in_t *in, Py_ssize_t *pos, uint64_t *out, int *big)
 {
     uint64_t v = 0;
@@ -45,12 +46,12 @@ static int varint(const in_t *in, Py_ssize_t *pos, uint64_t *out, int *big)
         if (*pos >= in->len)
             return BAD;
         uint8_t b = in->buf[(*pos)++];
+        uint64_t part = (uint64_t)(b & 0x7F);
         if (shift < 64) {
-            uint64_t part = (uint64_t)(b & 0x7F);
             v |= part << shift;
             if (shift > 57 && (part >> (64 - shift)))
                 *big = 1;
-        } else if (b & 0x7F) {
+        } else if (part) {
             *big = 1;
         }
         if (b < 0x80) {
@@ -58,47 +59,56 @@ static int varint(const in_t *in, Py_ssize_t *pos, uint64_t *out, int *big)
             return 0;
         }
         shift += 7;
-        if (shift > 70)
+        if (shift >= 70)
             return BAD;
     }
+}
+
+/* As _size: a varint below 2**31. */
+static int size(const in_t *in, Py_ssize_t *pos, uint64_t *out)
+{
+    int big;
+    if (varint(in, pos, out, &big) < 0 || big || *out >> 31)
+        return BAD;
+    return 0;
+}
+
+/* As _list_size: the item count of the list header at *pos (at most the buffer's length). */
+static int list_size(const in_t *in, Py_ssize_t *pos, uint64_t *out, int *elem)
+{
+    if (*pos >= in->len)
+        return BAD;
+    uint8_t head = in->buf[(*pos)++];
+    *elem = head & 0x0F;
+    *out = head >> 4;
+    if (*out == 15 && size(in, pos, out) < 0)
+        return BAD;
+    return *out > (uint64_t)in->len ? BAD : 0;
 }
 
 /* As _skip: the position after one value of kind ``kind`` at pos, or BAD. */
 static Py_ssize_t skip(const in_t *in, Py_ssize_t pos, int kind, int depth)
 {
     uint64_t n;
-    int big;
+    int big, elem;
     if (kind == 1 || kind == 2)
         return pos;
     if (kind == 3)
         return pos + 1;
-    if (kind >= 4 && kind <= 6) {
-        if (varint(in, &pos, &n, &big) < 0)
-            return BAD;
-        return pos;
-    }
+    if (kind >= 4 && kind <= 6)
+        return varint(in, &pos, &n, &big) < 0 ? BAD : pos;
     if (kind == 7)
         return pos + 8;
     if (kind == 8) {
-        if (varint(in, &pos, &n, &big) < 0)
+        if (size(in, &pos, &n) < 0)
             return BAD;
-        if (big || n > (uint64_t)(in->len - pos))
-            return in->len + 1; /* past the end: the caller refuses it */
-        return pos + (Py_ssize_t)n;
+        return n > (uint64_t)(in->len - pos) ? in->len + 1 : pos + (Py_ssize_t)n; /* past the end: refused */
     }
     if (depth > MAX_DEPTH)
         return BAD;
     if (kind == 9 || kind == 10) {
-        if (pos >= in->len)
+        if (list_size(in, &pos, &n, &elem) < 0)
             return BAD;
-        uint8_t head = in->buf[pos++];
-        int elem = head & 0x0F;
-        n = head >> 4;
-        big = 0;
-        if (n == 15 && varint(in, &pos, &n, &big) < 0)
-            return BAD;
-        if (big)
-            n = UINT64_MAX;
         elem = (elem == 1 || elem == 2) ? 3 : elem;
         for (uint64_t i = 0; i < n; i++) {
             pos = skip(in, pos, elem, depth + 1);
@@ -108,12 +118,10 @@ static Py_ssize_t skip(const in_t *in, Py_ssize_t pos, int kind, int depth)
         return pos;
     }
     if (kind == 11) {
-        if (varint(in, &pos, &n, &big) < 0)
+        if (size(in, &pos, &n) < 0)
             return BAD;
-        if (n == 0 && !big)
+        if (n == 0)
             return pos;
-        if (big)
-            n = UINT64_MAX;
         if (pos >= in->len)
             return BAD;
         uint8_t kv = in->buf[pos++];
@@ -135,7 +143,7 @@ static Py_ssize_t skip(const in_t *in, Py_ssize_t pos, int kind, int depth)
             if (pos >= in->len)
                 return BAD;
             uint8_t byte = in->buf[pos++];
-            if (byte == 0)
+            if (!(byte & 0x0F))
                 return pos;
             if (!(byte >> 4) && varint(in, &pos, &n, &big) < 0)
                 return BAD;
@@ -147,14 +155,48 @@ static Py_ssize_t skip(const in_t *in, Py_ssize_t pos, int kind, int depth)
     return BAD;
 }
 
-/* 1: a marker; 0: none; BAD: the walk stopped first (both read as "no marker"). */
+static int is_marker(int role, int64_t field)
+{
+    return (role == FILE_ || role == COLUMN) && (field == 8 || field == 9);
+}
+
+/* As _LISTS: 1 and the items' kind and role when (role, field) is a list of the schema. */
+static int schema_list(int role, int64_t field, int *kind, int *item_role)
+{
+    static const struct { int role, field, kind, item_role; } lists[] = {
+        {FILE_, 2, 12, OTHER}, {FILE_, 4, 12, ROW_GROUP}, {FILE_, 5, 12, OTHER}, {FILE_, 7, 12, OTHER},
+        {ROW_GROUP, 1, 12, COLUMN}, {ROW_GROUP, 4, 12, OTHER},
+        {COLUMN_META, 2, 5, OTHER}, {COLUMN_META, 3, 8, OTHER}, {COLUMN_META, 8, 12, OTHER},
+        {COLUMN_META, 13, 12, OTHER}, {SIZE_STATS, 2, 6, OTHER}, {SIZE_STATS, 3, 6, OTHER}, {GEO_STATS, 2, 5, OTHER},
+    };
+    for (size_t i = 0; i < sizeof lists / sizeof lists[0]; i++)
+        if (lists[i].role == role && lists[i].field == field) {
+            *kind = lists[i].kind;
+            *item_role = lists[i].item_role;
+            return 1;
+        }
+    return 0;
+}
+
+/* As _STRUCTS: the role of a struct field. */
+static int struct_role(int role, int64_t field)
+{
+    if (role == COLUMN && field == 3)
+        return COLUMN_META;
+    if (role == COLUMN_META && field == 16)
+        return SIZE_STATS;
+    if (role == COLUMN_META && field == 17)
+        return GEO_STATS;
+    return OTHER;
+}
+
 static int walk(const in_t *in)
 {
     frame_t stack[MAX_DEPTH + 2];
     int sp = 1;
     Py_ssize_t pos = 0;
     uint64_t n;
-    int big;
+    int big, elem;
     stack[0] = (frame_t){1, 0, 0, 0, FILE_};
     while (sp) {
         frame_t *fr = &stack[sp - 1];
@@ -163,23 +205,32 @@ static int walk(const in_t *in)
             if (pos >= in->len)
                 return BAD;
             uint8_t byte = in->buf[pos++];
-            if (byte == 0) {
+            kind = byte & 0x0F;
+            if (!kind) {
                 sp--;
                 continue;
             }
-            kind = byte & 0x0F;
+            int64_t fid;
             if (byte >> 4) {
-                fr->field += byte >> 4;
+                fid = fr->field + (byte >> 4);
             } else {
-                if (varint(in, &pos, &n, &big) < 0)
+                if (varint(in, &pos, &n, &big) < 0 || big || n >> 32)
                     return BAD;
-                int64_t id = (int64_t)(n >> 1) ^ -(int64_t)(n & 1);
-                fr->field = (big || id > FAR || id < -FAR) ? FAR : id;
+                fid = (int64_t)(n >> 1) ^ -(int64_t)(n & 1);
             }
-            if ((fr->role == FILE_ || fr->role == COLUMN) && (fr->field == 8 || fr->field == 9))
+            if (fid < -0x8000 || fid > 0x7FFF)
+                return BAD;
+            fr->field = fid;
+            if (is_marker(fr->role, fid))
                 return 1;
-            role = (fr->role == FILE_ && fr->field == 4) ? ROW_GROUP
-                 : (fr->role == ROW_GROUP && fr->field == 1) ? COLUMN : OTHER;
+            role = kind == 12 ? struct_role(fr->role, fid) : OTHER;
+            int item_kind, item_role;
+            if (kind == 9 && schema_list(fr->role, fid, &item_kind, &item_role)) {
+                if (list_size(in, &pos, &n, &elem) < 0 || sp > MAX_DEPTH)
+                    return BAD;
+                stack[sp++] = (frame_t){0, 0, n, item_kind, item_role};
+                continue;
+            }
         } else {
             if (!fr->left) {
                 sp--;
@@ -201,27 +252,17 @@ static int walk(const in_t *in)
         } else if (kind == 7) {
             pos += 8;
         } else if (kind == 8) {
-            if (varint(in, &pos, &n, &big) < 0)
-                return BAD;
-            if (big || n > (uint64_t)(in->len - pos))
+            if (size(in, &pos, &n) < 0 || n > (uint64_t)(in->len - pos))
                 return BAD;
             pos += (Py_ssize_t)n;
         } else if (kind == 12) {
             if (sp > MAX_DEPTH)
                 return BAD;
-            stack[sp++] = (frame_t){1, 0, 0, 0, fr->is_struct ? OTHER : role};
+            stack[sp++] = (frame_t){1, 0, 0, 0, role};
         } else if (kind == 9 || kind == 10) {
-            if (pos >= in->len)
+            if (list_size(in, &pos, &n, &elem) < 0 || sp > MAX_DEPTH || !elem)
                 return BAD;
-            uint8_t head = in->buf[pos++];
-            int elem = head & 0x0F;
-            n = head >> 4;
-            big = 0;
-            if (n == 15 && varint(in, &pos, &n, &big) < 0)
-                return BAD;
-            if (big || sp > MAX_DEPTH || n > (uint64_t)in->len)
-                return BAD;
-            stack[sp++] = (frame_t){0, 0, n, (elem == 1 || elem == 2) ? 3 : elem, role};
+            stack[sp++] = (frame_t){0, 0, n, (elem == 1 || elem == 2) ? 3 : elem, OTHER};
         } else if (kind == 11) {
             pos = skip(in, pos, kind, sp);
             if (pos < 0)
@@ -237,6 +278,7 @@ static int walk(const in_t *in)
 
 static PyObject *encryption_fields(PyObject *self, PyObject *arg)
 {
+    (void)self;
     Py_buffer view;
     if (PyObject_GetBuffer(arg, &view, PyBUF_C_CONTIGUOUS) < 0)
         return NULL;
@@ -246,15 +288,15 @@ static PyObject *encryption_fields(PyObject *self, PyObject *arg)
     r = walk(&in);
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&view);
-    return PyBool_FromLong(r == 1);
+    return PyLong_FromLong(r);
 }
 
 static PyMethodDef methods[] = {
-    {"encryption_fields", encryption_fields, METH_O, "Whether a Thrift compact FileMetaData marks encryption."},
+    {"encryption_fields", encryption_fields, METH_O, "1: a Thrift compact FileMetaData marks encryption; 0: it does not; -1: unreadable."},
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_footer", NULL, -1, methods};
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_footer", NULL, -1, methods, NULL, NULL, NULL, NULL};
 
 PyMODINIT_FUNC PyInit__footer(void)
 {

@@ -114,6 +114,9 @@ def _open(f: IO[bytes], path: str) -> pq.ParquetFile:
 
 
 def _refuse_encrypted(path: str, encrypted: str | None) -> None:
+    if encrypted == "unreadable":
+        raise InputFileError(path, "not a readable Parquet file (its footer is not the Thrift FileMetaData Parquet "
+                                   "readers read); the footer is damaged, or the file is incomplete", 0)
     if encrypted is not None:
         what = "its footer is encrypted" if encrypted == "footer" else "some of its columns are encrypted"
         raise InputFileError(path, f"an encrypted Parquet file ({what}); recordprep reads no encrypted Parquet: "
