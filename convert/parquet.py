@@ -17,7 +17,8 @@ path takes every schema without maps; a batch it fails on is read by the
 reference path.
 
 Nothing pyarrow may abort on runs on a file before ``_open`` has checked it:
-encrypted files are refused from the raw footer (``convert.parquet_footer``),
+encrypted files, and footers not proven free of encryption, are refused from
+the raw footer before pyarrow parses it (``convert.parquet_footer``),
 schemas by ``convert.parquet_types.schema_problem``. Memory is bounded by the
 decoded size of a batch, not by what the footer claims (``_bounded``), and
 only the columns a run reads are decoded (``columns``).

@@ -3,8 +3,9 @@ whether the file is encrypted.
 
 pyarrow aborts the process (an uncaught C++ exception, not a Python error)
 when a column's metadata of a file with encrypted columns and a plaintext
-footer is touched without keys (``ParquetFile.metadata.row_group(i).column(j)``),
-and names a file with an encrypted footer "not a Parquet file". So the reader
+footer is touched without keys (``ParquetFile.metadata.row_group(i).column(j)``:
+its Cython declares ``RowGroupMetaData::ColumnChunk`` without ``except +``), and
+names a file with an encrypted footer "not a Parquet file". So the reader
 asks ``encryption`` first: the magic ``PARE`` (encrypted footer) at either
 end, or ``FileMetaData.encryption_algorithm`` (field 8, set only in files with
 encrypted columns and a plaintext footer) or a ``ColumnChunk.crypto_metadata``
@@ -12,15 +13,17 @@ in the Thrift compact encoded footer.
 
 Every footer is walked, whatever its size: a footer whose column chunks say
 they are encrypted aborts pyarrow whether or not the file's marker or a
-signature is there. The walk runs in C (``convert/_footer.c``) where it is
-built; the Python path beside it gives the same answer and remembers it by the
-footer's digest, so that the work units of one file do not walk it again
-(``docs/benchmarks.md#design-parquet-footer``).
+signature is there. The walk reads the footer as pyarrow's Thrift does, so no
+footer reads one way here and another there; one it cannot read to its end is
+refused (``"unreadable"``), never handed to pyarrow unproven. The walk runs in
+C (``convert/_footer.c``) where it is built; the Python path beside it gives the
+same answer. Both remember the verdicts of the last footers walked, checked
+byte for byte, so that the work units of one file (its row groups) do not walk
+it again (``docs/benchmarks.md#design-converter``).
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 from typing import IO
 
@@ -34,9 +37,11 @@ ENCRYPTED_MAGIC = b"PARE"
 
 _MAX_STRUCT_DEPTH = 64  # the Thrift structs of a footer nest a few levels; deeper is garbage
 
-#: The Python path's verdicts by footer digest; a few files at a time are read in one process.
-_VERDICTS: dict[bytes, bool] = {}
-_MAX_VERDICTS = 64
+#: The verdicts of the footers walked last: (length, head, tail) -> (footer, verdict). A process reads
+#: a few files at a time; the bytes kept are bounded (``_MAX_REMEMBERED``).
+_VERDICTS: dict[tuple[int, bytes, bytes], tuple[bytes, int]] = {}
+_MAX_REMEMBERED = 256 << 20
+_SAMPLE = 4096
 
 
 class _Bad(Exception):
@@ -76,18 +81,22 @@ def encryption_fields(footer: bytes) -> int:
     """``MARKED`` when the Thrift compact ``FileMetaData`` ``footer`` marks
     encryption (``_encryption_fields``), ``CLEAN`` when it does not,
     ``UNREADABLE`` when the walk stops before its end."""
+    key = (len(footer), footer[:_SAMPLE], footer[-_SAMPLE:])
+    known = _VERDICTS.get(key)
+    if known is not None and known[0] == footer:
+        return known[1]
     if _encryption_fields_c is not None:
-        return _encryption_fields_c(footer)
-    key = hashlib.blake2b(footer, digest_size=32).digest()
-    verdict = _VERDICTS.get(key)
-    if verdict is None:
+        verdict = _encryption_fields_c(footer)
+    else:
         try:
             verdict = MARKED if _encryption_fields(footer) else CLEAN
         except (_Bad, IndexError):
             verdict = UNREADABLE
-        if len(_VERDICTS) >= _MAX_VERDICTS:
-            del _VERDICTS[next(iter(_VERDICTS))]
-        _VERDICTS[key] = verdict
+    _VERDICTS.pop(key, None)
+    while _VERDICTS and sum(len(f) for f, _ in _VERDICTS.values()) + len(footer) > _MAX_REMEMBERED:
+        del _VERDICTS[next(iter(_VERDICTS))]
+    if len(footer) <= _MAX_REMEMBERED:
+        _VERDICTS[key] = (footer, verdict)
     return verdict
 
 

@@ -75,8 +75,16 @@ def test_the_c_walk_answers_as_the_python_path_on_damaged_footers():
     assert seen == {CLEAN, MARKED, UNREADABLE}
 
 
-def test_the_python_path_refuses_encrypted_columns_and_remembers_by_content(monkeypatch):
+def test_the_python_path_refuses_encrypted_columns_and_remembers_each_footer_byte_for_byte(monkeypatch):
+    walks = []
+
+    def counted(footer: bytes) -> bool:
+        walks.append(len(footer))
+        return walk(footer)
+
+    walk = parquet_footer._encryption_fields
     monkeypatch.setattr(parquet_footer, "_encryption_fields_c", None)
+    monkeypatch.setattr(parquet_footer, "_encryption_fields", counted)
     monkeypatch.setattr(parquet_footer, "_VERDICTS", {})
     hidden = _without_file_encryption_marker(_encrypted(plaintext_footer=True))
     for data in (hidden, _thrift_alike(hidden, "stop"), _thrift_alike(hidden, "list")):
@@ -84,13 +92,22 @@ def test_the_python_path_refuses_encrypted_columns_and_remembers_by_content(monk
             _read(data, "e.parquet")
     with pytest.raises(InputFileError, match="not a readable Parquet file"):
         _read(_thrift_alike(hidden, "field-id"), "e.parquet")
+    assert len(walks) == 4
     plain = io.BytesIO()
-    pq.write_table(pa.table({"id": [1, 2]}), plain)
-    assert _read(plain.getvalue()) == [{"id": 1}, {"id": 2}]
-    # one verdict per distinct footer: a footer of the same length but other bytes is walked again
-    assert len(parquet_footer._VERDICTS) == 5
-    assert parquet_footer.encryption_fields(_footer(hidden)) == MARKED
-    assert len(parquet_footer._VERDICTS) == 5
+    pq.write_table(pa.table({"id": list(range(3000)), "s": [str(i) for i in range(3000)]}), plain, row_group_size=1000,
+                   write_statistics=False)
+    for _ in range(3):  # once per footer, not once per open (each work unit opens its file)
+        assert len(_read(plain.getvalue())) == 3000
+    assert len(walks) == 5
+    # a footer of the same length, head and tail but other bytes between is walked again
+    footer = _footer(_encrypted(plaintext_footer=True, wide=200))
+    assert len(footer) > 2 * parquet_footer._SAMPLE
+    middle = len(footer) // 2
+    other = footer[:middle] + bytes([footer[middle] ^ 0xFF]) + footer[middle + 1:]
+    assert parquet_footer.encryption_fields(footer) == MARKED
+    parquet_footer.encryption_fields(other)
+    assert parquet_footer.encryption_fields(footer) == MARKED
+    assert len(walks) == 8
 
 
 _SANITIZED_RUN = """
