@@ -1,14 +1,15 @@
 """The C parts of convert/ (the token indexer of text columns, ``convert/_tokens.c``;
-the Example encoder, ``convert/_example.c``; TFRecord framing, ``convert/_tfrecord.c``);
-pyproject.toml holds the rest.
+the Example encoder, ``convert/_example.c``; TFRecord framing, ``convert/_tfrecord.c``;
+the Parquet footer's encryption-marker walk, ``convert/_footer.c``); pyproject.toml
+holds the rest.
 
 Here rather than in pyproject.toml, whose ``ext-modules`` table setuptools still
 marks experimental. Optional: without a C compiler the install still succeeds
-and convert/prepare.py, example.py and tfrecord.py run their Python paths (the
-same output, slower).
+and convert/prepare.py, example.py, tfrecord.py and parquet_footer.py run their
+Python paths (the same output, slower).
 """
 
 from setuptools import Extension, setup
 
 setup(ext_modules=[Extension(f"convert.{name}", [f"convert/{name}.c"], optional=True, extra_compile_args=["-O2"])
-                   for name in ("_tokens", "_example", "_tfrecord")])
+                   for name in ("_tokens", "_example", "_tfrecord", "_footer")])

@@ -17,7 +17,8 @@ path takes every schema without maps; a batch it fails on is read by the
 reference path.
 
 Nothing pyarrow may abort on runs on a file before ``_open`` has checked it:
-encrypted files are refused from the raw footer (``convert.parquet_footer``),
+encrypted files, and footers not proven free of encryption, are refused from
+the raw footer before pyarrow parses it (``convert.parquet_footer``),
 schemas by ``convert.parquet_types.schema_problem``. Memory is bounded by the
 decoded size of a batch, not by what the footer claims (``_bounded``), and
 only the columns a run reads are decoded (``columns``).
@@ -91,23 +92,22 @@ class _ParquetFile(pq.ParquetFile):
 
 
 def _open(f: IO[bytes], path: str) -> pq.ParquetFile:
-    """The file, its footer read (no column chunk's metadata touched before
-    ``encryption`` says the file is not encrypted) and its schema checked."""
+    """The file, its footer read and its schema checked. pyarrow parses the
+    footer only after ``encryption`` has walked it (pyarrow aborts the process
+    on an encrypted column chunk's metadata)."""
     f.seek(0)
     head = f.read(4)
     if head == ENCRYPTED_MAGIC:
         _refuse_encrypted(path, "footer")
     if head != PARQUET_MAGIC:
         raise InputFileError(path, "not a Parquet file (it does not start with PAR1); check the file", 0)
-    f.seek(0)
+    _refuse_encrypted(path, encryption(f))
     try:
         pf = _ParquetFile(f, coerce_int96_timestamp_unit=INT96_UNIT)
-        size = pf.metadata.serialized_size
+        pf.metadata  # noqa: B018 - parsed here, so that a bad footer is named as such
     except Exception as e:  # pyarrow raises ArrowInvalid, OSError, ... for bad footers
-        _refuse_encrypted(path, encryption(f))
         raise InputFileError(path, f"not a readable Parquet file ({quoted(e)}); its footer or schema is "
                                    "damaged, or the file is incomplete (writers write the footer last)", 0) from e
-    _refuse_encrypted(path, encryption(f, size))
     problem = schema_problem(pf.schema_arrow)
     if problem is not None:
         raise InputFileError(path, problem, 0)
@@ -115,6 +115,9 @@ def _open(f: IO[bytes], path: str) -> pq.ParquetFile:
 
 
 def _refuse_encrypted(path: str, encrypted: str | None) -> None:
+    if encrypted == "unreadable":
+        raise InputFileError(path, "not a readable Parquet file (its footer is not the Thrift FileMetaData Parquet "
+                                   "readers read); the footer is damaged, or the file is incomplete", 0)
     if encrypted is not None:
         what = "its footer is encrypted" if encrypted == "footer" else "some of its columns are encrypted"
         raise InputFileError(path, f"an encrypted Parquet file ({what}); recordprep reads no encrypted Parquet: "

@@ -3,17 +3,23 @@ whether the file is encrypted.
 
 pyarrow aborts the process (an uncaught C++ exception, not a Python error)
 when a column's metadata of a file with encrypted columns and a plaintext
-footer is touched without keys (``ParquetFile.metadata.row_group(i).column(j)``),
-and names a file with an encrypted footer "not a Parquet file". So the reader
+footer is touched without keys (``ParquetFile.metadata.row_group(i).column(j)``:
+its Cython declares ``RowGroupMetaData::ColumnChunk`` without ``except +``), and
+names a file with an encrypted footer "not a Parquet file". So the reader
 asks ``encryption`` first: the magic ``PARE`` (encrypted footer) at either
 end, or ``FileMetaData.encryption_algorithm`` (field 8, set only in files with
 encrypted columns and a plaintext footer) or a ``ColumnChunk.crypto_metadata``
 in the Thrift compact encoded footer.
 
-A plaintext footer of such a file is signed: 28 bytes (nonce and tag) follow
-its ``FileMetaData``. A footer that pyarrow read to its last byte
-(``FileMetaData.serialized_size``) has none, so a large one is not scanned
-(pure Python: about a second per 20,000 column chunks).
+Every footer is walked, whatever its size: a footer whose column chunks say
+they are encrypted aborts pyarrow whether or not the file's marker or a
+signature is there. The walk reads the footer as pyarrow's Thrift does, so no
+footer reads one way here and another there; one it cannot read to its end is
+refused (``"unreadable"``), never handed to pyarrow unproven. The walk runs in
+C (``convert/_footer.c``) where it is built; the Python path beside it gives the
+same answer. Both remember the verdicts of the last footers walked, checked
+byte for byte, so that the work units of one file (its row groups) do not walk
+it again (``docs/benchmarks.md#design-converter``).
 """
 
 from __future__ import annotations
@@ -21,27 +27,32 @@ from __future__ import annotations
 import os
 from typing import IO
 
+try:
+    from convert._footer import encryption_fields as _encryption_fields_c
+except ImportError:  # built without a C compiler: the Python path
+    _encryption_fields_c = None
+
 #: The magic of a Parquet file whose footer is encrypted (plaintext footers keep ``PAR1``).
 ENCRYPTED_MAGIC = b"PARE"
 
 _MAX_STRUCT_DEPTH = 64  # the Thrift structs of a footer nest a few levels; deeper is garbage
 
-#: A footer up to this size is scanned whatever its ``serialized_size``.
-_ALWAYS_SCANNED = 256 << 10
-
-#: The signature after a signed plaintext footer: AES-GCM nonce and tag.
-_SIGNATURE_BYTES = 28
+#: The verdicts of the footers walked last: (length, head, tail) -> (footer, verdict). A process reads
+#: a few files at a time; the bytes kept are bounded (``_MAX_REMEMBERED``).
+_VERDICTS: dict[tuple[int, bytes, bytes], tuple[bytes, int]] = {}
+_MAX_REMEMBERED = 256 << 20
+_SAMPLE = 4096
 
 
 class _Bad(Exception):
-    """The footer is not Thrift compact as expected: pyarrow will say what is wrong."""
+    """The footer is not the Thrift compact ``FileMetaData`` the walk reads."""
 
 
-def encryption(f: IO[bytes], metadata_size: int | None = None) -> str | None:
+def encryption(f: IO[bytes]) -> str | None:
     """``"footer"`` (encrypted footer), ``"columns"`` (encrypted columns,
-    plaintext footer) or ``None`` (not encrypted, or a footer pyarrow will
-    refuse by itself). ``metadata_size``: the ``serialized_size`` pyarrow read,
-    where known. Leaves ``f`` at its start."""
+    plaintext footer), ``"unreadable"`` (a footer the walk cannot read to its
+    end: nothing proves it free of markers) or ``None`` (not encrypted, or no
+    footer: pyarrow refuses the file by itself). Leaves ``f`` at its start."""
     try:
         f.seek(0)
         head = f.read(4)
@@ -55,21 +66,52 @@ def encryption(f: IO[bytes], metadata_size: int | None = None) -> str | None:
         length = int.from_bytes(tail[:4], "little")
         if tail[4:] != b"PAR1" or not 0 < length <= size - 12:
             return None
-        if metadata_size is not None and length > _ALWAYS_SCANNED and metadata_size > length - _SIGNATURE_BYTES:
-            return None  # no room for a signature: not a signed plaintext footer
         f.seek(size - 8 - length)
         footer = f.read(length)
     finally:
         f.seek(0)
-    try:
-        return "columns" if _encryption_fields(footer) else None
-    except (_Bad, IndexError):
-        return None
+    return {MARKED: "columns", UNREADABLE: "unreadable"}.get(encryption_fields(footer))
 
 
-# The roles of the structs ``_encryption_fields`` looks into: FileMetaData, its row_groups (field 4)
-# and their columns (RowGroup field 1).
-_OTHER, _FILE, _ROW_GROUP, _COLUMN = range(4)
+#: ``encryption_fields``' answers.
+CLEAN, MARKED, UNREADABLE = 0, 1, -1
+
+
+def encryption_fields(footer: bytes) -> int:
+    """``MARKED`` when the Thrift compact ``FileMetaData`` ``footer`` marks
+    encryption (``_encryption_fields``), ``CLEAN`` when it does not,
+    ``UNREADABLE`` when the walk stops before its end."""
+    key = (len(footer), footer[:_SAMPLE], footer[-_SAMPLE:])
+    known = _VERDICTS.get(key)
+    if known is not None and known[0] == footer:
+        return known[1]
+    if _encryption_fields_c is not None:
+        verdict = _encryption_fields_c(footer)
+    else:
+        try:
+            verdict = MARKED if _encryption_fields(footer) else CLEAN
+        except (_Bad, IndexError):
+            verdict = UNREADABLE
+    _VERDICTS.pop(key, None)
+    while _VERDICTS and sum(len(f) for f, _ in _VERDICTS.values()) + len(footer) > _MAX_REMEMBERED:
+        del _VERDICTS[next(iter(_VERDICTS))]
+    if len(footer) <= _MAX_REMEMBERED:
+        _VERDICTS[key] = (footer, verdict)
+    return verdict
+
+
+# The structs whose fields the walk reads as Thrift's generated code for parquet.thrift does: those on
+# the way to a ColumnChunk, and those holding lists. The others are skipped by their wire types.
+_OTHER, _FILE, _ROW_GROUP, _COLUMN, _COLUMN_META, _SIZE_STATS, _GEO_STATS = range(7)
+_MARKERS = {(_FILE, 8), (_FILE, 9), (_COLUMN, 8), (_COLUMN, 9)}
+#: (struct, field) of a list -> its items' kind and role. The generated code reads a list's items as the
+#: schema says, whatever kind the list's header names: so does the walk.
+_LISTS = {(_FILE, 2): (12, _OTHER), (_FILE, 4): (12, _ROW_GROUP), (_FILE, 5): (12, _OTHER),
+          (_FILE, 7): (12, _OTHER), (_ROW_GROUP, 1): (12, _COLUMN), (_ROW_GROUP, 4): (12, _OTHER),
+          (_COLUMN_META, 2): (5, _OTHER), (_COLUMN_META, 3): (8, _OTHER), (_COLUMN_META, 8): (12, _OTHER),
+          (_COLUMN_META, 13): (12, _OTHER), (_SIZE_STATS, 2): (6, _OTHER), (_SIZE_STATS, 3): (6, _OTHER),
+          (_GEO_STATS, 2): (5, _OTHER)}
+_STRUCTS = {(_COLUMN, 3): _COLUMN_META, (_COLUMN_META, 16): _SIZE_STATS, (_COLUMN_META, 17): _GEO_STATS}
 
 
 def _encryption_fields(buf: bytes) -> bool:
@@ -78,7 +120,12 @@ def _encryption_fields(buf: bytes) -> bool:
     (fields 8, 9), or a column chunk's ``crypto_metadata`` or
     ``encrypted_column_metadata`` (``ColumnChunk`` fields 8, 9; a file may hold
     these without the file's marker, and pyarrow then aborts as well).
-    One loop over an explicit stack: footers of wide files hold millions of values."""
+
+    Reads as Apache Thrift's C++ compact protocol does (a field header whose
+    type is 0 ends a struct, field ids are 16-bit, lengths 31-bit), so that no
+    footer reads one way here and another in pyarrow; raises ``_Bad`` (or
+    ``IndexError``) where it cannot tell. One loop over an explicit stack:
+    footers of wide files hold millions of values."""
     pos = 0
     # frames: [is_struct, last field id, list items left, list item kind, role (of the struct or the items)]
     stack: list[list[int]] = [[1, 0, 0, 0, _FILE]]
@@ -87,26 +134,36 @@ def _encryption_fields(buf: bytes) -> bool:
         if frame[0]:  # a struct: the next field header
             byte = buf[pos]
             pos += 1
-            if byte == 0:
+            kind = byte & 0x0F
+            if not kind:
                 stack.pop()
                 continue
-            kind = byte & 0x0F
             if byte >> 4:
-                frame[1] += byte >> 4
+                fid = frame[1] + (byte >> 4)
             else:
                 raw, pos = _varint(buf, pos)
-                frame[1] = (raw >> 1) ^ -(raw & 1)
-            if frame[4] in (_FILE, _COLUMN) and frame[1] in (8, 9):
+                fid = (raw >> 1) ^ -(raw & 1)
+            if not -0x8000 <= fid <= 0x7FFF:  # Thrift would wrap it round: refused
+                raise _Bad
+            frame[1] = fid
+            key = (frame[4], fid)
+            if key in _MARKERS:
                 return True
-            role = (_ROW_GROUP if (frame[4], frame[1]) == (_FILE, 4)
-                    else _COLUMN if (frame[4], frame[1]) == (_ROW_GROUP, 1) else _OTHER)
+            role = _STRUCTS.get(key, _OTHER) if kind == 12 else _OTHER
+            if kind == 9 and key in _LISTS:
+                n, pos = _list_size(buf, pos)
+                item, role = _LISTS[key]
+                if len(stack) > _MAX_STRUCT_DEPTH:
+                    raise _Bad
+                stack.append([0, 0, n, item, role])
+                continue
         else:  # a list or set: the next item
             if not frame[2]:
                 stack.pop()
                 continue
             frame[2] -= 1
             kind, role = frame[3], frame[4]
-        if kind <= 2:  # bool in a field header
+        if kind <= 2:  # bool in a field header (items' bools are kind 3)
             continue
         if kind == 3:
             pos += 1
@@ -117,21 +174,18 @@ def _encryption_fields(buf: bytes) -> bool:
         elif kind == 7:
             pos += 8
         elif kind == 8:
-            n, pos = _varint(buf, pos)
+            n, pos = _size(buf, pos)
             pos += n
         elif kind == 12:
             if len(stack) > _MAX_STRUCT_DEPTH:
                 raise _Bad
-            stack.append([1, 0, 0, 0, role if not frame[0] else _OTHER])
+            stack.append([1, 0, 0, 0, role])
         elif kind in (9, 10):
-            head = buf[pos]
-            pos += 1
-            n, elem = head >> 4, head & 0x0F
-            if n == 15:
-                n, pos = _varint(buf, pos)
-            if len(stack) > _MAX_STRUCT_DEPTH or n > len(buf):
+            elem = buf[pos] & 0x0F
+            n, pos = _list_size(buf, pos)
+            if len(stack) > _MAX_STRUCT_DEPTH or not elem:
                 raise _Bad
-            stack.append([0, 0, n, 3 if elem in (1, 2) else elem, role])
+            stack.append([0, 0, n, 3 if elem in (1, 2) else elem, _OTHER])
         elif kind == 11:
             pos = _skip(buf, pos, kind, len(stack))
         else:
@@ -142,6 +196,7 @@ def _encryption_fields(buf: bytes) -> bool:
 
 
 def _varint(buf: bytes, pos: int) -> tuple[int, int]:
+    """A varint of at most 10 bytes (Thrift refuses longer ones)."""
     out = shift = 0
     while True:
         b = buf[pos]
@@ -150,12 +205,32 @@ def _varint(buf: bytes, pos: int) -> tuple[int, int]:
         if b < 0x80:
             return out, pos
         shift += 7
-        if shift > 70:
+        if shift >= 70:
             raise _Bad
 
 
+def _size(buf: bytes, pos: int) -> tuple[int, int]:
+    """A length or count: a varint Thrift reads as a non-negative 32-bit int."""
+    n, pos = _varint(buf, pos)
+    if n >> 31:
+        raise _Bad
+    return n, pos
+
+
+def _list_size(buf: bytes, pos: int) -> tuple[int, int]:
+    """The item count of the list header at ``pos``, and the position after the header."""
+    n = buf[pos] >> 4
+    pos += 1
+    if n == 15:
+        n, pos = _size(buf, pos)
+    if n > len(buf):
+        raise _Bad
+    return n, pos
+
+
 def _skip(buf: bytes, pos: int, kind: int, depth: int) -> int:
-    """The position after one value of Thrift compact type ``kind`` at ``pos``."""
+    """The position after one value of Thrift compact type ``kind`` at ``pos``
+    (read by its wire types, as Thrift skips a field it does not know)."""
     if kind in (1, 2):  # bool in a field header
         return pos
     if kind == 3:  # byte (also a bool inside a list)
@@ -165,16 +240,13 @@ def _skip(buf: bytes, pos: int, kind: int, depth: int) -> int:
     if kind == 7:  # double
         return pos + 8
     if kind == 8:  # binary
-        n, pos = _varint(buf, pos)
+        n, pos = _size(buf, pos)
         return pos + n
     if depth > _MAX_STRUCT_DEPTH:
         raise _Bad
     if kind in (9, 10):  # list, set
-        head = buf[pos]
-        pos += 1
-        n, elem = head >> 4, head & 0x0F
-        if n == 15:
-            n, pos = _varint(buf, pos)
+        elem = buf[pos] & 0x0F
+        n, pos = _list_size(buf, pos)
         elem = 3 if elem in (1, 2) else elem
         for _ in range(n):
             pos = _skip(buf, pos, elem, depth + 1)
@@ -182,7 +254,7 @@ def _skip(buf: bytes, pos: int, kind: int, depth: int) -> int:
                 raise _Bad
         return pos
     if kind == 11:  # map
-        n, pos = _varint(buf, pos)
+        n, pos = _size(buf, pos)
         if n == 0:
             return pos
         kv = buf[pos]
@@ -198,7 +270,7 @@ def _skip(buf: bytes, pos: int, kind: int, depth: int) -> int:
         while True:
             byte = buf[pos]
             pos += 1
-            if byte == 0:
+            if not byte & 0x0F:
                 return pos
             if not byte >> 4:
                 pos = _varint(buf, pos)[1]

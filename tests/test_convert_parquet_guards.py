@@ -170,7 +170,7 @@ def _encrypted(plaintext_footer: bool, wide: int = 0) -> bytes:
 def test_encrypted_files_are_refused_by_name_before_pyarrow_touches_their_columns(plaintext_footer, wide):
     """With a plaintext footer, pyarrow aborts the process on the first column metadata it reads."""
     data = _encrypted(plaintext_footer, wide)
-    if wide:  # a footer over the size scanned whatever pyarrow read of it
+    if wide:  # a footer of more than 256 KB (one the reader once left unscanned when unsigned)
         assert int.from_bytes(data[-8:-4], "little") > 256 << 10
     what = "some of its columns are encrypted" if plaintext_footer else "its footer is encrypted"
     for decoder in DECODERS:
