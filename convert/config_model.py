@@ -84,7 +84,7 @@ TRANSFORM_TABLE: dict[str, TransformInfo] = {
                                 (*_VOCAB, *_ID_LIST)),
     "hash": TransformInfo("category -> stable hash id 1..buckets (identifiers, open-ended sets)", ("buckets", *_ID_LIST)),
     "text": TransformInfo("string -> max_len word ids (a vocabulary of tokens) + <name>_len",
-                          (*_ID_LIST, "lowercase", *_VOCAB)),
+                          ("max_len", "lowercase", *_VOCAB, "length")),
     "bytes": TransformInfo("bytes or string passed through unvectorized (images)", ()),
     "timestamp": TransformInfo("epoch number in 'unit' or ISO 8601 string -> epoch seconds scaled by the training split + calendar 'parts'",
                                ("unit", "parts", "missing_indicator")),
