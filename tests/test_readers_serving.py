@@ -440,6 +440,14 @@ def test_parity_with_lengths_left_out_and_shared(tmp_path):
     shard = next(out.glob("train-*.tfrecord.gz"))
     first = next(iter(tf.data.TFRecordDataset(str(shard), compression_type="GZIP")))
     assert sorted(tf.train.Example.FromString(first.numpy()).features.feature) == sorted(f.name for f in info.features)
+    packed = tmp_path / "packed"
+    r = cli("convert", "--input", tmp_path / "in.jsonl", "--config", tmp_path / "c.yaml", "--output", packed,
+            "--splits", "train=1", "--no-progress", "--layout", "packed")
+    assert r.exit_code == 0, r.output
+    plain, pk = (next(iter(readers.eval_dataset(str(o / "train-*"), batch_size=64))) for o in (out, packed))
+    assert set(pk) == set(plain) == {f.name for f in info.features}
+    for name in plain:
+        assert np.array_equal(plain[name].numpy(), pk[name].numpy()), name
 
 
 def test_text_rows_in_every_part_of_a_batch_keep_their_tokens(output, layer):
