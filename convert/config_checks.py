@@ -33,7 +33,7 @@ from convert.config_model import (
     FeatureConfig,
     LabelConfig,
 )
-from convert.paths import PathError, is_list_step, parse_path
+from convert.paths import EACH, PathError, is_list_step, parse_path
 from convert.spec import MAX_FEATURE_SIZE, daz, short_repr
 
 #: Why a transform does not take an option, where more can be said than which transforms do.
@@ -50,6 +50,11 @@ _NOT_TAKEN_WHY = {
     ("text", "missing_indicator"): "a missing text has length 0 already",
     ("cross", "source"): "it reads its fields from 'sources'",
     ("count", "max_len"): "it gives one number per record",
+    **{(t, "length"): "a numeric list pads with 0.0, which is also a value, so its length cannot be read from it; "
+                      "share the <name>_len of another numeric list of the same list with length_of, or keep its own"
+       for t in ("identity", "log1p", "clip")},
+    **{(t, "length_of"): "a list of ids drops null items, so its length is its own; leave it out with length: false "
+                         "(the count of its non-zero ids is its length)" for t in ("vocabulary", "hash", "text")},
 }
 
 
@@ -220,9 +225,12 @@ def _check_values(where: str, kw: dict[str, Any], out: _Problems) -> None:
         if drift is None:
             out.add(where, _DRIFT_PROBLEM.format(found=show_value(kw["drift"])))
         kw["drift"] = drift
-    for key in ("missing_indicator", "lowercase", "allow_all_missing", "allow_label_source"):
+    for key in ("missing_indicator", "lowercase", "allow_all_missing", "allow_label_source", "length"):
         if key in kw and not isinstance(kw[key], bool):
             out.add(where, f"{key!r} must be true or false, found {show_value(kw[key])}")
+    if "length_of" in kw and (not isinstance(kw["length_of"], str) or not kw["length_of"]):
+        out.add(where, f"'length_of' must name another feature (a numeric list of the same list), "
+                       f"found {show_value(kw['length_of'])}")
     if "on_nan" in kw and kw["on_nan"] not in NAN_POLICIES:
         out.add(where, f"'on_nan' must be one of {NAN_POLICIES}, found {show_value(kw['on_nan'])}"
                        f"{_did_you_mean(kw['on_nan'], NAN_POLICIES)}")
@@ -371,7 +379,7 @@ def _parse_feature(i: int, raw: Any, src: str, out: _Problems) -> FeatureConfig 
     # An entry listing every option is the normalized form (``Config.to_json()``,
     # the metadata's config): there, an option its transform does not take may
     # hold the value the transform gives it anyway (checked once it is built).
-    full = set(_FEATURE_KEYS) - {"allow_all_missing", "allow_label_source", "drift"} <= set(raw)
+    full = set(_FEATURE_KEYS) - {"allow_all_missing", "allow_label_source", "drift", "length", "length_of"} <= set(raw)
     deferred: dict[str, Any] = {}
     if transform is not None:
         not_taken = [k for k in kw if k not in _takes(transform)]
@@ -468,6 +476,7 @@ def parse_config(raw: Any, *, source: str = "config") -> Config:
     label = _parse_label(raw["label"], source, out) if raw.get("label") is not None else None
     cfg = Config(features=tuple(f for f in features if f is not None), label=label, drift=drift)
     _check_label_leak(cfg, source, out)
+    _check_lengths(cfg, source, out)
     seen: set[str] = set()
     for n in cfg.output_names:
         if n in seen:
@@ -509,3 +518,47 @@ def _check_label_leak(cfg: Config, source: str, out: _Problems) -> None:
                     f"reads the label's source field {cfg.label.source!r}, so the label would leak into the "
                     f"model's inputs; read another field, or set allow_label_source: true on the feature if "
                     f"this is intended")
+
+
+def _item_list(path: str) -> tuple[Any, ...] | None:
+    """The list whose items ``path`` reads one value each of (the steps up to its last ``[]``,
+    below it only field names: ``items[].price``), or None for another kind of path."""
+    steps = parse_path(path)
+    last = max((k for k, x in enumerate(steps) if is_list_step(x)), default=None)
+    if last is None or steps[last] is not EACH or not all(isinstance(x, str) for x in steps[last + 1:]):
+        return None
+    return steps[: last + 1]
+
+
+def _check_lengths(cfg: Config, source: str, out: _Problems) -> None:
+    """``length: false`` only on lists; ``length_of`` only naming a numeric list feature that
+    writes its own ``<name>_len``, of the same list (one value per item, the same ``max_len``),
+    so that the two lengths are equal in every record and the shared column is exact."""
+    by_name = {f.name: f for f in cfg.features}
+    for f in cfg.features:
+        where = f"{source}: feature {f.name!r}"
+        if not f.length and not f.multi_valued:
+            out.add(where, "'length: false' leaves out <name>_len, which only lists (max_len) write; remove it")
+        if f.length_of is None:
+            continue
+        other = by_name.get(f.length_of)
+        why = None
+        if not f.multi_valued:
+            why = "only a list (max_len) has a length to share; remove length_of or set max_len"
+        elif other is None:
+            why = f"no feature is named {f.length_of!r}{_did_you_mean(f.length_of, list(by_name))}"
+        elif other is f:
+            why = "a feature cannot share its own length; remove length_of to write <name>_len"
+        elif not (other.is_numeric and other.multi_valued):
+            why = (f"{other.name!r} is not a numeric list (identity, log1p or clip with max_len); only those count "
+                   f"every item, null ones too, as this feature does")
+        elif other.length_of is not None:
+            why = f"{other.name!r} shares the length of {other.length_of!r} itself: name {other.length_of!r}"
+        elif other.max_len != f.max_len:
+            why = (f"{other.name!r} keeps max_len {other.max_len} items, this feature {f.max_len}: the lengths "
+                   f"differ past the smaller; give both the same max_len")
+        elif f.source != other.source and (_item_list(f.source) is None or _item_list(f.source) != _item_list(other.source)):
+            why = (f"sources {f.source!r} and {other.source!r} are not fields of the items of one list "
+                   f"(items[].a and items[].b), so their lengths may differ; remove length_of")
+        if why:
+            out.add(where, f"length_of: {why}")

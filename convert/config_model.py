@@ -64,22 +64,27 @@ COMMON_OPTIONS = ("name", "source", "transform", "allow_all_missing", "allow_lab
 DRIFT_MEASURES = ("linf", "js", "new_terms", "missing", "mean_shift")
 _NUM = ("fill", "missing_indicator", "on_nan")
 _VOCAB = ("top_k", "min_frequency", "num_oov_buckets")
+#: Lists of ids (0 only for padding) may leave out ``<name>_len`` (``length: false``): the count of
+#: non-zero ids is the length. Numeric lists pad with 0.0, also a value: they may only share the
+#: ``<name>_len`` of another numeric list of the same list (``length_of``).
+_ID_LIST = ("max_len", "length")
+_NUM_LIST = ("max_len", "length_of")
 #: Every transform and its options: the one table behind validation, its error
 #: messages and infer's draft. An option a transform does not take is an error.
 TRANSFORM_TABLE: dict[str, TransformInfo] = {
-    "identity": TransformInfo("number (or list with max_len) as float32, unchanged", (*_NUM, "max_len"), True),
+    "identity": TransformInfo("number (or list with max_len) as float32, unchanged", (*_NUM, *_NUM_LIST), True),
     "zscore": TransformInfo("(x - mean) / std of the training split", _NUM, True),
     "minmax": TransformInfo("(x - min) / (max - min) of the training split", _NUM, True),
-    "log1p": TransformInfo("log(1 + x) for x > -1 (or list with max_len)", (*_NUM, "max_len"), True),
+    "log1p": TransformInfo("log(1 + x) for x > -1 (or list with max_len)", (*_NUM, *_NUM_LIST), True),
     "clip": TransformInfo("x limited to [clip_min, clip_max] (or list with max_len)",
-                          (*_NUM, "clip_min", "clip_max", "max_len"), True),
+                          (*_NUM, "clip_min", "clip_max", *_NUM_LIST), True),
     "bucketize": TransformInfo("number -> bucket id 1..num_buckets cut at the training split's quantiles",
                                ("num_buckets", "missing_indicator", "on_nan"), True),
     "vocabulary": TransformInfo("category (string, int, bool; or list with max_len) -> id by training frequency",
-                                (*_VOCAB, "max_len")),
-    "hash": TransformInfo("category -> stable hash id 1..buckets (identifiers, open-ended sets)", ("buckets", "max_len")),
+                                (*_VOCAB, *_ID_LIST)),
+    "hash": TransformInfo("category -> stable hash id 1..buckets (identifiers, open-ended sets)", ("buckets", *_ID_LIST)),
     "text": TransformInfo("string -> max_len word ids (a vocabulary of tokens) + <name>_len",
-                          ("max_len", "lowercase", *_VOCAB)),
+                          ("max_len", "lowercase", *_VOCAB, "length")),
     "bytes": TransformInfo("bytes or string passed through unvectorized (images)", ()),
     "timestamp": TransformInfo("epoch number in 'unit' or ISO 8601 string -> epoch seconds scaled by the training split + calendar 'parts'",
                                ("unit", "parts", "missing_indicator")),
@@ -128,6 +133,14 @@ class FeatureConfig:
       buckets: ``hash`` bucket count.
       max_len: multi-valued inputs (arrays, text tokens): pad/truncate to this
         many values and write ``{name}_len``. ``None`` means scalar.
+      length: lists of ids (vocabulary, hash, text): ``False`` writes no
+        ``{name}_len``, since an item's id is never 0 and the count of
+        non-zero ids is the length.
+      length_of: numeric lists: the name of another numeric list feature of
+        the same list (``items[].a`` and ``items[].b``, same ``max_len``) whose
+        ``{length_of}_len`` holds this feature's length too; none of its own
+        is written. ``convert.config`` checks that the two lengths are equal
+        for every record.
       lowercase: ``text``: lower-case before tokenizing.
       num_buckets: ``bucketize``: buckets cut at training-split quantiles.
       unit: ``timestamp``: unit of epoch numbers (``s, ms, us, ns, days``;
@@ -161,6 +174,8 @@ class FeatureConfig:
     sources: tuple[str, ...] | None = None
     allow_all_missing: bool = False
     allow_label_source: bool = False
+    length: bool = True
+    length_of: str | None = None
     #: ``(measure, threshold)`` pairs of ``DRIFT_MEASURES`` overriding the
     #: config's top-level ``drift`` for this feature (``recordprep report``).
     drift: tuple[tuple[str, float], ...] | None = None
@@ -182,6 +197,11 @@ class FeatureConfig:
     @property
     def multi_valued(self) -> bool:
         return self.max_len is not None
+
+    @property
+    def writes_length(self) -> bool:
+        """Whether the feature writes its own ``<name>_len`` (a list not sharing another's, length not off)."""
+        return self.multi_valued and self.length and self.length_of is None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -213,6 +233,10 @@ def _feature_json(f: FeatureConfig) -> dict[str, Any]:
     for key in ("allow_all_missing", "allow_label_source"):
         if not d[key]:
             del d[key]
+    if d["length"]:
+        del d["length"]
+    if d["length_of"] is None:
+        del d["length_of"]
     if f.drift is None:
         del d["drift"]
     else:
@@ -245,7 +269,7 @@ class Config:
         names = []
         for f in self.features:
             names.append(f.name)
-            if f.multi_valued:
+            if f.writes_length:
                 names.append(f"{f.name}_len")
             if f.missing_indicator:
                 names.append(f"{f.name}_missing")

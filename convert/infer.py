@@ -620,12 +620,13 @@ def _allow_missing(d: Draft, st: _FieldStats, total: int) -> Draft:
 
 
 def _observed(stats: dict[str, _FieldStats], inner: dict[str, set[tuple[Step, ...]]], sample: list[dict],
-              kinds: dict[str, str], maps: set[str]) -> list[Draft]:
+              kinds: dict[str, str], maps: set[str]) -> tuple[list[Draft], list[tuple[Draft, list[Draft]]]]:
     """A draft per observed path, each list's paths through it (``items[].price``)
-    right after the list's own; a list of records is counted only when none of
-    its items' features already holds its length (``<name>_len``)."""
+    right after the list's own; and each counted list with the drafts through it,
+    for ``_one_length`` once the drafts are final."""
     total = len(sample)
     drafts = []
+    lists = []
     for p, st in list(stats.items()):
         d = _decide(p, st, total, kinds.get(p), maps)
         subs = []
@@ -638,21 +639,42 @@ def _observed(stats: dict[str, _FieldStats], inner: dict[str, set[tuple[Step, ..
             subs.append(_allow_missing(_decide(path, sub, total, kinds.get(path), maps), sub, total))
         if d.entry is not None and d.entry.get("transform") == "count":
             d.path_name = f"{p}_count"
-            lengths = [x.path for x in subs if _one_per_item(x, p, stats[x.path])]
-            if lengths:
-                d = Draft(None, f"{p}: a list of records: its length is the <name>_len of {lengths[0]}'s feature "
-                                f"(one length feature per list, not a count beside it)", p)
+            lists.append((d, subs))
         drafts.append(_allow_missing(d, st, total))
         drafts += subs
-    return drafts
+    return drafts, lists
 
 
-def _one_per_item(d: Draft, lst: str, st: _FieldStats) -> bool:
-    """Whether ``d``'s feature holds one value per item of the list ``lst`` (a field of
-    its records, never null), so its ``<name>_len`` is the list's length."""
-    if d.entry is None or "max_len" not in d.entry or d.entry.get("transform") == "text" or st.elem_types["null"]:
-        return False
-    below = parse_path(d.path)[len(parse_path(lst)):]  # (EACH, "price") for items[].price
+def _one_length(count: Draft, subs: list[Draft], stats: dict[str, _FieldStats]) -> None:
+    """One length feature for a list of records: the ``<name>_len`` of its first numeric item
+    field (a numeric list counts every item, null ones too), else of its first item field
+    of ids that is never null, else its ``count``. The other numeric item fields share that
+    ``_len`` (``length_of``), the item fields of ids leave theirs out (``length: false``: the
+    count of their non-zero ids is their length)."""
+    lst = count.path
+    items = [x for x in subs if x.entry is not None and "max_len" in x.entry and _item_field(x.path, lst)]
+    numeric = [x for x in items if x.entry["transform"] in ("identity", "log1p", "clip")]
+    ids = [x for x in items if x not in numeric]
+    carrier = numeric[0] if numeric else next(
+        (x for x in ids if x.entry["transform"] != "text" and not stats[x.path].elem_types["null"]), None)
+    for x in numeric[1:]:
+        x.entry["max_len"] = carrier.entry["max_len"]
+        x.entry["length_of"] = carrier  # the carrier's feature name, once names are claimed
+        x.comment += f"; its length is {carrier.path}'s <name>_len (length_of: one length per list)"
+    for x in ids:
+        if x is not carrier:
+            x.entry["length"] = False
+            x.comment += "; length: false (its length is the count of its non-zero ids; one length per list)"
+    if carrier is not None:
+        count.entry = None
+        count.comment = (f"{lst}: a list of records: its length is the <name>_len of {carrier.path}'s feature "
+                         f"(one length feature per list, not a count beside it)")
+
+
+def _item_field(path: str, lst: str) -> bool:
+    """Whether ``path`` reads one value per item of the list ``lst``: a field of its records
+    (``items[].price``), not a list inside them."""
+    below = parse_path(path)[len(parse_path(lst)):]  # (EACH, "price") for items[].price
     return len(below) >= 2 and below[0] is EACH and all(isinstance(x, str) for x in below[1:])
 
 
@@ -675,11 +697,14 @@ def infer_config(records: Iterable[dict], avro_schema: Any = None, label: str | 
     for r in sample:
         _walk(r, stats, maps, inner, objects)
     total = len(sample)
-    drafts = _observed(stats, inner, sample, kinds, maps)
-    for i, d in enumerate(drafts):
+    drafts, lists = _observed(stats, inner, sample, kinds, maps)
+    for d in drafts:
         if d.path in objects:  # a value in some records, a nested record in others: convert rejects either way
-            drafts[i] = Draft(None, f"{d.path}: a value in some records, a nested record in others; not vectorized "
-                                    f"(its fields are drafted as {d.path}.FIELD)", d.path)
+            d.entry, d.fallback, d.warnings, d.path_name = None, None, [], None  # in place: lists hold these drafts
+            d.comment = (f"{d.path}: a value in some records, a nested record in others; not vectorized "
+                         f"(its fields are drafted as {d.path}.FIELD)")
+    for count, subs in lists:
+        _one_length(count, subs, stats)
     if not any(d.entry is not None and d.path not in (label, None) for d in drafts):
         for d in drafts:  # nothing but identifiers or null fields: drafted after all, so the draft still converts
             if d.entry is None and d.fallback is None and not stats[d.path].distinct:
@@ -715,4 +740,7 @@ def infer_config(records: Iterable[dict], avro_schema: Any = None, label: str | 
         e.update(d.entry)
         d.entry = e
         features.append(e)
+    for e in features:
+        if isinstance(e.get("length_of"), Draft):
+            e["length_of"] = e["length_of"].entry["name"]
     return {"label": label_entry, "features": features}, drafts

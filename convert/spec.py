@@ -296,7 +296,10 @@ def packed_slices(features: Any) -> dict[str, list[tuple[str, int, int]]]:
 #: ``indicator``: int64 0/1 (a missing indicator), taken as a float;
 #: ``raw``: written as the input had it (identity, clip, log1p, bytes; a timestamp or count of an older
 #: output), not fit for direct input: scale it in the model or pick a scaling transform;
-#: ``aux``: a helper column another feature's encoding uses (a list's length);
+#: ``aux``: a helper column another feature's encoding uses (a list's length: ``<name>_len``, whose
+#: params' ``of`` names its list and ``shared_by`` the numeric lists of the same items whose length it
+#: holds too, their params' ``length_of``; a list of ids with ``length: false`` has none, the count of
+#: its non-zero ids being its length);
 #: ``label``: the label.
 ENCODINGS = ("embedding", "tokens", "scaled", "indicator", "raw", "aux", "label")
 #: Float transforms whose values are scaled by the training split.

@@ -383,7 +383,7 @@ class StatsAccumulator:
         for s, m in enumerate(masks):
             if m is not None:
                 self.rows[s] += int(np.count_nonzero(m))
-        cols = vb.columns
+        cols = {**vb.unwritten, **vb.columns} if vb.unwritten else vb.columns
         for part in batch.parts:
             name = part.name
             f = self._features.get(name)

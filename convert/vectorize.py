@@ -46,6 +46,8 @@ class VectorBatch:
     columns: dict[str, tuple[str, Any]]
     keep: np.ndarray
     rejections: list[Rejection]
+    #: Lengths computed but not written (``length: false``, ``length_of``), for the statistics.
+    unwritten: dict[str, tuple[str, Any]] = dataclasses.field(default_factory=dict)
 
 
 def unseen_label_class(lab: LabelConfig, name: str) -> str:
@@ -71,6 +73,9 @@ class Vectorizer:
                 base = 1 + f.num_oov_buckets
                 self._vocab_ids[f.name] = {t: base + i for i, t in enumerate(terms)}
         self._tables: dict[str, np.ndarray] = {}
+        #: ``<name>_len`` columns computed (by each list's own code) but not written.
+        self._unwritten = [f"{f.name}_len" for f in config.features if f.multi_valued and not f.writes_length]
+        self._shared = [(f.name, f.length_of) for f in config.features if f.multi_valued and f.length_of]
         #: Each numeric feature's statistics as its transform reads them (``finish_numbers``).
         self._constants = {name: transform_constants(st) for name, st in analysis.stats.items()}
         #: A vocabulary label's class ids (``0..K-1``).
@@ -105,6 +110,8 @@ class Vectorizer:
                 params.update(boundaries=bounds, vocab_size=len(bounds) + 2, pad_id=0)
             if not f.parts:
                 params.pop("parts", None)
+            if params.get("length") is True:  # the default: written only when off
+                del params["length"]
             n = f.max_len or 1
             if f.transform in SCALED:  # a float of the base value, scaled by the training split
                 specs.append(FeatureSpec(f.name, "float32", (1,), 0.0, f.source, f.transform, params, encoding="scaled"))
@@ -120,9 +127,12 @@ class Vectorizer:
                 specs.append(FeatureSpec(f.name, "string", (1,), "", f.source, "bytes", params))
             else:
                 specs.append(FeatureSpec(f.name, "int64", (n,), 0, f.source, f.transform, params))
-            if f.multi_valued:
-                specs.append(FeatureSpec(f"{f.name}_len", "int64", (1,), 0, f.source, "length",
-                                         {"of": f.name, "max_len": f.max_len}, role="aux"))
+            if f.writes_length:
+                lparams: dict[str, Any] = {"of": f.name, "max_len": f.max_len}
+                shared = [g.name for g in self.config.features if g.length_of == f.name]
+                if shared:
+                    lparams["shared_by"] = shared
+                specs.append(FeatureSpec(f"{f.name}_len", "int64", (1,), 0, f.source, "length", lparams, role="aux"))
             if f.missing_indicator:
                 specs.append(FeatureSpec(f"{f.name}_missing", "int64", (1,), 0, f.source, "missing_indicator",
                                          {"of": f.name}, role="aux"))
@@ -167,12 +177,29 @@ class Vectorizer:
                     cols[part.name] = ("int64", np.array([ids.get(t, 0) for t in part.terms], dtype=np.int64).reshape(-1, 1))
                 case TermIndexes():
                     cols.update(self._vocab_finish(self._by_name[part.name], part))
+        unwritten = {k: cols.pop(k) for k in self._unwritten}
         keep = np.ones(batch.rows, dtype=bool)
         if bad:
             keep[list(bad)] = False
             idx = np.nonzero(keep)[0]
             cols = {k: (kind, [v[i] for i in idx.tolist()] if kind == "string" else v[idx]) for k, (kind, v) in cols.items()}
-        return VectorBatch(columns=cols, keep=keep, rejections=sorted(bad.values(), key=lambda r: r.index))
+            unwritten = {k: (kind, v[idx]) for k, (kind, v) in unwritten.items()}
+        if self._shared:
+            self._check_shared_lengths({**cols, **unwritten})
+        return VectorBatch(columns=cols, keep=keep, rejections=sorted(bad.values(), key=lambda r: r.index),
+                           unwritten=unwritten)
+
+    def _check_shared_lengths(self, cols: dict[str, tuple[str, Any]]) -> None:
+        """A feature with ``length_of`` has, in every record, the length of the one it names
+        (the config check allows only items of one list with one ``max_len``): an internal
+        error otherwise, never a column that silently misstates a length. ``cols``: kept rows only."""
+        for name, of in self._shared:
+            mine, theirs = cols[f"{name}_len"][1], cols[f"{of}_len"][1]
+            if not np.array_equal(mine, theirs):
+                row = int(np.flatnonzero(mine[:, 0] != theirs[:, 0])[0])
+                raise ValueError(f"feature {name!r} (length_of: {of!r}): record {row} of the batch has "
+                                 f"{int(mine[row, 0])} values, {of!r} {int(theirs[row, 0])}; the shared length "
+                                 f"would be wrong (report this: the config check should have refused it)")
 
     def unseen_label_rows(self, batch: PreparedBatch, known: Any = None) -> dict[int, Rejection]:
         """Rows of ``batch`` (not rejected already) whose label class has no id:

@@ -360,7 +360,14 @@ def expected_columns(records: Sequence[Any], features: Sequence[dict], vocabs: d
                 continue  # _len / _missing come with their feature
             for k, val in expected_row(r, f, vocabs.get(f["name"])).items():
                 cols.setdefault(k, []).append(val)
-    return {k: np.stack(v) for k, v in cols.items()}
+    stacked = {k: np.stack(v) for k, v in cols.items()}
+    for f in features:  # a list's length left out (length: false) or shared (length_of): no <name>_len
+        p = f.get("params") or {}
+        if p.get("length") is False or p.get("length_of"):
+            mine = stacked.pop(f"{f['name']}_len", None)
+            if p.get("length_of") and mine is not None:
+                assert np.array_equal(mine, stacked[f"{p['length_of']}_len"]), (f["name"], p["length_of"])
+    return stacked
 
 
 # ------------------------------------------------------------- reading back

@@ -4,6 +4,7 @@ one run, and near misses get a "did you mean"."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -256,3 +257,64 @@ def test_any_near_valid_config_loads_within_its_table_or_lists_its_problems(feat
             takes.discard("source")
         assert {k for k, v in given_.items() if v is not None} <= takes, given_
     assert parse_config(cfg.to_json()) == cfg  # the normalized form loads back
+
+
+# ------------------------------------------------ length: false and length_of
+
+_IMP = [
+    {"name": "id", "source": "imp[].id", "transform": "hash", "buckets": 64, "max_len": 4},
+    {"name": "pos", "source": "imp[].pos", "transform": "identity", "max_len": 4},
+]
+
+
+@pytest.mark.parametrize("feature, expected", [
+    ({"name": "p", "source": "imp[].price", "transform": "identity", "max_len": 4, "length": False},
+     "transform 'identity' does not take 'length' (a numeric list pads with 0.0, which is also a value"),
+    ({"name": "t", "source": "imp[].t", "transform": "vocabulary", "max_len": 4, "length_of": "pos"},
+     "transform 'vocabulary' does not take 'length_of' (a list of ids drops null items"),
+    ({"name": "u", "transform": "vocabulary", "length": False},
+     "'length: false' leaves out <name>_len, which only lists (max_len) write"),
+    ({"name": "u", "transform": "hash", "buckets": 8, "max_len": 2, "length": "no"},
+     "'length' must be true or false, found 'no'"),
+    ({"name": "p", "source": "price", "transform": "identity", "length_of": "pos"},
+     "length_of: only a list (max_len) has a length to share"),
+    ({"name": "p", "source": "imp[].price", "transform": "identity", "max_len": 4, "length_of": "poss"},
+     "length_of: no feature is named 'poss' (did you mean 'pos'?)"),
+    ({"name": "p", "source": "imp[].price", "transform": "identity", "max_len": 4, "length_of": "p"},
+     "length_of: a feature cannot share its own length"),
+    ({"name": "p", "source": "imp[].price", "transform": "identity", "max_len": 4, "length_of": "id"},
+     "length_of: 'id' is not a numeric list (identity, log1p or clip with max_len)"),
+    ({"name": "p", "source": "imp[].price", "transform": "identity", "max_len": 3, "length_of": "pos"},
+     "length_of: 'pos' keeps max_len 4 items, this feature 3"),
+    ({"name": "p", "source": "clicks[].price", "transform": "identity", "max_len": 4, "length_of": "pos"},
+     "length_of: sources 'clicks[].price' and 'imp[].pos' are not fields of the items of one list"),
+    ({"name": "p", "source": "imp[].prices[]", "transform": "identity", "max_len": 4, "length_of": "pos"},
+     "length_of: sources 'imp[].prices[]' and 'imp[].pos' are not fields of the items of one list"),
+    ({"name": "p", "source": "prices", "transform": "identity", "max_len": 4, "length_of": "pos"},
+     "length_of: sources 'prices' and 'imp[].pos' are not fields"),
+    ({"name": "p", "source": "imp[].price", "transform": "identity", "max_len": 4, "length_of": 3},
+     "'length_of' must name another feature (a numeric list of the same list), found 3"),
+])
+def test_a_length_option_that_would_misstate_a_length_is_refused(feature, expected):
+    [msg] = _problems({"features": [*_IMP, feature]})
+    assert msg.startswith(f"cfg.yaml: feature {feature['name']!r}: ") and expected in msg, msg
+
+
+def test_length_of_a_feature_that_shares_its_length_names_the_one_that_writes_it():
+    chain = [*_IMP, {"name": "p", "source": "imp[].price", "transform": "identity", "max_len": 4, "length_of": "pos"},
+             {"name": "c", "source": "imp[].cost", "transform": "log1p", "max_len": 4, "length_of": "p"}]
+    [msg] = _problems({"features": chain})
+    assert "feature 'c': length_of: 'p' shares the length of 'pos' itself: name 'pos'" in msg, msg
+
+
+def test_length_options_leave_out_their_len_and_keep_the_config_hash_of_configs_without_them():
+    shared = [*_IMP, {"name": "p", "source": "imp[].price", "transform": "clip", "clip_min": 0, "max_len": 4,
+                      "length_of": "pos"},
+              {"name": "same", "source": "imp[].pos", "transform": "log1p", "max_len": 4, "length_of": "pos"},
+              {"name": "t", "source": "imp[].title", "transform": "text", "max_len": 8, "length": False}]
+    cfg = parse_config({"features": [{**shared[0], "length": False}, *shared[1:]]})
+    assert cfg.output_names == ["id", "pos", "pos_len", "p", "same", "t"]
+    assert parse_config(cfg.to_json()) == cfg
+    plain = parse_config({"features": _IMP})
+    assert "length" not in json.dumps(plain.to_json()) and parse_config({"features": [
+        {**f, "length": True} for f in _IMP[:1]] + _IMP[1:]}).hash == plain.hash

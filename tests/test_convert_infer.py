@@ -475,7 +475,48 @@ def test_one_list_of_records_gives_one_length_feature():
     names = {f["name"] for f in config["features"]}
     assert "impressions_count" not in names and {"impressions_ad", "impressions_pos", "impressions_cost"} <= names
     why = next(d.comment for d in drafts if d.path == "impressions")
-    assert "its length is the <name>_len of impressions[].ad's feature" in why
+    # the first numeric item field's: a numeric list counts every item, null ones too
+    assert "its length is the <name>_len of impressions[].cost's feature" in why
+    outputs = parse_config(yaml.safe_load(render_yaml(config, drafts))).output_names
+    assert [n for n in outputs if n.endswith("_len")] == ["impressions_cost_len"], outputs
+    feats = {f["name"]: f for f in config["features"]}
+    assert feats["impressions_pos"]["length_of"] == "impressions_cost" and feats["impressions_ad"]["length"] is False
+
+
+def test_a_list_of_records_with_only_fields_of_ids_gives_one_length_feature():
+    """Without a numeric item field: the first never-null field of ids keeps its <name>_len; when
+    every one may be null (its list then drops those items), the list's count is the length."""
+    whole = [{"imp": [{"ad": f"a{j}", "site": None if j % 2 else "s"} for j in range(i % 3 + 1)]} for i in range(30)]
+    feats, config = _draft(whole)
+    outputs = parse_config(config).output_names
+    assert [n for n in outputs if n.endswith("_len") or n.endswith("_count")] == ["imp_ad_len"], outputs
+    assert feats["imp_site"]["length"] is False and "imp_count" not in feats
+    holes = [{"imp": [{"ad": None if (i + j) % 4 == 0 else f"a{j}"} for j in range(i % 3 + 1)]} for i in range(30)]
+    feats, config = _draft(holes)
+    outputs = parse_config(config).output_names
+    assert [n for n in outputs if n.endswith("_len") or n.endswith("_count")] == ["imp_count"], outputs
+    assert feats["imp_ad"]["length"] is False
+
+
+def test_infer_then_convert_writes_one_length_feature_for_a_list_of_records(tmp_path):
+    """Issue 47: a list of records of three item fields (ids, positions, prices; prices null in
+    some items) converts from its draft, every record, with one length column for the list."""
+    rows = [{"user": f"u{i % 3}", "impressions": [{"id": f"x{(i + j) % 5}", "pos": j + 1, "price": None if j == 1 else j * 1.5}
+                                                  for j in range(i % 4)]} for i in range(40)]
+    src = tmp_path / "in.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    r = CliRunner().invoke(app, ["infer", "-i", str(src)])
+    assert r.exit_code == 0, r.output
+    (tmp_path / "f.yaml").write_text(r.stdout)
+    out = tmp_path / "out"
+    r = cli("convert", "-i", src, "-c", tmp_path / "f.yaml", "-o", out, "--splits", "train=1", "--no-progress")
+    assert r.exit_code == 0, r.output
+    info = json.loads((out / "dataset_info.json").read_text())
+    lengths = [f for f in info["features"] if f["transform"] in ("length", "count")]
+    assert [f["name"] for f in lengths] == ["impressions_pos_len"], [f["name"] for f in info["features"]]
+    assert lengths[0]["params"]["shared_by"] == ["impressions_price"]
+    counts = check_accounting(out, ("train",))
+    assert counts["errors"] == 0 and counts["written"]["train"] == 40, counts
 
 
 def test_top_k_comes_from_the_sample_with_its_estimated_coverage():

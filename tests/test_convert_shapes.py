@@ -308,15 +308,34 @@ def test_infer_drafts_lists_of_records_counts_and_text_and_both_decoders_convert
     path.write_bytes(_avro(ORDERS, _orders(), "deflate"))
     config, text = infer(path)
     by_source = {f.get("source", f["name"]): f for f in config["features"]}
-    assert by_source["items"]["transform"] == "count" and by_source["items"]["name"] == "items_count"
     assert by_source["items[].price"]["transform"] == "identity" and by_source["items[].price"]["max_len"] >= 2
-    assert by_source["items[].sku"]["transform"] == "vocabulary"
+    assert by_source["items[].sku"]["transform"] == "vocabulary" and by_source["items[].sku"]["length"] is False
     assert by_source["items[].parts[].code"]["transform"] == "vocabulary"
     assert by_source["commits[].author.email"]["transform"] == "vocabulary"
-    assert by_source["commits[].message"]["transform"] == "text"
-    assert not [line for line in text.splitlines() if "# skipped items" in line], text
-    # items may be null, so no item feature holds its length: counted; commits' items never are: one length feature
+    assert by_source["commits[].message"]["transform"] == "text" and by_source["commits[].message"]["length"] is False
+    # one length feature per list of records: items' is its numeric item field's <name>_len (a numeric
+    # list counts null items too), commits' that of its field of ids that is never null
+    assert "items" not in by_source and "skipped items: a list of records: its length is the <name>_len of items[].price" in text
     assert "commits" not in by_source and "skipped commits: a list of records: its length is the <name>_len" in text
+    convert_both(tmp_path, path, config)
+
+
+def test_numeric_item_fields_share_one_length_on_both_decoders(tmp_path):
+    """Two numeric fields of one list's items (null items, null fields, a null list) share one
+    <name>_len (length_of): both Avro decoders give equal lengths for them, and the same shards."""
+    schema = {**ORDERS, "fields": [*ORDERS["fields"][:1], {"name": "items", "type": ["null", {"type": "array", "items": [
+        "null", {"type": "record", "name": "Item", "fields": [{"name": "price", "type": ["null", "double"]},
+                                                              {"name": "qty", "type": ["null", "long"]},
+                                                              {"name": "sku", "type": "string"}]}]}]}]}
+    recs = [{"id": k, "items": None if k % 7 == 3 else [
+        None if j == 2 and k % 2 else {"price": None if j == 1 else k + j / 4, "qty": None if k % 5 == 0 else j,
+                                       "sku": f"s{(k + j) % 5}"} for j in range(k % 5)]} for k in range(60)]
+    path = tmp_path / "items.avro"
+    path.write_bytes(_avro(schema, recs, "deflate"))
+    config, _ = infer(path)
+    by_source = {f.get("source", f["name"]): f for f in config["features"]}
+    assert by_source["items[].qty"]["length_of"] == by_source["items[].price"]["name"]
+    assert by_source["items[].sku"]["length"] is False and "items" not in by_source
     convert_both(tmp_path, path, config)
 
 

@@ -6,6 +6,7 @@ vocabulary terms by descending frequency (ties by term); hash ids are 1..buckets
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import pickle
@@ -798,3 +799,21 @@ def test_unit_term_index_starts_afresh_beyond_its_cap(monkeypatch):
     vec = Vectorizer(c, ref.result())
     for ch, pb in zip(chunks, prepared, strict=True):
         _assert_same_batch(vec.finish(pb), vec.vectorize(ch))
+
+
+def test_shared_and_left_out_lengths_are_not_written_but_counted():
+    """``length_of`` and ``length: false`` leave their ``<name>_len`` out of the columns (the
+    statistics still read them, as ``unwritten``); a record the shared length would misstate is
+    never written silently (the config check refuses such configs; this guards the invariant)."""
+    c = cfg({"name": "pos", "source": "imp[].pos", "transform": "identity", "max_len": 3},
+            {"name": "price", "source": "imp[].price", "transform": "identity", "max_len": 3, "length_of": "pos"},
+            {"name": "ad", "source": "imp[].ad", "transform": "hash", "buckets": 9, "max_len": 3, "length": False})
+    recs = [{"imp": [{"pos": 1, "price": None, "ad": "a"}, None, {"ad": None}]}, {"imp": []}, {"imp": [{"pos": 2}] * 5}]
+    vb, _ = run(c, recs)
+    assert set(vb.columns) == {"pos", "pos_len", "price", "ad"}
+    assert col(vb, "pos_len")[:, 0].tolist() == [3, 0, 3] and vb.unwritten["price_len"][1][:, 0].tolist() == [3, 0, 3]
+    assert vb.unwritten["ad_len"][1][:, 0].tolist() == [1, 0, 0] == np.count_nonzero(col(vb, "ad"), axis=1).tolist()
+    unchecked = dataclasses.replace(c, features=(c.features[0], dataclasses.replace(c.features[1], source="other[]")))
+    with pytest.raises(ValueError, match=r"feature 'price' \(length_of: 'pos'\): record 0 of the batch has 1 values, 'pos' 3"):
+        Vectorizer(unchecked, analyze(unchecked, recs)).vectorize(
+            [{"imp": [{"pos": 1}] * 3, "other": [1.0]}])

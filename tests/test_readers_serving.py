@@ -404,6 +404,52 @@ def test_parity_on_null_list_items_and_the_slots_past_a_list_for_every_fill(tmp_
     check_parity(out, readers.transform_layer(str(out)), recs)
 
 
+SHARED_LENGTHS = """features:
+  - {name: ad, source: "imp[].ad", transform: vocabulary, max_len: 3, length: false}
+  - {name: ad_h, source: "imp[].ad", transform: hash, buckets: 50, max_len: 3, length: false}
+  - {name: pos, source: "imp[].pos", transform: identity, max_len: 3, on_nan: fill}
+  - {name: price, source: "imp[].price", transform: clip, clip_min: 0, max_len: 3, fill: -1, length_of: pos}
+  - {name: lp, source: "imp[].price", transform: log1p, max_len: 3, on_nan: fill, length_of: pos}
+  - {name: title, source: "imp[].title", transform: text, max_len: 4, length: false}
+"""
+
+
+def test_parity_with_lengths_left_out_and_shared(tmp_path):
+    """``length: false`` and ``length_of`` (issue 47): one length column for a list of records, in the
+    converter's Examples and the layer's features alike, over null items, items missing a field,
+    empty, null and overlong lists."""
+    train = [{"imp": [{"ad": f"a{(i + j) % 4}", "pos": j, "price": j * 1.5, "title": "red shoe" if j else "blue"}
+                      for j in range(i % 5)]} for i in range(40)]
+    (tmp_path / "in.jsonl").write_text("".join(json.dumps(r) + "\n" for r in train))
+    (tmp_path / "c.yaml").write_text(SHARED_LENGTHS)
+    out = tmp_path / "out"
+    r = cli("convert", "--input", tmp_path / "in.jsonl", "--config", tmp_path / "c.yaml", "--output", out,
+            "--splits", "train=1", "--no-progress")
+    assert r.exit_code == 0, r.output
+    info = readers.load_info(str(out))
+    assert [f.name for f in info.features] == ["ad", "ad_h", "pos", "pos_len", "price", "lp", "title"]
+    assert info.features[3].params["shared_by"] == ["price", "lp"] and info.features[4].params["length_of"] == "pos"
+    layer = readers.transform_layer(str(out))
+    recs = [{"imp": [{"ad": "a1", "pos": 1, "price": None}, None, {"pos": 2}, {"ad": None, "title": None}]},
+            {"imp": []}, {"imp": None}, {}, {"imp": [{"ad": "zz", "pos": 9, "price": 3.0, "title": "new words here"}]},
+            {"imp": [{"ad": "a2", "pos": k, "price": k - 1.5} for k in range(6)]},
+            {"imp": [{"ad": ["nested"], "pos": 1}]}, {"imp": [{"pos": [1, 2]}]}, {"imp": [{"price": -5.0}]}]
+    check_parity(out, layer, recs)
+    features, errors = layer.transform_records(recs[:2])
+    assert "price_len" not in features and features["pos_len"][:, 0].tolist() == [3, 0] and errors == ["", ""]
+    shard = next(out.glob("train-*.tfrecord.gz"))
+    first = next(iter(tf.data.TFRecordDataset(str(shard), compression_type="GZIP")))
+    assert sorted(tf.train.Example.FromString(first.numpy()).features.feature) == sorted(f.name for f in info.features)
+    packed = tmp_path / "packed"
+    r = cli("convert", "--input", tmp_path / "in.jsonl", "--config", tmp_path / "c.yaml", "--output", packed,
+            "--splits", "train=1", "--no-progress", "--layout", "packed")
+    assert r.exit_code == 0, r.output
+    plain, pk = (next(iter(readers.eval_dataset(str(o / "train-*"), batch_size=64))) for o in (out, packed))
+    assert set(pk) == set(plain) == {f.name for f in info.features}
+    for name in plain:
+        assert np.array_equal(plain[name].numpy(), pk[name].numpy()), name
+
+
 def test_text_rows_in_every_part_of_a_batch_keep_their_tokens(output, layer):
     """The text of a batch is tokenized in row ranges: every row, in batches of every size
     around the number of ranges, gets its own tokens and truncation."""

@@ -202,9 +202,11 @@ def infer(
     One entry per leaf field with a transform chosen from the sample (numeric ->
     zscore, low-cardinality -> vocabulary, high-cardinality and identifiers (id,
     *_id, card numbers) -> hash, ISO 8601 strings -> timestamp, free text ->
-    text, lists -> padded to their 95th-percentile length; lists of records,
-    lists of lists and maps -> their count plus paths through them: items[].price,
-    m[][], attrs[keys]) and a comment saying why. The draft converts the sampled
+    text, lists -> padded to their 95th-percentile length; lists of lists and
+    maps -> their count plus paths through them: m[][], attrs[keys]; lists of
+    records -> their items' fields, items[].price, with one length feature: the
+    first numeric item field's <name>_len, which the others share (length_of),
+    fields of ids writing none (length: false)) and a comment saying why. The draft converts the sampled
     data as it is: fields absent, null or empty in part of the sample (or under a
     list) get allow_all_missing; fields it cannot type are left out, saying why,
     and so are identifiers of the record itself (nearly one distinct value per
