@@ -413,8 +413,13 @@ class _BeamFs:
         return data, data, float(meta.last_updated_in_seconds or _now())
 
     def replace(self, data: bytes, held: Any) -> Any:
+        """Delete, then create: Beam's HDFS ``create`` refuses an existing path ("Path already exists")
+        and HDFS's rename an existing target. Not atomic (best effort, as on create): a run creating the
+        lock in between makes this create fail, and the caller then finds the lock is not its own."""
         from apache_beam.io.filesystems import FileSystems
 
+        if FileSystems.exists(self.path):
+            FileSystems.delete([self.path])
         with FileSystems.create(self.path, mime_type="application/json", compression_type="uncompressed") as f:
             f.write(data)
         return data
