@@ -142,3 +142,18 @@ def test_dataset_info_of_an_older_output_without_encodings_still_loads(output):
         f.pop("encoding", None)
     info = DatasetInfo.from_json(d)
     assert info.feature("ts").encoding == "scaled"
+
+
+def test_weighted_mean_embedding_weighs_non_zero_ids():
+    from readers.encoder import WeightedMeanEmbedding
+
+    layer = WeightedMeanEmbedding(5, 2)
+    ids = tf.constant([[1, 3, 0], [0, 0, 0], [2, 2, 0]], tf.int64)
+    w = tf.constant([[1.0, 3.0, 9.0], [1.0, 1.0, 1.0], [0.5, 0.5, 0.0]])
+    out = layer([ids, w]).numpy()
+    emb = layer.embedding.embeddings.numpy()
+    np.testing.assert_allclose(out[0], (emb[1] + 3 * emb[3]) / 4, rtol=1e-6)
+    np.testing.assert_array_equal(out[1], [0.0, 0.0])  # no id: zeros, not NaN
+    np.testing.assert_allclose(out[2], emb[2], rtol=1e-6)
+    again = WeightedMeanEmbedding.from_config(layer.get_config())
+    assert again.input_dim == 5 and again.output_dim == 2
