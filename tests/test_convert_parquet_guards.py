@@ -16,9 +16,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from convert.parquet import iter_parquet, read_parquet_schema
-from convert.parquet_footer import _skip, _varint
-from convert.parquet_types import MAX_PARQUET_DEPTH
+from convert.formats.parquet_footer import _skip, _varint
+from convert.formats.parquet_reader import iter_parquet, read_parquet_schema
+from convert.formats.parquet_types import MAX_PARQUET_DEPTH
 from convert.source_types import InputFileError
 
 DECODERS = ("auto", "fastavro")
