@@ -1,4 +1,4 @@
-"""Parquet input (convert/parquet*.py): the record model shared with Avro,
+"""Parquet input (convert/formats/parquet*.py): the record model shared with Avro,
 row groups as byte-range units, partitions, the schema ``infer`` and the
 check read, and errors naming file, row group and field."""
 

@@ -1,5 +1,5 @@
 """Parquet input that is refused cleanly or read right, never a crash or a
-silent change (convert/parquet.py, parquet_footer.py, parquet_types.py):
+silent change (convert/formats/parquet_reader.py, parquet_footer.py, parquet_types.py):
 encrypted files, INT96 outside the nanosecond range, duplicate names at any
 depth, partitions that clash, footers that lie about rows or sizes, columns
 named ``""``, deep schemas, extension types, column projection and batches
