@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import io
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -49,9 +48,8 @@ from convert.derive import unit_mismatch
 from convert.records import getter
 from convert.sources import (
     InputFileError,
-    detect_format,
     iter_records,
-    read_avro_schema,
+    read_record_schema,
 )
 
 __all__ = [
@@ -75,8 +73,6 @@ _MAX_DEPTH = 32
 _MAX_PATHS = 100_000
 #: Problems listed in one error.
 _MAX_SHOWN = 20
-#: Header bytes read first; a larger header (a huge schema) is read whole.
-_HEAD_BYTES = 64 * 1024
 
 _NUMBER = frozenset({"int", "long", "float", "double"})
 _PRIMITIVES = _NUMBER | {"null", "boolean", "bytes", "string"}
@@ -504,17 +500,6 @@ def unit_problems(config: Config, records: Sequence[Any]) -> list[str]:
 # ------------------------------------------------------------------ inputs
 
 
-def _avro_schema(f: IO[bytes], path: str) -> Any:
-    """The writer schema from the file's first bytes (the header), reading on only for a larger header."""
-    head = f.read(_HEAD_BYTES)
-    try:
-        return read_avro_schema(io.BytesIO(head), path)
-    except InputFileError:
-        if len(head) < _HEAD_BYTES:
-            raise
-    return read_avro_schema(f, path)
-
-
 def _sample(f: IO[bytes], path: str, limits: SampleLimits, json_records_path: str | None,
             caps: Mapping[str, int]) -> list[Any]:
     records: list[Any] = []
@@ -549,21 +534,13 @@ def _report(problems: list[tuple[str, list[str]]]) -> str:
 
 
 def _probe(path: str, open_file: Callable[[str], IO[bytes]]) -> tuple[str, Any]:
-    """``("avro", schema)``, ``("json", None)``, or ``("bad", None)`` for a file the run will report."""
+    """``("schema", schema)`` for a file whose format has a record schema (Avro; Parquet's
+    Avro-equivalent one), ``("sample", None)`` for one without (JSON), or ``("bad", None)``
+    for a file the run will report."""
     try:
         with open_file(path) as f:
-            head = f.read(4)
-            f.seek(0)
-            fmt = detect_format(path, head)
-            if fmt == "parquet":  # its Avro-equivalent schema (convert.parquet_types)
-                from convert.parquet import (
-                    read_parquet_schema,  # pyarrow, only where Parquet is read
-                )
-
-                return "avro", read_parquet_schema(f, path)
-            if fmt != "avro":
-                return "json", None
-            return "avro", _avro_schema(f, path)
+            schema = read_record_schema(f, path)
+            return ("sample", None) if schema is None else ("schema", schema)
     except (InputFileError, OSError):
         return "bad", None
 
@@ -598,7 +575,7 @@ def check_inputs(config: Config, paths: Sequence[str], open_file: Callable[[str]
     by_schema: dict[str, list[str]] = {}
     schemas: dict[str, Any] = {}
     for path, (kind, schema) in zip(paths, kinds, strict=True):
-        if kind == "avro":
+        if kind == "schema":
             key = json.dumps(schema, sort_keys=True, default=str)
             by_schema.setdefault(key, []).append(path)
             schemas[key] = schema
@@ -615,7 +592,7 @@ def check_inputs(config: Config, paths: Sequence[str], open_file: Callable[[str]
     seen: set[str] = set()
     n_records = 0
     sampled_from: list[str] = []
-    json_paths = [p for p, (kind, _) in zip(paths, kinds, strict=True) if kind == "json"]
+    json_paths = [p for p, (kind, _) in zip(paths, kinds, strict=True) if kind == "sample"]
     for i, path in enumerate(json_paths):
         if i >= limits.max_files or (i >= limits.files and wanted <= seen):
             break

@@ -1,5 +1,5 @@
 """Parquet input that is refused cleanly or read right, never a crash or a
-silent change (convert/parquet.py, parquet_footer.py, parquet_types.py):
+silent change (convert/formats/parquet_reader.py, parquet_footer.py, parquet_types.py):
 encrypted files, INT96 outside the nanosecond range, duplicate names at any
 depth, partitions that clash, footers that lie about rows or sizes, columns
 named ``""``, deep schemas, extension types, column projection and batches
@@ -16,9 +16,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from convert.parquet import iter_parquet, read_parquet_schema
-from convert.parquet_footer import _skip, _varint
-from convert.parquet_types import MAX_PARQUET_DEPTH
+from convert.formats.parquet_footer import _skip, _varint
+from convert.formats.parquet_reader import iter_parquet, read_parquet_schema
+from convert.formats.parquet_types import MAX_PARQUET_DEPTH
 from convert.source_types import InputFileError
 
 DECODERS = ("auto", "fastavro")

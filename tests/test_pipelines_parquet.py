@@ -76,7 +76,7 @@ def test_the_same_records_as_avro_and_parquet_give_identical_shards(tmp_path, sp
     for row in rows:
         path = row["file"]
         pf = pq.ParquetFile(path)
-        from convert.parquet import row_group_offsets
+        from convert.formats.parquet_reader import row_group_offsets
 
         group = row_group_offsets(pf).index(row["byte_offset"])
         original = pf.read_row_group(group).slice(row["row_in_row_group"], 1).to_pylist()[0]

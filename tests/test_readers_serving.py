@@ -35,7 +35,7 @@ from convert.apply import OutputAnalysis, apply_analysis
 from convert.check import unit_problems
 from convert.config import load_config
 from convert.example import encode_examples, split_buffer
-from convert.jsonl import iter_json
+from convert.formats.jsonl import iter_json
 from readers import _serving_wire, serving, serving_ops
 from readers._serving_wire import KIND_NESTED
 

@@ -276,7 +276,7 @@ def _sample_records(files: list[InputFile], input: list[str], sample: int, json_
     """
     from apache_beam.io.filesystems import FileSystems
 
-    from convert.sources import InputFileError, detect_format, iter_records, read_record_schema
+    from convert.sources import InputFileError, iter_records, read_record_schema
 
     schemas: list = []
     records: list = []
@@ -287,7 +287,6 @@ def _sample_records(files: list[InputFile], input: list[str], sample: int, json_
         for f in files:
             read_from.append(f.path)
             with FileSystems.open(f.path, compression_type="uncompressed") as fh:
-                has_schema = detect_format(f.path, fh.read(4)) in ("avro", "parquet")
                 # Records first: the reader checks the magic and names what is wrong.
                 for batch in iter_records(fh, f.path, 0, None, 1024, json_records_path,
                                           max_record_bytes=max_record_bytes, max_block_bytes=max_block_bytes):
@@ -298,8 +297,9 @@ def _sample_records(files: list[InputFile], input: list[str], sample: int, json_
                     records.extend(batch.records[: sample - len(records)])
                     if len(records) >= sample:
                         break
-                if has_schema:
-                    schemas.append(read_record_schema(fh, f.path))
+                schema = read_record_schema(fh, f.path)  # None: a format without one (JSON)
+                if schema is not None:
+                    schemas.append(schema)
             if len(records) >= sample:
                 break
     except InputFileError as e:
@@ -337,7 +337,7 @@ def _records_keys(paths: list[str]) -> list[str]:
     import orjson
     from apache_beam.io.filesystems import FileSystems
 
-    from convert.jsonl import record_lists
+    from convert.formats.jsonl import record_lists
 
     for p in paths[:3]:
         try:

@@ -52,7 +52,7 @@ UNUSED_MODULES = (
     "apache_beam.io.gcp.bigquery",  # google-cloud-bigquery and friends
     "pymongo",
     "bson",
-    "pyarrow",  # apache_beam.io.parquetio, typehints' Arrow support; convert.parquet lifts the mark for Parquet input
+    "pyarrow",  # apache_beam.io.parquetio, typehints' Arrow support; convert.formats.parquet_reader lifts the mark for Parquet input
     "pyarrow_hotfix",
 )
 

@@ -8,18 +8,18 @@ holds the row group's byte offset and ``indexes`` the row's position in its
 row group; errors name the file, the row group and, where one column is at
 fault, the field.
 
-Two paths give the same records (``convert.parquet_types`` says which
+Two paths give the same records (``convert.formats.parquet_types`` says which
 values): the fast path reads a batch as Arrow arrays, casts logical types to
 their raw values (``raw_array``) and hands polars' columns over as
 ``ColumnRecords``, the form the Avro fast path gives; the reference path
-(``convert.parquet_records``) builds each record value by value. The fast
+(``convert.formats.parquet_records``) builds each record value by value. The fast
 path takes every schema without maps; a batch it fails on is read by the
 reference path.
 
 Nothing pyarrow may abort on runs on a file before ``_open`` has checked it:
 encrypted files, and footers not proven free of encryption, are refused from
-the raw footer before pyarrow parses it (``convert.parquet_footer``),
-schemas by ``convert.parquet_types.schema_problem``. Memory is bounded by the
+the raw footer before pyarrow parses it (``convert.formats.parquet_footer``),
+schemas by ``convert.formats.parquet_types.schema_problem``. Memory is bounded by the
 decoded size of a batch, not by what the footer claims (``_bounded``), and
 only the columns a run reads are decoded (``columns``).
 """
@@ -44,9 +44,10 @@ import pyarrow as pa  # noqa: E402 - after the mark is lifted
 import pyarrow.compute as pc  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
-from convert.parquet_footer import ENCRYPTED_MAGIC, encryption  # noqa: E402
-from convert.parquet_records import table_records  # noqa: E402
-from convert.parquet_types import (  # noqa: E402
+from convert.formats.parquet import PARQUET_MAGIC  # noqa: E402
+from convert.formats.parquet_footer import ENCRYPTED_MAGIC, encryption  # noqa: E402
+from convert.formats.parquet_records import table_records  # noqa: E402
+from convert.formats.parquet_types import (  # noqa: E402
     INT96_UNIT,
     avro_schema,
     is_columnar_type,
@@ -58,15 +59,13 @@ from convert.parquet_types import (  # noqa: E402
 )
 from convert.source_types import (  # noqa: E402
     DEFAULT_MAX_BLOCK_BYTES,
-    PARQUET_MAGIC,
     InputFileError,
     RecordBatch,
-    is_parquet,
     mb,
     quoted,
 )
 
-__all__ = ["PARQUET_MAGIC", "is_parquet", "iter_parquet", "read_parquet_schema", "row_group_offsets"]
+__all__ = ["iter_parquet", "read_parquet_schema", "row_group_offsets"]
 
 _log = logging.getLogger("recordprep")
 
@@ -158,7 +157,7 @@ def row_group_offsets(pf: pq.ParquetFile) -> list[int]:
 
 def read_parquet_schema(f: IO[bytes], path: str) -> dict[str, Any]:
     """The Avro-equivalent record schema of a Parquet file's records
-    (``convert.parquet_types.avro_schema``), partition fields included: what
+    (``convert.formats.parquet_types.avro_schema``), partition fields included: what
     ``infer`` and the config check read its fields from."""
     pf = _open(f, path)
     try:
@@ -318,7 +317,7 @@ def _batch(rb: pa.RecordBatch, path: str, parts: dict[str, str | None], fast: bo
 def _columnar(rb: pa.RecordBatch, parts: dict[str, str | None], path: str, record_json: bool) -> Any:
     import polars as pl
 
-    from convert.avro_columnar import frame_records
+    from convert.formats.avro_columnar import frame_records
 
     arrays = [raw_array(c) for c in rb.columns]
     names = list(rb.schema.names)
