@@ -123,9 +123,7 @@ class InputCheck:
 
 
 def _steps(r: Read) -> tuple[Step, ...] | None:
-    """The parsed path ``r`` reads (``--split-key`` is a plain dotted path); None when it does not parse."""
-    if r.transform == "split-key":
-        return tuple(r.path.split("."))
+    """The parsed path ``r`` reads (``--split-key`` too: the same grammar); None when it does not parse."""
     try:
         return parse_path(r.path)
     except PathError:
@@ -355,6 +353,10 @@ def _type_problem(sch: _Schema, r: Read, leaf: Any) -> str | None:
 
 
 def _suggest(path: str, known: Sequence[str]) -> str:
+    literal = render_path((path,))  # the whole path as one quoted name
+    if literal != path and literal in known:
+        return (f"a field is named {path!r}, dots included: write {literal!r} (a dot steps into a record; "
+                f"[\"...\"] quotes a name)")
     close = difflib.get_close_matches(path, known, n=3, cutoff=0.6)
     if not close:
         last = path.rsplit(".", 1)[-1]
@@ -397,7 +399,7 @@ def avro_problems(config: Config, schema: Any, split_key: str | None = None) -> 
             if known is None:
                 known = sch.paths()
             step = steps[missing_at]
-            parent = render_path(steps[:missing_at]) if r.transform != "split-key" else ".".join(steps[:missing_at])  # type: ignore[arg-type]
+            parent = render_path(steps[:missing_at])
             inside = sch.branches(node) if missing_at else []
             kind = " or ".join(sorted({sch.describe(b) for b in inside}))
             if isinstance(step, str) and inside and not any(sch.kind(b) in ("record", "map") for b in inside):
@@ -459,7 +461,7 @@ def sample_paths(records: Iterable[Any]) -> set[str]:
 def _sampled_form(r: Read) -> str:
     """How ``sample_paths`` writes the path ``r`` reads: ``[n]`` as ``[]``, without a last ``[keys]``/``[entries]``."""
     steps = _steps(r)
-    if steps is None or r.transform == "split-key":
+    if steps is None:
         return r.path
     steps = tuple(EACH if isinstance(s, int) else s for s in steps)
     return render_path(steps[:-1] if steps[-1] is KEYS or steps[-1] is ENTRIES else steps)

@@ -45,7 +45,7 @@ def convert(
     config: Annotated[Path, typer.Option("--config", "-c", help="Feature config (YAML or JSON); `recordprep infer` drafts one.")],
     output: Annotated[str, typer.Option("--output", "-o", help="Output directory (local ones must be creatable and writable: checked before any work). dataset_info.json appears there last, when the run is complete.")],
     splits: Annotated[str, typer.Option(help="Named splits with weights; the first one is analyzed (vocabularies, statistics).")] = "train=0.9,eval=0.1",
-    split_key: Annotated[str | None, typer.Option(help="Field whose value decides the split (entity-stable, e.g. user_id). Default: the whole record.")] = None,
+    split_key: Annotated[str | None, typer.Option(help="Field whose value decides the split (entity-stable, e.g. user_id), a path as a feature's source is: user.id is the field id inside user; quote a name holding a dot: '[\"user.id\"]' (a top-level field named user.id). Default: the whole record.")] = None,
     num_shards: Annotated[int | None, typer.Option(help="Shards per split. Default: from input size (see --target-shard-mb).")] = None,
     target_shard_mb: Annotated[float, typer.Option(help="Input MB per shard when --num-shards is not given (> 0; an error if it makes more than 100,000 shards).")] = 128.0,
     compression: Annotated[str, typer.Option(help="Shard compression: gzip or none.")] = "gzip",
