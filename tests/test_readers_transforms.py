@@ -9,7 +9,6 @@ from __future__ import annotations
 import importlib
 
 import pytest
-import yaml
 
 import readers
 from convert.config import TRANSFORMS, FeatureConfig, parse_config
@@ -66,13 +65,6 @@ def test_a_feature_of_each_transform_travels_on_the_wire(name):
 def test_an_unknown_transform_names_the_registered_ones():
     with pytest.raises(KeyError, match="no serving transform 'nope'; registered: identity, zscore"):
         transforms.get("nope")
-
-
-def test_the_parity_config_has_a_feature_of_every_registered_transform():
-    from test_readers_serving import _config
-
-    used = {f["transform"] for f in yaml.safe_load(_config(True))["features"]}
-    assert used == set(transforms.names())
 
 
 def test_instances_is_public():
