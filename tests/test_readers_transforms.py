@@ -62,6 +62,15 @@ def test_a_feature_of_each_transform_travels_on_the_wire(name):
     assert not rejected and set(inputs) == set(wire.input_names())
 
 
+@pytest.mark.parametrize("name", transforms.names())
+def test_the_converters_module_names_its_serving_twin(name):
+    """Once the converter's transforms have their package, each module's ``serving`` is this one's."""
+    converter = pytest.importorskip("convert.transforms")
+    serving = converter.get(name).serving
+    assert serving == f"readers.transforms.{name}"
+    assert importlib.import_module(serving).TRANSFORM is transforms.get(name)
+
+
 def test_an_unknown_transform_names_the_registered_ones():
     with pytest.raises(KeyError, match="no serving transform 'nope'; registered: identity, zscore"):
         transforms.get("nope")
