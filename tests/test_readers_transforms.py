@@ -13,7 +13,6 @@ import pytest
 import readers
 from convert.config import TRANSFORMS, FeatureConfig, parse_config
 from readers import transforms
-from readers._serving_examples import example_keys
 from readers._serving_wire import FORMS, Wire
 
 #: What a feature of each transform needs besides its source (the options a config must give).
@@ -56,7 +55,7 @@ def test_a_feature_of_each_transform_travels_on_the_wire(name):
     for s in wire.sources:
         assert set(s.forms) == set(t.forms(f)) and set(s.forms) <= set(FORMS)
         assert s.is_list == t.is_list(f)
-    assert set(example_keys(config, wire)) == paths
+    assert set(readers.example_keys(config, wire)) == paths
     records = [{"a": 1, "b": "x"}, {"a": None}, {}]
     inputs, rejected = wire.encode(records)
     assert not rejected and set(inputs) == set(wire.input_names())
