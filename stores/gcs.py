@@ -80,11 +80,13 @@ class GcsLock:
             blob = self.blob.bucket.get_blob(self.blob.name, retry=self.retry, **self.io)
             if blob is None:
                 return None
-            data = blob.download_as_bytes(if_generation_match=blob.generation, retry=self.retry, **self.io)
+            # The generation before the download: a download resets the blob's properties from its
+            # response headers, which a store (or emulator) may leave out.
+            generation, updated = blob.generation, blob.updated
+            data = blob.download_as_bytes(if_generation_match=generation, retry=self.retry, **self.io)
         except NotFound:
             return None
-        updated = blob.updated.timestamp() if blob.updated else time.time()
-        return data, blob.generation, updated
+        return data, generation, updated.timestamp() if updated else time.time()
 
     def replace(self, data: bytes, held: Any) -> Any:
         self.blob.upload_from_string(data, content_type="application/json", if_generation_match=held,
