@@ -52,7 +52,6 @@ class RemotePathError(ValueError):
     file system reads): a usage error, raised before anything is read or written."""
 
 
-
 def _given(beam_args: Sequence[str], flag: str) -> bool:
     return beam_flag(beam_args, flag) is not None
 
