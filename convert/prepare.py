@@ -193,7 +193,7 @@ class Preparer:
             elif transform_of(f).takes_term_codes(f):
                 self._fast_codes[f.name] = "list" if f.multi_valued else "scalar"
         #: Each feature's stage (``Transform.prepared_as``), called once per batch.
-        self._stages = {f.name: _STAGES[transform_of(f).prepared_as] for f in config.features}
+        self._stages = {f.name: STAGES[transform_of(f).prepared_as] for f in config.features}
         #: Sources whose scalar term codes ``prepare`` asks a ``ColumnRecords`` for (made together).
         self._scalar_code_sources = [f.source for f in config.features
                                      if self._fast_codes.get(f.name) == "scalar" and f.name not in self._paths]
@@ -299,7 +299,7 @@ class Preparer:
             batch.extras[lab.name] = part
         return part
 
-    # -- the stages, one per ``Transform.prepared_as`` (``_STAGES``)
+    # -- the stages, one per ``Transform.prepared_as`` (``STAGES``)
     def _stage_count(self, f: FeatureConfig, values: Any, batch: _Batch, arr: Any, leaf: tuple | None) -> PreparedPart:
         return Finished(f.name, _count(f, values, batch.extras, leaf))
 
@@ -549,7 +549,7 @@ def finish_numbers(f: FeatureConfig, prepared: Numbers, stats: Mapping[str, Any]
 
 
 #: ``Transform.prepared_as`` -> the ``Preparer`` stage that prepares such features.
-_STAGES = {
+STAGES = {
     "count": Preparer._stage_count,
     "numbers": Preparer._stage_numbers,
     "bytes": Preparer._stage_bytes,

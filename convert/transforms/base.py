@@ -92,7 +92,7 @@ class Transform:
     domain_above: ClassVar[float | None] = None
     #: How ``convert.stats`` summarizes it: numeric, categorical, timestamp, hash, bytes or other.
     stats_kind: ClassVar[str] = "other"
-    #: The ``convert.prepare.Preparer`` stage that prepares it (one of ``Preparer.STAGES``).
+    #: The ``convert.prepare.Preparer`` stage that prepares it (a key of ``convert.prepare.STAGES``).
     prepared_as: ClassVar[str]
     #: The kinds of input (``convert.check``) a path it reads may hold, and how to say so.
     accepts: ClassVar[tuple[frozenset[str], str]] = SINGLE_VALUES
@@ -183,6 +183,32 @@ class NumericTransform(Transform):
         if f.missing_indicator:
             cols[f"{f.name}_missing"] = ("int64", missing_row.astype(np.int64).reshape(b, 1))
         return cols
+
+
+class NumericListTransform(NumericTransform):
+    """A numeric transform applied per element, so it also takes a list per record (``max_len``)."""
+
+    options = (*NUM_OPTIONS, *NUM_LIST_OPTIONS)
+    list_capable = True
+    not_taken_why = {"length": NUMERIC_LENGTH_WHY}
+
+
+class StandardizingTransform(NumericTransform):
+    """A numeric transform scaled by the training split's statistics (one number per record;
+    a missing value is the training mean unless ``fill`` says otherwise)."""
+
+    options = NUM_OPTIONS
+    learns_scaling = True
+    fill_default = "mean"
+    not_taken_why = {"max_len": "numeric lists support identity, clip and log1p (per element)"}
+
+    def span(self, stats: Mapping[str, Any]) -> tuple[float, float] | None:
+        """``(center, width)``: a value is written as ``(x - center) / width``; None: every value is 0."""
+        raise NotImplementedError
+
+    def scale(self, x: np.ndarray, f: FeatureConfig, stats: Mapping[str, Any], present: np.ndarray | None) -> np.ndarray:
+        span = self.span(stats)
+        return np.zeros_like(x) if span is None else (x - span[0]) / span[1]
 
 
 class HashedTransform(Transform):

@@ -7,25 +7,17 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from convert.transforms.base import (
-    NUM_LIST_OPTIONS,
-    NUM_OPTIONS,
-    NUMERIC_LENGTH_WHY,
-    Need,
-    NumericTransform,
-)
+from convert.transforms.base import NUM_LIST_OPTIONS, NUM_OPTIONS, Need, NumericListTransform
 
 if TYPE_CHECKING:  # pragma: no cover
     from convert.config_model import FeatureConfig
 
 
-class Clip(NumericTransform):
+class Clip(NumericListTransform):
     name = "clip"
     summary = "x limited to [clip_min, clip_max] (or list with max_len)"
     options = (*NUM_OPTIONS, "clip_min", "clip_max", *NUM_LIST_OPTIONS)
     serving = "readers.transforms.clip"
-    list_capable = True
-    not_taken_why = {"length": NUMERIC_LENGTH_WHY}
 
     def complete(self, kw: dict[str, Any], need: Need) -> None:
         if "clip_min" not in kw and "clip_max" not in kw:

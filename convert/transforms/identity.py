@@ -2,22 +2,14 @@
 
 from __future__ import annotations
 
-from convert.transforms.base import (
-    NUM_LIST_OPTIONS,
-    NUM_OPTIONS,
-    NUMERIC_LENGTH_WHY,
-    NumericTransform,
-)
+from convert.transforms.base import NumericListTransform
 from convert.value_sketch import ValueSketch
 
 
-class Identity(NumericTransform):
+class Identity(NumericListTransform):
     name = "identity"
     summary = "number (or list with max_len) as float32, unchanged"
-    options = (*NUM_OPTIONS, *NUM_LIST_OPTIONS)
     serving = "readers.transforms.identity"
-    list_capable = True
-    not_taken_why = {"length": NUMERIC_LENGTH_WHY}
 
     def before_from_after(self, after: ValueSketch) -> ValueSketch | None:
         return after

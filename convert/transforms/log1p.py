@@ -7,26 +7,18 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from convert.transforms.base import (
-    NUM_LIST_OPTIONS,
-    NUM_OPTIONS,
-    NUMERIC_LENGTH_WHY,
-    NumericTransform,
-)
+from convert.transforms.base import NumericListTransform
 
 if TYPE_CHECKING:  # pragma: no cover
     from convert.config_model import FeatureConfig
     from convert.value_sketch import ValueSketch
 
 
-class Log1p(NumericTransform):
+class Log1p(NumericListTransform):
     name = "log1p"
     summary = "log(1 + x) for x > -1 (or list with max_len)"
-    options = (*NUM_OPTIONS, *NUM_LIST_OPTIONS)
     serving = "readers.transforms.log1p"
-    list_capable = True
     domain_above = -1.0
-    not_taken_why = {"length": NUMERIC_LENGTH_WHY}
 
     def scale(self, x: np.ndarray, f: FeatureConfig, stats: Mapping[str, Any], present: np.ndarray | None) -> np.ndarray:
         if present is None:  # a sketch's points: values the preparer accepted
