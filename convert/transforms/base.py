@@ -96,6 +96,9 @@ class Transform:
     prepared_as: ClassVar[str]
     #: The kinds of input (``convert.check``) a path it reads may hold, and how to say so.
     accepts: ClassVar[tuple[frozenset[str], str]] = SINGLE_VALUES
+    #: The ``FeatureSpec.encoding`` of its feature; None: the one its dtype and params imply
+    #: (``convert.spec.derived_encoding``: ids with a ``vocab_size`` are ``embedding``/``tokens``).
+    encoding: ClassVar[str | None] = None
     #: Why it does not take an option, where more can be said than which transforms do.
     not_taken_why: ClassVar[Mapping[str, str]] = {}
 
@@ -116,7 +119,7 @@ class Transform:
     def specs(self, f: FeatureConfig, params: dict[str, Any]) -> list[FeatureSpec]:
         """The feature spec(s) of ``f`` itself (its ``_len``/``_missing`` columns are the caller's)."""
         n = f.max_len or 1
-        return [FeatureSpec(f.name, "int64", (n,), 0, f.source, self.name, params)]
+        return [FeatureSpec(f.name, "int64", (n,), 0, f.source, self.name, params, encoding=self.encoding)]
 
     def after_from_before(self, f: FeatureConfig, before: ValueSketch, stats: Mapping[str, Any]) -> ValueSketch:
         """The sketch of the written values from the sketch of the input values (``convert.stats``)."""
@@ -149,7 +152,8 @@ class NumericTransform(Transform):
         return x
 
     def specs(self, f: FeatureConfig, params: dict[str, Any]) -> list[FeatureSpec]:
-        return [FeatureSpec(f.name, "float32", (f.max_len or 1,), 0.0, f.source, self.name, params)]
+        return [FeatureSpec(f.name, "float32", (f.max_len or 1,), 0.0, f.source, self.name, params,
+                            encoding=self.encoding)]
 
     def after_from_before(self, f: FeatureConfig, before: ValueSketch, stats: Mapping[str, Any]) -> ValueSketch:
         return before.mapped(lambda v: self.scale(v, f, stats, None))
@@ -200,6 +204,7 @@ class StandardizingTransform(NumericTransform):
     options = NUM_OPTIONS
     learns_scaling = True
     fill_default = "mean"
+    encoding = "scaled"
     not_taken_why = {"max_len": "numeric lists support identity, clip and log1p (per element)"}
 
     def span(self, stats: Mapping[str, Any]) -> tuple[float, float] | None:
@@ -226,8 +231,10 @@ class ScaledTransform(Transform):
     """An int64 base value per record (epoch seconds, a count of items), written as a float
     scaled by the training split's mean and standard deviation (``scaled``)."""
 
+    encoding = "scaled"
+
     def specs(self, f: FeatureConfig, params: dict[str, Any]) -> list[FeatureSpec]:
-        specs = [FeatureSpec(f.name, "float32", (1,), 0.0, f.source, self.name, params, encoding="scaled")]
+        specs = [FeatureSpec(f.name, "float32", (1,), 0.0, f.source, self.name, params, encoding=self.encoding)]
         for part in f.parts or ():
             size = {"hour": 24, "day_of_week": 7, "month": 13}[part]
             specs.append(FeatureSpec(f"{f.name}_{part}", "int64", (1,), 0, f.source, f"{self.name}_{part}",

@@ -36,7 +36,7 @@ class Bucketize(NumericTransform):
         params.update(boundaries=bounds, vocab_size=len(bounds) + 2, pad_id=0)
 
     def specs(self, f: FeatureConfig, params: dict[str, Any]) -> list[FeatureSpec]:
-        return [FeatureSpec(f.name, "int64", (1,), 0, f.source, self.name, params)]
+        return [FeatureSpec(f.name, "int64", (1,), 0, f.source, self.name, params, encoding=self.encoding)]
 
     def finish_numbers(self, f: FeatureConfig, prepared: Numbers, stats: Mapping[str, Any]) -> Columns:
         """0 = missing (or NaN with on_nan: fill), 1..B = buckets at the training quantiles."""

@@ -21,7 +21,7 @@ class Bytes(Transform):
     not_taken_why = {"max_len": "it stores one value per record"}
 
     def specs(self, f: FeatureConfig, params: dict[str, Any]) -> list[FeatureSpec]:
-        return [FeatureSpec(f.name, "string", (1,), "", f.source, self.name, params)]
+        return [FeatureSpec(f.name, "string", (1,), "", f.source, self.name, params, encoding=self.encoding)]
 
 
 TRANSFORM = Bytes()
