@@ -51,6 +51,7 @@ from convert.sources import (
     read_record_schema,
 )
 from convert.transforms import Transform, find, transform_of
+from convert.transforms.base import SINGLE_VALUES
 
 __all__ = [
     "DataMismatchError",
@@ -298,8 +299,9 @@ class _Schema:
         return [c for b in branches if (c := self.child(b, step)) is not None]
 
 
-#: What the label's path may hold, by its ``Read.reader``.
-_LABEL_NEEDS = {
+#: What the path of a reader that is no transform may hold, by its ``Read.reader``
+#: (``--split-key``: any single value, ``SINGLE_VALUES``).
+_READER_NEEDS = {
     "label-int64": (frozenset({"number", "boolean"}), "integers"),
     "label-float32": (frozenset({"number"}), "numbers"),
     "label-vocabulary": (frozenset({"number", "boolean", "string", "bytes"}), "class names (strings, integers or booleans)"),
@@ -309,7 +311,7 @@ _LABEL_NEEDS = {
 def _need(r: Read) -> tuple[frozenset[str], str]:
     """The kinds a path may hold for its reader, and how to say so."""
     t = r.transform
-    return t.accepts if t is not None else _LABEL_NEEDS[r.reader]
+    return t.accepts if t is not None else _READER_NEEDS.get(r.reader, SINGLE_VALUES)
 
 
 def _hint(r: Read, kinds: set[str], example: str | None) -> str:
