@@ -35,7 +35,6 @@ from convert.config import (
     EACH,
     ENTRIES,
     KEYS,
-    NUMERIC_TRANSFORMS,
     Config,
     ConfigError,
     PathError,
@@ -51,6 +50,8 @@ from convert.sources import (
     iter_records,
     read_record_schema,
 )
+from convert.transforms import Transform, find, transform_of
+from convert.transforms.base import SINGLE_VALUES
 
 __all__ = [
     "DataMismatchError",
@@ -99,9 +100,16 @@ class Read:
 
     path: str
     who: str  # "feature 'x'", "feature 'x' (cross source)", "the label"
-    transform: str  # a transform, "cross" or "label-int64"/"label-float32"/"label-vocabulary"
+    #: A feature's transform name (a cross's sources: "cross"), or "label-int64"/"label-float32"/
+    #: "label-vocabulary" for the label, or "split-key" for ``--split-key``.
+    reader: str
     multi: bool = False
     optional: bool = False  # allow_all_missing: may be absent
+
+    @property
+    def transform(self) -> Transform | None:
+        """The transform reading the path (None: the label or ``--split-key``)."""
+        return find(self.reader)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -142,8 +150,9 @@ def config_paths(config: Config, split_key: str | None = None) -> list[Read]:
     reads = []
     for f in config.features:
         who = f"feature {f.name!r}"
-        if f.transform == "cross":
-            reads.extend(Read(s, f"{who} (cross source)", "cross", optional=f.allow_all_missing) for s in f.sources or ())
+        if transform_of(f).reads_sources:
+            reads.extend(Read(s, f"{who} (cross source)", f.transform, optional=f.allow_all_missing)
+                         for s in f.sources or ())
         else:
             # a path through lists ([]) gives the items' values: each must be a single value
             multi = f.multi_valued and not _through_lists(f.source)
@@ -290,40 +299,34 @@ class _Schema:
         return [c for b in branches if (c := self.child(b, step)) is not None]
 
 
+#: What the path of a reader that is no transform may hold, by its ``Read.reader``
+#: (``--split-key``: any single value, ``SINGLE_VALUES``).
+_READER_NEEDS = {
+    "label-int64": (frozenset({"number", "boolean"}), "integers"),
+    "label-float32": (frozenset({"number"}), "numbers"),
+    "label-vocabulary": (frozenset({"number", "boolean", "string", "bytes"}), "class names (strings, integers or booleans)"),
+}
+
+
 def _need(r: Read) -> tuple[frozenset[str], str]:
     """The kinds a path may hold for its reader, and how to say so."""
     t = r.transform
-    if t in NUMERIC_TRANSFORMS:
-        return frozenset({"number", "boolean"}), "numbers"
-    if t == "label-int64":
-        return frozenset({"number", "boolean"}), "integers"
-    if t == "label-float32":
-        return frozenset({"number"}), "numbers"
-    if t == "label-vocabulary":
-        return frozenset({"number", "boolean", "string", "bytes"}), "class names (strings, integers or booleans)"
-    if t == "text":
-        return frozenset({"string"}), "strings"
-    if t == "bytes":
-        return frozenset({"string", "bytes"}), "bytes or strings"
-    if t == "timestamp":
-        return frozenset({"number", "string"}), "epoch numbers or ISO 8601 strings"
-    if t == "count":
-        return frozenset({"array", "map"}), "a list or a map (or a path through lists, items[])"
-    return frozenset({"number", "boolean", "string", "bytes"}), "single values (numbers, strings, booleans)"
+    return t.accepts if t is not None else _READER_NEEDS.get(r.reader, SINGLE_VALUES)
 
 
 def _hint(r: Read, kinds: set[str], example: str | None) -> str:
+    t = r.transform
     if "record" in kinds or "map" in kinds:
         return f"; point the source at one of its fields ({example or 'a.b'})"
     if "array" in kinds:
         if _through_lists(r.path):
             return f"; its items are lists: write {r.path + '[]'!r} to flatten them"
-        if r.transform in ("vocabulary", "hash", "identity", "clip", "log1p"):
+        if t is not None and t.list_capable and not t.tokens:  # text takes max_len always
             return "; set max_len to keep a list per record"
-        return f"; transform {r.transform!r} takes one value per record"
-    if r.transform in NUMERIC_TRANSFORMS and "string" in kinds:
+        return f"; transform {r.reader!r} takes one value per record"
+    if t is not None and t.numeric and "string" in kinds:
         return "; use a categorical transform (vocabulary/hash) for a string field"
-    if r.transform == "label-int64" and "string" in kinds:
+    if r.reader == "label-int64" and "string" in kinds:
         return "; for class names use label: {source: ..., transform: vocabulary}"
     return ""
 
@@ -346,7 +349,7 @@ def _type_problem(sch: _Schema, r: Read, leaf: Any) -> str | None:
         return None
     kinds = {sch.kind(b) for b in branches}
     found = " or ".join(sorted({sch.describe(b) for b in branches}))
-    reader = "the label" if r.transform.startswith("label") else f"transform {r.transform!r}"
+    reader = "the label" if r.reader.startswith("label") else f"transform {r.reader!r}"
     fields = [n for b in branches if sch.kind(b) == "record" for n in sch.field_names(b)]
     example = f"e.g. {r.path}.{fields[0]}" if fields else None
     return f"is {found} in the schema, but {reader} needs {what}{_hint(r, kinds, example)}"
@@ -413,7 +416,7 @@ def avro_problems(config: Config, schema: Any, split_key: str | None = None) -> 
                 why = f"no field {r.path!r} in the schema; {_suggest(r.path, known)}"
             problems.append(f"{r.who} reads {r.path!r}: {why}")
             continue
-        if r.transform == "count" and is_list_step(steps[-1]):
+        if r.transform is not None and r.transform.counts_items and is_list_step(steps[-1]):
             continue  # counts items of any type
         bad = None if node is None else _type_problem(sch, r, node)
         if bad:
@@ -488,7 +491,7 @@ def unit_problems(config: Config, records: Sequence[Any]) -> list[str]:
     (``convert.derive.unit_mismatch``: nanoseconds read as ``unit: s``), the first value each."""
     problems = []
     for f in config.features:
-        if f.transform != "timestamp":
+        if not transform_of(f).epoch_unit:
             continue
         get, unit = getter(f.source), f.unit or "ms"
         for rec in records:
@@ -584,7 +587,7 @@ def check_inputs(config: Config, paths: Sequence[str], open_file: Callable[[str]
     for key, files in by_schema.items():
         where = files[0] if len(files) == 1 else f"{files[0]} (and {len(files) - 1} more Avro file(s) with its schema)"
         problems.append((f"the Avro schema of {where}", avro_problems(config, schemas[key], split_key)))
-    if by_schema and any(f.transform == "timestamp" for f in config.features):
+    if by_schema and any(transform_of(f).epoch_unit for f in config.features):
         first = next(iter(by_schema.values()))[0]
         with open_file(first) as f:
             got = _sample(f, first, limits, None, caps)

@@ -309,8 +309,11 @@ def packed_slices(features: Any) -> dict[str, list[tuple[str, int, int]]]:
 #: its non-zero ids being its length);
 #: ``label``: the label.
 ENCODINGS = ("embedding", "tokens", "scaled", "indicator", "raw", "aux", "label")
-#: Float transforms whose values are scaled by the training split.
+#: Float transforms whose values are scaled by the training split, for metadata written before
+#: ``encoding`` existed (a transform now writes its own: ``convert.transforms``' ``Transform.encoding``).
 SCALED_TRANSFORMS = ("zscore", "minmax", "timestamp", "count")
+#: The encoding of a helper column by its spec's ``transform`` (no transform of a config's: its kind of column).
+_AUX_ENCODINGS = {"missing_indicator": "indicator", "length": "aux"}
 
 
 def derived_encoding(spec: FeatureSpec) -> str:
@@ -319,10 +322,8 @@ def derived_encoding(spec: FeatureSpec) -> str:
     timestamp or a count was int64 as the input had it: ``raw``)."""
     if spec.role == "label":
         return "label"
-    if spec.transform == "missing_indicator":
-        return "indicator"
-    if spec.transform == "length":
-        return "aux"
+    if spec.transform in _AUX_ENCODINGS:
+        return _AUX_ENCODINGS[spec.transform]
     if spec.dtype == "int64" and spec.params.get("vocab_size"):
         return "tokens" if spec.size > 1 else "embedding"
     if spec.dtype == "float32" and spec.transform in SCALED_TRANSFORMS:

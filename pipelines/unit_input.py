@@ -126,7 +126,7 @@ def _late_label_errors(config: Config, pb: PreparedBatch, known: Any, path: str,
     analysis' classes): ``Vectorizer.finish`` rejects those the whole training
     split lacks. None without a vocabulary label."""
     lab = config.label
-    if lab is None or lab.transform != "vocabulary":
+    if lab is None or not lab.needs_vocabulary:
         return None
     return {i: _error_line(path, batch.kind, batch.offsets[i], batch.indexes[i], r.field, r.reason, batch.records[i])
             for i, r in unseen_label_rows(pb, lab, known).items()}
