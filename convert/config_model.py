@@ -123,6 +123,10 @@ class FeatureConfig:
         is written. ``convert.config`` checks that the two lengths are equal
         for every record.
       lowercase: ``text``: lower-case before tokenizing.
+      ngram_range: ``ngrams``, ``bag_of_words``, ``tfidf``: ``(min, max)`` sizes of the n-grams of
+        tokens that are a document's terms (``(1, 1)``: its tokens).
+      separator: the string between the tokens of an n-gram (default ``" "``).
+      smooth: ``tfidf``: ``idf = log((N + 1) / (df + 1)) + 1`` (default), else ``log(N / df) + 1``.
       num_buckets: ``bucketize``: buckets cut at training-split quantiles.
       unit: ``timestamp``: unit of epoch numbers (``s, ms, us, ns, days``;
         Avro timestamp-millis is ``ms``, date is ``days``).
@@ -157,6 +161,9 @@ class FeatureConfig:
     allow_label_source: bool = False
     length: bool = True
     length_of: str | None = None
+    ngram_range: tuple[int, int] | None = None
+    separator: str = " "
+    smooth: bool = True
     #: ``(measure, threshold)`` pairs of ``DRIFT_MEASURES`` overriding the
     #: config's top-level ``drift`` for this feature (``recordprep report``).
     drift: tuple[tuple[str, float], ...] | None = None
@@ -213,6 +220,11 @@ class LabelConfig:
         return d
 
 
+#: Options added after outputs existed, with their defaults: ``Config.to_json`` leaves them
+#: out when so, and a normalized config (every other option listed) loads back without them.
+OPTIONAL_DEFAULTS: dict[str, Any] = {"ngram_range": None, "separator": " ", "smooth": True}
+
+
 def _feature_json(f: FeatureConfig) -> dict[str, Any]:
     """``f`` as JSON; options added after outputs existed appear only when set,
     so the config hash (and the fingerprint of those outputs) stays the same."""
@@ -224,6 +236,9 @@ def _feature_json(f: FeatureConfig) -> dict[str, Any]:
         del d["length"]
     if d["length_of"] is None:
         del d["length_of"]
+    for key, default in OPTIONAL_DEFAULTS.items():
+        if d[key] == default:
+            del d[key]
     if f.drift is None:
         del d["drift"]
     else:
@@ -261,6 +276,7 @@ class Config:
             if f.missing_indicator:
                 names.append(f"{f.name}_missing")
             names.extend(f"{f.name}_{p}" for p in f.parts or ())
+            names.extend(transforms.get(f.transform).extra_outputs(f))
         if self.label:
             names.append(self.label.name)
         return names

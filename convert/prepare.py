@@ -35,6 +35,7 @@ from convert.columns import (
     PresentRows,
     RawValues,
     ScalarArray,
+    TermBags,
     TermCodes,
     TermIndexes,
     TermRows,
@@ -63,7 +64,6 @@ from convert.prepare_values import (
     short_value,
     terms_of,
     timestamp_columns,
-    token_codes,
 )
 from convert.records import (
     as_list,
@@ -80,6 +80,7 @@ from convert.records import (
 )
 from convert.spec import daz
 from convert.transforms import NumericTransform, transform_of
+from convert.transforms.ngrams import UNIGRAMS, document_terms, ngram_counts
 
 
 def _count_steps(steps: tuple[Step, ...]) -> tuple[Step, ...]:
@@ -322,6 +323,9 @@ class Preparer:
     def _stage_terms(self, f: FeatureConfig, values: Any, batch: _Batch, arr: Any, leaf: tuple | None) -> PreparedPart:
         return self._terms(f, values, batch.bad, batch.extras, batch.coded.get(f.name))
 
+    def _stage_bags(self, f: FeatureConfig, values: Any, batch: _Batch, arr: Any, leaf: tuple | None) -> PreparedPart:
+        return self._bags(f, values, batch.bad, batch.extras)
+
     def _path_values(self, f: FeatureConfig, records: Sequence[Any], all_dicts: bool,
                      top: dict[str, list[Any]] | None) -> tuple[Any, TermCodes | None, ListArray | None, tuple | None]:
         """``(values, term codes, numeric array, leaf)`` of a feature whose source goes
@@ -466,7 +470,7 @@ class Preparer:
         counts: np.ndarray | None = None
         fcodes: np.ndarray | None
         if transform_of(f).tokens:
-            fcodes, counts = token_codes(f, values, bad, index)
+            fcodes, counts = document_terms(f, values, f.ngram_range or UNIGRAMS, f.separator, bad, index)
         elif tc is not None and tc.kind == "list":
             assert tc.counts is not None
             fcodes, counts = index_codes(index, tc), tc.counts
@@ -489,6 +493,19 @@ class Preparer:
             extras[f.name] = RawValues(values, first, new_terms) if fcodes is None else TermRows(first, new_terms, fcodes, row_of)
         return TermIndexes(f.name, first, new_terms, codes, lens)
 
+    def _bags(self, f: FeatureConfig, values: list[Any], bad: dict[int, Rejection],
+              extras: dict[str, AnalysisPart] | None) -> TermBags:
+        """Every term index of each document (``TermBags``): the columns of a ``bags``
+        transform come from its whole document's ids (``Transform.finish_bag``)."""
+        index = self._term_index(f)
+        first = len(index) - 1
+        fcodes, counts = document_terms(f, values, f.ngram_range or UNIGRAMS, f.separator, bad, index)
+        codes, lens = gather(fcodes, counts, f.max_len or 1)
+        new_terms = list(itertools.islice(index, first + 1, None))
+        if extras is not None:
+            extras[f.name] = TermRows(first, new_terms, fcodes, np.repeat(np.arange(len(values)), counts))
+        return TermBags(f.name, first, new_terms, codes, lens, fcodes, counts)
+
 
 def _count(f: FeatureConfig, values: Any, extras: dict[str, AnalysisPart] | None,
            leaf: tuple | None) -> dict[str, tuple[str, Any]]:
@@ -510,7 +527,9 @@ def count_values(f: FeatureConfig, values: Sequence[Any]) -> int:
     scalars, non-null list items, text tokens. Zero exactly when the pipeline's
     count (``add_prepared``) is zero, for lists up to ``max_len`` long."""
     if transform_of(f).tokens:
-        return sum(len(tokenize(v, f.lowercase)) for v in values if isinstance(v, str))
+        lo, hi = f.ngram_range or UNIGRAMS
+        lens = np.array([len(tokenize(v, f.lowercase)) for v in values if isinstance(v, str)], dtype=np.int64)
+        return int(ngram_counts(lens, lo, hi).sum())
     if f.multi_valued:
         return sum(x is not None for v in values for x in as_list(v))
     return len(values) - list(values).count(None)
@@ -557,4 +576,5 @@ STAGES = {
     "timestamp": Preparer._stage_timestamp,
     "cross": Preparer._stage_cross,
     "terms": Preparer._stage_terms,
+    "bags": Preparer._stage_bags,
 }

@@ -35,7 +35,8 @@ VALID = {"fill": 1.5, "missing_indicator": True, "on_nan": "fill", "clip_min": 0
          "allow_all_missing": True}
 #: What each transform needs to be valid at all.
 NEEDS = {"hash": {"buckets": 8}, "text": {"max_len": 4}, "clip": {"clip_min": 0.0},
-         "cross": {"sources": ["a", "b"], "buckets": 8}}
+         "cross": {"sources": ["a", "b"], "buckets": 8}, "ngrams": {"max_len": 4, "ngram_range": [1, 2]},
+         "bag_of_words": {"max_len": 4}, "tfidf": {"max_len": 4}}
 #: One config using every transform with its options (fingerprints of outputs made before must not move).
 EVERY_TRANSFORM = {"label": {"source": "y", "dtype": "float32"}, "features": [
     {"name": "a", "transform": "identity", "fill": 2, "missing_indicator": True, "on_nan": "keep", "max_len": 3},

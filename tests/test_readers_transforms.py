@@ -16,7 +16,8 @@ from readers import transforms
 from readers._serving_wire import FORMS, Wire
 
 #: What a feature of each transform needs besides its source (the options a config must give).
-_REQUIRED = {"clip": {"clip_min": 0}, "hash": {"buckets": 8}, "cross": {"sources": ["a", "b"], "buckets": 8}, "text": {"max_len": 3}}
+_REQUIRED = {"clip": {"clip_min": 0}, "hash": {"buckets": 8}, "cross": {"sources": ["a", "b"], "buckets": 8}, "text": {"max_len": 3},
+             "ngrams": {"max_len": 3, "ngram_range": [1, 2]}, "bag_of_words": {"max_len": 3}, "tfidf": {"max_len": 3}}
 _HOOKS = ("forms", "wire_path", "is_list", "list_use", "hashed", "grouped_numeric", "grouped_ids",
           "shares_table", "ids", "columns")
 

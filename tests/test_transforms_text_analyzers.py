@@ -21,7 +21,13 @@ from convert.transforms.ngrams import (
     ngrams_of,
     separator_problem,
 )
-from convert.transforms.tfidf import DocumentFrequencies, document_counts, idf, idf_table, tfidf_weights
+from convert.transforms.tfidf import (
+    DocumentFrequencies,
+    document_counts,
+    idf,
+    idf_table,
+    tfidf_weights,
+)
 
 tf = pytest.importorskip("tensorflow")
 
@@ -97,10 +103,10 @@ def test_option_problems():
 def test_bag_of_ids_sorted_unique_counted():
     ids = np.array([7, 3, 7, 7, 2, 5, 5, 9, 1], dtype=np.int64)
     counts = np.array([4, 0, 5])
-    out, occ = bag_of_ids(ids, counts, 3)
-    assert out.tolist() == [[3, 7, 0], [0, 0, 0], [1, 2, 5]]
+    out, occ, lens = bag_of_ids(ids, counts, 3)
+    assert out.tolist() == [[3, 7, 0], [0, 0, 0], [1, 2, 5]] and lens.tolist() == [2, 0, 3]
     assert occ.dtype == np.float32 and occ.tolist() == [[1.0, 3.0, 0.0], [0.0, 0.0, 0.0], [1.0, 1.0, 2.0]]
-    out, occ = bag_of_ids(np.zeros(0, dtype=np.int64), np.array([0, 0]), 2)
+    out, occ, _ = bag_of_ids(np.zeros(0, dtype=np.int64), np.array([0, 0]), 2)
     assert out.tolist() == [[0, 0], [0, 0]] and occ.tolist() == [[0.0, 0.0], [0.0, 0.0]]
 
 
@@ -116,7 +122,7 @@ def test_tfidf_is_tft_docstring_example():
     df = document_counts(index, counts, 4)
     assert df.tolist() == [2, 1, 1, 1]
     table = idf_table(df.tolist(), 2, True, 0)
-    out, w = tfidf_weights(ids, counts, table, 0, 4)
+    out, w, _ = tfidf_weights(ids, counts, table, 0, 4)
     assert out.tolist() == [[0, 2, 3, 0], [0, 1, 0, 0]]
     want = np.array([[0.6, 0.28109303, 0.28109303, 0], [0.33333334, 0.9369768, 0, 0]], dtype=np.float32)
     assert w.dtype == np.float32 and np.array_equal(w, want)
@@ -135,7 +141,7 @@ def test_idf_formulas():
 def test_tfidf_out_of_vocabulary_counts_in_size_only():
     # ids 1 (an OOV bucket) are not weighted, but make the document 4 terms long.
     table = idf_table([3, 1], 4, True, 2)
-    out, w = tfidf_weights(np.array([1, 2, 1, 3]), np.array([4]), table, 2, 4)
+    out, w, _ = tfidf_weights(np.array([1, 2, 1, 3]), np.array([4]), table, 2, 4)
     assert out.tolist() == [[2, 3, 0, 0]]
     assert w[0, 0] == np.float32(0.25) * table[2] and w[0, 1] == np.float32(0.25) * table[3]
 
@@ -177,7 +183,7 @@ _DOCS = st.lists(st.lists(st.integers(1, 40), max_size=12), min_size=1, max_size
 @given(_DOCS, st.integers(1, 6))
 def test_bag_of_words_serving_twin_is_exact(docs, max_len):
     ids, counts = _ragged(docs)
-    want_ids, want_occ = bag_of_ids(ids, counts, max_len)
+    want_ids, want_occ, _ = bag_of_ids(ids, counts, max_len)
     rows = np.repeat(np.arange(len(docs)), counts)
     got_ids, got_occ = tf_bag.bag_of_ids(tf.constant(ids), tf.constant(rows, tf.int64),
                                          tf.constant(len(docs), tf.int64), 41, max_len)
@@ -192,7 +198,7 @@ def test_tfidf_serving_twin_is_exact(docs, max_len, documents, smooth, first_id)
     rng = np.random.default_rng(len(ids))
     df = rng.integers(1, documents + 1, size=41 - first_id).tolist()
     table = idf_table(df, documents, smooth, first_id)
-    want_ids, want_w = tfidf_weights(ids, counts, table, first_id, max_len)
+    want_ids, want_w, _ = tfidf_weights(ids, counts, table, first_id, max_len)
     rows = np.repeat(np.arange(len(docs)), counts)
     got_ids, got_w = tf_tfidf.tfidf_weights(tf.constant(ids), tf.constant(rows, tf.int64),
                                             tf.constant(len(docs), tf.int64), tf.constant(table), first_id, max_len)

@@ -17,7 +17,17 @@ The serving twin is ``readers.transforms.bag_of_words``.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any, ClassVar
+
 import numpy as np
+
+from convert.spec import FeatureSpec
+from convert.transforms.base import Need
+from convert.transforms.ngrams import UNIGRAMS, TermsTransform
+
+if TYPE_CHECKING:  # pragma: no cover
+    from convert.columns import Columns
+    from convert.config_model import FeatureConfig
 
 
 def distinct_ids(ids: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -51,10 +61,59 @@ def place(rows: np.ndarray, n_rows: int, n: int, *columns: np.ndarray) -> tuple[
     return out, np.minimum(per_row, n)
 
 
-def bag_of_ids(ids: np.ndarray, counts: np.ndarray, max_len: int) -> tuple[np.ndarray, np.ndarray]:
-    """``(ids, occurrences)``, both ``(rows, max_len)``: each row's distinct ids ascending
-    (int64, 0 after them) and their counts in the row (float32, 0.0 after them)."""
+def bag_of_ids(ids: np.ndarray, counts: np.ndarray, max_len: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(ids, occurrences, lengths)``: each row's distinct ids ascending (int64, 0 after them)
+    and their counts in the row (float32, 0.0 after them), both ``(rows, max_len)``, and how
+    many ids each row kept."""
     counts = np.asarray(counts, dtype=np.int64)
     rows, uniq, occ = distinct_ids(ids, counts)
-    (out_ids, out_occ), _ = place(rows, counts.size, max_len, uniq, occ.astype(np.float32))
-    return out_ids, out_occ
+    (out_ids, out_occ), lens = place(rows, counts.size, max_len, uniq, occ.astype(np.float32))
+    return out_ids, out_occ, lens
+
+
+class BagTransform(TermsTransform):
+    """A text's distinct term ids (``ngram_range``: tokens or n-grams), ascending, with a float32
+    weight each in ``<name>_<weights>``: the ``bags`` stage of ``convert.prepare`` keeps every
+    term of a document (``TermBags``), and ``finish_bag`` makes the columns from their ids."""
+
+    prepared_as = "bags"
+    encoding = "weighted_tokens"
+    #: The weights column's suffix: ``<name>_<weights>``.
+    weights: ClassVar[str]
+
+    def complete(self, kw: dict[str, Any], need: Need) -> None:
+        if "max_len" not in kw:
+            need(f"transform {self.name!r} needs 'max_len: N' (distinct terms kept per record, smallest ids first)")
+        kw.setdefault("ngram_range", UNIGRAMS)
+
+    def extra_outputs(self, f: FeatureConfig) -> tuple[str, ...]:
+        return (f"{f.name}_{self.weights}",)
+
+    def specs(self, f: FeatureConfig, params: dict[str, Any]) -> list[FeatureSpec]:
+        n = f.max_len or 1
+        weights = f"{f.name}_{self.weights}"
+        return [FeatureSpec(f.name, "int64", (n,), 0, f.source, self.name, {**params, "weights": weights},
+                            encoding=self.encoding),
+                FeatureSpec(weights, "float32", (n,), 0.0, f.source, f"{self.name}_{self.weights}", {"of": f.name},
+                            role="aux", encoding="aux")]
+
+    def bag_constants(self, f: FeatureConfig, analysis: Any) -> Any:
+        """What ``finish_bag`` needs of the analysis (``convert.analysis.Analysis``), made once per analysis."""
+        return None
+
+    def finish_bag(self, f: FeatureConfig, ids: np.ndarray, counts: np.ndarray, constants: Any) -> Columns:
+        """The columns of a batch whose rows have ``counts`` term ids each in ``ids`` (flat int64)."""
+        out, occ, lens = bag_of_ids(ids, counts, f.max_len or 1)
+        return {f.name: ("int64", out), f"{f.name}_len": ("int64", lens.reshape(-1, 1)),
+                f"{f.name}_{self.weights}": ("float32", occ)}
+
+
+class BagOfWords(BagTransform):
+    name = "bag_of_words"
+    summary = ("string -> its distinct token (or n-gram) ids, ascending, padded to max_len + their counts in "
+               "<name>_counts + <name>_len")
+    serving = "readers.transforms.bag_of_words"
+    weights = "counts"
+
+
+TRANSFORM = BagOfWords()

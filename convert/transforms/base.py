@@ -101,6 +101,20 @@ class Transform:
     encoding: ClassVar[str | None] = None
     #: Why it does not take an option, where more can be said than which transforms do.
     not_taken_why: ClassVar[Mapping[str, str]] = {}
+    #: Its analysis counts, beside each term's occurrences, the training documents (records)
+    #: holding it, and the documents (``convert.analysis.Analysis.document_frequencies``).
+    document_frequencies: ClassVar[bool] = False
+    #: The options that shape its vocabulary or statistics, besides source and transform: a
+    #: reused analysis (``--analysis-from``) must have been computed with the same.
+    analysis_options: ClassVar[tuple[str, ...]] = ()
+
+    def check_options(self, kw: dict[str, Any], need: Need) -> None:
+        """Check (and normalize) the values in ``kw`` of options only this transform has; ``need``
+        each problem. The shared options' values are ``convert.config_checks``' to check."""
+
+    def extra_outputs(self, f: FeatureConfig) -> tuple[str, ...]:
+        """The columns ``f`` writes besides ``f.name`` and the shared ``_len``, ``_missing`` and parts."""
+        return ()
 
     def complete(self, kw: dict[str, Any], need: Need) -> None:
         """Fill this transform's defaults into the options ``kw``; ``need`` each required one missing."""

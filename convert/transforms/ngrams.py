@@ -21,11 +21,15 @@ The serving twin is ``readers.transforms.ngrams``.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from convert.prepare_values import Rejection, TermIndex, token_codes
+from convert.transforms.base import ID_LENGTH_OF_WHY, VOCAB_OPTIONS, Need, Transform
+
+if TYPE_CHECKING:  # pragma: no cover
+    from convert.config_model import FeatureConfig
+    from convert.prepare_values import Rejection, TermIndex
 
 #: Largest n of an n-gram: a document of ``L`` tokens has about ``L x (max - min + 1)``
 #: n-grams, each up to this many tokens long.
@@ -75,7 +79,7 @@ def ngram_counts(counts: np.ndarray, lo: int, hi: int) -> np.ndarray:
     return sum((np.maximum(counts - n + 1, 0) for n in range(lo, hi + 1)), np.zeros_like(counts))
 
 
-def document_terms(f: Any, values: list[Any], ngram_range: tuple[int, int], separator: str,
+def document_terms(f: FeatureConfig, values: list[Any], ngram_range: tuple[int, int], separator: str,
                    bad: dict[int, Rejection], index: TermIndex) -> tuple[np.ndarray, np.ndarray]:
     """The terms of each document of ``values`` as indexes of ``index`` (flat, int32) and the
     terms per row: its tokens (``ngram_range`` ``[1, 1]``) or its n-grams, in order.
@@ -85,6 +89,8 @@ def document_terms(f: Any, values: list[Any], ngram_range: tuple[int, int], sepa
     ``Rejection``, and its row has no terms); ``index`` starts with the sentinel ``"\\x00"``
     at -1, as a text feature's does. N-grams are joined from those tokens: ``index`` then
     holds n-grams only."""
+    from convert.prepare_values import TermIndex, token_codes  # convert.config imports this package
+
     lo, hi = ngram_range
     if lo == hi == 1:
         return token_codes(f, values, bad, index)
@@ -100,3 +106,57 @@ def document_terms(f: Any, values: list[Any], ngram_range: tuple[int, int], sepa
     out = np.fromiter(map(index.__getitem__, terms), dtype=np.int32, count=len(terms))
     return out, ngram_counts(counts, lo, hi)
 
+
+
+#: The options of the transforms over a document's terms (``ngrams``, ``bag_of_words``, ``tfidf``).
+TERM_OPTIONS = ("ngram_range", "separator")
+#: Why ``missing_indicator`` is not taken by the transforms over a text's terms.
+TEXT_MISSING_WHY = "a missing text has no terms already (its ids are all 0)"
+
+
+def check_term_options(kw: dict[str, Any], need: Need) -> None:
+    """``ngram_range`` and ``separator`` checked, ``ngram_range`` normalized to a tuple."""
+    if "ngram_range" in kw:
+        problem = ngram_range_problem(kw["ngram_range"])
+        if problem:
+            need(f"{problem}, found {kw['ngram_range']!r:.60}")
+        else:
+            kw["ngram_range"] = tuple(kw["ngram_range"])
+    if "separator" in kw:
+        problem = separator_problem(kw["separator"])
+        if problem:
+            need(f"{problem}, found {kw['separator']!r:.60}")
+
+
+class TermsTransform(Transform):
+    """A transform over a text's terms (``document_terms``: its tokens, or their n-grams with
+    ``ngram_range``), with a vocabulary of them as ``text`` has: ``text``'s tokenizer, options
+    and id layout, and ``ngram_range`` and ``separator``."""
+
+    options = ("max_len", "lowercase", *VOCAB_OPTIONS, *TERM_OPTIONS, "length")
+    vocabulary = True
+    tokens = True
+    list_capable = True
+    stats_kind = "categorical"
+    analysis_options = (*VOCAB_OPTIONS, "lowercase", *TERM_OPTIONS)
+    accepts = (frozenset({"string"}), "strings")
+    not_taken_why = {"missing_indicator": TEXT_MISSING_WHY, "length_of": ID_LENGTH_OF_WHY}
+
+    def check_options(self, kw: dict[str, Any], need: Need) -> None:
+        check_term_options(kw, need)
+
+
+class Ngrams(TermsTransform):
+    name = "ngrams"
+    summary = "string -> max_len ids of its token n-grams (a vocabulary of n-grams, ngram_range: [min, max]) + <name>_len"
+    serving = "readers.transforms.ngrams"
+    prepared_as = "terms"
+
+    def complete(self, kw: dict[str, Any], need: Need) -> None:
+        if "max_len" not in kw:
+            need("transform 'ngrams' needs 'max_len: N' (n-grams kept per record, in order; shorter texts are padded)")
+        if "ngram_range" not in kw:
+            need("transform 'ngrams' needs 'ngram_range: [min, max]' (n-gram sizes, e.g. [1, 2]: tokens and pairs)")
+
+
+TRANSFORM = Ngrams()

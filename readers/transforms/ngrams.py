@@ -8,7 +8,16 @@ them: shifted copies of the tokens joined, windows crossing a row's end masked).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import tensorflow as tf
+
+from convert.config import FeatureConfig
+from convert.transforms.ngrams import UNIGRAMS
+from readers._serving_kinds import KIND_NULL, KIND_STRING
+from readers.serving_ops import slots, text_tokens, wrong_kind_reason
+from readers.transforms.base import Checks, Layer
+from readers.transforms.text import Text
 
 
 def ngrams(tokens: tf.SparseTensor, lo: int, hi: int, separator: str) -> tf.SparseTensor:
@@ -35,3 +44,40 @@ def ngrams(tokens: tf.SparseTensor, lo: int, hi: int, separator: str) -> tf.Spar
     cols = tf.range(tf.shape(gram_rows, out_type=tf.int64)[0]) - tf.gather(starts, gram_rows)
     width = tf.maximum(tf.reduce_max(tf.concat([cols, [-1]], 0)) + 1, 0)
     return tf.SparseTensor(tf.stack([gram_rows, cols], axis=1), grams, tf.stack([tokens.dense_shape[0], width]))
+
+
+class TermsTransform(Text):
+    """A transform over a text's terms (``convert.transforms.ngrams.document_terms``): one
+    string per record as ``text`` reads it, tokenized by ``text``'s tokenizer, then its
+    n-grams (``ngram_range``); their ids are looked up as ``text``'s."""
+
+    def document(self, layer: Layer, f: FeatureConfig, inputs: Mapping[str, tf.Tensor],
+                 bad: Checks) -> tuple[tf.SparseTensor, tf.Tensor, tf.Tensor]:
+        """``(terms, ids, is_str)``: each row's terms ``[batch, terms]`` in order, their ids (flat),
+        and which rows hold a string (the others are rejected, or null: no terms)."""
+        s = layer.wire.by_path(f.source)
+        kind = inputs[s.kind_name]
+        is_str = tf.equal(kind, KIND_STRING)
+        bad.append((~is_str & tf.not_equal(kind, KIND_NULL), wrong_kind_reason(s.path, kind, "expected text (a string), found ")))
+        text = inputs[s.input_name("term")]
+        text = tf.where(is_str, text, tf.zeros_like(text))  # a rejected row's terms are none
+        if f.lowercase:
+            text = tf.strings.lower(text)  # ASCII only, like convert.records.ascii_lower
+        lo, hi = f.ngram_range or UNIGRAMS
+        terms = ngrams(text_tokens(text), lo, hi, f.separator)
+        return terms, layer.ids(f, terms.values), is_str
+
+
+class Ngrams(TermsTransform):
+    """The first ``max_len`` n-gram ids of each row, in order, and ``<name>_len``."""
+
+    name = "ngrams"
+
+    def columns(self, layer: Layer, f: FeatureConfig, inputs: Mapping[str, tf.Tensor], bad: Checks) -> dict[str, tf.Tensor]:
+        terms, ids, _ = self.document(layer, f, inputs, bad)
+        rows, cols = tf.unstack(terms.indices, num=2, axis=1)
+        dense = slots(ids, rows, cols, f.max_len, terms.dense_shape[0])
+        return {f.name: dense, f"{f.name}_len": tf.math.count_nonzero(dense, axis=1)[:, None]}  # an id is never 0
+
+
+TRANSFORM = Ngrams()
