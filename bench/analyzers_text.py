@@ -45,7 +45,9 @@ FEATURES: dict[str, dict[str, Any]] = {
                "max_len": 32, "top_k": 20000},
     "bag_of_words": {"name": "query_bow", "source": "query", "transform": "bag_of_words", "max_len": 16,
                      "top_k": 20000},
-    "tfidf": {"name": "query_tfidf", "source": "query", "transform": "tfidf", "max_len": 16, "top_k": 20000},
+    # Every term in the vocabulary (no top_k): TF Transform weights its OOV bucket, recordprep writes none,
+    # so only then are the weights of every document comparable (``weights_agree``).
+    "tfidf": {"name": "query_tfidf", "source": "query", "transform": "tfidf", "max_len": 16},
 }
 LABEL = {"source": "clicked", "dtype": "int64"}
 
@@ -121,12 +123,10 @@ CASES = {"recordprep": _recordprep_case, "tft": _tft_case}
 
 
 def _add_args(ap: argparse.ArgumentParser) -> None:
+    from bench.tft_worker import add_convert_args
+
     ap.add_argument("--case", choices=sorted(CASES), required=True)
-    ap.add_argument("--inputs", nargs="+", required=True)
-    ap.add_argument("--config", required=True)
-    ap.add_argument("--output", required=True)
-    ap.add_argument("--shards", type=int, nargs=2, default=(1, 1), metavar=("TRAIN", "EVAL"))
-    ap.add_argument("--workers", type=int, default=0)
+    add_convert_args(ap)  # --workers 0: recordprep's own choice
 
 
 # ------------------------------------------------------------------------ parent
@@ -147,7 +147,8 @@ def run(avro: list[str], records: int, analyzers: list[str], *, work: Path, log=
         config = write_config(a, work / f"{a}.json")
         log(f"analyzers_text: recordprep {a}")
         m = run_child("bench.analyzers_text", ["--case", "recordprep", "--inputs", *avro, "--config", str(config),
-                                               "--output", str(work / f"{a}-recordprep")], log_dir=work)
+                                               "--output", str(work / f"{a}-recordprep"), "--workers", "0"],
+                      log_dir=work)
         log(f"  -> {_one_line(m)}")
         rows[a] = {"recordprep": summarize(f"recordprep {a}", [m.to_json()])}
         if tft_python is None:
@@ -161,11 +162,62 @@ def run(avro: list[str], records: int, analyzers: list[str], *, work: Path, log=
             log_dir=work, python=tft_python, env={"PYTHONPATH": str(HERE.parent), "VIRTUAL_ENV": str(VENV)})
         log(f"  -> {_one_line(t)}")
         rows[a]["tft"] = summarize(f"TF Transform {a}", [t.to_json()])
+        if a == "tfidf" and m.ok and t.ok:
+            rows[a]["weights_agree"] = weights_agree(work / f"{a}-recordprep", work / f"{a}-tft", FEATURES[a]["name"])
+            log(f"  -> tf-idf weights against TF Transform's: {rows[a]['weights_agree']}")
     return {"records": records, "workers": workers, "rows": rows}
 
 
+def weights_agree(ours: Path, theirs: Path, name: str) -> dict[str, Any]:
+    """How recordprep's tf-idf weights compare with TF Transform's, document by document: ids are
+    numbered differently (TF Transform's from 0, ties in another order) and records shuffled, so
+    each document is its terms (ids read back through each side's vocabulary file) with their
+    weights, matched by its set of terms. ``identical``: the share of documents whose weights are
+    the same float32 bits; ``max_ulps``: the largest difference of one weight, in float32 units in
+    the last place, where a set of terms has one document's weights on each side; ``with_oov``: documents TF Transform weights an out-of-vocabulary bucket in
+    (recordprep writes none), left out of the comparison."""
+    import collections
+
+    import numpy as np
+    import tensorflow as tf
+
+    def docs(out: Path, vocab: list[str], first: int) -> collections.Counter:
+        found: collections.Counter = collections.Counter()
+        for rec in tf.data.TFRecordDataset([str(p) for p in sorted(out.glob("*.tfrecord.gz"))], compression_type="GZIP"):
+            feats = tf.train.Example.FromString(rec.numpy()).features.feature
+            ids, w = feats[name].int64_list.value, feats[f"{name}_weights"].float_list.value
+            terms = [vocab[i - first] if 0 <= i - first < len(vocab) else None for i in ids]
+            # A term's weight is never 0 (its tf and idf are positive): 0 is padding (TF Transform's id 0 too).
+            pairs = [(t, np.float32(x).view(np.uint32).item()) for t, x in zip(terms, w, strict=True) if x != 0]
+            found[tuple(sorted(pairs, key=lambda p: (p[0] is None, p[0] or "", p[1])))] += 1
+        return found
+
+    mine = docs(ours, (ours / "vocab" / f"{name}.txt").read_text().split("\n")[:-1], 2)
+    peer = docs(theirs, (theirs / "transform_fn" / "transform_fn" / "assets" / name).read_text().split("\n")[:-1], 0)
+
+    def by_terms(found: collections.Counter) -> dict[tuple, collections.Counter]:
+        out: dict[tuple, collections.Counter] = collections.defaultdict(collections.Counter)
+        for d, n in found.items():
+            out[tuple(t for t, _ in d)][tuple(b for _, b in d)] += n
+        return out
+
+    ours_by, theirs_by = by_terms(mine), by_terms(peer)
+    with_oov = sum(n for d, n in peer.items() if any(t is None for t, _ in d))
+    same = compared = ulps = 0
+    for key, weights in theirs_by.items():
+        if None in key or key not in ours_by:
+            continue
+        compared += min(sum(weights.values()), sum(ours_by[key].values()))
+        same += sum((weights & ours_by[key]).values())
+        if len(weights) == len(ours_by[key]) == 1:  # one document's weights on each side (not "a b a" and "a b b")
+            ulps = max(ulps, *(abs(a - b) for a, b in zip(next(iter(weights)), next(iter(ours_by[key])), strict=True)))
+    return {"documents": sum(peer.values()), "with_oov": with_oov, "compared": compared,
+            "identical": same / compared if compared else 0.0, "max_ulps": ulps}
+
+
 def table(results: dict[str, Any]) -> list[str]:
-    """The results as Markdown rows: per analyzer and side, records/s, CPU-s per 1k records, peak RSS."""
+    """The results as Markdown rows: per analyzer and side, records/s, CPU-s per 1k records, peak RSS
+    (and tf-idf's ``weights_agree`` after the table)."""
     lines = ["| analyzer | side | records/s | CPU-s / 1k records | peak RSS MB |", "|---|---|---:|---:|---:|"]
     for a, sides in results["rows"].items():
         for side, label in (("recordprep", "recordprep"), ("tft", "TF Transform")):
@@ -175,20 +227,19 @@ def table(results: dict[str, Any]) -> list[str]:
                              f"{r['peak_rss_mb']:,.0f} |")
             else:
                 lines.append(f"| {a} | {label} | {r.get('skipped') or r.get('error') or 'not run'} | | |")
+    agree = results["rows"].get("tfidf", {}).get("weights_agree")
+    if agree is not None:
+        lines.append(f"\ntf-idf weights against TF Transform's: {agree['identical']:.2%} of {agree['compared']:,} "
+                     f"documents the same bits, the others within {agree['max_ulps']} ulp ({agree['with_oov']:,} "
+                     f"documents with an out-of-vocabulary term, which only TF Transform weights, not compared)")
     return lines
 
 
 def main() -> None:
     if "--case" in sys.argv[1:]:
-        from bench.measure import child_main
+        from bench.tft_worker import peer_child_main
 
-        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-        try:
-            child_main("one text analyzer measurement", _add_args, lambda a: CASES[a.case](a))
-        except SystemExit as e:  # the result is written: skip teardown, where TF and Beam threads may crash
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(e.code if isinstance(e.code, int) else 1)
+        peer_child_main("one text analyzer measurement", _add_args, lambda a: CASES[a.case](a))
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--size", default="small")
     ap.add_argument("--analyzers", nargs="+", choices=sorted(FEATURES), default=list(FEATURES))
