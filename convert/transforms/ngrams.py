@@ -146,6 +146,11 @@ class TermsTransform(Transform):
         check_term_options(kw, need)
 
 
+#: The options ``ngrams`` cannot do without: how each is written, and what it is.
+_NGRAMS_NEED = {"max_len": "N' (n-grams kept per record, in order; shorter texts are padded)",
+                "ngram_range": "[min, max]' (n-gram sizes, e.g. [1, 2]: tokens and pairs)"}
+
+
 class Ngrams(TermsTransform):
     name = "ngrams"
     summary = "string -> max_len ids of its token n-grams (a vocabulary of n-grams, ngram_range: [min, max]) + <name>_len"
@@ -153,10 +158,9 @@ class Ngrams(TermsTransform):
     prepared_as = "terms"
 
     def complete(self, kw: dict[str, Any], need: Need) -> None:
-        if "max_len" not in kw:
-            need("transform 'ngrams' needs 'max_len: N' (n-grams kept per record, in order; shorter texts are padded)")
-        if "ngram_range" not in kw:
-            need("transform 'ngrams' needs 'ngram_range: [min, max]' (n-gram sizes, e.g. [1, 2]: tokens and pairs)")
+        for option, what in _NGRAMS_NEED.items():
+            if option not in kw:
+                need(f"transform 'ngrams' needs '{option}: {what}'")
 
 
 TRANSFORM = Ngrams()
