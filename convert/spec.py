@@ -309,8 +309,7 @@ def packed_slices(features: Any) -> dict[str, list[tuple[str, int, int]]]:
 #: its non-zero ids being its length);
 #: ``label``: the label.
 ENCODINGS = ("embedding", "tokens", "scaled", "indicator", "raw", "aux", "label")
-#: Float transforms whose values are scaled by the training split, for metadata written before
-#: ``encoding`` existed (a transform now writes its own: ``convert.transforms``' ``Transform.encoding``).
+#: Float transforms scaled by the training split, for metadata without ``encoding`` (``Transform.encoding``).
 SCALED_TRANSFORMS = ("zscore", "minmax", "timestamp", "count")
 #: The encoding of a helper column by its spec's ``transform`` (no transform of a config's: its kind of column).
 _AUX_ENCODINGS = {"missing_indicator": "indicator", "length": "aux"}
