@@ -131,6 +131,16 @@ def _encode(spec: FeatureSpec, inputs: Mapping[str, Any], dims: Mapping[str, int
     return x  # scaled
 
 
+def _weights_of(spec: FeatureSpec, info: DatasetInfo) -> FeatureSpec:
+    """The feature holding a ``weighted_tokens`` feature's weights (its params' ``weights``)."""
+    found = [f for f in info.features if f.name == spec.params.get("weights") and f.shape == spec.shape]
+    if not found:
+        raise ValueError(f"feature_encoder: {spec.name!r} (weighted_tokens) names no weights feature of its shape in "
+                         f"this dataset (params.weights {spec.params.get('weights')!r}); the metadata was edited or "
+                         f"is damaged: re-convert the output")
+    return found[0]
+
+
 def feature_encoder(
     info: DatasetInfo,
     features: Sequence[str] | None = None,
@@ -159,9 +169,8 @@ def feature_encoder(
         raise ValueError("feature_encoder: this dataset has no feature a model can take as written "
                          f"(encodings {', '.join(ENCODED)}); see each feature's encoding in `recordprep inspect`")
     dims = dict(embedding_dims or {})
-    by_name = {f.name: f for f in info.features}
     # A weighted feature's weights (an aux column) are an input too, after the features encoded.
-    weights = [by_name[f.params["weights"]] for f in specs if f.encoding == "weighted_tokens"]
+    weights = [_weights_of(f, info) for f in specs if f.encoding == "weighted_tokens"]
     inputs = {f.name: tf.keras.Input(shape=tuple(f.shape), dtype=TF_DTYPE_NAMES[f.dtype], name=f.name)
               for f in [*specs, *weights]}
     parts = [_encode(f, inputs, dims, max_embedding_dim, embeddings_regularizer) for f in specs]

@@ -163,3 +163,14 @@ def test_weighted_mean_embedding_weighs_non_zero_ids():
     np.testing.assert_allclose(out[2], emb[2], rtol=1e-6)
     again = WeightedMeanEmbedding.from_config(layer.get_config())
     assert again.input_dim == 5 and again.output_dim == 2
+
+
+def test_a_weighted_feature_without_its_weights_is_refused(output):
+    info = readers.load_info(str(output))
+    d = json.loads((output / "dataset_info.json").read_text())
+    for f in d["features"]:
+        if f["name"] == "q_tfidf":
+            f["params"]["weights"] = "nope"
+    with pytest.raises(ValueError, match="'q_tfidf' \\(weighted_tokens\\) names no weights feature"):
+        readers.feature_encoder(DatasetInfo.from_json(d), ["q_tfidf"])
+    assert readers.feature_encoder(info, ["q_tfidf"])[0].keys() == {"q_tfidf", "q_tfidf_weights"}
