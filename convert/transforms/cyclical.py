@@ -85,17 +85,14 @@ def part_table(part: str) -> tuple[np.ndarray, np.ndarray]:
 
 
 def civil_from_days(days: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(year, month 1..12, day 1..31)`` of int64 days since 1970-01-01, proleptic
-    Gregorian, for any int64 day count a timestamp gives (H. Hinnant's civil_from_days)."""
-    z = days.astype(np.int64) + 719_468
-    era = np.floor_divide(z, 146_097)
-    doe = z - era * 146_097
-    yoe = (doe - doe // 1460 + doe // 36_524 - doe // 146_096) // 365
-    doy = doe - (365 * yoe + yoe // 4 - yoe // 100)
-    mp = (5 * doy + 2) // 153
-    day = doy - (153 * mp + 2) // 5 + 1
-    month = np.where(mp < 10, mp + 3, mp - 9)
-    year = yoe + era * 400 + (month <= 2)
+    """``(year, month 1..12, day 1..31)`` of int64 days since 1970-01-01, proleptic Gregorian,
+    for any int64 day count a timestamp gives: numpy's calendar units (``datetime64``) are
+    exact integer calendar arithmetic."""
+    d = np.asarray(days, dtype=np.int64).astype("datetime64[D]")
+    months = d.astype("datetime64[M]")
+    year = d.astype("datetime64[Y]").astype(np.int64) + 1970
+    month = months.astype(np.int64) % 12 + 1
+    day = (d - months.astype("datetime64[D]")).astype(np.int64) + 1
     return year, month, day
 
 
