@@ -54,7 +54,7 @@ test-latest:
 	$(LATEST_BIN)/python -m pytest -m "not slow" -p no:cacheprovider $(PYTEST_ARGS)
 
 lint: $(STAMP)
-	$(BIN)/ruff check convert readers pipelines tests bench examples
+	$(BIN)/ruff check convert readers pipelines stores tests bench examples
 
 ## The docs site (docs/, mkdocs.yml) into site/, offline; --strict fails on a broken link or reference.
 ## (Not --quiet: it hides the warnings --strict counts.) tests/test_docs.py builds it too; open site/index.html.

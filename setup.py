@@ -5,7 +5,7 @@ holds the rest.
 
 Here rather than in pyproject.toml, whose ``ext-modules`` table setuptools still
 marks experimental. Optional: without a C compiler the install still succeeds
-and convert/prepare.py, example.py, tfrecord.py and parquet_footer.py run their
+and convert/prepare.py, example.py, tfrecord.py and formats/parquet_footer.py run their
 Python paths (the same output, slower).
 """
 

@@ -1,7 +1,7 @@
 """The ``s3://`` rows of the remote reader table: staged reads against the local S3 of ``tests/_remote_s3.py``.
 
 TensorFlow 2.21 has no S3 file system, so ``readers`` stage ``s3://`` shards
-on local disk (``readers._staging``) and read them there. This measures what
+on local disk (``stores.staging``) and read them there. This measures what
 that costs against the same shards read locally, behind the latency proxy
 (``--remote-ttfb-ms``, ``--remote-mbps`` per connection, as for ``gs://`` in
 :mod:`bench.remote`): time to first batch and examples/s over ``--epochs``

@@ -110,7 +110,7 @@ def _compile_bytecode() -> None:
     recordprep does not pay.
     """
     root = Path(__file__).resolve().parent.parent
-    for package in ("convert", "pipelines", "readers", "bench"):
+    for package in ("convert", "pipelines", "readers", "stores", "bench"):
         compileall.compile_dir(str(root / package), quiet=1)
 
 

@@ -19,7 +19,6 @@ import numpy as np
 
 from convert.columns import Finished, LabelTerms, PresentRows, RawValues, TermRows, ValidNumbers
 from convert.config import Config, ConfigError, FeatureConfig, LabelConfig, parse_path
-from convert.derive import SCALED
 from convert.prepare import PreparedBatch, Preparer, count_values, label_terms
 from convert.quantiles import QuantileSketch
 from convert.records import (
@@ -33,12 +32,13 @@ from convert.records import (
     tokenize,
 )
 from convert.spec import MAX_LABEL_CLASSES, statistics_problems
+from convert.transforms import transform_of
 
 
 def _feature_getter(f: FeatureConfig) -> Callable[[Any], Any]:
     """``getter(f.source)``; for ``text`` through lists, each record's strings joined (``joined_text``)."""
     get = getter(f.source)
-    if f.transform != "text" or not is_list_path(parse_path(f.source)):
+    if not transform_of(f).tokens or not is_list_path(parse_path(f.source)):
         return get
     return lambda r: joined_text([get(r)])[0]
 
@@ -112,8 +112,8 @@ def analysis_options(f: FeatureConfig) -> dict[str, Any]:
 
 def has_stats(f: FeatureConfig) -> bool:
     """Whether the analysis records statistics of ``f``: a numeric transform that needs
-    them (``needs_stats``), or one scaled by the training split (``convert.derive.SCALED``)."""
-    return f.needs_stats or f.transform in SCALED
+    them (``needs_stats``), or one scaled by the training split (``Transform.scaled``)."""
+    return f.needs_stats or transform_of(f).scaled is not None
 
 
 def label_analysis_options(lab: LabelConfig) -> dict[str, Any]:
@@ -123,7 +123,7 @@ def label_analysis_options(lab: LabelConfig) -> dict[str, Any]:
 
 def vocabulary_label(config: Config) -> LabelConfig | None:
     """The label when its classes come from the analysis (``transform: vocabulary``)."""
-    return config.label if config.label is not None and config.label.transform == "vocabulary" else None
+    return config.label if config.label is not None and config.label.needs_vocabulary else None
 
 
 @dataclasses.dataclass
@@ -196,7 +196,7 @@ class Analysis:
             what = "vocabulary" if f.needs_vocabulary else "statistics"
             stats = self.stats.get(f.name)
             have = (self.vocabularies.get(f.name) is not None if f.needs_vocabulary
-                    else isinstance(stats, dict) and (f.transform != "bucketize" or "boundaries" in stats))
+                    else isinstance(stats, dict) and (not transform_of(f).quantiles or "boundaries" in stats))
             recorded = None if self.features is None else self.features.get(f.name)
             if not have:
                 was = f" (it analyzed {recorded['transform']!r})" if recorded else ""
@@ -229,10 +229,6 @@ def _num(v: Any) -> bool:
     return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
 
 
-def _count_ok(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
-
-
 _STATS_KEYS = ("count", "missing", "mean", "std", "min", "max")
 
 
@@ -244,9 +240,7 @@ def _stats_problems(name: str, st: Any) -> list[str]:
     absent = [k for k in _STATS_KEYS if k not in st]
     if absent:
         return [f"stats of {name!r} lack {', '.join(map(repr, absent))} (the converter writes {', '.join(_STATS_KEYS)})"]
-    out = [f"stats of {name!r}: {k!r} must be an integer >= 0, found {_short(st[k])}"
-           for k in ("count", "missing") if not _count_ok(st[k])]
-    return out + statistics_problems(name, st)
+    return statistics_problems(name, st)  # count and missing: exact non-negative integers there
 
 
 def _vocabulary_problems(name: str, terms: Any) -> list[str]:
@@ -342,7 +336,7 @@ class Analyzer:
         self.config = config
         self.counts: dict[str, Counter] = {f.name: Counter() for f in config.features if f.needs_vocabulary}
         self.numeric: dict[str, NumericStats] = {
-            f.name: NumericStats(sketch=QuantileSketch() if f.transform == "bucketize" else None)
+            f.name: NumericStats(sketch=QuantileSketch() if transform_of(f).quantiles else None)
             for f in config.features if has_stats(f)
         }
         #: Values seen per feature (every feature): records for scalars, items
@@ -379,11 +373,12 @@ class Analyzer:
         """
         for f in self.config.features:
             get = self._get[f.name]
-            if f.transform in SCALED:
+            t = transform_of(f)
+            if t.scaled is not None:
                 self._add_scaled_records(f, records)
             elif f.name in self.counts or f.name in self.numeric:
                 self._add_values(f, [get(r) for r in records])
-            elif f.transform == "cross":
+            elif t.reads_sources:
                 gets = [getter(s) for s in f.sources or ()]
                 self.present[f.name] += sum(all(g(r) is not None for g in gets) for r in records)
             else:
@@ -409,7 +404,7 @@ class Analyzer:
             match extra:
                 case PresentRows():
                     self.present[f.name] += int(np.count_nonzero(extra.rows & rows))
-                    if f.transform in SCALED:
+                    if transform_of(f).scaled is not None:
                         part = next(p for p in batch.parts if isinstance(p, Finished) and p.name == f.name)
                         self._add_scaled(f, part.columns[f.name][1][:, 0], extra.rows, rows)
                 case RawValues():
@@ -450,7 +445,7 @@ class Analyzer:
         self.present[f.name] += count_values(f, values)
         if f.name in self.counts:
             c = self.counts[f.name]
-            if f.transform == "text":
+            if transform_of(f).tokens:
                 for v in values:
                     if isinstance(v, str):
                         c.update(tokenize(v, f.lowercase))
@@ -474,8 +469,9 @@ class Analyzer:
             self.numeric[f.name].add(np.asarray(flat, dtype=np.float64), missing)
 
     def _add_scaled(self, f: FeatureConfig, col: np.ndarray, present: np.ndarray, rows: np.ndarray) -> None:
-        """Statistics of the base values (``SCALED``) of the selected ``rows``."""
-        scaled = SCALED[f.transform]
+        """Statistics of the base values (``Transform.scaled``) of the selected ``rows``."""
+        scaled = transform_of(f).scaled
+        assert scaled is not None
         take = rows if scaled.missing_is_value else rows & present
         self.numeric[f.name].add(scaled.base(col[take]), int(np.count_nonzero(rows & ~present)))
 

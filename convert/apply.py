@@ -33,8 +33,8 @@ from typing import Any
 
 from convert.analysis import Analysis, AnalysisMismatchError
 from convert.config import Config, ConfigError, parse_config
-from convert.derive import SCALED
 from convert.spec import METADATA_FILENAME, DatasetInfo, SpecError, check_name
+from convert.transforms import transform_of
 from convert.vectorize import VectorBatch, Vectorizer
 
 #: Name of the analysis file when the metadata does not say (``analysis_file``).
@@ -106,7 +106,7 @@ class OutputAnalysis:
                 or not isinstance(analysis.get("stats"), Mapping):
             raise SpecError(f"{source}: the analysis file has no 'vocabularies' and 'stats' objects; re-run the conversion")
         for f in config.features:
-            if f.transform in SCALED and not isinstance(analysis["stats"].get(f.name), Mapping):
+            if transform_of(f).scaled is not None and not isinstance(analysis["stats"].get(f.name), Mapping):
                 raise SpecError(f"{source}: feature {f.name!r} ({f.transform}) was written unscaled, by an older "
                                 f"recordprep; re-run the conversion with this recordprep to apply or serve it")
             if f.needs_vocabulary and not isinstance(analysis["vocabularies"].get(f.name), list):

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import io
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -36,7 +35,6 @@ from convert.config import (
     EACH,
     ENTRIES,
     KEYS,
-    NUMERIC_TRANSFORMS,
     Config,
     ConfigError,
     PathError,
@@ -49,10 +47,11 @@ from convert.derive import unit_mismatch
 from convert.records import getter
 from convert.sources import (
     InputFileError,
-    detect_format,
     iter_records,
-    read_avro_schema,
+    read_record_schema,
 )
+from convert.transforms import Transform, find, transform_of
+from convert.transforms.base import SINGLE_VALUES
 
 __all__ = [
     "DataMismatchError",
@@ -75,8 +74,6 @@ _MAX_DEPTH = 32
 _MAX_PATHS = 100_000
 #: Problems listed in one error.
 _MAX_SHOWN = 20
-#: Header bytes read first; a larger header (a huge schema) is read whole.
-_HEAD_BYTES = 64 * 1024
 
 _NUMBER = frozenset({"int", "long", "float", "double"})
 _PRIMITIVES = _NUMBER | {"null", "boolean", "bytes", "string"}
@@ -103,9 +100,16 @@ class Read:
 
     path: str
     who: str  # "feature 'x'", "feature 'x' (cross source)", "the label"
-    transform: str  # a transform, "cross" or "label-int64"/"label-float32"/"label-vocabulary"
+    #: A feature's transform name (a cross's sources: "cross"), or "label-int64"/"label-float32"/
+    #: "label-vocabulary" for the label, or "split-key" for ``--split-key``.
+    reader: str
     multi: bool = False
     optional: bool = False  # allow_all_missing: may be absent
+
+    @property
+    def transform(self) -> Transform | None:
+        """The transform reading the path (None: the label or ``--split-key``)."""
+        return find(self.reader)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -127,9 +131,7 @@ class InputCheck:
 
 
 def _steps(r: Read) -> tuple[Step, ...] | None:
-    """The parsed path ``r`` reads (``--split-key`` is a plain dotted path); None when it does not parse."""
-    if r.transform == "split-key":
-        return tuple(r.path.split("."))
+    """The parsed path ``r`` reads (``--split-key`` too: the same grammar); None when it does not parse."""
     try:
         return parse_path(r.path)
     except PathError:
@@ -148,8 +150,9 @@ def config_paths(config: Config, split_key: str | None = None) -> list[Read]:
     reads = []
     for f in config.features:
         who = f"feature {f.name!r}"
-        if f.transform == "cross":
-            reads.extend(Read(s, f"{who} (cross source)", "cross", optional=f.allow_all_missing) for s in f.sources or ())
+        if transform_of(f).reads_sources:
+            reads.extend(Read(s, f"{who} (cross source)", f.transform, optional=f.allow_all_missing)
+                         for s in f.sources or ())
         else:
             # a path through lists ([]) gives the items' values: each must be a single value
             multi = f.multi_valued and not _through_lists(f.source)
@@ -296,40 +299,34 @@ class _Schema:
         return [c for b in branches if (c := self.child(b, step)) is not None]
 
 
+#: What the path of a reader that is no transform may hold, by its ``Read.reader``
+#: (``--split-key``: any single value, ``SINGLE_VALUES``).
+_READER_NEEDS = {
+    "label-int64": (frozenset({"number", "boolean"}), "integers"),
+    "label-float32": (frozenset({"number"}), "numbers"),
+    "label-vocabulary": (frozenset({"number", "boolean", "string", "bytes"}), "class names (strings, integers or booleans)"),
+}
+
+
 def _need(r: Read) -> tuple[frozenset[str], str]:
     """The kinds a path may hold for its reader, and how to say so."""
     t = r.transform
-    if t in NUMERIC_TRANSFORMS:
-        return frozenset({"number", "boolean"}), "numbers"
-    if t == "label-int64":
-        return frozenset({"number", "boolean"}), "integers"
-    if t == "label-float32":
-        return frozenset({"number"}), "numbers"
-    if t == "label-vocabulary":
-        return frozenset({"number", "boolean", "string", "bytes"}), "class names (strings, integers or booleans)"
-    if t == "text":
-        return frozenset({"string"}), "strings"
-    if t == "bytes":
-        return frozenset({"string", "bytes"}), "bytes or strings"
-    if t == "timestamp":
-        return frozenset({"number", "string"}), "epoch numbers or ISO 8601 strings"
-    if t == "count":
-        return frozenset({"array", "map"}), "a list or a map (or a path through lists, items[])"
-    return frozenset({"number", "boolean", "string", "bytes"}), "single values (numbers, strings, booleans)"
+    return t.accepts if t is not None else _READER_NEEDS.get(r.reader, SINGLE_VALUES)
 
 
 def _hint(r: Read, kinds: set[str], example: str | None) -> str:
+    t = r.transform
     if "record" in kinds or "map" in kinds:
         return f"; point the source at one of its fields ({example or 'a.b'})"
     if "array" in kinds:
         if _through_lists(r.path):
             return f"; its items are lists: write {r.path + '[]'!r} to flatten them"
-        if r.transform in ("vocabulary", "hash", "identity", "clip", "log1p"):
+        if t is not None and t.list_capable and not t.tokens:  # text takes max_len always
             return "; set max_len to keep a list per record"
-        return f"; transform {r.transform!r} takes one value per record"
-    if r.transform in NUMERIC_TRANSFORMS and "string" in kinds:
+        return f"; transform {r.reader!r} takes one value per record"
+    if t is not None and t.numeric and "string" in kinds:
         return "; use a categorical transform (vocabulary/hash) for a string field"
-    if r.transform == "label-int64" and "string" in kinds:
+    if r.reader == "label-int64" and "string" in kinds:
         return "; for class names use label: {source: ..., transform: vocabulary}"
     return ""
 
@@ -352,13 +349,17 @@ def _type_problem(sch: _Schema, r: Read, leaf: Any) -> str | None:
         return None
     kinds = {sch.kind(b) for b in branches}
     found = " or ".join(sorted({sch.describe(b) for b in branches}))
-    reader = "the label" if r.transform.startswith("label") else f"transform {r.transform!r}"
+    reader = "the label" if r.reader.startswith("label") else f"transform {r.reader!r}"
     fields = [n for b in branches if sch.kind(b) == "record" for n in sch.field_names(b)]
     example = f"e.g. {r.path}.{fields[0]}" if fields else None
     return f"is {found} in the schema, but {reader} needs {what}{_hint(r, kinds, example)}"
 
 
 def _suggest(path: str, known: Sequence[str]) -> str:
+    literal = render_path((path,))  # the whole path as one quoted name
+    if literal != path and literal in known:
+        return (f"a field is named {path!r}, dots included: write {literal!r} (a dot steps into a record; "
+                f"[\"...\"] quotes a name)")
     close = difflib.get_close_matches(path, known, n=3, cutoff=0.6)
     if not close:
         last = path.rsplit(".", 1)[-1]
@@ -401,7 +402,7 @@ def avro_problems(config: Config, schema: Any, split_key: str | None = None) -> 
             if known is None:
                 known = sch.paths()
             step = steps[missing_at]
-            parent = render_path(steps[:missing_at]) if r.transform != "split-key" else ".".join(steps[:missing_at])  # type: ignore[arg-type]
+            parent = render_path(steps[:missing_at])
             inside = sch.branches(node) if missing_at else []
             kind = " or ".join(sorted({sch.describe(b) for b in inside}))
             if isinstance(step, str) and inside and not any(sch.kind(b) in ("record", "map") for b in inside):
@@ -415,7 +416,7 @@ def avro_problems(config: Config, schema: Any, split_key: str | None = None) -> 
                 why = f"no field {r.path!r} in the schema; {_suggest(r.path, known)}"
             problems.append(f"{r.who} reads {r.path!r}: {why}")
             continue
-        if r.transform == "count" and is_list_step(steps[-1]):
+        if r.transform is not None and r.transform.counts_items and is_list_step(steps[-1]):
             continue  # counts items of any type
         bad = None if node is None else _type_problem(sch, r, node)
         if bad:
@@ -463,7 +464,7 @@ def sample_paths(records: Iterable[Any]) -> set[str]:
 def _sampled_form(r: Read) -> str:
     """How ``sample_paths`` writes the path ``r`` reads: ``[n]`` as ``[]``, without a last ``[keys]``/``[entries]``."""
     steps = _steps(r)
-    if steps is None or r.transform == "split-key":
+    if steps is None:
         return r.path
     steps = tuple(EACH if isinstance(s, int) else s for s in steps)
     return render_path(steps[:-1] if steps[-1] is KEYS or steps[-1] is ENTRIES else steps)
@@ -490,7 +491,7 @@ def unit_problems(config: Config, records: Sequence[Any]) -> list[str]:
     (``convert.derive.unit_mismatch``: nanoseconds read as ``unit: s``), the first value each."""
     problems = []
     for f in config.features:
-        if f.transform != "timestamp":
+        if not transform_of(f).epoch_unit:
             continue
         get, unit = getter(f.source), f.unit or "ms"
         for rec in records:
@@ -502,17 +503,6 @@ def unit_problems(config: Config, records: Sequence[Any]) -> list[str]:
 
 
 # ------------------------------------------------------------------ inputs
-
-
-def _avro_schema(f: IO[bytes], path: str) -> Any:
-    """The writer schema from the file's first bytes (the header), reading on only for a larger header."""
-    head = f.read(_HEAD_BYTES)
-    try:
-        return read_avro_schema(io.BytesIO(head), path)
-    except InputFileError:
-        if len(head) < _HEAD_BYTES:
-            raise
-    return read_avro_schema(f, path)
 
 
 def _sample(f: IO[bytes], path: str, limits: SampleLimits, json_records_path: str | None,
@@ -549,21 +539,13 @@ def _report(problems: list[tuple[str, list[str]]]) -> str:
 
 
 def _probe(path: str, open_file: Callable[[str], IO[bytes]]) -> tuple[str, Any]:
-    """``("avro", schema)``, ``("json", None)``, or ``("bad", None)`` for a file the run will report."""
+    """``("schema", schema)`` for a file whose format has a record schema (Avro; Parquet's
+    Avro-equivalent one), ``("sample", None)`` for one without (JSON), or ``("bad", None)``
+    for a file the run will report."""
     try:
         with open_file(path) as f:
-            head = f.read(4)
-            f.seek(0)
-            fmt = detect_format(path, head)
-            if fmt == "parquet":  # its Avro-equivalent schema (convert.parquet_types)
-                from convert.parquet import (
-                    read_parquet_schema,  # pyarrow, only where Parquet is read
-                )
-
-                return "avro", read_parquet_schema(f, path)
-            if fmt != "avro":
-                return "json", None
-            return "avro", _avro_schema(f, path)
+            schema = read_record_schema(f, path)
+            return ("sample", None) if schema is None else ("schema", schema)
     except (InputFileError, OSError):
         return "bad", None
 
@@ -598,14 +580,14 @@ def check_inputs(config: Config, paths: Sequence[str], open_file: Callable[[str]
     by_schema: dict[str, list[str]] = {}
     schemas: dict[str, Any] = {}
     for path, (kind, schema) in zip(paths, kinds, strict=True):
-        if kind == "avro":
+        if kind == "schema":
             key = json.dumps(schema, sort_keys=True, default=str)
             by_schema.setdefault(key, []).append(path)
             schemas[key] = schema
     for key, files in by_schema.items():
         where = files[0] if len(files) == 1 else f"{files[0]} (and {len(files) - 1} more Avro file(s) with its schema)"
         problems.append((f"the Avro schema of {where}", avro_problems(config, schemas[key], split_key)))
-    if by_schema and any(f.transform == "timestamp" for f in config.features):
+    if by_schema and any(transform_of(f).epoch_unit for f in config.features):
         first = next(iter(by_schema.values()))[0]
         with open_file(first) as f:
             got = _sample(f, first, limits, None, caps)
@@ -615,7 +597,7 @@ def check_inputs(config: Config, paths: Sequence[str], open_file: Callable[[str]
     seen: set[str] = set()
     n_records = 0
     sampled_from: list[str] = []
-    json_paths = [p for p, (kind, _) in zip(paths, kinds, strict=True) if kind == "json"]
+    json_paths = [p for p, (kind, _) in zip(paths, kinds, strict=True) if kind == "sample"]
     for i, path in enumerate(json_paths):
         if i >= limits.max_files or (i >= limits.files and wanted <= seen):
             break

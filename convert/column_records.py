@@ -1,5 +1,5 @@
 """``ColumnRecords``: a batch of records held as columns, as the Avro fast
-path (``convert.avro_columnar``) yields it, with the term codes and paths
+path (``convert.formats.avro_columnar``) yields it, with the term codes and paths
 through lists it can give without making Python dicts.
 
 It sits below the readers (``convert.source_types.RecordBatch`` holds it) and

@@ -75,7 +75,7 @@ class TermCodes:
 class Finished:
     """A feature finished while preparing (it needs no analysis): its columns.
     ``present``: which rows have a value, for a feature the vectorizer still
-    scales by the training split (``convert.derive.SCALED``, a timestamp)."""
+    scales by the training split (``Transform.scaled``, a timestamp)."""
 
     name: str
     columns: Columns

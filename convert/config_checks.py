@@ -11,11 +11,13 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from convert import transforms
 from convert.config_model import (
     COMMON_OPTIONS,
     DRIFT_MEASURES,
     F32_MAX,
     LABEL_DTYPES,
+    LABEL_TRANSFORMS,
     MAX_BUCKETIZE_BUCKETS,
     MAX_HASH_BUCKETS,
     MAX_MIN_FREQUENCY,
@@ -36,26 +38,9 @@ from convert.config_model import (
 from convert.paths import EACH, PathError, is_list_step, parse_path
 from convert.spec import MAX_FEATURE_SIZE, daz, short_repr
 
-#: Why a transform does not take an option, where more can be said than which transforms do.
-_NOT_TAKEN_WHY = {
-    ("bucketize", "fill"): "a missing value gets id 0, values ids 1..num_buckets",
-    ("bucketize", "max_len"): "it takes one number per record",
-    ("zscore", "max_len"): "numeric lists support identity, clip and log1p (per element)",
-    ("minmax", "max_len"): "numeric lists support identity, clip and log1p (per element)",
-    ("timestamp", "max_len"): "it takes one value per record",
-    ("cross", "max_len"): "it combines single values",
-    ("bytes", "max_len"): "it stores one value per record",
-    ("vocabulary", "missing_indicator"): "categorical features map null to id 0 already",
-    ("hash", "missing_indicator"): "categorical features map null to id 0 already",
-    ("text", "missing_indicator"): "a missing text has length 0 already",
-    ("cross", "source"): "it reads its fields from 'sources'",
-    ("count", "max_len"): "it gives one number per record",
-    **{(t, "length"): "a numeric list pads with 0.0, which is also a value, so its length cannot be read from it; "
-                      "share the <name>_len of another numeric list of the same list with length_of, or keep its own"
-       for t in ("identity", "log1p", "clip")},
-    **{(t, "length_of"): "a list of ids drops null items, so its length is its own; leave it out with length: false "
-                         "(the count of its non-zero ids is its length)" for t in ("vocabulary", "hash", "text")},
-}
+#: Why a transform does not take an option, where more can be said than which transforms do
+#: (each transform's module says: ``Transform.not_taken_why``).
+_NOT_TAKEN_WHY = {(t, key): why for t in TRANSFORMS for key, why in transforms.get(t).not_taken_why.items()}
 
 
 _FEATURE_KEYS = tuple(f.name for f in dataclasses.fields(FeatureConfig))
@@ -112,7 +97,8 @@ def _did_you_mean(word: Any, choices: Sequence[str]) -> str:
 
 def _takes(transform: str) -> tuple[str, ...]:
     """Every option of ``transform``, in the order messages list them."""
-    common = tuple(o for o in COMMON_OPTIONS if not (transform == "cross" and o == "source"))
+    reads_sources = transforms.get(transform).reads_sources
+    common = tuple(o for o in COMMON_OPTIONS if not (reads_sources and o == "source"))
     return (*common[:-1], *TRANSFORM_TABLE[transform].options, common[-1])
 
 
@@ -270,7 +256,9 @@ def _check_values(where: str, kw: dict[str, Any], out: _Problems) -> None:
 
 
 #: Transforms that take a list per record (a path through ``[]``, ``[keys]``) with ``max_len``.
-_LIST_TRANSFORMS = ("vocabulary", "hash", "text", "identity", "log1p", "clip")
+#: Categorical ones first, as messages list them.
+_LIST_TRANSFORMS = tuple(sorted((t for t in TRANSFORMS if transforms.get(t).list_capable),
+                                key=lambda t: transforms.get(t).numeric))
 
 
 def _single_path_problem(path: str, who: str) -> str | None:
@@ -286,9 +274,10 @@ def _single_path_problem(path: str, who: str) -> str | None:
 
 def _check_paths(where: str, transform: str, kw: dict[str, Any], out: _Problems) -> None:
     """The source paths' syntax, and that a path yielding a list feeds a transform that takes one."""
-    if transform == "cross":
+    t = transforms.get(transform)
+    if t.reads_sources:
         for src in kw.get("sources") or ():
-            problem = _single_path_problem(src, "transform 'cross'")
+            problem = _single_path_problem(src, f"transform {transform!r}")
             if problem:
                 out.add(where, problem)
         return
@@ -297,7 +286,7 @@ def _check_paths(where: str, transform: str, kw: dict[str, Any], out: _Problems)
     except PathError as e:
         out.add(where, f"'source': {e}")
         return
-    if not any(map(is_list_step, steps)) or transform == "count":
+    if not any(map(is_list_step, steps)) or t.counts_items:
         return
     if transform not in _LIST_TRANSFORMS:
         out.add(where, f"source {kw['source']!r} gives a list per record ([] or [keys]), but transform "
@@ -325,25 +314,9 @@ def _drift_thresholds(v: Any) -> tuple[tuple[str, float], ...] | None:
 
 
 def _complete(where: str, transform: str, kw: dict[str, Any], out: _Problems) -> None:
-    """What ``transform`` needs (required options) and its defaults, filled into ``kw``."""
-    if transform == "bucketize":
-        kw.setdefault("num_buckets", 10)
-    if transform == "timestamp":
-        kw.setdefault("unit", "ms")
-        kw.setdefault("parts", ())
-    if transform == "cross":
-        if "sources" not in kw:
-            out.add(where, "transform 'cross' needs 'sources: [field_a, field_b, ...]' (two or more dotted paths)")
-        if "buckets" not in kw:
-            out.add(where, "transform 'cross' needs 'buckets: N' (number of hash buckets for the combinations)")
-    if transform == "hash" and "buckets" not in kw:
-        out.add(where, "transform 'hash' needs 'buckets: N' (number of hash buckets)")
-    if transform == "text" and "max_len" not in kw:
-        out.add(where, "transform 'text' needs 'max_len: N' (tokens kept per record; shorter texts are padded)")
-    if transform == "clip" and "clip_min" not in kw and "clip_max" not in kw:
-        out.add(where, "transform 'clip' needs 'clip_min' and/or 'clip_max'")
-    if TRANSFORM_TABLE[transform].numeric:
-        kw.setdefault("fill", "mean" if transform in ("zscore", "minmax") else 0.0)
+    """What ``transform`` needs (required options) and its defaults, filled into ``kw``
+    (``Transform.complete``)."""
+    transforms.get(transform).complete(kw, lambda problem: out.add(where, problem))
 
 
 def _parse_feature(i: int, raw: Any, src: str, out: _Problems) -> FeatureConfig | None:
@@ -426,7 +399,7 @@ def _parse_label(lraw: Any, src: str, out: _Problems) -> LabelConfig | None:
         hints = "".join(_did_you_mean(k, _LABEL_KEYS) for k in extra[:_MAX_UNKNOWN_SHOWN])
         out.add(where, f"unknown option(s) {show_value(sorted(extra))}{hints}; allowed: {', '.join(_LABEL_KEYS)}")
     transform = lraw.get("transform")
-    if transform is not None and transform != "vocabulary":
+    if transform is not None and transform not in LABEL_TRANSFORMS:
         out.add(where, f"transform must be vocabulary (class names -> ids 0..K-1), found {show_value(transform)}"
                        f"{_did_you_mean(transform, ('vocabulary',))}; leave it out for a numeric label")
     dtype = lraw.get("dtype", "int64")
@@ -435,7 +408,7 @@ def _parse_label(lraw: Any, src: str, out: _Problems) -> LabelConfig | None:
         if isinstance(dtype, str) and dtype.lower() in ("string", "str", "bytes", "category", "categorical", "vocabulary"):
             hint = "; for class names use transform: vocabulary (ids 0..K-1, int64)"
         out.add(where, f"dtype must be int64 or float32, found {show_value(dtype)}{hint}")
-    elif transform == "vocabulary" and dtype != "int64":
+    elif transform in LABEL_TRANSFORMS and dtype != "int64":
         out.add(where, f"a vocabulary label's class ids are int64, found dtype {show_value(dtype)}; leave dtype out")
     problem = _single_path_problem(lraw["source"], "the label")
     if problem:

@@ -10,6 +10,8 @@ import hashlib
 import json
 from typing import Any
 
+from convert import transforms
+
 # Limits. Each is far beyond what a real config needs and keeps what the
 # value controls (memory, files, metadata) bounded; past one, loading fails
 # with a ConfigError naming the limit.
@@ -62,37 +64,16 @@ COMMON_OPTIONS = ("name", "source", "transform", "allow_all_missing", "allow_lab
 #: Drift/skew measures a ``drift`` option (per feature, or top-level as the
 #: default) sets a threshold for; ``convert.drift`` computes them.
 DRIFT_MEASURES = ("linf", "js", "new_terms", "missing", "mean_shift")
-_NUM = ("fill", "missing_indicator", "on_nan")
-_VOCAB = ("top_k", "min_frequency", "num_oov_buckets")
-#: Lists of ids (0 only for padding) may leave out ``<name>_len`` (``length: false``): the count of
-#: non-zero ids is the length. Numeric lists pad with 0.0, also a value: they may only share the
-#: ``<name>_len`` of another numeric list of the same list (``length_of``).
-_ID_LIST = ("max_len", "length")
-_NUM_LIST = ("max_len", "length_of")
-#: Every transform and its options: the one table behind validation, its error
-#: messages and infer's draft. An option a transform does not take is an error.
+#: Every transform and its options, a view of ``convert.transforms``' registry (each
+#: transform's module holds its own): validation, its error messages and infer's draft
+#: read it. An option a transform does not take is an error.
 TRANSFORM_TABLE: dict[str, TransformInfo] = {
-    "identity": TransformInfo("number (or list with max_len) as float32, unchanged", (*_NUM, *_NUM_LIST), True),
-    "zscore": TransformInfo("(x - mean) / std of the training split", _NUM, True),
-    "minmax": TransformInfo("(x - min) / (max - min) of the training split", _NUM, True),
-    "log1p": TransformInfo("log(1 + x) for x > -1 (or list with max_len)", (*_NUM, *_NUM_LIST), True),
-    "clip": TransformInfo("x limited to [clip_min, clip_max] (or list with max_len)",
-                          (*_NUM, "clip_min", "clip_max", *_NUM_LIST), True),
-    "bucketize": TransformInfo("number -> bucket id 1..num_buckets cut at the training split's quantiles",
-                               ("num_buckets", "missing_indicator", "on_nan"), True),
-    "vocabulary": TransformInfo("category (string, int, bool; or list with max_len) -> id by training frequency",
-                                (*_VOCAB, *_ID_LIST)),
-    "hash": TransformInfo("category -> stable hash id 1..buckets (identifiers, open-ended sets)", ("buckets", *_ID_LIST)),
-    "text": TransformInfo("string -> max_len word ids (a vocabulary of tokens) + <name>_len",
-                          ("max_len", "lowercase", *_VOCAB, "length")),
-    "bytes": TransformInfo("bytes or string passed through unvectorized (images)", ()),
-    "timestamp": TransformInfo("epoch number in 'unit' or ISO 8601 string -> epoch seconds scaled by the training split + calendar 'parts'",
-                               ("unit", "parts", "missing_indicator")),
-    "cross": TransformInfo("two or more categorical 'sources' hashed together -> id 1..buckets", ("sources", "buckets")),
-    "count": TransformInfo("how many items a list (or path through lists, items[]) or map holds, standardized by the training split", ()),
+    t.name: TransformInfo(t.summary, t.options, t.numeric) for t in map(transforms.get, transforms.names())
 }
-TRANSFORMS = tuple(TRANSFORM_TABLE)
+TRANSFORMS = transforms.names()
 NUMERIC_TRANSFORMS = tuple(t for t, info in TRANSFORM_TABLE.items() if info.numeric)
+#: The transforms a label takes (``LabelConfig.transform``): class names -> ids 0..K-1.
+LABEL_TRANSFORMS = ("vocabulary",)
 
 
 class ConfigError(ValueError):
@@ -182,17 +163,18 @@ class FeatureConfig:
 
     @property
     def is_numeric(self) -> bool:
-        return self.transform in NUMERIC_TRANSFORMS
+        t = transforms.find(self.transform)
+        return t is not None and t.numeric
 
     @property
     def needs_vocabulary(self) -> bool:
-        return self.transform in ("vocabulary", "text")
+        t = transforms.find(self.transform)
+        return t is not None and t.vocabulary
 
     @property
     def needs_stats(self) -> bool:
-        return self.is_numeric and (
-            self.transform in ("zscore", "minmax", "bucketize") or self.fill == "mean"
-        )
+        t = transforms.find(self.transform)
+        return t is not None and t.numeric and t.needs_stats(self)
 
     @property
     def multi_valued(self) -> bool:
@@ -216,7 +198,12 @@ class LabelConfig:
     source: str
     name: str
     dtype: str = "int64"  # or float32
-    transform: str | None = None  # or "vocabulary"
+    transform: str | None = None  # or one of LABEL_TRANSFORMS ("vocabulary")
+
+    @property
+    def needs_vocabulary(self) -> bool:
+        """Whether its classes come from the analysis (``transform: vocabulary``)."""
+        return self.transform is not None
 
     def to_json(self) -> dict[str, Any]:
         """As JSON; ``transform`` only when set, so the hash of a numeric label's config stays the same."""

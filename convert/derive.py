@@ -4,7 +4,7 @@
 timestamp-millis/micros/nanos and local-timestamp-* arrive as their raw
 integers, ``date`` as days; JSON numbers in the configured unit) or an ISO
 8601 string. Its int64 epoch **seconds** (floor, exact) are computed here;
-the feature written is those seconds scaled by the training split (``SCALED``
+the feature written is those seconds scaled by the training split (``scaled_column``
 below, float64 until the final float32), plus optional calendar parts in UTC: ``hour`` (0..23), ``day_of_week`` (0 = Monday .. 6) and
 ``month`` (1..12), each int64. Values outside Python's datetime range (year 0,
 year 10000) are still computed from the integer, never through ``datetime``.
@@ -194,7 +194,8 @@ def cross_ids(parts: Sequence[Sequence[str | None]], buckets: int) -> np.ndarray
 
 @dataclasses.dataclass(frozen=True)
 class Scaled:
-    """How a transform's int64 column becomes the float the statistics and the scaling take."""
+    """How a transform's int64 column becomes the float the statistics and the scaling take
+    (``Transform.scaled`` of ``timestamp`` and ``count``, in their modules of ``convert.transforms``)."""
 
     #: the int64 column prepared -> float64 base values
     base: Callable[[np.ndarray], np.ndarray]
@@ -202,26 +203,16 @@ class Scaled:
     missing_is_value: bool
 
 
-#: transform -> its scaling; the one table the analysis, the vectorizer and the spec read.
-SCALED: dict[str, Scaled] = {
-    "timestamp": Scaled(lambda col: col.astype(np.float64), missing_is_value=False),
-    # The count itself, not its log: integers, a mean and a std make (x - mean) / std exact IEEE arithmetic
-    # in numpy and TensorFlow alike; a log1p differs by an ulp between the two, which the subtraction of
-    # a mean close to it turns into a different float32.
-    "count": Scaled(lambda col: np.maximum(col, 0).astype(np.float64), missing_is_value=True),
-}
-
-
-def scaled_column(transform: str, col: np.ndarray, present: np.ndarray | None, stats: Mapping[str, Any]) -> np.ndarray:
-    """float32 ``(base(col) - mean) / std`` (``SCALED[transform]``); rows not ``present`` 0.0.
+def scaled_column(scaled: Scaled, col: np.ndarray, present: np.ndarray | None, stats: Mapping[str, Any]) -> np.ndarray:
+    """float32 ``(base(col) - mean) / std`` (``scaled``: a transform's ``Transform.scaled``); rows not ``present`` 0.0.
 
     ``stats``: the feature's training statistics as ``convert.prepare.transform_constants``
     gives them; none (an empty training split) scale by mean 0, std 1.
     """
-    x = SCALED[transform].base(col)
+    x = scaled.base(col)
     std = stats.get("std") or 1.0
     x = (x - (stats.get("mean") or 0.0)) / std
-    if present is not None and not SCALED[transform].missing_is_value:
+    if present is not None and not scaled.missing_is_value:
         x = np.where(present.reshape(x.shape), x, 0.0)
     with np.errstate(over="ignore"):
         x32 = x.astype(np.float32)

@@ -66,7 +66,6 @@ from convert.prepare_values import (
     token_codes,
 )
 from convert.records import (
-    F32_TINY,
     as_list,
     extract,
     extract_path,
@@ -79,7 +78,8 @@ from convert.records import (
     tokenize,
     walk_path,
 )
-from convert.spec import F64_TINY, daz
+from convert.spec import daz
+from convert.transforms import NumericTransform, transform_of
 
 
 def _count_steps(steps: tuple[Step, ...]) -> tuple[Step, ...]:
@@ -128,6 +128,20 @@ class _RowCount:
         return self._n
 
 
+@dataclasses.dataclass
+class _Batch:
+    """One batch being prepared: its records and columns, its rejections so far and
+    (``analyze``) what the analysis needs, which the stages add to."""
+
+    records: Sequence[Any]
+    bad: dict[int, Rejection]
+    all_dicts: bool
+    top: dict[str, list[Any]] | None
+    #: Features whose column came as term codes (``ColumnRecords.term_codes``).
+    coded: dict[str, TermCodes]
+    extras: dict[str, AnalysisPart] | None
+
+
 class Preparer:
     """The analysis-independent half of vectorizing; see ``PreparedBatch``.
 
@@ -146,7 +160,7 @@ class Preparer:
         #: per unit, not once per batch; else every batch starts afresh.
         self.unit_terms = unit_terms
         self._index: dict[str, TermIndex] = {}
-        steps = {f.name: _count_steps(parse_path(f.source)) if f.transform == "count" else parse_path(f.source)
+        steps = {f.name: _count_steps(parse_path(f.source)) if transform_of(f).counts_items else parse_path(f.source)
                  for f in config.features}
         #: Sources through lists, indexes or map keys (read with ``walk_path``), parsed.
         self._paths = {name: st for name, st in steps.items() if is_list_path(st)}
@@ -176,8 +190,10 @@ class Preparer:
         for f in config.features:
             if f.is_numeric and not (f.multi_valued and f.needs_stats):
                 self._fast_array[f.name] = ListArray if f.multi_valued else ScalarArray
-            elif f.transform == "vocabulary" or (f.transform == "hash" and not f.multi_valued):
+            elif transform_of(f).takes_term_codes(f):
                 self._fast_codes[f.name] = "list" if f.multi_valued else "scalar"
+        #: Each feature's stage (``Transform.prepared_as``), called once per batch.
+        self._stages = {f.name: STAGES[transform_of(f).prepared_as] for f in config.features}
         #: Sources whose scalar term codes ``prepare`` asks a ``ColumnRecords`` for (made together).
         self._scalar_code_sources = [f.source for f in config.features
                                      if self._fast_codes.get(f.name) == "scalar" and f.name not in self._paths]
@@ -202,18 +218,34 @@ class Preparer:
         return dict(zip(keys, map(list, zip(*rows, strict=True)), strict=True))
 
     def prepare(self, records: Sequence[Any], analyze: bool = False) -> PreparedBatch:
-        """Prepare a batch; ``analyze``: also keep what ``Analyzer.add_prepared`` needs."""
+        """Prepare a batch; ``analyze``: also keep what ``Analyzer.add_prepared`` needs.
+
+        Stages: the batch's columns (``_columns``), each feature's values
+        (``_feature_values``) prepared by its transform's stage
+        (``Transform.prepared_as``, one call per feature and batch), the label."""
+        batch = self._columns(records, analyze)
+        parts: list[PreparedPart] = []
+        for f in self.config.features:
+            values, arr, leaf = self._feature_values(f, batch)
+            part = self._stages[f.name](self, f, values, batch, arr, leaf)
+            parts.append(part)
+            if batch.extras is not None and f.name not in batch.extras and isinstance(part, Finished):
+                batch.extras[f.name] = PresentRows(_present_rows(f, part.columns, values))
+        if self._label_keys is not None:
+            parts.append(self._label_part(batch))
+        return PreparedBatch(len(records), parts, batch.bad, batch.extras)
+
+    def _columns(self, records: Sequence[Any], analyze: bool) -> _Batch:
+        """The batch's top-level columns: a ``ColumnRecords``' own (a column's values made only
+        for a reader the fast forms do not serve), else one transpose of the records when all
+        are dicts with every field; records that are not objects are rejected."""
         b = len(records)
-        bad: dict[int, Rejection] = {}
-        top: dict[str, list[Any]] | None
-        coded: dict[str, TermCodes] = {}  # features whose column came as codes
+        batch = _Batch(records, {}, True, None, {}, {} if analyze else None)
         if isinstance(records, ColumnRecords):  # the Avro fast path: already columns
-            all_dicts = True
             missing = [None] * b
-            top = {}
+            top: dict[str, list[Any]] = {}
             records.make_term_codes(self._scalar_code_sources)
             for k in self._top_keys:
-                # The field's values are made only for a reader the fast forms do not serve.
                 made = False
                 for f in self._uses.get(k, ()):
                     if f is None:
@@ -221,7 +253,7 @@ class Preparer:
                     elif f.name in self._fast_codes:
                         tc = records.term_codes(f.source)
                         if tc is not None and tc.kind == self._fast_codes[f.name]:
-                            coded[f.name] = tc
+                            batch.coded[f.name] = tc
                         else:
                             made = True
                     elif f.name in self._fast_array:
@@ -229,58 +261,66 @@ class Preparer:
                     else:
                         made = True
                 top[k] = records.column(k, missing) if made else _RowCount(b)
+            batch.top = top
+            return batch
+        batch.all_dicts = set(map(type, records)) <= {dict}
+        if not batch.all_dicts:
+            for i, r in enumerate(records):
+                if not isinstance(r, dict):
+                    batch.bad[i] = Rejection(i, "<record>", f"expected a record (object), found {type(r).__name__}")
+        batch.top = self._top_columns(records) if batch.all_dicts else None
+        return batch
+
+    def _feature_values(self, f: FeatureConfig, batch: _Batch) -> tuple[Any, NumericArray | None, tuple | None]:
+        """``(values, numeric array, leaf)`` of ``f`` in ``batch`` (term codes go to ``batch.coded``)."""
+        records, top = batch.records, batch.top
+        keys = self._keys[f.name]
+        arr = records.arrays.get(f.source) if isinstance(records, ColumnRecords) else None
+        leaf = None
+        if f.name in self._paths:
+            values, tc, arr, leaf = self._path_values(f, records, batch.all_dicts, top)
+            if tc is not None:
+                batch.coded[f.name] = tc
+        elif top is not None and isinstance(top.get(keys[0]), _RowCount):
+            values = top[keys[0]]  # served without values (``_columns``)
         else:
-            all_dicts = set(map(type, records)) <= {dict}
-            if not all_dicts:
-                for i, r in enumerate(records):
-                    if not isinstance(r, dict):
-                        bad[i] = Rejection(i, "<record>", f"expected a record (object), found {type(r).__name__}")
-            top = self._top_columns(records) if all_dicts else None
-        extras: dict[str, AnalysisPart] | None = {} if analyze else None
-        parts: list[PreparedPart] = []
-        for f in self.config.features:
-            keys = self._keys[f.name]
-            arr = records.arrays.get(f.source) if isinstance(records, ColumnRecords) else None
-            leaf = None
-            if f.name in self._paths:
-                values, tc, arr, leaf = self._path_values(f, records, all_dicts, top)
-                if tc is not None:
-                    coded[f.name] = tc
-            elif top is not None and isinstance(top.get(keys[0]), _RowCount):
-                values = top[keys[0]]  # served without values (above)
-            else:
-                values = extract(records, keys, all_dicts, top)
-            part: PreparedPart
-            if f.transform == "count":
-                part = Finished(f.name, _count(f, values, extras, leaf))
-            elif f.is_numeric:
-                part = self._numeric(f, values, bad, extras, arr)
-            elif f.transform == "bytes":
-                part = Finished(f.name, bytes_columns(f, values, bad))
-            elif f.transform == "hash":
-                part = Finished(f.name, self._hash(f, values, bad, coded.get(f.name)))
-            elif f.transform == "timestamp":
-                ts_cols = timestamp_columns(f, values, bad)
-                part = Finished(f.name, ts_cols, _present_rows(f, ts_cols, values))
-            elif f.transform == "cross":
-                part = Finished(f.name, self._cross(f, records, all_dicts, bad, top))
-            else:
-                part = self._terms(f, values, bad, extras, coded.get(f.name))
-            parts.append(part)
-            if extras is not None and f.name not in extras and isinstance(part, Finished):
-                extras[f.name] = PresentRows(_present_rows(f, part.columns, values))
-        if self._label_keys is not None:
-            lab = self.config.label
-            assert lab is not None
-            values = extract(records, self._label_keys, all_dicts, top)
-            if lab.transform == "vocabulary":
-                terms = label_terms(lab, values, bad)
-                parts.append(LabelTerms(lab.name, terms))
-                if extras is not None:
-                    extras[lab.name] = parts[-1]
-            else:
-                parts.append(Finished(lab.name, label_columns(lab, values, bad)))
-        return PreparedBatch(b, parts, bad, extras)
+            values = extract(records, keys, batch.all_dicts, top)
+        return values, arr, leaf
+
+    def _label_part(self, batch: _Batch) -> PreparedPart:
+        """The label's part: class names (``LabelTerms``) for a vocabulary label, else its final column."""
+        lab = self.config.label
+        assert lab is not None and self._label_keys is not None
+        values = extract(batch.records, self._label_keys, batch.all_dicts, batch.top)
+        if not lab.needs_vocabulary:
+            return Finished(lab.name, label_columns(lab, values, batch.bad))
+        part = LabelTerms(lab.name, label_terms(lab, values, batch.bad))
+        if batch.extras is not None:
+            batch.extras[lab.name] = part
+        return part
+
+    # -- the stages, one per ``Transform.prepared_as`` (``STAGES``)
+    def _stage_count(self, f: FeatureConfig, values: Any, batch: _Batch, arr: Any, leaf: tuple | None) -> PreparedPart:
+        return Finished(f.name, _count(f, values, batch.extras, leaf))
+
+    def _stage_numbers(self, f: FeatureConfig, values: Any, batch: _Batch, arr: Any, leaf: tuple | None) -> PreparedPart:
+        return self._numeric(f, values, batch.bad, batch.extras, arr)
+
+    def _stage_bytes(self, f: FeatureConfig, values: Any, batch: _Batch, arr: Any, leaf: tuple | None) -> PreparedPart:
+        return Finished(f.name, bytes_columns(f, values, batch.bad))
+
+    def _stage_hash(self, f: FeatureConfig, values: Any, batch: _Batch, arr: Any, leaf: tuple | None) -> PreparedPart:
+        return Finished(f.name, self._hash(f, values, batch.bad, batch.coded.get(f.name)))
+
+    def _stage_timestamp(self, f: FeatureConfig, values: Any, batch: _Batch, arr: Any, leaf: tuple | None) -> PreparedPart:
+        ts_cols = timestamp_columns(f, values, batch.bad)
+        return Finished(f.name, ts_cols, _present_rows(f, ts_cols, values))
+
+    def _stage_cross(self, f: FeatureConfig, values: Any, batch: _Batch, arr: Any, leaf: tuple | None) -> PreparedPart:
+        return Finished(f.name, self._cross(f, batch.records, batch.all_dicts, batch.bad, batch.top))
+
+    def _stage_terms(self, f: FeatureConfig, values: Any, batch: _Batch, arr: Any, leaf: tuple | None) -> PreparedPart:
+        return self._terms(f, values, batch.bad, batch.extras, batch.coded.get(f.name))
 
     def _path_values(self, f: FeatureConfig, records: Sequence[Any], all_dicts: bool,
                      top: dict[str, list[Any]] | None) -> tuple[Any, TermCodes | None, ListArray | None, tuple | None]:
@@ -295,7 +335,7 @@ class Preparer:
         if isinstance(records, ColumnRecords):
             if f.multi_valued and not any(map(is_list_step, steps)):
                 steps = (*steps, EACH)  # a list at an index (m[0]): the same values, as a path through it
-            if self._fast_codes.get(f.name) == "list" and f.transform == "vocabulary":
+            if self._fast_codes.get(f.name) == "list":
                 tc = records.path_term_codes(steps)
                 if tc is not None:
                     return _RowCount(b), tc, None, None
@@ -303,7 +343,7 @@ class Preparer:
                 arr = records.path_array(steps)
                 if arr is not None:
                     return _RowCount(b), None, arr, None
-            elif f.transform == "count":
+            elif transform_of(f).counts_items:
                 leaf = records.path_leaf(steps)
                 if leaf is not None:
                     return _RowCount(b), None, None, leaf
@@ -313,7 +353,7 @@ class Preparer:
                 values = [walk_path(v, steps, 1) for v in records.column(steps[0], [None] * b)]  # type: ignore[arg-type]
         else:
             values = extract_path(records, steps, all_dicts, top)
-        return (joined_text(values) if f.transform == "text" else values), None, None, None
+        return (joined_text(values) if transform_of(f).tokens else values), None, None, None
 
     # -- numerics
     def _numeric(self, f: FeatureConfig, values: list[Any], bad: dict[int, Rejection],
@@ -332,7 +372,7 @@ class Preparer:
         if extras is not None:
             extras[f.name] = numbers_for_analysis(f, values, col, present, missing_row)
         apply_on_nan(f, out, present, bad)
-        if f.transform == "log1p":
+        if transform_of(f).domain_above is not None:
             reject_log1p_domain(f, out, present, bad)
         prepared = Numbers(f.name, out, present, lens, missing_row)
         if f.needs_stats:
@@ -400,7 +440,7 @@ class Preparer:
         It starts with one sentinel that is never a term (``None``; for text
         ``"\\x00"``, never a token) at -1, so terms get ``len(index) - 1``.
         """
-        sentinel = "\x00" if f.transform == "text" else None
+        sentinel = "\x00" if transform_of(f).tokens else None
         index = self._index.get(f.name) if self.unit_terms else None
         if index is None or len(index) > self.MAX_UNIT_TERMS:
             # Afresh (a batch with first index 0 restarts the consumers'
@@ -425,7 +465,7 @@ class Preparer:
         first = len(index) - 1
         counts: np.ndarray | None = None
         fcodes: np.ndarray | None
-        if f.transform == "text":
+        if transform_of(f).tokens:
             fcodes, counts = token_codes(f, values, bad, index)
         elif tc is not None and tc.kind == "list":
             assert tc.counts is not None
@@ -469,7 +509,7 @@ def count_values(f: FeatureConfig, values: Sequence[Any]) -> int:
     """Values of ``f`` in ``values`` as ``Analyzer.present`` counts them: non-null
     scalars, non-null list items, text tokens. Zero exactly when the pipeline's
     count (``add_prepared``) is zero, for lists up to ``max_len`` long."""
-    if f.transform == "text":
+    if transform_of(f).tokens:
         return sum(len(tokenize(v, f.lowercase)) for v in values if isinstance(v, str))
     if f.multi_valued:
         return sum(x is not None for v in values for x in as_list(v))
@@ -480,7 +520,7 @@ def _present_rows(f: FeatureConfig, cols: dict[str, tuple[str, Any]], values: An
     """Which rows have a value, for a feature finished in ``prepare`` (the
     analysis only counts them): hash and cross ids are 0 exactly where the
     input is missing; bytes and timestamps look at their values."""
-    if f.transform in ("hash", "cross"):
+    if transform_of(f).hashed:
         return (cols[f.name][1] != 0).any(axis=1)
     return np.fromiter((v is not None for v in values), dtype=bool, count=len(values))
 
@@ -501,55 +541,20 @@ def transform_constants(stats: Mapping[str, Any]) -> dict[str, Any]:
 
 def finish_numbers(f: FeatureConfig, prepared: Numbers, stats: Mapping[str, Any]) -> Columns:
     """Fill, scale and cast a prepared numeric feature (``stats``: its training statistics
-    as ``transform_constants`` gives them, made once per analysis by its reader)."""
-    out, present, lens, missing_row = prepared.values, prepared.present, prepared.lens, prepared.missing_row
-    b, n = out.shape
-    # Inputs below the smallest normal double are zero of their sign, as TensorFlow's kernels
-    # read them (``daz``): a bucket boundary at 0.0 then puts -5e-324 where the serving layer does.
-    with np.errstate(invalid="ignore"):
-        sub = (np.abs(out) < F64_TINY) & (out != 0)
-    if sub.any():
-        out = np.where(sub, np.copysign(0.0, out), out)
-    if f.transform == "bucketize":
-        # 0 = missing (or NaN with on_nan: fill), 1..B = buckets at the training quantiles.
-        bounds = np.asarray(stats.get("boundaries") or [], dtype=np.float64)
-        ids = np.where(present, 1 + np.searchsorted(bounds, out, side="right"), 0).astype(np.int64)
-        cols_b: dict[str, tuple[str, Any]] = {f.name: ("int64", ids.reshape(b, n))}
-        if f.missing_indicator:
-            cols_b[f"{f.name}_missing"] = ("int64", missing_row.astype(np.int64).reshape(b, 1))
-        return cols_b
-    fill = stats.get("mean") if f.fill == "mean" else f.fill
-    fill = 0.0 if fill is None else float(fill)
-    if f.multi_valued:
-        out = np.where(present, out, np.where(np.arange(n)[None, :] < lens[:, None], fill, 0.0))
-    else:
-        out = np.where(present, out, fill)
-    x = out
-    if f.transform == "zscore":
-        std = stats.get("std") or 1.0
-        x = (x - (stats.get("mean") or 0.0)) / std
-    elif f.transform == "minmax":
-        lo, hi = stats.get("min"), stats.get("max")
-        x = (x - lo) / (hi - lo) if lo is not None and hi is not None and hi > lo else np.zeros_like(x)
-    elif f.transform == "log1p":
-        neg = (x <= -1) & present  # rejected rows (see Preparer); computed on 0 instead
-        with np.errstate(invalid="ignore", divide="ignore"):
-            x = np.log1p(np.where(neg, 0.0, x))
-    elif f.transform == "clip":
-        x = np.clip(x, f.clip_min if f.clip_min is not None else -np.inf, f.clip_max if f.clip_max is not None else np.inf)
-    if f.multi_valued:
-        x = np.where(np.arange(n)[None, :] < lens[:, None], x, 0.0)
-    # Beyond float32's range becomes +-inf, as documented: on_nan: keep writes it; rejected rows are dropped.
-    with np.errstate(over="ignore"):
-        x32 = x.astype(np.float32)
-    # Subnormals become zero of their sign, as TensorFlow's CPU kernels compute them (its
-    # threads run with flush-to-zero): the serving layer gets zero there, and so does a model.
-    tiny = np.abs(x32) < F32_TINY
-    if tiny.any():
-        x32[tiny] *= 0
-    cols: dict[str, tuple[str, Any]] = {f.name: ("float32", x32)}
-    if f.multi_valued:
-        cols[f"{f.name}_len"] = ("int64", lens.reshape(b, 1))
-    if f.missing_indicator:
-        cols[f"{f.name}_missing"] = ("int64", missing_row.astype(np.int64).reshape(b, 1))
-    return cols
+    as ``transform_constants`` gives them, made once per analysis by its reader):
+    ``NumericTransform.finish_numbers`` of its transform."""
+    t = transform_of(f)
+    assert isinstance(t, NumericTransform)
+    return t.finish_numbers(f, prepared, stats)
+
+
+#: ``Transform.prepared_as`` -> the ``Preparer`` stage that prepares such features.
+STAGES = {
+    "count": Preparer._stage_count,
+    "numbers": Preparer._stage_numbers,
+    "bytes": Preparer._stage_bytes,
+    "hash": Preparer._stage_hash,
+    "timestamp": Preparer._stage_timestamp,
+    "cross": Preparer._stage_cross,
+    "terms": Preparer._stage_terms,
+}

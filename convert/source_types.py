@@ -10,9 +10,7 @@ from typing import Any
 
 from convert.column_records import ColumnRecords
 
-AVRO_MAGIC = b"Obj\x01"
 GZIP_MAGIC = b"\x1f\x8b"
-PARQUET_MAGIC = b"PAR1"
 #: Avro blocks claiming more than this are rejected before allocation (guards
 #: against corrupt headers asking for gigabytes).
 MAX_AVRO_BLOCK_BYTES = 256 * 1024 * 1024
@@ -96,7 +94,7 @@ class RecordBatch:
     """
 
     path: str
-    kind: str  # "avro" | "json"
+    kind: str  # the format's name (convert.formats): what ``indexes`` count in
     records: list[Any] | ColumnRecords
     offsets: list[int]
     indexes: list[int]
@@ -104,8 +102,3 @@ class RecordBatch:
 
     def __len__(self) -> int:
         return len(self.records)
-
-
-def is_parquet(path: str, head: bytes) -> bool:
-    """Whether a file is Parquet: its magic, or (to report a bad one) its name."""
-    return head.startswith(PARQUET_MAGIC) or path.lower().endswith(".parquet")

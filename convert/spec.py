@@ -114,15 +114,17 @@ _MEAN_SLACK = 1e-6
 
 
 def statistics_problems(name: str, st: Mapping[str, Any]) -> list[str]:
-    """What in one feature's statistics no data can give, for the keys present: a mean or
-    std that is not a finite number, ``std < 0``, a min or max that is not a finite number
+    """What in one feature's statistics no data can give, for the keys present: a count
+    or missing count that is not an exact non-negative integer, a mean or std that is not a
+    finite number, ``std < 0``, a min or max that is not a finite number
     or null, ``min > max``, a mean outside ``[min, max]``, boundaries that are not finite
     and strictly increasing. Each problem names the feature, the key and the value.
 
     The one check of statistics shared by the metadata's feature params (every reader of
     ``dataset_info.json``), ``analysis.json`` (``--analysis-from``, ``verify``, the serving
     layer): an edited value would otherwise scale every value of the feature by it."""
-    out = []
+    out = [f"stats of {name!r}: {key!r} must be a non-negative integer, found {_short(st[key])}"
+           for key in ("count", "missing") if key in st and not _is_count(st[key])]
     for key in ("mean", "std"):
         if key in st and not _finite(st[key]):
             out.append(f"stats of {name!r}: {key!r} must be a finite number, found {_short(st[key])}")
@@ -255,8 +257,13 @@ def _depth_problem(doc: Any) -> bool:
     return False
 
 
+def _is_count(value: Any) -> bool:
+    """An exact non-negative integer: not a bool, a float (``3.0``, NaN, infinity) or a string."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
 def _count(value: Any, where: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+    if not _is_count(value):
         raise SpecError(f"{where} must be a non-negative integer, found {_short(value)}; re-run the conversion")
     return value
 
@@ -302,8 +309,10 @@ def packed_slices(features: Any) -> dict[str, list[tuple[str, int, int]]]:
 #: its non-zero ids being its length);
 #: ``label``: the label.
 ENCODINGS = ("embedding", "tokens", "scaled", "indicator", "raw", "aux", "label")
-#: Float transforms whose values are scaled by the training split.
+#: Float transforms scaled by the training split, for metadata without ``encoding`` (``Transform.encoding``).
 SCALED_TRANSFORMS = ("zscore", "minmax", "timestamp", "count")
+#: The encoding of a helper column by its spec's ``transform`` (no transform of a config's: its kind of column).
+_AUX_ENCODINGS = {"missing_indicator": "indicator", "length": "aux"}
 
 
 def derived_encoding(spec: FeatureSpec) -> str:
@@ -312,10 +321,8 @@ def derived_encoding(spec: FeatureSpec) -> str:
     timestamp or a count was int64 as the input had it: ``raw``)."""
     if spec.role == "label":
         return "label"
-    if spec.transform == "missing_indicator":
-        return "indicator"
-    if spec.transform == "length":
-        return "aux"
+    if spec.transform in _AUX_ENCODINGS:
+        return _AUX_ENCODINGS[spec.transform]
     if spec.dtype == "int64" and spec.params.get("vocab_size"):
         return "tokens" if spec.size > 1 else "embedding"
     if spec.dtype == "float32" and spec.transform in SCALED_TRANSFORMS:
@@ -591,6 +598,7 @@ class DatasetInfo:
         if label_key is not None and not isinstance(label_key, str):
             raise SpecError(f"{source}: label_key {_short(label_key)} must be a string or null")
         _check_listed_files(d, source)
+        _check_counts(d, splits, source)
         _check_vocabulary_sizes(features, d.get("vocabularies", {}), source)
         _check_shuffle(d.get("shuffle"), source)
         core = {"format_version", "features", "label_key", "compression", "splits", "layout"}
@@ -700,6 +708,46 @@ def _check_listed_files(d: Mapping[str, Any], source: str) -> None:
         check_name(d["analysis_file"], f"{source}: analysis_file")
     if "stats_file" in d:
         check_name(d["stats_file"], f"{source}: stats_file")
+
+
+def _check_counts(d: Mapping[str, Any], splits: Mapping[str, SplitInfo], source: str) -> None:
+    """Every count is an exact non-negative integer (NaN, infinity, a float, a bool or a
+    negative number counts no records), and the counts say what the shards hold: a split's
+    ``num_records`` and ``num_bytes`` are its shards' sums, ``counts.read`` the records
+    written plus those rejected. Every tool (readers, ``inspect``, ``verify``, ``report``)
+    loads the metadata through here; the SpecError names the key."""
+    for name, sp in splits.items():
+        for key, total in (("num_records", sp.num_records), ("num_bytes", sp.num_bytes)):
+            raw = d["splits"][name].get(key, total)
+            if _count(raw, f"{source}: splits.{name}.{key}") != total:
+                raise SpecError(f"{source}: splits.{name}.{key} is {raw}, its shards hold {total}; the metadata was "
+                                "edited or damaged: re-run the conversion")
+    counts, errors, stats = d.get("counts", {}), d.get("errors", {}), d.get("statistics", {})
+    objects = [("counts", counts), ("statistics", stats)]
+    if isinstance(counts, Mapping):
+        objects += [(f"counts.{k}", counts.get(k, {})) for k in ("written", "per_file")]
+        per_file = objects[-1][1] if isinstance(objects[-1][1], Mapping) else {}  # else refused below
+        objects += [(f"counts.per_file[{_short(k)}]", v) for k, v in per_file.items()]
+    for key, v in objects:
+        if not isinstance(v, Mapping):
+            raise SpecError(f"{source}: {key} must be an object, found {_short(v)}; re-run the conversion")
+    found = [(f"counts.{k}", counts[k]) for k in ("read", "errors") if k in counts]
+    found += [(f"counts.written.{k}", n) for k, n in counts.get("written", {}).items()]
+    found += [(f"counts.per_file[{_short(p)}].{k}", n) for p, c in counts.get("per_file", {}).items()
+              for k, n in c.items()]
+    found += [("errors.count", errors["count"])] if "count" in errors else []
+    found += [(f"errors.files[{i}].count", e["count"]) for i, e in enumerate(errors.get("files", [])) if "count" in e]
+    found += [(f"vocabularies.{k}.terms", v["terms"]) for k, v in d.get("vocabularies", {}).items() if "terms" in v]
+    for key, n in found:
+        _count(n, f"{source}: {key}")
+    written = sum(counts.get("written", {}).values())
+    if {"read", "errors", "written"} <= counts.keys() and counts["read"] != written + counts["errors"]:
+        raise SpecError(f"{source}: counts.read is {counts['read']}, but {written} records were written and "
+                        f"{counts['errors']} rejected; the metadata was edited or damaged: re-run the conversion")
+    for name, st in stats.items():
+        problems = statistics_problems(name, st) if isinstance(st, Mapping) else [f"{name!r}: not an object"]
+        if problems:
+            raise SpecError(f"{source}: statistics: {'; '.join(problems)}; re-run the conversion")
 
 
 def _check_vocabulary_sizes(features: tuple[FeatureSpec, ...], vocabularies: Mapping[str, Any], source: str) -> None:

@@ -21,7 +21,8 @@ import numpy as np
 import orjson
 
 from convert.column_records import ColumnRecords
-from convert.records import digest8, extract, term
+from convert.paths import PathError, Step, is_list_step, parse_path
+from convert.records import digest8, extract, extract_path, term
 
 
 class SplitError(ValueError):
@@ -34,7 +35,14 @@ MAX_SPLITS = 256
 
 @dataclasses.dataclass(frozen=True)
 class Splits:
-    """Named splits with weights, e.g. ``train=0.9,eval=0.1``."""
+    """Named splits with weights, e.g. ``train=0.9,eval=0.1``.
+
+    ``key``: the field whose value decides a record's split, written in the
+    feature config's ``source`` grammar (``convert.paths``): ``user.id`` is the
+    field ``id`` inside ``user``, ``["user.id"]`` a top-level field whose name
+    holds the dot, ``ids[0]`` a list's first item. A key names one value per
+    record: ``[]``, ``[keys]`` and ``[entries]`` are refused.
+    """
 
     names: tuple[str, ...] = ("train", "eval")
     weights: tuple[float, ...] = (0.9, 0.1)
@@ -59,6 +67,23 @@ class Splits:
         # share 0 and send every record to the last split.
         if not math.isfinite(sum(self.weights)):
             raise SplitError(f"--splits: the weights' sum overflows, found {shown}; use relative weights like train=0.9,eval=0.1")
+        if self.key is not None:
+            self.key_path  # noqa: B018 - parsed here, so that a bad key is named before any work
+
+    @property
+    def key_path(self) -> tuple[Step, ...] | None:
+        """The parsed ``key`` (``convert.paths.parse_path``), or None without one."""
+        if self.key is None:
+            return None
+        try:
+            steps = parse_path(self.key)
+        except PathError as e:
+            raise SplitError(f"--split-key: {e}") from None
+        if not self.key or any(is_list_step(s) for s in steps):
+            raise SplitError(f"--split-key {self.key!r}: a key names one value per record: field names "
+                             "(user.id; quote a name holding dots or brackets: [\"user.id\"]) and list indexes "
+                             "([0]), no [], [keys] or [entries]")
+        return steps
 
     @classmethod
     def parse(cls, text: str, key: str | None = None) -> Splits:
@@ -91,11 +116,14 @@ class Splits:
         if len(self.names) == 1:
             return np.zeros(len(records), dtype=np.uint8)
         if self.key:
-            keys = self.key.split(".")
+            steps = self.key_path
+            first = steps[0]
             top = None
             if isinstance(records, ColumnRecords):  # the key's column, no dicts built
-                top = {keys[0]: records.column(keys[0], [None] * len(records))}
-            blobs = [_key_blob(v) for v in extract(records, keys, top=top)]
+                top = {first: records.column(first, [None] * len(records))}
+            values = (extract(records, list(steps), top=top) if all(isinstance(k, str) for k in steps)
+                      else extract_path(records, steps, top=top))
+            blobs = [_key_blob(v) for v in values]
         else:
             if isinstance(records, ColumnRecords) and records.record_json is not None:
                 blobs = records.record_json  # made by the reader (polars)

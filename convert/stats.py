@@ -34,7 +34,6 @@ Pure Python and numpy: no Beam, no TensorFlow.
 from __future__ import annotations
 
 import copy
-import math
 import re
 import zlib
 from collections import Counter
@@ -50,6 +49,7 @@ from convert.config import Config, FeatureConfig
 from convert.prepare import PreparedBatch
 from convert.spec import short_repr
 from convert.term_counts import TermSummary
+from convert.transforms import transform_of
 from convert.value_sketch import StatsFormatError, ValueSketch
 from convert.vectorize import VectorBatch
 
@@ -74,13 +74,9 @@ MAX_COUNTED_BUCKETS = 1 << 24
 
 
 def _kind(f: FeatureConfig) -> str:
-    """How a feature is summarized: numeric, categorical (terms), timestamp, hash,
-    bytes, or other (any other transform: its written numbers, as written)."""
-    if f.is_numeric:
-        return "numeric"
-    if f.needs_vocabulary:
-        return "categorical"
-    return {"timestamp": "timestamp", "bytes": "bytes", "hash": "hash", "cross": "hash"}.get(f.transform, "other")
+    """How a feature is summarized (``Transform.stats_kind``): numeric, categorical (terms),
+    timestamp, hash, bytes, or other (any other transform: its written numbers, as written)."""
+    return transform_of(f).stats_kind
 
 
 class _FeatureSplit:
@@ -95,7 +91,7 @@ class _FeatureSplit:
         self.after = ValueSketch() if kind in ("numeric", "timestamp", "other") and not raw else None
         self.lengths: np.ndarray | None = np.zeros(0, dtype=np.int64) if multi else None
         #: A summary (``TermSummary``) where the counts were merged per partition of the terms.
-        self.terms: _TermCounts | TermSummary | None = _TermCounts() if kind in ("categorical", "label") else None
+        self.terms: TermCounts | TermSummary | None = TermCounts() if kind in ("categorical", "label") else None
         self.items = 0
         self.oov = 0
         #: ``hash``/``cross``: the ids seen, where ``buckets`` is counted (``MAX_COUNTED_BUCKETS``).
@@ -165,7 +161,7 @@ class _Ids(dict):
         return i
 
 
-class _TermCounts:
+class TermCounts:
     """A feature's count of each term in one split.
 
     Counts are added a chunk at a time (``add``: distinct terms and their
@@ -211,7 +207,7 @@ class _TermCounts:
         c = Counter(items)
         self.add(list(c), np.fromiter(c.values(), dtype=np.int64, count=len(c)))
 
-    def merge(self, o: _TermCounts) -> None:
+    def merge(self, o: TermCounts) -> None:
         self.add(*(o._packed.arrays() if o._packed is not None and o._empty() else o.summed()))
 
     def _empty(self) -> bool:
@@ -340,17 +336,17 @@ class StatsAccumulator:
         self.kinds = {f.name: _kind(f) for f in config.features}
         lab = config.label
         if lab is not None:
-            self.kinds[lab.name] = "label" if lab.transform == "vocabulary" else "numeric"
+            self.kinds[lab.name] = "label" if lab.needs_vocabulary else "numeric"
         feats = self._features
         self.feature: dict[str, list[_FeatureSplit]] = {
-            name: [_FeatureSplit(kind, name in feats and (feats[name].multi_valued or feats[name].transform == "text"),
+            name: [_FeatureSplit(kind, name in feats and (feats[name].multi_valued or transform_of(feats[name]).tokens),
                                  raw=name in feats and feats[name].is_numeric and feats[name].needs_stats,
                                  buckets=(feats[name].buckets or 0) if name in feats else 0)
                    for _ in self.splits]
             for name, kind in self.kinds.items()}
         for name, f in self._features.items():
             if (self.kinds[name] == "other"
-                    or (f.is_numeric and f.transform != "bucketize" and not f.needs_stats and not f.missing_indicator)):
+                    or (f.is_numeric and not transform_of(f).quantiles and not f.needs_stats and not f.missing_indicator)):
                 for fs in self.feature[name]:
                     fs.missing = None  # finished without raw values: null and fill look alike
         self.rejected = 0
@@ -458,26 +454,27 @@ class StatsAccumulator:
         col = cols[f.name][1]
         miss_col = cols.get(f"{f.name}_missing")
         len_col = cols.get(f"{f.name}_len")
+        kind = self.kinds[f.name]
         for s, m in enumerate(masks):
             if m is None:
                 continue
             a = acc[s]
-            if f.transform == "bytes":
+            if kind == "bytes":
                 sel = col if len(masks) == 1 else [v for v, k in zip(col, m.tolist(), strict=True) if k]
                 a.missing += sum(1 for v in sel if not v)  # type: ignore[operator]
                 continue
-            if f.transform in ("hash", "cross"):
+            if kind == "hash":
                 ids = col[m]
                 present = ids != 0
                 a.items += int(np.count_nonzero(present))
                 if a.used is not None:
                     a.used.add(ids[present])
                 a.missing += int(np.count_nonzero(~present.any(axis=1)))  # type: ignore[operator]
-            elif f.transform == "timestamp":
+            elif kind == "timestamp":
                 missing = (miss_col[1][m, 0] != 0) if miss_col is not None else (col[m, 0] == 0)
                 a.missing += int(np.count_nonzero(missing))  # type: ignore[operator]
                 a.after.add(col[m, 0][~missing])  # type: ignore[union-attr]
-            elif self.kinds[f.name] == "other":
+            elif kind == "other":
                 if cols[f.name][0] != "string":
                     a.after.add(col[m])  # type: ignore[union-attr]
             else:  # numeric, finished at once: what is written
@@ -579,7 +576,7 @@ class StatsAccumulator:
                              once=sm.once)  # drift: the unseen terms' expected share
                     if f is not None:
                         d["oov"] = a.oov
-                elif f is not None and f.transform in ("hash", "cross"):
+                elif f is not None and transform_of(f).hashed:
                     d.update(items=a.items, buckets=f.buckets,
                              used_buckets=a.used.count() if a.used is not None else None)
                 per[s] = d
@@ -609,7 +606,7 @@ class StatsMerger:
     def __init__(self, config: Config, splits: Sequence[str]):
         self.config = config
         self.splits = list(splits)
-        self.terms: dict[tuple[str, int], _TermCounts] = {}  # (feature, split index) -> merged counts
+        self.terms: dict[tuple[str, int], TermCounts] = {}  # (feature, split index) -> merged counts
         self.units: dict[int, StatsAccumulator] = {}  # unit index -> its accumulator without term counts
         #: (feature, split index) -> the units' used hash buckets, ORed as they arrive (exact in any order).
         self.used: dict[tuple[str, int], _UsedBuckets] = {}
@@ -654,10 +651,10 @@ class StatsMerger:
             self.used[key] = mine = _UsedBuckets(used.buckets)
         mine.merge(used)
 
-    def _add_terms(self, key: tuple[str, int], terms: _TermCounts) -> None:
+    def _add_terms(self, key: tuple[str, int], terms: TermCounts) -> None:
         mine = self.terms.get(key)
         if mine is None:
-            self.terms[key] = mine = _TermCounts()
+            self.terms[key] = mine = TermCounts()
         mine.merge(terms)
 
     def result(self) -> StatsAccumulator:
@@ -681,26 +678,14 @@ def _sides(f: FeatureConfig | None, a: _FeatureSplit, st: Mapping[str, Any] | No
     gathered derived from the other (module docstring); None where unknown."""
     if f is None or not f.is_numeric:
         return None, a.after
+    t = transform_of(f)
     if a.after is not None:  # gathered from the written values
-        before = {"identity": a.after, "log1p": a.after.mapped(np.expm1) if a.after.count else a.after}.get(f.transform)
-        return before, a.after
+        return t.before_from_after(a.after), a.after
     before = a.before
     assert before is not None
     if st is None or not before.count:
         return before, None if st is None else ValueSketch()
-    if f.transform == "bucketize":
-        bounds = list(st.get("boundaries") or [])
-        counts = before.histogram([-math.inf, *bounds, math.inf])
-        return before, ValueSketch.of_points(np.arange(1, len(counts) + 1), np.asarray(counts))
-    mean, std, lo, hi = st.get("mean") or 0.0, st.get("std") or 1.0, st.get("min"), st.get("max")
-    fns = {
-        "zscore": lambda v: (v - mean) / std,
-        "minmax": (lambda v: (v - lo) / (hi - lo)) if lo is not None and hi is not None and hi > lo else np.zeros_like,
-        "log1p": np.log1p,
-        "clip": lambda v: np.clip(v, f.clip_min if f.clip_min is not None else -np.inf,
-                                  f.clip_max if f.clip_max is not None else np.inf),
-    }
-    return before, before.mapped(fns.get(f.transform, lambda v: v))
+    return before, t.after_from_before(f, before, st)
 
 
 def load_stats(doc: Any, where: str = STATS_FILENAME) -> dict[str, Any]:

@@ -32,11 +32,12 @@ import numpy as np
 
 from convert.analysis import Analysis, has_stats, vocabulary_label
 from convert.columns import Columns, Finished, LabelTerms, Numbers, TermIndexes
-from convert.config import COMMON_OPTIONS, TRANSFORM_TABLE, Config, FeatureConfig, LabelConfig
-from convert.derive import SCALED, scaled_column
+from convert.config import COMMON_OPTIONS, Config, FeatureConfig, LabelConfig
+from convert.derive import scaled_column
 from convert.prepare import PreparedBatch, Preparer, Rejection, finish_numbers, transform_constants
 from convert.records import hash_id
 from convert.spec import FeatureSpec, short_repr
+from convert.transforms import transform_of
 
 
 @dataclasses.dataclass
@@ -89,10 +90,12 @@ class Vectorizer:
 
     # -- the feature spec this vectorizer produces
     def feature_specs(self) -> list[FeatureSpec]:
+        """Each feature's spec(s) (``Transform.specs``, with its analysis in the params), then the label's."""
         specs = []
         for f in self.config.features:
-            # only the options this transform takes (TRANSFORM_TABLE), not every FeatureConfig field
-            taken = (*TRANSFORM_TABLE[f.transform].options, *COMMON_OPTIONS)
+            t = transform_of(f)
+            # only the options this transform takes, not every FeatureConfig field
+            taken = (*t.options, *COMMON_OPTIONS)
             params: dict[str, Any] = {k: v for k, v in dataclasses.asdict(f).items()
                                       if k in taken and k not in ("name", "source", "transform") and v is not None}
             if has_stats(f):
@@ -102,31 +105,12 @@ class Vectorizer:
                 params["vocabulary_file"] = f"vocab/{f.name}.txt"
                 params["pad_id"] = 0
                 params["oov_ids"] = list(range(1, 1 + f.num_oov_buckets))
-            if f.transform in ("hash", "cross"):
-                params["vocab_size"] = f.buckets + 1
-                params["pad_id"] = 0
-            if f.transform == "bucketize":
-                bounds = (params.get("stats") or {}).get("boundaries") or []
-                params.update(boundaries=bounds, vocab_size=len(bounds) + 2, pad_id=0)
+            t.spec_params(f, params)
             if not f.parts:
                 params.pop("parts", None)
             if params.get("length") is True:  # the default: written only when off
                 del params["length"]
-            n = f.max_len or 1
-            if f.transform in SCALED:  # a float of the base value, scaled by the training split
-                specs.append(FeatureSpec(f.name, "float32", (1,), 0.0, f.source, f.transform, params, encoding="scaled"))
-                for part in f.parts or ():
-                    size = {"hour": 24, "day_of_week": 7, "month": 13}[part]
-                    specs.append(FeatureSpec(f"{f.name}_{part}", "int64", (1,), 0, f.source, f"timestamp_{part}",
-                                             {"of": f.name, "vocab_size": size}, role="aux"))
-            elif f.transform == "bucketize":
-                specs.append(FeatureSpec(f.name, "int64", (1,), 0, f.source, "bucketize", params))
-            elif f.is_numeric:
-                specs.append(FeatureSpec(f.name, "float32", (n,), 0.0, f.source, f.transform, params))
-            elif f.transform == "bytes":
-                specs.append(FeatureSpec(f.name, "string", (1,), "", f.source, "bytes", params))
-            else:
-                specs.append(FeatureSpec(f.name, "int64", (n,), 0, f.source, f.transform, params))
+            specs.extend(t.specs(f, params))
             if f.writes_length:
                 lparams: dict[str, Any] = {"of": f.name, "max_len": f.max_len}
                 shared = [g.name for g in self.config.features if g.length_of == f.name]
@@ -163,8 +147,10 @@ class Vectorizer:
                 case Finished():
                     cols.update(part.columns)
                     f = self._by_name.get(part.name)
-                    if f is not None and f.transform in SCALED:
-                        cols[f.name] = ("float32", scaled_column(f.transform, part.columns[f.name][1], part.present,
+                    scaled = transform_of(f).scaled if f is not None else None
+                    if scaled is not None:
+                        assert f is not None
+                        cols[f.name] = ("float32", scaled_column(scaled, part.columns[f.name][1], part.present,
                                                                  self._constants.get(f.name) or {}))
                 case Numbers():
                     cols.update(finish_numbers(self._by_name[part.name], part, self._constants.get(part.name) or {}))

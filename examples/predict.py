@@ -27,7 +27,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from convert.sources import iter_records  # noqa: E402
-from readers._serving_wire import instances  # noqa: E402
+from readers import instances  # noqa: E402
 from readers.serving import CLASSES_OUTPUT, ERROR_OUTPUT, wire_of_export  # noqa: E402
 
 

@@ -57,7 +57,7 @@ import convert.stats as _stats
 from convert.analysis import Analyzer, vocabulary_label
 from convert.config import Config, ConfigError
 from convert.prepare import Preparer
-from convert.stats import StatsAccumulator, StatsMerger, _TermCounts
+from convert.stats import StatsAccumulator, StatsMerger, TermCounts
 from convert.term_counts import (
     TermSummary,
     add_counts,
@@ -391,11 +391,11 @@ def spill_stats_terms(acc: StatsAccumulator, tmp_dir: str, unit: int, partitions
     arrays = {}
     for name, accs in acc.feature.items():
         for s, fs in enumerate(accs):
-            if isinstance(fs.terms, _TermCounts):
+            if isinstance(fs.terms, TermCounts):
                 terms, counts = fs.terms.summed()
                 if terms:
                     arrays[(name, s)] = (terms, counts)
-                fs.terms = _TermCounts()
+                fs.terms = TermCounts()
     if not arrays:
         return None
     return _spill_file(tmp_dir, "stats-terms", unit, lambda out: write_term_arrays(out, arrays, partitions))

@@ -23,7 +23,7 @@ again: before each delete, rename or commit write it proves the lock is
 still its own (:func:`fence`, :meth:`OutputLock.check`), and a lock that is
 another run's, or that no refresh has proved for half the staleness bound,
 is *lost*: :class:`LockLostError`. Each call to the store is bounded
-(:data:`IO_TIMEOUT_SECONDS`), so a dead store makes the lock lost, not a
+(:data:`stores.IO_TIMEOUT_SECONDS`), so a dead store makes the lock lost, not a
 hang.
 
 Creation is atomic where the storage allows it: local paths by
@@ -38,13 +38,13 @@ conditional requests (Put Blob with ``If-None-Match: *`` to create, ``If-Match:
 <ETag>`` to refresh and delete; Blob Storage is strongly consistent), so no two
 runs can both win; anything else
 (``hdfs://``) is best effort: two runs starting within the same
-second can both pass. Clock skew between hosts and the take-over steps:
-docs/operations.md#one-conversion-per-output.
+second can both pass. Each store's calls live in its module of :mod:`stores`
+(``lock_object``); this module keeps the protocol. Clock skew between hosts
+and the take-over steps: docs/operations.md#one-conversion-per-output.
 """
 
 from __future__ import annotations
 
-import contextlib
 import datetime as _dt
 import getpass
 import json
@@ -70,6 +70,7 @@ from convert.lockfile import (
     process_start,
     stale_bound,
 )
+from stores import LockObject, store_for
 
 log = logging.getLogger("recordprep")
 
@@ -122,334 +123,10 @@ def _user() -> str:
 # ---------------------------------------------------------------- storage
 
 
-class _Local:
-    """A lock file on a local (or NFS-like POSIX) file system."""
-
-    def __init__(self, path: str):
-        self.path = path
-
-    def create(self, data: bytes) -> bool:
-        os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
-        try:
-            fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        except FileExistsError:
-            return False
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        return True
-
-    def read(self) -> tuple[bytes, Any, float] | None:
-        try:
-            with open(self.path, "rb") as f:
-                data = f.read()
-            return data, data, os.path.getmtime(self.path)
-        except FileNotFoundError:
-            return None
-
-    def replace(self, data: bytes, held: Any) -> Any:
-        tmp = f"{self.path}.{uuid.uuid4().hex[:8]}"
-        try:
-            with open(tmp, "wb") as f:
-                f.write(data)
-            os.replace(tmp, self.path)
-        except BaseException:  # a full disk: leave no partial copy in the output
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
-        return data
-
-    def remove_if(self, state: Any) -> bool:
-        """Remove the lock if it still is ``state`` (what was read); False if another run's."""
-        aside = f"{self.path}.stale-{uuid.uuid4().hex[:8]}"
-        try:
-            os.rename(self.path, aside)
-        except FileNotFoundError:
-            return True  # gone already: whoever removed it, creating is the next step
-        with open(aside, "rb") as f:
-            moved = f.read()
-        if moved != state:  # another run took it over in between: put its lock back
-            with contextlib.suppress(FileExistsError):
-                os.link(aside, self.path)
-            os.unlink(aside)
-            return False
-        os.unlink(aside)
-        return True
-
-
-#: Seconds one request of the lock may take (connect and read), and how often a
-#: failed one is tried again: a store that stops answering fails the lock's
-#: calls within seconds, not after a client's default minutes of retries.
-IO_TIMEOUT_SECONDS = 10.0
-IO_ATTEMPTS = 2
-
-
-class _Gcs:
-    """A lock object on GCS, every change conditional on the object's generation."""
-
-    def __init__(self, path: str, client: Any):
-        from google.cloud.storage.retry import DEFAULT_RETRY
-
-        bucket, _, name = path[len("gs://"):].partition("/")
-        self.blob = client.bucket(bucket).blob(name)
-        self.io: dict[str, Any] = {"timeout": IO_TIMEOUT_SECONDS}
-        self.retry = DEFAULT_RETRY.with_deadline(IO_TIMEOUT_SECONDS * IO_ATTEMPTS)
-
-    def create(self, data: bytes) -> bool:
-        from google.api_core.exceptions import PreconditionFailed
-
-        try:
-            self.blob.upload_from_string(data, content_type="application/json", if_generation_match=0,
-                                         retry=self.retry, **self.io)
-        except PreconditionFailed:
-            return False
-        return True
-
-    def read(self) -> tuple[bytes, Any, float] | None:
-        from google.api_core.exceptions import NotFound
-
-        try:
-            blob = self.blob.bucket.get_blob(self.blob.name, retry=self.retry, **self.io)
-            if blob is None:
-                return None
-            data = blob.download_as_bytes(if_generation_match=blob.generation, retry=self.retry, **self.io)
-        except NotFound:
-            return None
-        updated = blob.updated.timestamp() if blob.updated else _now()
-        return data, blob.generation, updated
-
-    def replace(self, data: bytes, held: Any) -> Any:
-        self.blob.upload_from_string(data, content_type="application/json", if_generation_match=held,
-                                     retry=self.retry, **self.io)
-        return self.blob.generation
-
-    def remove_if(self, state: Any) -> bool:
-        from google.api_core.exceptions import NotFound, PreconditionFailed
-
-        try:
-            self.blob.delete(if_generation_match=state, retry=self.retry, **self.io)
-        except NotFound:
-            return True
-        except PreconditionFailed:
-            return False
-        return True
-
-
-class _S3:
-    """A lock object on S3, every change conditional on the object's ETag (its content's MD5).
-
-    The client is Beam's (``--s3_*`` flags, else boto3's own search: environment,
-    profile, instance role), so the lock talks to the same endpoint as the job.
-    """
-
-    def __init__(self, path: str, client: Any = None):
-        self.bucket, _, self.key = path[len("s3://"):].partition("/")
-        self.client = client or _s3_client()
-
-    @staticmethod
-    def _code(e: Exception) -> str:
-        return str(getattr(e, "response", {}).get("Error", {}).get("Code", ""))
-
-    def create(self, data: bytes) -> bool:
-        try:
-            resp = self.client.put_object(Bucket=self.bucket, Key=self.key, Body=data,
-                                          ContentType="application/json", IfNoneMatch="*")
-        except Exception as e:
-            if self._code(e) in ("PreconditionFailed", "412", "ConditionalRequestConflict"):
-                return False
-            raise
-        self.etag = resp["ETag"]
-        return True
-
-    def read(self) -> tuple[bytes, Any, float] | None:
-        try:
-            resp = self.client.get_object(Bucket=self.bucket, Key=self.key)
-        except Exception as e:
-            if self._code(e) in ("NoSuchKey", "404"):
-                return None
-            raise
-        return resp["Body"].read(), resp["ETag"], resp["LastModified"].timestamp()
-
-    def replace(self, data: bytes, held: Any) -> Any:
-        resp = self.client.put_object(Bucket=self.bucket, Key=self.key, Body=data,
-                                      ContentType="application/json", IfMatch=held)
-        return resp["ETag"]
-
-    def remove_if(self, state: Any) -> bool:
-        try:
-            self.client.delete_object(Bucket=self.bucket, Key=self.key, IfMatch=state)
-        except Exception as e:
-            code = self._code(e)
-            if code in ("NoSuchKey", "404"):
-                return True
-            if code in ("PreconditionFailed", "412", "ConditionalRequestConflict"):
-                return False
-            if code not in ("NotImplemented", "501", "InvalidArgument", "InvalidRequest"):
-                raise
-            # A store without conditional deletes: check the ETag, then delete (best effort).
-            current = self.read()
-            if current is not None and current[1] != state:
-                return False
-            self.client.delete_object(Bucket=self.bucket, Key=self.key)
-        return True
-
-
-def _s3_client() -> Any:
-    """A boto3 client as Beam's S3 file system makes it, with bounded timeouts and retries."""
-    import boto3
-    from apache_beam.io.filesystems import FileSystems
-    from apache_beam.options.pipeline_options import PipelineOptions, S3Options
-    from botocore.config import Config
-
-    # The options the run set on FileSystems (pipelines.remote.filesystem_options), if any.
-    o = (getattr(FileSystems, "_pipeline_options", None) or PipelineOptions([])).view_as(S3Options)
-    return boto3.session.Session().client(
-        service_name="s3", region_name=o.s3_region_name, api_version=o.s3_api_version, use_ssl=not o.s3_disable_ssl,
-        verify=o.s3_verify, endpoint_url=o.s3_endpoint_url, aws_access_key_id=o.s3_access_key_id,
-        aws_secret_access_key=o.s3_secret_access_key, aws_session_token=o.s3_session_token,
-        config=Config(connect_timeout=IO_TIMEOUT_SECONDS, read_timeout=IO_TIMEOUT_SECONDS,
-                      retries={"max_attempts": IO_ATTEMPTS, "mode": "standard"}))
-
-
-class _Azure:
-    """A lock blob on Azure Blob Storage, every change conditional on the blob's ETag.
-
-    The client is Beam's (``--azure_connection_string``, else
-    ``$AZURE_STORAGE_CONNECTION_STRING``, else ``--blob_service_endpoint`` with
-    ``DefaultAzureCredential``), so the lock talks to the same account as the job.
-    A lease would also exclude other writers, but its holder must renew it at
-    most every 60 s and a dead holder's lease blocks every other run until it
-    expires; the ETag conditions need no renewal and leave the judgement of a
-    dead run to the heartbeat, as on the other stores.
-    """
-
-    def __init__(self, path: str, client: Any = None):
-        from readers._staging_azure import parse_azfs_url
-
-        _, container, name = parse_azfs_url(path)
-        self.blob = (client or _azure_client()).get_blob_client(container, name)
-        # azure-core reads these per request: bounded connect/read time and retries.
-        self.io = {"connection_timeout": IO_TIMEOUT_SECONDS, "read_timeout": IO_TIMEOUT_SECONDS,
-                   "retry_total": IO_ATTEMPTS - 1}
-
-    def create(self, data: bytes) -> bool:
-        from azure.core.exceptions import ResourceExistsError, ResourceModifiedError
-        from azure.storage.blob import ContentSettings
-
-        try:  # overwrite=False sends If-None-Match: *
-            resp = self.blob.upload_blob(data, overwrite=False,
-                                         content_settings=ContentSettings(content_type="application/json"), **self.io)
-        except (ResourceExistsError, ResourceModifiedError):  # 409 BlobAlreadyExists, or 412 from a proxy
-            return False
-        self.etag = resp["etag"]
-        return True
-
-    def read(self) -> tuple[bytes, Any, float] | None:
-        from azure.core.exceptions import ResourceNotFoundError
-
-        try:
-            stream = self.blob.download_blob(**self.io)
-            data = stream.readall()
-        except ResourceNotFoundError:
-            return None
-        return data, stream.properties.etag, stream.properties.last_modified.timestamp()
-
-    def replace(self, data: bytes, held: Any) -> Any:
-        from azure.core import MatchConditions
-        from azure.storage.blob import ContentSettings
-
-        resp = self.blob.upload_blob(data, overwrite=True, etag=held, match_condition=MatchConditions.IfNotModified,
-                                     content_settings=ContentSettings(content_type="application/json"), **self.io)
-        return resp["etag"]
-
-    def remove_if(self, state: Any) -> bool:
-        from azure.core import MatchConditions
-        from azure.core.exceptions import ResourceModifiedError, ResourceNotFoundError
-
-        try:
-            self.blob.delete_blob(etag=state, match_condition=MatchConditions.IfNotModified, **self.io)
-        except ResourceNotFoundError:
-            return True
-        except ResourceModifiedError:
-            return False
-        return True
-
-
-def _azure_client() -> Any:
-    from apache_beam.io.azure.blobstorageio import BlobStorageIO
-    from apache_beam.io.filesystems import FileSystems
-    from apache_beam.options.pipeline_options import PipelineOptions
-
-    # The options the job set on FileSystems (pipelines.remote.pipeline_options), if any.
-    options = getattr(FileSystems, "_pipeline_options", None) or PipelineOptions([])
-    return BlobStorageIO(pipeline_options=options).client
-
-
-class _BeamFs:
-    """Any other Beam file system (HDFS): create-if-absent, not atomic (see the module docstring)."""
-
-    def __init__(self, path: str):
-        self.path = path
-
-    def create(self, data: bytes) -> bool:
-        from apache_beam.io.filesystems import FileSystems
-
-        if FileSystems.exists(self.path):
-            return False
-        with FileSystems.create(self.path, mime_type="application/json", compression_type="uncompressed") as f:
-            f.write(data)
-        return True
-
-    def read(self) -> tuple[bytes, Any, float] | None:
-        from apache_beam.io.filesystems import FileSystems
-
-        try:
-            if not FileSystems.exists(self.path):
-                return None
-            meta = FileSystems.get_filesystem(self.path).metadata(self.path)  # literal: never globbed
-            with FileSystems.open(self.path, compression_type="uncompressed") as f:
-                data = f.read()
-        except Exception:  # noqa: BLE001 - vanished between listing and reading
-            return None
-        return data, data, float(meta.last_updated_in_seconds or _now())
-
-    def replace(self, data: bytes, held: Any) -> Any:
-        """Delete, then create: Beam's HDFS ``create`` refuses an existing path ("Path already exists")
-        and HDFS's rename an existing target. Not atomic (best effort, as on create): a run creating the
-        lock in between makes this create fail, and the caller then finds the lock is not its own."""
-        from apache_beam.io.filesystems import FileSystems
-
-        if FileSystems.exists(self.path):
-            FileSystems.delete([self.path])
-        with FileSystems.create(self.path, mime_type="application/json", compression_type="uncompressed") as f:
-            f.write(data)
-        return data
-
-    def remove_if(self, state: Any) -> bool:
-        from apache_beam.io.filesystems import FileSystems
-
-        current = self.read()
-        if current is not None and current[1] != state:
-            return False
-        with contextlib.suppress(Exception):
-            FileSystems.delete([self.path])
-        return True
-
-
-def _storage(path: str, gcs_client: Any = None) -> Any:
-    if "://" not in path:
-        return _Local(path)
-    if path.startswith("gs://"):
-        if gcs_client is None:
-            from apache_beam.io.gcp.gcsio import create_storage_client
-            from apache_beam.options.pipeline_options import PipelineOptions
-
-            gcs_client = create_storage_client(PipelineOptions([]))
-        return _Gcs(path, gcs_client)
-    if path.startswith("s3://"):
-        return _S3(path)
-    if path.startswith("azfs://"):
-        return _Azure(path)
-    return _BeamFs(path)
+def _storage(path: str, gcs_client: Any = None) -> LockObject:
+    """The lock file at ``path`` on its store (``stores``: one module per scheme, each with its
+    conditional create / replace / delete); ``gcs_client`` is used on ``gs://``."""
+    return store_for(path).lock_object(path, gcs_client)
 
 
 def _lock_path(output: str) -> str:
@@ -603,7 +280,7 @@ class OutputLock:
             "fingerprint": fingerprint, "version": version, "token": uuid.uuid4().hex,
             "boot_id": boot_id(), "pid_start": process_start(os.getpid()),
         }
-        self._held: Any = None  # the storage's state of our lock (bytes, or a GCS generation)
+        self._held: Any = None  # the storage's state of our lock (bytes, a GCS generation, an ETag)
         self._last_ok = 0.0  # time.monotonic() of the last write that proved the lock ours
         self.lost = ""  # why the lock is no longer (provably) ours
         self.on_lost: Callable[[LockLostError], None] | None = None
@@ -627,9 +304,8 @@ class OutputLock:
         for _ in range(3):  # create; else take over a stale lock and create again
             data = self._document()
             if self._store.create(data):
-                self._held = (self._store.blob.generation if isinstance(self._store, _Gcs)
-                              else self._store.etag if isinstance(self._store, _S3 | _Azure) else data)
-                if isinstance(self._store, _BeamFs):
+                self._held = self._store.created_state(data)
+                if getattr(self._store, "atomic_create", True) is False:  # another run may have created it too
                     self._check_still_ours()
                 self._last_ok = time.monotonic()
                 _HELD[_key(self.output)] = self
@@ -767,7 +443,7 @@ class OutputLock:
             if held is None:
                 return
             try:
-                if not isinstance(self._store, _Gcs | _S3 | _Azure):
+                if getattr(self._store, "conditional", False) is not True:  # the delete checks nothing itself
                     got = self._store.read()
                     if got is None or (_parse(got[0], got[2]).get("owner") or {}).get("token") != self.owner["token"]:
                         return

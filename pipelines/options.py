@@ -11,6 +11,7 @@ import re
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
+from convert import formats
 from convert.sources import AVRO_DECODERS, DEFAULT_MAX_BLOCK_BYTES, DEFAULT_MAX_RECORD_BYTES
 from convert.spec import LAYOUTS, MAX_SHARDS
 from convert.splits import Splits
@@ -340,10 +341,14 @@ def _option_name(arg: str, takes_value: Mapping[str, bool]) -> tuple[str, bool]:
     return arg, False
 
 
+#: Compressed files' suffixes that mark an argument as a data file too (beside the input formats').
+_COMPRESSED_SUFFIXES = (".bz2", ".zst", ".deflate", ".snappy")
+
+
 def looks_like_path(arg: str) -> bool:
-    """An existing path, or a string with a ``/``, a glob character or a data-file suffix."""
+    """An existing path, or a string with a ``/``, a glob character or a data-file suffix (``convert.formats``)."""
     return ("/" in arg or any(c in arg for c in "*?[") or os.path.lexists(arg)
-            or re.search(r"\.(avro|jsonl?|ndjson|gz|bz2|zst|deflate|snappy)$", arg, re.IGNORECASE) is not None)
+            or arg.lower().endswith((*formats.suffixes(), *_COMPRESSED_SUFFIXES)))
 
 
 def unparseable_beam_args(beam_args: Sequence[str]) -> list[str]:

@@ -26,6 +26,7 @@ from typing import Any
 from apache_beam.io.filesystem import FileSystem
 from apache_beam.io.filesystems import FileSystems
 
+from convert import formats
 from convert.check import check_inputs
 from convert.config import Config, load_config
 from convert.sources import is_splittable
@@ -71,7 +72,7 @@ class WorkUnit:
     ranges: tuple[ByteRange, ...]
 
 
-_DATA_SUFFIXES = (".avro", ".json", ".jsonl", ".ndjson", ".gz", ".parquet")
+_DATA_SUFFIXES = formats.suffixes()  # .avro, .json, .jsonl, .ndjson, .gz, .parquet, ...
 _GLOB_CHARS = "*?["
 
 

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import getpass
 import os
 import urllib.parse
 from collections.abc import Iterable, Iterator, Sequence
@@ -43,6 +42,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines.options import beam_flag
+from stores import other_scheme_hint
+from stores.hdfs import DEFAULT_WEBHDFS_PORT, WEBHDFS_URL_ENV, is_hdfs, login_name, parse_hdfs_url
 
 
 class RemotePathError(ValueError):
@@ -51,28 +52,13 @@ class RemotePathError(ValueError):
     file system reads): a usage error, raised before anything is read or written."""
 
 
-WEBHDFS_URL_ENV = "RECORDPREP_WEBHDFS_URL"  # same variable as readers._staging
-DEFAULT_WEBHDFS_PORT = 9870
-
-
-def _is_hdfs(path: str | None) -> bool:
-    return bool(path) and str(path).lower().startswith(("hdfs://", "viewfs://"))
-
-
 def _given(beam_args: Sequence[str], flag: str) -> bool:
     return beam_flag(beam_args, flag) is not None
 
 
-def _login_name() -> str:
-    try:
-        return getpass.getuser()
-    except Exception:  # no passwd entry (containers)
-        return "recordprep"
-
-
 def hdfs_beam_args(paths: Iterable[str | None], beam_args: Sequence[str]) -> list[str]:
     """The ``--hdfs_*`` flags missing from ``beam_args`` when any of ``paths`` is on HDFS."""
-    hdfs_paths = [str(p) for p in paths if _is_hdfs(p)]
+    hdfs_paths = [str(p) for p in paths if is_hdfs(p)]
     if not hdfs_paths:
         return []
     extra: list[str] = []
@@ -82,7 +68,7 @@ def hdfs_beam_args(paths: Iterable[str | None], beam_args: Sequence[str]) -> lis
             parsed = urllib.parse.urlparse(webhdfs)
             host, port = parsed.hostname or "", parsed.port or DEFAULT_WEBHDFS_PORT
         else:
-            host, port = urllib.parse.urlparse(hdfs_paths[0]).hostname or "", DEFAULT_WEBHDFS_PORT
+            host, port = parse_hdfs_url(hdfs_paths[0])[0], DEFAULT_WEBHDFS_PORT
         if not host:
             raise RemotePathError(
                 f"{hdfs_paths[0]}: cannot tell the NameNode; write hdfs://<namenode>[:port]/path, set "
@@ -93,7 +79,7 @@ def hdfs_beam_args(paths: Iterable[str | None], beam_args: Sequence[str]) -> lis
         if not _given(beam_args, "--hdfs_port"):
             extra += ["--hdfs_port", str(port)]
     if not _given(beam_args, "--hdfs_user"):
-        extra += ["--hdfs_user", os.environ.get("HADOOP_USER_NAME") or _login_name()]
+        extra += ["--hdfs_user", os.environ.get("HADOOP_USER_NAME") or login_name()]
     if not _given(beam_args, "--hdfs_full_urls"):
         extra.append("--hdfs_full_urls")
     return extra
@@ -102,13 +88,12 @@ def hdfs_beam_args(paths: Iterable[str | None], beam_args: Sequence[str]) -> lis
 def azure_beam_args(paths: Iterable[str | None], beam_args: Sequence[str]) -> list[str]:
     """The ``--blob_service_endpoint`` flag missing from ``beam_args`` when any of ``paths`` is on
     ``azfs://``; raises :class:`RemotePathError` for paths Beam's one Azure client cannot serve."""
-    from readers._staging_azure import (
+    from stores.azure import (
         CONNECTION_STRING_ENV,
         AzureAccountError,
         account_url,
         check_account,
         is_azure,
-        other_scheme_hint,
         parse_azfs_url,
     )
 
@@ -177,9 +162,7 @@ def check_schemes(paths: Iterable[str | None]) -> None:
 
 
 def other_scheme_hint_of(path: str) -> str | None:
-    """``readers._staging_azure.other_scheme_hint``: what to write instead of ``az://``, ``abfs://``, ``wasb://``."""
-    from readers._staging_azure import other_scheme_hint
-
+    """``stores.other_scheme_hint``: what to write instead of ``az://``, ``abfs://``, ``wasb://``."""
     return other_scheme_hint(path)
 
 

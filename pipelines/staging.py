@@ -38,7 +38,7 @@ from importlib import metadata
 from pathlib import Path
 
 DIST_NAME = "recordprep"
-PACKAGES = ("convert", "pipelines", "readers")
+PACKAGES = ("convert", "pipelines", "readers", "stores")
 
 #: Runners that execute in this process or on this machine's Python: the
 #: package is already importable there.

@@ -17,7 +17,8 @@ are not a format kept across versions.
 
 Temp shards (``{split}-<unit or shard>-<attempt>.tfrecord[.gz]``) are TFRecord files the commit
 renames into place: ``ShardWriter`` writes them, gzip-compressed by ISA-L's
-or zlib-ng's deflate (``gzip_file``), on a ``Serial`` thread.
+or zlib-ng's deflate (``gzip_file``; ISA-L's kept from depending on where its
+compressor lies in memory, ``AddressFreeIGzipFile``), on a ``Serial`` thread.
 """
 
 from __future__ import annotations
@@ -31,9 +32,11 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import google_crc32c
 import lz4.frame
 import numpy as np
 from apache_beam.io.filesystems import FileSystems
+from isal import isal_zlib
 from isal.igzip import IGzipFile
 from zlib_ng.gzip_ng import GzipNGFile
 
@@ -209,10 +212,78 @@ ISAL_LEVELS = (1, 2)
 
 def gzip_file(fileobj: Any, level: int) -> gzip.GzipFile:
     """A gzip writer over ``fileobj`` at ``level`` (``ConvertOptions.gzip_level``): no name and no
-    mtime in its header, so the same records give the same bytes."""
+    mtime in its header, and ISA-L's compressor kept from depending on its address
+    (``AddressFreeIGzipFile``), so the same records give the same bytes."""
     if level in ISAL_LEVELS:
-        return IGzipFile(filename="", fileobj=fileobj, mode="wb", compresslevel=level, mtime=0)
+        return AddressFreeIGzipFile(filename="", fileobj=fileobj, mode="wb", compresslevel=level, mtime=0)
     return GzipNGFile(filename="", fileobj=fileobj, mode="wb", compresslevel=level, mtime=0)
+
+
+#: ISA-L's hash mask per level of ``ISAL_LEVELS`` (``LVL1_HASH_MASK``, ``LVL2_HASH_MASK``).
+_ISAL_HASH_MASKS = {1: (8 << 10) - 1, 2: (32 << 10) - 1}
+_CRC_OF_ZEROS = google_crc32c.value(bytes(4))
+#: Compressors made before the last one is kept whatever its address (each new one lies at
+#: another address, neutral unless its bucket is one of three of 8 192 or 32 768).
+_COMPRESSOR_TRIES = 8
+
+
+def isal_hash(word: bytes, level: int) -> int:
+    """The hash bucket ISA-L's level-``level`` deflate files the 4 bytes ``word`` under: the x86
+    ``crc32`` instruction (CRC-32C from 0, no final inversion) of them, masked."""
+    return (google_crc32c.value(word) ^ _CRC_OF_ZEROS) & _ISAL_HASH_MASKS[level]
+
+
+def address_buckets(compressor: Any, level: int) -> set[int]:
+    """The buckets ISA-L's level-``level`` deflate may file a stream's third byte under from
+    ``compressor``'s address (``AddressFreeIGzipFile``): bits 16..47 of its stream's address,
+    which lies in the compressor's first 128 bytes (python-isal's ``compobject``)."""
+    return {isal_hash((((id(compressor) + at) >> 16) & 0xFFFFFFFF).to_bytes(4, "little"), level) for at in (0, 128)}
+
+
+def first_bytes_buckets(head: bytes, level: int) -> set[int]:
+    """The buckets of a stream's first three positions (``head``: its first 6 bytes; windows
+    beyond a shorter ``head`` are left out)."""
+    return {isal_hash(head[i:i + 4], level) for i in range(3) if len(head) >= i + 4}
+
+
+class AddressFreeIGzipFile(IGzipFile):
+    """ISA-L's gzip writer, whose bytes do not depend on where its compressor lies in memory.
+
+    ISA-L's level 1 and 2 deflate on x86 (``write_first_byte`` in ``igzip_icf_body_h1_gr_bt.asm``,
+    python-isal 1.9.1's ISA-L 2.32.1) hashes a stream's third byte from a register that still
+    holds the stream's address, not from the input: that position is filed under a bucket of
+    the address. At almost every address that bucket is one the start of the stream does not
+    use, and the bytes are the same; at an address whose bucket is one of the first three
+    positions' own (3 of 8 192 buckets at level 1, of 32 768 at level 2) the start of the stream
+    is matched otherwise, and the same records give other gzip bytes. Where the compressor lies
+    depends on the process's heap, so a shard written in one process (an in-process run, or a
+    long-lived one) could differ from the same shard written in another (a worker).
+
+    Before the first bytes reach the compressor, one at such an address is replaced by a new
+    one (made while the old one is held, so at another address): every stream gets the bytes
+    of the common case. Writers of TFRecord frames write 16 bytes or more at first; a first
+    write under 6 bytes is checked on the positions it covers only.
+    """
+
+    def __init__(self, *args: Any, compresslevel: int, **kwargs: Any) -> None:
+        super().__init__(*args, compresslevel=compresslevel, **kwargs)
+        self._level = compresslevel
+        self._checked = False
+
+    def write(self, data: Any) -> int:
+        if not self._checked and len(memoryview(data)):
+            self._checked = True
+            self.compress = self._neutral_compressor(bytes(memoryview(data).cast("B")[:6]))
+        return super().write(data)
+
+    def _neutral_compressor(self, head: bytes) -> Any:
+        """This file's compressor, or a new one, whose address bucket is none of ``head``'s."""
+        taken = first_bytes_buckets(head, self._level)
+        held = [self.compress]  # alive until a neutral one is made: each new one lies elsewhere
+        while address_buckets(held[-1], self._level) & taken and len(held) < _COMPRESSOR_TRIES:
+            held.append(isal_zlib.compressobj(self._level, isal_zlib.DEFLATED, -isal_zlib.MAX_WBITS,
+                                              isal_zlib.DEF_MEM_LEVEL, 0))
+        return held[-1]
 
 
 class ShardWriter:

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 from apache_beam.io.filesystems import FileSystems
 
+from convert import formats
 from convert.analysis import Analyzer
 from convert.config import Config
 from convert.paths import parse_path
@@ -114,12 +115,7 @@ def _jsonable(v: Any, depth: int = 0) -> Any:
 def _error_line(path: str, kind: str, offset: int, index: int, field: str, reason: str, raw: Any) -> bytes:
     """One line of the error output (JSON Lines)."""
     row: dict[str, Any] = {"file": path, "byte_offset": offset}
-    if kind == "avro":
-        row["record_in_block"] = index
-    elif kind == "parquet":  # byte_offset: the row group's
-        row["row_in_row_group"] = index
-    elif index:
-        row["line"] = index
+    row.update(formats.get(kind).error_position(index))  # kind: the batch's format
     row.update(field=field, reason=reason, record=_jsonable(raw))
     return json.dumps(row, ensure_ascii=False).encode() + b"\n"
 
@@ -130,7 +126,7 @@ def _late_label_errors(config: Config, pb: PreparedBatch, known: Any, path: str,
     analysis' classes): ``Vectorizer.finish`` rejects those the whole training
     split lacks. None without a vocabulary label."""
     lab = config.label
-    if lab is None or lab.transform != "vocabulary":
+    if lab is None or not lab.needs_vocabulary:
         return None
     return {i: _error_line(path, batch.kind, batch.offsets[i], batch.indexes[i], r.field, r.reason, batch.records[i])
             for i, r in unseen_label_rows(pb, lab, known).items()}

@@ -48,6 +48,7 @@ from readers.options import ReadOptions
 if TYPE_CHECKING:  # pragma: no cover
     from readers._io import exists
     from readers._serving_examples import example_keys
+    from readers._serving_wire import instances
     from readers.dataset import eval_dataset, parse_plan, train_dataset
     from readers.encoder import feature_encoder
     from readers.serving import TransformLayer, export_serving, transform_layer
@@ -69,6 +70,7 @@ __all__ = [
     "export_serving",
     "exists",
     "feature_encoder",
+    "instances",
     "keras_inputs",
     "load_info",
     "locate",
@@ -81,7 +83,7 @@ __all__ = [
 
 _LAZY = {"train_dataset": "readers.dataset", "eval_dataset": "readers.dataset", "parse_plan": "readers.dataset",
          "transform_layer": "readers.serving", "export_serving": "readers.serving", "TransformLayer": "readers.serving",
-         "example_keys": "readers._serving_examples", "exists": "readers._io",
+         "example_keys": "readers._serving_examples", "instances": "readers._serving_wire", "exists": "readers._io",
          "feature_encoder": "readers.encoder"}
 
 

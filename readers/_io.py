@@ -1,5 +1,6 @@
-"""Small file-system layer: local paths via ``os``, ``hdfs://``, ``s3://`` and ``azfs://`` through the
-staging clients (TensorFlow 2.21 reads none of them), the rest via ``tf.io.gfile``.
+"""Small file-system layer: local paths via ``os``, the stores the readers stage (``hdfs://``, ``s3://``,
+``azfs://``: TensorFlow 2.21 reads none of them) through their :mod:`stores` module, the rest via
+``tf.io.gfile``.
 
 Local paths never import TensorFlow, so :func:`readers.load_info` and
 :func:`readers.wait_for_dataset` work in environments without it (for example
@@ -13,19 +14,16 @@ import posixpath
 from typing import Any
 
 from readers.options import path_scheme
+from stores import other_scheme_hint, store_for
 
 
 def strip_file_scheme(path: str) -> str:
     return path[len("file://") :] if path.startswith("file://") else path
 
 
-def is_hdfs(path: str) -> bool:
-    return path_scheme(path) in ("hdfs", "viewfs")
-
-
 def is_staged(path: str) -> bool:
-    """Read by copying to local disk first (:mod:`readers._staging`): ``hdfs://``, ``s3://``, ``azfs://``."""
-    return is_hdfs(path) or path_scheme(path) in ("s3", "azfs")
+    """Read by copying to local disk first (:mod:`stores.staging`): ``hdfs://``, ``s3://``, ``azfs://``."""
+    return store_for(path).staged
 
 
 def join(root: str, name: str) -> str:
@@ -60,8 +58,6 @@ def _gfile() -> Any:
 
 
 def _unsupported_scheme(path: str, err: Exception) -> RuntimeError:
-    from readers._staging_azure import other_scheme_hint
-
     scheme = path_scheme(path)
     hint = other_scheme_hint(path)
     return RuntimeError(
@@ -84,9 +80,7 @@ def _call_gfile(path: str, fn_name: str, *args: Any) -> Any:
 
 def exists(path: str) -> bool:
     if is_staged(path):
-        from readers import _staging
-
-        return _staging.client_for(path).stat(path) is not None
+        return store_for(path).stat(path) is not None
     if not path_scheme(path) or path.startswith("file://"):
         return os.path.exists(strip_file_scheme(path))
     return bool(_call_gfile(path, "exists"))
@@ -95,9 +89,7 @@ def exists(path: str) -> bool:
 def size(path: str) -> int | None:
     """File size in bytes, or ``None`` if it does not exist."""
     if is_staged(path):
-        from readers import _staging
-
-        st = _staging.client_for(path).stat(path)
+        st = store_for(path).stat(path)
         return None if st is None else st[0]
     if not path_scheme(path) or path.startswith("file://"):
         try:
@@ -133,9 +125,7 @@ def _read_to_end(f: Any) -> bytes:
 def read_bytes(path: str) -> bytes | None:
     """The whole file, or ``None`` if it does not exist."""
     if is_staged(path):
-        from readers import _staging
-
-        return _staging.client_for(path).read(path)
+        return store_for(path).read(path)
     if not path_scheme(path) or path.startswith("file://"):
         try:
             with open(strip_file_scheme(path), "rb") as f:

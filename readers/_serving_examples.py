@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from convert.config import Config, count_path, is_multi_path
+from convert.config import Config, is_multi_path
 from readers._serving_wire import (
     KIND_BYTES,
     KIND_FLOAT,
@@ -43,11 +43,10 @@ from readers._serving_wire import (
     Source,
     Wire,
 )
+from readers.transforms import serving_of
 
 #: The serialized Examples' input of the ``serve_examples`` signature (TFX's name).
 EXAMPLES_INPUT = "examples"
-#: Transforms that read a source's canonical term (``convert.records.term``).
-_TERM_TRANSFORMS = ("vocabulary", "hash", "cross")
 _TYPES = ("bytes_list", "float_list", "int64_list")
 _INT64_LIMIT = 2.0**63
 _FILL = {"bytes": "", "utf8": True, "float": 0.0, "int": 0}
@@ -64,7 +63,7 @@ def example_keys(config: Config, wire: Wire) -> dict[str, str]:
     keys: dict[str, str] = {}
     for f in config.features:
         for path in f.sources or (f.source,):
-            keys.setdefault(count_path(path) if f.transform == "count" else path, path)
+            keys.setdefault(serving_of(f).wire_path(path), path)
     return {s.path: keys[s.path] for s in wire.sources}
 
 
@@ -74,7 +73,7 @@ class ExampleDecoder:
     def __init__(self, config: Config, wire: Wire):
         self.wire = wire
         self.keys = example_keys(config, wire)
-        reads_terms = {p for f in config.features if f.transform in _TERM_TRANSFORMS for p in (f.sources or (f.source,))}
+        reads_terms = {p for f in config.features if serving_of(f).reads_terms for p in (f.sources or (f.source,))}
         self._reads_terms = {s.path for s in wire.sources if self.keys[s.path] in reads_terms}
 
     def decode(self, serialized: tf.Tensor) -> tuple[dict[str, tf.Tensor], tf.Tensor]:

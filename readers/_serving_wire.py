@@ -1,4 +1,5 @@
-"""The serving layer's wire format: raw records as dense arrays (no TensorFlow here).
+"""The serving layer's wire format: raw records as dense numpy arrays (no TensorFlow op here;
+what each feature reads is its transform's, ``readers.transforms``).
 
 TensorFlow Serving's REST ``instances`` have no null and need one shape per
 input, so every source field (a dotted ``source`` path of the config) travels
@@ -41,11 +42,20 @@ from typing import Any
 import numpy as np
 import orjson
 
-from convert.config import Config, FeatureConfig, count_path, is_multi_path
+from convert.config import Config, FeatureConfig, is_multi_path
 from convert.records import getter, joined_text, term
+from readers._serving_kinds import (
+    KIND_BOOL,
+    KIND_BYTES,
+    KIND_FLOAT,
+    KIND_INT,
+    KIND_NESTED,
+    KIND_NULL,
+    KIND_OTHER,
+    KIND_STRING,
+)
+from readers.transforms import serving_of
 
-KIND_NULL, KIND_BOOL, KIND_INT, KIND_FLOAT, KIND_STRING, KIND_BYTES, KIND_NESTED, KIND_OTHER = range(8)
-KIND_NAMES = ("null", "bool", "int", "float", "str", "bytes", "nested", "other")
 #: Value forms and their numpy dtypes, in naming order (the first a source uses is ``<key>``).
 FORMS = {"number": np.float64, "term": object, "raw": object, "int": np.int64}
 #: The packed input of single-valued sources per form (and their kinds), and of the lists' lengths.
@@ -119,18 +129,6 @@ def _number(v: Any) -> float:
         return math.inf if v > 0 else -math.inf
 
 
-def _forms(f: FeatureConfig) -> tuple[str, ...]:
-    if f.transform == "count":
-        return ()  # only the list's length travels
-    if f.is_numeric:
-        return ("number",)
-    if f.transform == "bytes":
-        return ("raw",)
-    if f.transform == "timestamp":
-        return ("number", "term", "int")
-    return ("term",)
-
-
 @dataclasses.dataclass(frozen=True)
 class Source:
     """One source field. ``input_name``/``kind_name``/``len_name`` name its
@@ -180,12 +178,9 @@ class Wire:
     def __init__(self, config: Config):
         uses: dict[str, list[tuple[FeatureConfig, bool]]] = {}
         for f in config.features:
+            t = serving_of(f)  # e.g. text: one string per record (max_len counts its tokens); count: a list's length
             for path in f.sources or (f.source,):
-                # text: one string per record (max_len counts its tokens); count: a list's length
-                if f.transform == "count":
-                    path = count_path(path)
-                is_list = (f.multi_valued and f.transform != "text") or f.transform == "count"
-                uses.setdefault(path, []).append((f, is_list))
+                uses.setdefault(t.wire_path(path), []).append((f, t.is_list(f)))
         self.sources: list[Source] = []
         taken: set[str] = {*PACKED.values(), LENS}
         for path, fs in uses.items():
@@ -195,11 +190,9 @@ class Wire:
                 raise WireError(f"source {path!r} is read both as a list (max_len) and as a single value "
                                 f"(features {names}); the serving layer takes one shape per source: "
                                 f"give them separate source fields")
-            forms = tuple(form for form in FORMS if any(form in _forms(f) for f, _ in fs))
+            forms = tuple(form for form in FORMS if any(form in serving_of(f).forms(f) for f, _ in fs))
             key = _key(path, taken)
-            src = Source(path, key, lists.pop(), forms,
-                         tuple(("items", 0) if f.transform == "count" else
-                               ("items" if f.is_numeric else "non_null", f.max_len or 1) for f, _ in fs))
+            src = Source(path, key, lists.pop(), forms, tuple(serving_of(f).list_use(f) for f, _ in fs))
             for n in src.input_names():
                 if n in taken:
                     raise WireError(f"input name {n!r} of source {path!r} is taken by another source; rename a field")

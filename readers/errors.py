@@ -8,12 +8,15 @@ message starts with ``recordprep: shard <path> is damaged``; see
 :func:`readers.train_dataset`.
 
 Malformed metadata or metadata from a newer format raises
-:class:`convert.spec.SpecError` (a ``ValueError``), re-exported here.
+:class:`convert.spec.SpecError` (a ``ValueError``), re-exported here, as are
+:class:`ShardNotFoundError` and :class:`StagingError` (``stores``: a shard
+missing on the store, a copy to local disk that failed).
 """
 
 from __future__ import annotations
 
 from convert.spec import SpecError
+from stores import ShardNotFoundError, StagingError  # raised by the stores' staging too
 
 __all__ = [
     "DatasetDeadError",
@@ -62,10 +65,6 @@ class DatasetDeadError(DatasetFailedError):
         self.lock = lock
 
 
-class ShardNotFoundError(FileNotFoundError):
-    """A shard listed in ``dataset_info.json`` does not exist."""
-
-
 class ShardMismatchError(ValueError):
     """A shard's size on disk differs from the ``num_bytes`` in ``dataset_info.json``.
 
@@ -76,6 +75,3 @@ class ShardMismatchError(ValueError):
 class ShardSelectionError(ValueError):
     """The pattern / split selects no shard, or shards of several splits."""
 
-
-class StagingError(RuntimeError):
-    """``hdfs://`` shards could not be copied to the local staging directory."""

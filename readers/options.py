@@ -31,6 +31,8 @@ import dataclasses
 import os
 from typing import Any
 
+from stores import scheme_of
+
 #: Same value as ``tf.data.AUTOTUNE``; repeated here so this module does not
 #: need TensorFlow.
 AUTOTUNE = -1
@@ -67,11 +69,8 @@ SERVICE_COMPRESSION = ("auto", "none")
 
 
 def path_scheme(path: str) -> str:
-    """``"gs"`` for ``gs://b/x``, ``""`` for local paths (and ``file://``)."""
-    head, sep, _ = str(path).partition("://")
-    if not sep or "/" in head:
-        return ""
-    return "" if head.lower() == "file" else head.lower()
+    """``"gs"`` for ``gs://b/x``, ``""`` for local paths (and ``file://``): :func:`stores.scheme_of`."""
+    return scheme_of(path)
 
 
 def is_remote_path(path: str) -> bool:

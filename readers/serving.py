@@ -29,7 +29,8 @@ tested against the converter's shards (docs/serving.md#exactness).
 
 This module exports the layer with a model (``export_serving``) and is where
 the serving names are imported from; the layer itself is
-``readers.serving_layer``, its TensorFlow operations ``readers.serving_ops``.
+``readers.serving_layer``, its TensorFlow operations ``readers.serving_ops``,
+each transform's part ``readers.transforms.<name>``.
 """
 
 from __future__ import annotations

@@ -15,19 +15,12 @@ import tensorflow as tf
 
 from convert import spec as _spec
 from convert.apply import OutputAnalysis, read_output_analysis
-from convert.config import FeatureConfig, count_path
-from convert.derive import CROSS_SEPARATOR, DAY_SECONDS, UNITS
+from convert.config import FeatureConfig
 from convert.prepare import transform_constants
 from readers import _io
+from readers._serving_kinds import KIND_NAMES, KIND_NESTED, KIND_NULL
 from readers._serving_limits import checked_inputs
 from readers._serving_wire import (
-    KIND_BYTES,
-    KIND_FLOAT,
-    KIND_INT,
-    KIND_NAMES,
-    KIND_NESTED,
-    KIND_NULL,
-    KIND_STRING,
     LENS,
     PACKED,
     Source,
@@ -39,37 +32,25 @@ from readers.errors import SpecError
 from readers.info import locate
 from readers.serving_ops import (
     CUT_LIST,
-    TEXT_PARTS,
     PackedColumns,
     Reasons,
     any_bad,
     bools,
-    civil_month,
     column_params,
-    f64,
     f64s,
     is_number,
-    isin,
-    iso_seconds,
     not_number,
-    np_max,
-    np_min,
-    numeric_group,
     oov_default,
     pad_to,
     reason,
-    scalar_ids,
-    scalar_numeric,
-    scale,
-    scaled_base,
     shared_table,
     shared_vocabularies,
     slots,
     take_columns,
-    text_tokens,
     unknown_kind,
     wrong_kind_reason,
 )
+from readers.transforms import Checks, serving_of
 
 _F32_MAX = float(np.finfo(np.float32).max)
 _TF_FORM = {"number": tf.float64, "term": tf.string, "raw": tf.string, "int": tf.int64}
@@ -78,20 +59,16 @@ _TF_FORM = {"number": tf.float64, "term": tf.string, "raw": tf.string, "int": tf
 _TF_PACKED = {PACKED[form]: dtype for form, dtype in _TF_FORM.items()} | {PACKED["kind"]: tf.int32, LENS: tf.int32}
 
 
-#: Transforms whose ids come from a hash the converter computes; the layer
-#: computes them only for outputs whose format defines that hash in-graph.
-_HASHED = ("hash", "cross", "text")
-
-
 SERVING_MIN_FORMAT_VERSION: int | None = getattr(_spec, "SERVING_MIN_FORMAT_VERSION", None)
 
 
 def unsupported_reason(info_version: int, f: FeatureConfig) -> str | None:
-    """Why feature ``f`` of an output of ``info_version`` cannot be served exactly, or None."""
-    oov_hash = f.transform == "vocabulary" and f.num_oov_buckets > 1
-    if f.transform in _HASHED or oov_hash:
+    """Why feature ``f`` of an output of ``info_version`` cannot be served exactly, or None:
+    its ids come from a hash the converter computes, which the layer computes only for
+    outputs whose format defines that hash in-graph."""
+    what = serving_of(f).hashed(f)
+    if what is not None:
         if SERVING_MIN_FORMAT_VERSION is None or info_version < SERVING_MIN_FORMAT_VERSION:
-            what = "out-of-vocabulary buckets" if oov_hash else f"transform {f.transform!r}"
             return (f"feature {f.name!r}: {what} uses a hash or tokenizer TensorFlow cannot reproduce in "
                     f"this output's format (version {info_version}); re-convert with this recordprep to "
                     f"export a serving model")
@@ -123,7 +100,8 @@ class TransformLayer(tf.Module):
         self.features = tuple(f for f in info.features if f.role != "label")
         self._stats = {k: transform_constants(v) for k, v in applied.analysis.stats.items()}  # as finish_numbers reads them
         self._tables: dict[str, tf.lookup.StaticHashTable] = {}
-        shared = shared_vocabularies(config.features, applied.analysis.vocabularies)
+        shared = shared_vocabularies([f for f in config.features if serving_of(f).shares_table(f)],
+                                     applied.analysis.vocabularies)
         for f in config.features:
             if f.needs_vocabulary and f.name not in shared:
                 terms = applied.analysis.vocabularies[f.name]
@@ -210,15 +188,18 @@ class TransformLayer(tf.Module):
         inputs = PackedColumns(self.wire, packed)
         out: dict[str, tf.Tensor] = {}
         tagged = self._invalid_kinds(packed, inputs)
-        together = [(i, f) for i, f in enumerate(self.config.features) if scalar_numeric(f)]
+        together = [(i, f) for i, f in enumerate(self.config.features) if serving_of(f).grouped_numeric(f)]
         if together:
             out.update(self._scalar_numerics(together, packed, tagged))
-        together = [(i, f) for i, f in enumerate(self.config.features) if scalar_ids(f)]
+        together = [(i, f) for i, f in enumerate(self.config.features) if serving_of(f).grouped_ids(f)]
         if together:
             out.update(self._scalar_ids(together, packed, inputs, tagged))
         for i, f in enumerate(self.config.features):
-            bad: list[tuple[tf.Tensor, Any]] = []
-            self._feature(f, inputs, out, bad)
+            t = serving_of(f)
+            if t.grouped_numeric(f) or t.grouped_ids(f):
+                continue
+            bad: Checks = []
+            out.update(t.columns(self, f, inputs, bad))
             tagged += [(i, m, why) for m, why in bad]
         features = {f.name: out[f.name] for f in self.features}
         return features, any_bad(tagged), Reasons(batch, tagged)
@@ -240,30 +221,6 @@ class TransformLayer(tf.Module):
                             f"{', '.join(KIND_NAMES)}); send it as encode writes it")))
         return tagged
 
-    def _feature(self, f: FeatureConfig, inputs: Mapping[str, tf.Tensor], out: dict[str, tf.Tensor], bad: list) -> None:
-        """Feature ``f``'s columns into ``out`` (single-valued numerics, vocabularies and hashes
-        are computed together, elsewhere)."""
-        if scalar_numeric(f) or scalar_ids(f):
-            return
-        if f.transform == "cross":
-            out.update(self._cross(f, inputs, bad))
-            return
-        if f.transform == "count":  # the list's length; null or absent: 0
-            lens = tf.cast(inputs[self.wire.by_path(count_path(f.source)).len_name], tf.int64)
-            out[f.name] = scaled_base(f.transform, lens, None, self._stats.get(f.name) or {})[:, None]
-            return
-        s = self.wire.by_path(f.source)
-        if f.is_numeric:
-            out.update(self._numeric(f, s, inputs, bad))
-        elif f.transform == "bytes":
-            out.update(self._bytes(f, s, inputs, bad))
-        elif f.transform == "timestamp":
-            out.update(self._timestamp(f, s, inputs, bad))
-        elif f.transform == "text":
-            out.update(self._text(f, s, inputs, bad))
-        else:
-            out.update(self._vocabulary(f, s, inputs, bad))
-
     def transform_records(self, records: Sequence[Any]) -> tuple[dict[str, np.ndarray], list[str]]:
         """Features (numpy) and per-record errors (``""`` = converted) for raw records:
         batch scoring without building inputs by hand. Records the wire format
@@ -277,13 +234,23 @@ class TransformLayer(tf.Module):
             errs[i] = why
         return {k: v.numpy() for k, v in features.items()}, errs
 
-    # -- pieces
-    def _kind(self, s: Source, inputs: Mapping[str, tf.Tensor]) -> tf.Tensor:
-        return inputs[s.kind_name]
+    # -- what the transforms read (readers.transforms.Layer)
+    def stats(self, name: str) -> Mapping[str, Any]:
+        """Feature ``name``'s statistics as the converter's finish reads them (``{}`` for none)."""
+        return self._stats.get(name) or {}
 
-    def _numeric(self, f: FeatureConfig, s: Source, inputs: Mapping[str, tf.Tensor],
-                 bad: list) -> dict[str, tf.Tensor]:
-        kind = self._kind(s, inputs)
+    def table(self, name: str) -> tf.lookup.StaticHashTable:
+        """Feature ``name``'s own vocabulary table."""
+        return self._tables[name]
+
+    def ids(self, f: FeatureConfig, terms: tf.Tensor) -> tf.Tensor:
+        """Ids of terms (UTF-8 bytes), by ``f``'s transform (hash buckets, vocabulary ids)."""
+        return serving_of(f).ids(self, f, terms)
+
+    def numeric(self, f: FeatureConfig, s: Source, inputs: Mapping[str, tf.Tensor], bad: Checks) -> dict[str, tf.Tensor]:
+        """A numeric feature's columns outside the grouped op (lists, ``bucketize``): the kind and
+        NaN checks, then its transform's ``values``; ``_len`` and ``_missing`` where it writes them."""
+        kind = inputs[s.kind_name]
         x = inputs[s.input_name("number")]
         n = f.max_len or 1
         if f.multi_valued:
@@ -301,7 +268,7 @@ class TransformLayer(tf.Module):
             bad.append((not_number(kind), wrong_kind_reason(s.path, kind, "expected a number, found ")))
             present = is_number(kind)
             x, present = x[:, None], present[:, None]
-            lens = None
+            lens = in_list = None
         if f.on_nan in ("error", "fill"):
             finite = (tf.abs(x) <= _F32_MAX) | ~present
         if f.on_nan == "error":
@@ -310,34 +277,7 @@ class TransformLayer(tf.Module):
                         f"or keep for feature {f.name!r} to accept it")))
         elif f.on_nan == "fill":
             present = present & finite
-        if f.transform == "log1p":
-            neg = (x <= -1.0) & present
-            bad.append((tf.reduce_any(neg, axis=1), reason(s.path, "log1p needs values > -1; use 'clip' first or another transform")))
-        stats = self._stats.get(f.name) or {}
-        cols: dict[str, tf.Tensor] = {}
-        if f.transform == "bucketize":
-            bounds = [float(b) for b in stats.get("boundaries") or []]
-            if bounds:
-                pos = tf.searchsorted(tf.constant(bounds, tf.float64), tf.reshape(x, [-1]), side="right", out_type=tf.int64)
-                ids = tf.reshape(pos, [-1, 1]) + 1
-            else:
-                ids = tf.ones_like(x, dtype=tf.int64)
-            cols[f.name] = tf.where(present, ids, tf.zeros_like(ids))
-        else:
-            fill = stats.get("mean") if f.fill == "mean" else f.fill
-            fill = 0.0 if fill is None else float(fill)
-            if f.multi_valued:  # a null item in the list takes the fill, a slot past it 0.0
-                # Operands of x's shape: a select that broadcasts scalars costs several times more.
-                pad = tf.zeros_like(x)
-                if fill != 0.0 or np.signbit(fill):
-                    pad = tf.where(in_list, tf.broadcast_to(f64(fill), tf.shape(x)), pad)
-                out = tf.where(present, x, pad)
-            else:
-                out = tf.where(present, x, tf.broadcast_to(f64(fill), tf.shape(x)))
-            y = scale(f, out, present, stats)
-            if f.multi_valued and f.transform != "identity":  # identity: out is 0.0 past the list already
-                y = tf.where(in_list, y, tf.zeros_like(y))
-            cols[f.name] = tf.cast(y, tf.float32)
+        cols = {f.name: serving_of(f).values(f, x, present, in_list, self.stats(f.name), bad)}
         if f.multi_valued:
             cols[f"{f.name}_len"] = lens[:, None]
         if f.missing_indicator:
@@ -348,8 +288,8 @@ class TransformLayer(tf.Module):
                          tagged: list) -> dict[str, tf.Tensor]:
         """The single-valued numeric features but ``bucketize``, as ``[batch, k]`` ops over
         the packed columns (one op per step, not per feature: a call's cost grows with
-        its graph's nodes). Per element the same float64 operations as ``_numeric``
-        and ``scale`` (the selected branch's), so the same bits."""
+        its graph's nodes). Per element the same float64 operations as ``numeric``
+        (each transform's ``step``, the same for a list), so the same bits."""
         orders = [i for i, _ in together]
         fs = [f for _, f in together]
         cols = {s.path: j for j, s in enumerate(self.wire.columns[PACKED["number"]])}
@@ -358,7 +298,9 @@ class TransformLayer(tf.Module):
         kind = take_columns(packed[PACKED["kind"]], [kcols[f.source] for f in fs])
 
         # Per column: flags, constants and reasons, as plain Python lists.
-        p = column_params(fs, [self._stats.get(f.name) or {} for f in fs])
+        stats = [self.stats(f.name) for f in fs]
+        p = column_params(fs, stats)
+        steps = [serving_of(f).step(f, st) for f, st in zip(fs, stats, strict=True)]
         missing_row = tf.equal(kind, KIND_NULL)
         tagged.append((orders, not_number(kind),
                        [wrong_kind_reason(f.source, kind, "expected a number, found ", column=j) for j, f in enumerate(fs)]))
@@ -376,27 +318,17 @@ class TransformLayer(tf.Module):
             for j, col in zip(js, tf.split(tf.cast(y, dtype), len(js), axis=1), strict=True):
                 result[fs[j].name + suffix] = col
 
-        def pick(key: str) -> list[Any]:
-            return [v for v, g in zip(p[key], groups, strict=True) if g == group]
-
-        # Each transform on its own columns: zscore and minmax (x - a) / b; a degenerate minmax
-        # zeros; log1p; clip; identity x.
-        groups = [numeric_group(p, j) for j in range(len(fs))]
+        # Each step on its own columns (its transforms' parameters side by side), e.g. zscore's
+        # and minmax's (x - a) / b together.
+        groups = [step.name for step, _ in steps]
         for group in dict.fromkeys(groups):
             js = [j for j, g in enumerate(groups) if g == group]
-            o = take_columns(out, js)
-            if group == "linear":
-                emit(js, (o - f64s(pick("a"))) / f64s(pick("b")))
-            elif group == "zero":
-                emit(js, tf.zeros_like(o))
-            elif group == "log1p":
-                neg = (o <= -1.0) & take_columns(present, js)  # where present, out is x
-                tagged.append(([orders[j] for j in js], neg, pick("log1p_reason")))
-                emit(js, tf.math.log1p(tf.where(neg, tf.zeros_like(o), o)))
-            elif group == "clip":
-                emit(js, np_min(np_max(o, f64s(pick("clip_min"))), f64s(pick("clip_max"))))
-            else:
-                emit(js, o)
+            step = steps[js[0]][0]
+            params = {k: [steps[j][1][k] for j in js] for k in steps[js[0]][1]}
+            y, rejected = step.apply(take_columns(out, js), lambda js=js: take_columns(present, js), params)
+            if rejected is not None:
+                tagged.append(([orders[j] for j in js], rejected, params["reason"]))
+            emit(js, y)
         indicated = [j for j, f in enumerate(fs) if f.missing_indicator]
         if indicated:
             emit(indicated, take_columns(missing_row, indicated), tf.int64, "_missing")
@@ -405,7 +337,7 @@ class TransformLayer(tf.Module):
     def _scalar_ids(self, together: list[tuple[int, FeatureConfig]], packed: Mapping[str, tf.Tensor],
                     inputs: Mapping[str, tf.Tensor], tagged: list) -> dict[str, tf.Tensor]:
         """The single-valued ``vocabulary`` and ``hash`` features: an id per feature, then the
-        null and nested checks as ``[batch, k]`` ops (``_vocabulary``'s, once for all).
+        null and nested checks as ``[batch, k]`` ops (``vocabulary``'s, once for all).
         The vocabularies of ``self._shared`` are looked up together, by one op."""
         together = ([(i, f) for i, f in together if f.name in self._shared]
                     + [(i, f) for i, f in together if f.name not in self._shared])
@@ -422,7 +354,7 @@ class TransformLayer(tf.Module):
             rows = take_columns(self._shared_table.lookup(packed[PACKED["term"]]), [tcols[f.source] for f in fs[:k]])
             parts.append(tf.gather(self._shared_ids, rows * k + tf.range(k, dtype=tf.int64)))
         if fs[k:]:
-            parts.append(tf.stack([self._ids(f, inputs[self.wire.by_path(f.source).input_name("term")])
+            parts.append(tf.stack([self.ids(f, inputs[self.wire.by_path(f.source).input_name("term")])
                                    for f in fs[k:]], axis=1))
         ids = parts[0] if len(parts) == 1 else tf.concat(parts, axis=1)
         nested = tf.equal(kind, KIND_NESTED)
@@ -431,114 +363,13 @@ class TransformLayer(tf.Module):
         ids = tf.where(tf.equal(kind, KIND_NULL) | nested, tf.zeros_like(ids), ids)
         return {f.name: col for f, col in zip(fs, tf.split(ids, len(fs), axis=1), strict=True)}
 
-    def _bytes(self, f: FeatureConfig, s: Source, inputs: Mapping[str, tf.Tensor], bad: list) -> dict[str, tf.Tensor]:
-        kind = self._kind(s, inputs)
-        ok = isin(kind, (KIND_STRING, KIND_BYTES))
-        bad.append((~ok & tf.not_equal(kind, KIND_NULL), wrong_kind_reason(s.path, kind, "expected bytes or a string, found ")))
-        v = tf.where(ok, inputs[s.input_name("raw")], "")
-        return {f.name: v[:, None]}
-
-    def _timestamp(self, f: FeatureConfig, s: Source, inputs: Mapping[str, tf.Tensor], bad: list) -> dict[str, tf.Tensor]:
-        kind = self._kind(s, inputs)
-        unit = f.unit or "ms"
-        why = f"; give an epoch count in {unit!r} or an ISO 8601 string"
-        is_int, is_float, is_str = tf.equal(kind, KIND_INT), tf.equal(kind, KIND_FLOAT), tf.equal(kind, KIND_STRING)
-        wrong = ~(is_int | is_float | is_str) & tf.not_equal(kind, KIND_NULL)
-        bad.append((wrong, wrong_kind_reason(s.path, kind, "not a timestamp (expected an epoch number or an ISO 8601 string, found ", ")" + why)))
-        v = inputs[s.input_name("int")]
-        if unit == "days":
-            lo, hi = -((2**63) // DAY_SECONDS), (2**63 - 1) // DAY_SECONDS
-            int_ok = (v >= lo) & (v <= hi)
-            secs_i = tf.where(int_ok, v, 0) * DAY_SECONDS
-        else:
-            int_ok = tf.ones_like(is_int)
-            secs_i = tf.math.floordiv(v, UNITS[unit])
-        bad.append((is_int & ~int_ok, reason(s.path, f"not a timestamp (beyond int64 seconds){why}")))
-        x = inputs[s.input_name("number")]
-        finite = tf.math.is_finite(x)
-        y = tf.floor(x * DAY_SECONDS) if unit == "days" else tf.floor(x / UNITS[unit])
-        float_ok = finite & (y >= -(2.0**63)) & (y < 2.0**63)
-        bad.append((is_float & ~float_ok, reason(s.path, f"not a timestamp (NaN, infinite or beyond int64 seconds){why}")))
-        secs_f = tf.cast(tf.where(float_ok, y, tf.zeros_like(y)), tf.int64)
-        # ISO strings are parsed only when the batch holds one (regex work per row).
-        text = inputs[s.input_name("term")]
-        iso_secs, iso_ok, iso_known = tf.cond(
-            tf.reduce_any(is_str), lambda: iso_seconds(text, is_str),
-            lambda: (tf.zeros_like(v), tf.zeros_like(is_str), tf.zeros_like(is_str)))
-        bad.append((is_str & ~iso_known, reason(
-            s.path, "this ISO 8601 form is not supported by the serving layer (it takes YYYY-MM-DD, optionally "
-                    "followed by T or a space, hh[:mm[:ss[.f]]] and Z or +-hh[:mm]); send epoch numbers")))
-        bad.append((is_str & iso_known & ~iso_ok, reason(s.path, f"not a timestamp (an invalid date or time){why}")))
-        present = (is_int & int_ok) | (is_float & float_ok) | (is_str & iso_ok)
-        secs = tf.where(is_int & int_ok, secs_i, tf.where(is_float & float_ok, secs_f, tf.zeros_like(secs_i)))
-        secs = tf.where(is_str & iso_ok, iso_secs, secs)
-        cols: dict[str, tf.Tensor] = {f.name: scaled_base(f.transform, secs, present, self._stats.get(f.name) or {})[:, None]}
-        days = tf.math.floordiv(secs, DAY_SECONDS)
-        for part in f.parts or ():
-            if part == "hour":
-                col = tf.math.floordiv(tf.math.floormod(secs, DAY_SECONDS), 3600)
-            elif part == "day_of_week":
-                col = tf.math.floormod(days + 3, 7)
-            else:
-                col = civil_month(days)
-            cols[f"{f.name}_{part}"] = tf.where(present, col, tf.zeros_like(col))[:, None]
-        if f.missing_indicator:
-            cols[f"{f.name}_missing"] = tf.cast(~present, tf.int64)[:, None]
-        return cols
-
-    def _ids(self, f: FeatureConfig, terms: tf.Tensor) -> tf.Tensor:
-        """Ids of terms (UTF-8 bytes): ``hash`` buckets, or vocabulary ids with OOV buckets."""
-        if f.transform == "hash":
-            return tf.strings.to_hash_bucket_fast(terms, f.buckets) + 1
-        ids = self._tables[f.name].lookup(terms)
-        if f.num_oov_buckets <= 1:
-            return ids  # the table's default is the OOV id, 1
-        oov = tf.strings.to_hash_bucket_fast(terms, f.num_oov_buckets) + 1
-        return tf.where(tf.equal(ids, 0), oov, ids)
-
-    def _cross(self, f: FeatureConfig, inputs: Mapping[str, tf.Tensor], bad: list) -> dict[str, tf.Tensor]:
-        missing = None
-        terms = []
-        for path in f.sources or ():
-            s = self.wire.by_path(path)
-            kind = self._kind(s, inputs)
-            nested = tf.equal(kind, KIND_NESTED)
-            bad.append((nested, reason(path, "cross needs single values, found a record or list; cross scalar fields only")))
-            m = tf.equal(kind, KIND_NULL) | nested
-            missing = m if missing is None else missing | m
-            terms.append(inputs[s.input_name("term")])
-        ids = tf.strings.to_hash_bucket_fast(tf.strings.join(terms, separator=CROSS_SEPARATOR), f.buckets) + 1
-        return {f.name: tf.where(missing, tf.zeros_like(ids), ids)[:, None]}
-
-    def _text(self, f: FeatureConfig, s: Source, inputs: Mapping[str, tf.Tensor], bad: list) -> dict[str, tf.Tensor]:
-        kind = self._kind(s, inputs)
-        is_str = tf.equal(kind, KIND_STRING)
-        bad.append((~is_str & tf.not_equal(kind, KIND_NULL), wrong_kind_reason(s.path, kind, "expected text (a string), found ")))
-        # Other kinds' rows are zeroed at the end (int ops), not emptied first (a string copy).
-        name = s.input_name("term")
-        batch = tf.shape(kind, out_type=tf.int64)[0]
-        cuts = [batch * i // TEXT_PARTS for i in range(TEXT_PARTS + 1)]
-        dense = tf.concat([self._text_ids(f, inputs.rows(name, cuts[i], cuts[i + 1])) for i in range(TEXT_PARTS)], axis=0)
-        lens = tf.math.count_nonzero(dense, axis=1)  # a token's id is never 0 (padding)
-        return {f.name: tf.where(is_str[:, None], dense, tf.zeros_like(dense)),
-                f"{f.name}_len": tf.where(is_str, lens, tf.zeros_like(lens))[:, None]}
-
-    def _text_ids(self, f: FeatureConfig, text: tf.Tensor) -> tf.Tensor:
-        """``[len(text), max_len]``: each string's token ids, zero-padded."""
-        if f.lowercase:
-            text = tf.strings.lower(text)  # ASCII only, like convert.records.ascii_lower
-        tokens = text_tokens(text)
-        # Every token is looked up, then summed into its row's slot (its position; past the
-        # first n, segment -1, which the sum drops): cheaper than a ragged tensor's row
-        # splits and to_tensor.
-        rows, cols = tf.unstack(tokens.indices, num=2, axis=1)
-        return slots(self._ids(f, tokens.values), rows, cols, f.max_len, tokens.dense_shape[0])
-
-    def _vocabulary(self, f: FeatureConfig, s: Source, inputs: Mapping[str, tf.Tensor], bad: list) -> dict[str, tf.Tensor]:
-        kind = self._kind(s, inputs)
+    def vocabulary(self, f: FeatureConfig, s: Source, inputs: Mapping[str, tf.Tensor], bad: Checks) -> dict[str, tf.Tensor]:
+        """An id feature's columns from its terms: one id (0 for null; a record or list rejects
+        the row), or a list's first ``max_len`` non-null items' ids and its ``_len``."""
+        kind = inputs[s.kind_name]
         terms = inputs[s.input_name("term")]
         if not f.multi_valued:
-            ids = self._ids(f, terms)
+            ids = self.ids(f, terms)
             nested = tf.equal(kind, KIND_NESTED)
             bad.append((nested, reason(s.path, "expected a scalar value, found a record or list; set max_len for "
                                                 "lists or point 'source' at a leaf field")))
@@ -564,8 +395,8 @@ class TransformLayer(tf.Module):
         nested = tf.equal(tf.gather_nd(kind, at), KIND_NESTED) & (rank < n)
         bad.append((tf.math.unsorted_segment_max(tf.cast(nested, tf.int32), rows, batch) > 0, reason(
             s.path, "expected a list of scalar values, found nested records/lists; point 'source' at a leaf field")))
-        # Looked up and summed into their row's slot, as _text does: no ragged tensor to build and pad.
-        dense = slots(self._ids(f, tf.gather_nd(terms, at)), rows, rank, n, batch)
+        # Looked up and summed into their row's slot, as a text's tokens are (``readers.transforms.text``): no ragged tensor to build and pad.
+        dense = slots(self.ids(f, tf.gather_nd(terms, at)), rows, rank, n, batch)
         # An item's id is never 0 (num_oov_buckets >= 1), so the non-zero slots are the kept items.
         return {f.name: dense, f"{f.name}_len": tf.math.count_nonzero(dense, axis=1)[:, None]}
 

@@ -8,21 +8,17 @@ the per-column parameters read from the analysis.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import tensorflow as tf
 
 from convert.config import FeatureConfig
 from convert.derive import DAY_SECONDS
-from readers._serving_wire import (
-    KIND_BOOL,
-    KIND_FLOAT,
-    KIND_INT,
-    KIND_NAMES,
-    KIND_NULL,
-    Wire,
-)
+from readers._serving_kinds import KIND_BOOL, KIND_FLOAT, KIND_INT, KIND_NAMES, KIND_NULL
+
+if TYPE_CHECKING:  # pragma: no cover
+    from readers._serving_wire import Wire
 
 # ``is_number`` and ``not_number`` compare kinds as numbers: null, then the three number kinds.
 assert (KIND_NULL, KIND_BOOL, KIND_INT, KIND_FLOAT) == (0, 1, 2, 3)
@@ -58,43 +54,23 @@ def text_tokens(text: tf.Tensor) -> tf.SparseTensor:
     return tf.compat.v1.string_split(text, sep=_DELIMITER_BYTES, skip_empty=True)
 
 
+def fill_value(f: FeatureConfig, stats: Mapping[str, Any]) -> float:
+    """What a numeric feature's missing value becomes: its ``fill``, the training mean for ``"mean"``, else 0.0."""
+    fill = stats.get("mean") if f.fill == "mean" else f.fill
+    return 0.0 if fill is None else float(fill)
+
+
 def column_params(fs: Sequence[FeatureConfig], stats: Sequence[Mapping[str, Any]]) -> dict[str, list[Any]]:
-    """Per feature of ``_scalar_numerics``: its flags, constants and reasons (``_numeric``'s and ``scale``'s)."""
-    p: dict[str, list[Any]] = {k: [] for k in ("nan_error", "nan_fill", "nan_reason", "log1p", "log1p_reason", "fill",
-                                               "linear", "zero", "a", "b", "clip", "clip_min", "clip_max")}
+    """Per feature of the grouped numeric op: what every numeric transform shares (the
+    NaN checks and the fill); each transform's own step and parameters are its module's."""
+    p: dict[str, list[Any]] = {k: [] for k in ("nan_error", "nan_fill", "nan_reason", "fill")}
     for f, st in zip(fs, stats, strict=True):
         p["nan_error"].append(f.on_nan == "error")
         p["nan_fill"].append(f.on_nan == "fill")
         p["nan_reason"].append(reason(f.source, f"value is NaN or infinite (or beyond float32's range, |x| > 3.4e38); "
                                                  f"set on_nan: fill or keep for feature {f.name!r} to accept it"))
-        p["log1p"].append(f.transform == "log1p")
-        p["log1p_reason"].append(reason(f.source, "log1p needs values > -1; use 'clip' first or another transform"))
-        fill = st.get("mean") if f.fill == "mean" else f.fill
-        p["fill"].append(0.0 if fill is None else float(fill))
-        lo, hi = st.get("min"), st.get("max")
-        scaled = f.transform == "minmax" and lo is not None and hi is not None and hi > lo
-        if f.transform == "zscore":
-            a, b = st.get("mean") or 0.0, st.get("std") or 1.0
-        elif scaled:
-            a, b = lo, hi - lo
-        else:
-            a, b = 0.0, 1.0
-        p["a"].append(a)
-        p["b"].append(b)
-        p["linear"].append(f.transform == "zscore" or scaled)
-        p["zero"].append(f.transform == "minmax" and not scaled)
-        p["clip"].append(f.transform == "clip")
-        p["clip_min"].append(f.clip_min if f.transform == "clip" and f.clip_min is not None else -np.inf)
-        p["clip_max"].append(f.clip_max if f.transform == "clip" and f.clip_max is not None else np.inf)
+        p["fill"].append(fill_value(f, st))
     return p
-
-
-def numeric_group(p: Mapping[str, list[Any]], j: int) -> str:
-    """Which computation column ``j`` of ``column_params`` gets."""
-    for group in ("linear", "zero", "log1p", "clip"):
-        if p[group][j]:
-            return group
-    return "identity"
 
 
 def f64s(values: Sequence[float]) -> tf.Tensor:
@@ -110,10 +86,10 @@ def bools(values: Sequence[bool]) -> tf.Tensor:
 _SHARED_MAX_IDS = 1 << 20
 
 
-def shared_vocabularies(features: Sequence[FeatureConfig], vocabularies: Mapping[str, Sequence[str]]) -> tuple[str, ...]:
-    """The single-valued vocabulary features (without OOV buckets) whose ids one table
-    lookup gives (``shared_table``); none when fewer than two, or too many ids."""
-    fs = [f for f in features if scalar_ids(f) and f.transform == "vocabulary" and f.num_oov_buckets <= 1]
+def shared_vocabularies(fs: Sequence[FeatureConfig], vocabularies: Mapping[str, Sequence[str]]) -> tuple[str, ...]:
+    """Of the features ``fs`` that can share a table (single-valued vocabularies without OOV
+    buckets), those whose ids one lookup gives (``shared_table``); none when fewer than
+    two, or too many ids."""
     union = {t for f in fs for t in vocabularies[f.name]}
     if len(fs) < 2 or (len(union) + 1) * len(fs) > _SHARED_MAX_IDS:
         return ()
@@ -144,16 +120,6 @@ def oov_default(f: FeatureConfig) -> int:
     """The vocabulary table's value for a term it lacks: the OOV id 1, or 0 where
     ``num_oov_buckets`` > 1 picks one of the OOV ids by hash (``_ids``)."""
     return 0 if f.num_oov_buckets > 1 else 1
-
-
-def scalar_ids(f: FeatureConfig) -> bool:
-    """Computed with the other single-valued vocabulary and hash features (``scalar_ids``)."""
-    return f.transform in ("vocabulary", "hash") and not f.multi_valued
-
-
-def scalar_numeric(f: FeatureConfig) -> bool:
-    """Computed with the other single-valued numeric features (``_scalar_numerics``)."""
-    return f.is_numeric and not f.multi_valued and f.transform != "bucketize"
 
 
 def f64(v: float) -> tf.Tensor:
@@ -213,26 +179,6 @@ def np_max(a: tf.Tensor, b: float | tf.Tensor) -> tf.Tensor:
 def np_min(a: tf.Tensor, b: float | tf.Tensor) -> tf.Tensor:
     c = b if isinstance(b, tf.Tensor) else f64(b)
     return tf.where(tf.math.is_nan(a) | (a <= c), a, tf.broadcast_to(c, tf.shape(a)))
-
-
-def scale(f: FeatureConfig, x: tf.Tensor, present: tf.Tensor, stats: Mapping[str, Any]) -> tf.Tensor:
-    """The converter's scaling (``_numeric_finish``), in float64 and in its order of operations."""
-    if f.transform == "zscore":
-        std = stats.get("std") or 1.0
-        return (x - f64(stats.get("mean") or 0.0)) / f64(std)
-    if f.transform == "minmax":
-        lo, hi = stats.get("min"), stats.get("max")
-        if lo is not None and hi is not None and hi > lo:
-            return (x - f64(lo)) / f64(hi - lo)
-        return tf.zeros_like(x)
-    if f.transform == "log1p":
-        neg = (x <= f64(-1.0)) & present
-        return tf.math.log1p(tf.where(neg, tf.zeros_like(x), x))
-    if f.transform == "clip":
-        lo = f.clip_min if f.clip_min is not None else -np.inf
-        hi = f.clip_max if f.clip_max is not None else np.inf
-        return np_min(np_max(x, lo), hi)
-    return x
 
 
 #: Characters ``str.strip()`` removes (``str.isspace``), as an RE2 class.
@@ -379,17 +325,11 @@ def any_bad(bad: list[tuple[Any, tf.Tensor, Any]]) -> tf.Tensor:
     return tf.reduce_any(tf.concat(cols, axis=1)) if cols else tf.constant(False)
 
 
-#: ``convert.derive.SCALED``'s base values in TensorFlow: int64 column -> float64.
-_SCALED_BASE = {
-    "timestamp": lambda col: tf.cast(col, tf.float64),
-    "count": lambda col: tf.cast(tf.maximum(col, 0), tf.float64),
-}
-
-
-def scaled_base(transform: str, col: tf.Tensor, present: tf.Tensor | None, stats: Mapping[str, Any]) -> tf.Tensor:
-    """``convert.derive.scaled_column`` in a graph: float32 ``(base(col) - mean) / std`` in float64,
-    0.0 where ``present`` is False (``None``: every row counts, as a null list counts 0 items)."""
-    x = (_SCALED_BASE[transform](col) - f64(stats.get("mean") or 0.0)) / f64(stats.get("std") or 1.0)
+def scaled_base(base: tf.Tensor, present: tf.Tensor | None, stats: Mapping[str, Any]) -> tf.Tensor:
+    """``convert.derive.scaled_column`` in a graph: float32 ``(base - mean) / std`` in float64
+    (``base``: the float64 value its transform counts, e.g. epoch seconds), 0.0 where
+    ``present`` is False (``None``: every row counts, as a null list counts 0 items)."""
+    x = (base - f64(stats.get("mean") or 0.0)) / f64(stats.get("std") or 1.0)
     if present is not None:
         x = tf.where(present, x, tf.zeros_like(x))
     return tf.cast(x, tf.float32)

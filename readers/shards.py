@@ -19,11 +19,12 @@ import tensorflow as tf
 from convert.spec import (
     METADATA_FILENAME,
 )
-from readers import _io, _staging
+from readers import _io
 from readers.errors import ShardMismatchError, ShardNotFoundError
 from readers.info import ShardSelection
 from readers.options import ReadOptions
 from readers.parsing import plain
+from stores import staging, store_for
 
 logger = logging.getLogger("readers")
 
@@ -257,13 +258,12 @@ def _stage_if_needed(sel: ShardSelection, shards: Sequence[Any], opts: ReadOptio
     if not _io.is_staged(sel.root):
         return sel.root
     cache_root = None
-    cache_dir = {"hdfs": opts.hdfs_cache_dir, "viewfs": opts.hdfs_cache_dir, "s3": opts.s3_cache_dir,
-                 "azfs": opts.azure_cache_dir}[_io.path_scheme(sel.root)]
+    cache_dir = getattr(opts, f"{store_for(sel.root).cache_name}_cache_dir")
     if cache_dir:
         from pathlib import Path
 
         cache_root = Path(cache_dir).expanduser()
-    return _staging.stage(
+    return staging.stage(
         sel.root,
         [s.file for s in shards],
         sel.info.dumps().encode("utf-8"),

@@ -347,7 +347,7 @@ def test_json_lines_of_arrays_under_a_header_row_are_records(tmp_path):
     byte range reads the header, the names become fields, a short row is a bad line."""
     import io
 
-    from convert.jsonl import iter_json
+    from convert.formats.jsonl import iter_json
 
     rows = [[i, f"c{i % 3}", i / 7, i % 2] for i in range(30)]
     data = ("\r\n".join(json.dumps(r) for r in [["id", "country", "score", "clicked"], *rows]) + "\n").encode()

@@ -1,4 +1,4 @@
-"""Parquet input (convert/parquet*.py): the record model shared with Avro,
+"""Parquet input (convert/formats/parquet*.py): the record model shared with Avro,
 row groups as byte-range units, partitions, the schema ``infer`` and the
 check read, and errors naming file, row group and field."""
 
@@ -15,9 +15,9 @@ import pytest
 
 from convert.check import InputCheck, check_inputs
 from convert.config import parse_config
+from convert.formats.parquet_reader import iter_parquet, row_group_offsets
+from convert.formats.parquet_types import partition_fields
 from convert.infer import infer_config
-from convert.parquet import iter_parquet, row_group_offsets
-from convert.parquet_types import partition_fields
 from convert.source_types import InputFileError
 from convert.sources import (
     detect_format,
@@ -226,8 +226,8 @@ def test_infer_and_the_check_read_the_parquet_schema(tmp_path):
 
 def test_raw_arrays_of_sliced_nested_columns_equal_the_reference_values():
     """Arrow slices share buffers at an offset: the fast path's casts must honour it at every depth."""
-    from convert.parquet_records import record_value
-    from convert.parquet_types import raw_array
+    from convert.formats.parquet_records import record_value
+    from convert.formats.parquet_types import raw_array
 
     t = pa.struct([("x", pa.int64()), ("l", pa.list_(pa.timestamp("ms"))), ("d", pa.decimal128(5, 1))])
     a = pa.array([{"x": 1, "l": [1, 2], "d": decimal.Decimal("1.5")}, None, {"x": 3, "l": None, "d": None},

@@ -1,5 +1,5 @@
 """convert._footer (the Parquet footer's encryption-marker walk in C) against
-its Python path, ``convert.parquet_footer._encryption_fields``: the same answer
+its Python path, ``convert.formats.parquet_footer._encryption_fields``: the same answer
 (marked, clean, unreadable) on real footers, footers with encrypted columns,
 and thousands of footers damaged at random bytes or cut short; the Python path
 refuses an encrypted file by itself; its verdicts are remembered by the
@@ -17,8 +17,8 @@ from _sanitized import run_sanitized
 from test_convert_parquet_guards import _encrypted, _read
 from test_hostile_round4_probe import _thrift_alike, _without_file_encryption_marker
 
-from convert import parquet_footer
-from convert.parquet_footer import CLEAN, MARKED, UNREADABLE
+from convert.formats import parquet_footer
+from convert.formats.parquet_footer import CLEAN, MARKED, UNREADABLE
 from convert.source_types import InputFileError
 
 try:
@@ -112,7 +112,7 @@ def test_the_python_path_refuses_encrypted_columns_and_remembers_each_footer_byt
 
 _SANITIZED_RUN = """
 import random
-from convert import parquet_footer
+from convert.formats import parquet_footer
 parquet_footer._encryption_fields_c = None
 
 def python_path(footer):

@@ -1,5 +1,5 @@
 """Parquet input that is refused cleanly or read right, never a crash or a
-silent change (convert/parquet.py, parquet_footer.py, parquet_types.py):
+silent change (convert/formats/parquet_reader.py, parquet_footer.py, parquet_types.py):
 encrypted files, INT96 outside the nanosecond range, duplicate names at any
 depth, partitions that clash, footers that lie about rows or sizes, columns
 named ``""``, deep schemas, extension types, column projection and batches
@@ -16,9 +16,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from convert.parquet import iter_parquet, read_parquet_schema
-from convert.parquet_footer import _skip, _varint
-from convert.parquet_types import MAX_PARQUET_DEPTH
+from convert.formats.parquet_footer import _skip, _varint
+from convert.formats.parquet_reader import _first_leaf_levels, iter_parquet, read_parquet_schema
+from convert.formats.parquet_types import MAX_PARQUET_DEPTH
 from convert.source_types import InputFileError
 
 DECODERS = ("auto", "fastavro")
@@ -99,6 +99,54 @@ def test_a_row_group_claiming_fewer_rows_than_its_columns_hold_is_refused():
         with pytest.raises(InputFileError, match=r"row group 0, column 'id': the column chunk holds 300 values, "
                                                  r"the row group has 200 rows"):
             _read(lying, decoder=decoder)
+
+
+def _list_only(rows: int) -> pa.Table:
+    """Only repeated columns: their chunks' value counts count items, not rows (nulls, empty lists and
+    structs on the way to the first leaf included)."""
+    return pa.table({
+        "l": pa.array([None if i % 7 == 3 else [[i, i + 1]] * (i % 3) for i in range(rows)],
+                      pa.list_(pa.list_(pa.int64()))),
+        "m": pa.array([[(str(i), i)] if i % 5 else [] for i in range(rows)], pa.map_(pa.string(), pa.int64())),
+        "s": pa.array([{"t": [str(i)] * (i % 2), "k": i} for i in range(rows)],
+                      pa.struct([("t", pa.list_(pa.string())), ("k", pa.int64())])),
+    })
+
+
+@pytest.mark.parametrize("columns", [None, {"m"}, set()], ids=["every-column", "not-the-first", "none"])
+def test_a_list_only_file_whose_footer_understates_its_rows_is_refused(columns):
+    """Repeated columns hold at least as many values as rows either way: their value counts cannot
+    tell. The first column's values the footer's rows take (its levels) can."""
+    table = _list_only(300).drop_columns(["s"])  # s holds a flat leaf (s.k): the other guard's case
+    data = _write(table, row_group_size=150)
+    for decoder in DECODERS:  # an honest file reads whole, whichever columns are read
+        assert _read(data, decoder=decoder, columns=columns) == [
+            {k: v for k, v in r.items() if columns is None or k in columns} for r in _read(data)]
+        assert len(_read(data, decoder=decoder, columns=columns)) == 300
+    lying = _patch_footer(data, {(3,): 250, (4, 1, 3): 100})  # FileMetaData.num_rows, row_groups[1].num_rows
+    assert sum(b.num_rows for b in pq.ParquetFile(io.BytesIO(lying)).iter_batches(row_groups=[1])) == 100
+    for decoder in DECODERS:
+        batches = iter_parquet(io.BytesIO(lying), "lists.parquet", decoder=decoder, columns=columns)
+        with pytest.raises(InputFileError, match=r"lists\.parquet at byte \d+: row group 1, column "
+                                                 r"'l\.list\.element\.list\.element': the column chunk holds \d+ "
+                                                 r"values, the 100 rows the footer says take \d+; the footer "
+                                                 r"understates the rows"):
+            for b in batches:
+                assert all(i < 150 for i in b.indexes)
+
+
+def test_the_levels_of_a_first_leaf_are_its_column_chunks_value_count():
+    """``_first_leaf_levels`` counts what a writer counts, on sliced arrays too (batches are slices)."""
+    edges = pa.table({"l": pa.array([[], None, [None], [[]]], pa.list_(pa.list_(pa.int64()))),
+                      "m": pa.array([None, [], [("a", None)], None], pa.map_(pa.string(), pa.int64())),
+                      "s": pa.array([None, {"t": None, "k": None}, {"t": [None], "k": 1}, None],
+                                    _list_only(1).schema.field("s").type)})
+    table = pa.concat_tables([_list_only(40), edges])
+    for name in table.column_names:
+        want = pq.ParquetFile(io.BytesIO(_write(table.select([name])))).metadata.row_group(0).column(0).num_values
+        column = table.column(name).combine_chunks()
+        assert _first_leaf_levels(column) == want
+        assert _first_leaf_levels(column.slice(0, 21)) + _first_leaf_levels(column.slice(21)) == want
 
 
 def test_a_footer_understating_a_chunks_size_still_gets_batches_bounded_by_their_decoded_size():

@@ -1,6 +1,6 @@
 """Parquet written by several writers (pyarrow, polars, DuckDB; real files of
 apache/parquet-testing when present) reads to the same records on both paths,
-with the record model of ``convert.parquet_types``."""
+with the record model of ``convert.formats.parquet_types``."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from convert.parquet import iter_parquet
+from convert.formats.parquet_reader import iter_parquet
 from convert.source_types import InputFileError
 
 #: What every writer writes (as its own types): ids, a nullable float, a

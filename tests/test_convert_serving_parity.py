@@ -23,12 +23,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from convert.analysis import Analyzer
-from convert.config import parse_config
+from convert.config import FeatureConfig, parse_config
 from convert.derive import CROSS_SEPARATOR
 from convert.prepare import Preparer
 from convert.records import TEXT_DELIMITERS_RE, hash_ids, stable_hash, term, tokenize
 from convert.sources import iter_avro
 from convert.vectorize import Vectorizer
+from readers import transforms
 
 REALDATA = Path(__file__).resolve().parents[2] / "shared" / "realdata"
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "data"
@@ -76,6 +77,22 @@ def test_the_farmhash_binding_is_tensorflows_fingerprint64():
     ids = tf.strings.to_hash_bucket_fast([_utf8(t) for t in terms], 2**63 - 1).numpy().tolist()
     assert [stable_hash(t) % (2**63 - 1) for t in terms] == ids
     assert hash_ids(terms, 2**40).tolist() == tf_hash_ids(terms, 2**40)
+
+
+#: The transforms whose serving ids need the converter's hash or tokenizer, each checked here.
+HASHED_CHECKED = {"hash": "test_hash_cross_and_oov_ids_equal_tensorflows",
+                  "cross": "test_hash_cross_and_oov_ids_equal_tensorflows",
+                  "vocabulary": "test_hash_cross_and_oov_ids_equal_tensorflows",
+                  "text": "test_text_ids_equal_tensorflows"}
+
+
+@pytest.mark.parametrize("name", transforms.names())
+def test_every_registered_transform_with_hashed_ids_has_its_parity_test_here(name):
+    """A transform of the serving registry whose ids come from a hash (``ServingTransform.hashed``,
+    with OOV buckets) is one whose ids this file compares with TensorFlow's."""
+    f = FeatureConfig(name="f", source="f", transform=name, num_oov_buckets=2, buckets=8)
+    assert (transforms.get(name).hashed(f) is not None) == (name in HASHED_CHECKED), name
+    assert name not in HASHED_CHECKED or callable(globals().get(HASHED_CHECKED[name]))
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

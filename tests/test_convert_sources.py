@@ -372,7 +372,7 @@ def test_json_lines_bom_crlf_blank_lines_no_final_newline_big_ints(tmp_path):
 def test_long_integer_check_finds_integer_literals_of_19_digits(text, long_int):
     import json
 
-    from convert.jsonl import _loads, _maybe_long_integer
+    from convert.formats.jsonl import _loads, _maybe_long_integer
 
     assert _maybe_long_integer(text) is long_int
     want = json.loads(text)  # the stdlib keeps big integers exact
@@ -424,7 +424,7 @@ def test_json_lines_read_in_blocks_of_any_size_give_every_line_as_parsed_alone(t
     """Lines are cut from blocks and scanned for long integers per block: any block size
     (lines split across blocks, many lines per block) gives each line what parsing that
     line alone gives, with its own line number and offset."""
-    import convert.jsonl as jsonl
+    import convert.formats.jsonl as jsonl
 
     monkeypatch.setattr(jsonl, "_JSONL_BLOCK_BYTES", block_bytes)
     lines = [
@@ -475,7 +475,7 @@ def test_json_lines_blocks_scanned_with_numpy_give_every_line_as_parsed_alone(tm
     """Large blocks are scanned for long integers with numpy: with a long integer,
     long fractions, a blank line, a malformed line, a BOM and CRLF, in ranges cut
     anywhere, every line gives what parsing it alone gives."""
-    import convert.jsonl as jsonl
+    import convert.formats.jsonl as jsonl
 
     monkeypatch.setattr(jsonl, "_JSONL_BLOCK_BYTES", 1 << 14)
     monkeypatch.setattr(jsonl, "_NUMPY_SCAN_BYTES", 1 << 12)
@@ -499,7 +499,7 @@ def test_json_lines_blocks_scanned_with_numpy_give_every_line_as_parsed_alone(tm
 
 
 def test_the_numpy_long_integer_scan_finds_what_translate_and_find_find():
-    import convert.jsonl as jsonl
+    import convert.formats.jsonl as jsonl
 
     rng = random.Random(7)
     for trial in range(2000):
@@ -810,7 +810,7 @@ def test_json_lines_whole_block_path_gives_what_the_per_line_loop_gives(lines, b
     (``_plain_block``); any other block line by line. Both give the same batches (records,
     offsets, line numbers, bad lines), for random lines (blank, malformed, not objects, long
     integers, lone surrogates, a BOM, too long), block sizes, batch sizes and byte ranges."""
-    import convert.jsonl as jsonl
+    import convert.formats.jsonl as jsonl
 
     raw = (b"\xef\xbb\xbf" if bom else b"") + b"\n".join(lines) + data.draw(st.sampled_from([b"", b"\n"]))
     cut = sorted(data.draw(st.lists(st.integers(0, len(raw)), max_size=3)))

@@ -21,9 +21,9 @@ from _record_strategies import avro_bytes, avro_cases
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from convert import avro_columnar
-from convert.avro_columnar import columnar_schema as _columnar_schema
 from convert.column_records import ColumnRecords
+from convert.formats import avro_columnar
+from convert.formats.avro_columnar import columnar_schema as _columnar_schema
 from convert.sources import InputFileError, iter_avro
 from convert.splits import _canonical
 
@@ -206,7 +206,7 @@ def test_deflate_blocks_reach_polars_inflated_behind_the_files_metadata(monkeypa
     null-codec file with the original metadata and sync marker: same records."""
     import polars as pl
 
-    from convert.avro_framing import null_codec_header as _null_codec_header
+    from convert.formats.avro_framing import null_codec_header as _null_codec_header
 
     real, seen = pl.read_avro, []
     monkeypatch.setattr(pl, "read_avro", lambda src, *a, **kw: (seen.append(src.getvalue()), real(src, *a, **kw))[1])
@@ -466,8 +466,8 @@ def test_string_columns_as_codes_give_the_dict_paths_ids(rows, batch_size):
 def test_term_codes_keep_first_occurrence_order_and_nulls():
     import polars as pl
 
-    from convert.avro_columnar import _leaves
     from convert.column_records import term_coders as _term_coders
+    from convert.formats.avro_columnar import _leaves
 
     df = pl.DataFrame({"s": ["b", None, "a", "b", ""], "l": [["x", "y"], None, [], ["y"], ["z", "x"]],
                        "holes": [["x", None], [], [], [], []], "i": [7, None, -2, 7, 2**40], "f": [1.0, 2.0, 3.0, 4.0, 5.0]},
@@ -514,7 +514,7 @@ def test_record_json_from_polars_is_what_the_split_makes_from_dicts(rows):
     polars writes the bytes orjson writes for the record's dict."""
     import polars as pl
 
-    from convert.avro_columnar import _records_json
+    from convert.formats.avro_columnar import _records_json
 
     df = pl.DataFrame(
         {"d": [r[0] for r in rows], "f": [r[1] for r in rows], "s": [r[2] for r in rows], "b": [r[3] for r in rows],

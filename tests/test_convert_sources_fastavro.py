@@ -18,7 +18,8 @@ import fastavro
 import pytest
 from test_convert_sources import REALDATA, read_all, read_in_ranges
 
-from convert import avro_framing, sources
+from convert import sources
+from convert.formats import avro_framing
 from convert.sources import InputFileError
 
 SCHEMA = fastavro.parse_schema({"type": "record", "name": "r", "fields": [

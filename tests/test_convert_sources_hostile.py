@@ -336,8 +336,8 @@ def test_the_polars_decoder_takes_a_batchs_schema_a_constant_number_of_times(mon
 def test_schemas_past_the_field_limit_take_the_fastavro_path_with_the_same_records():
     """polars' Avro reader slows per value and grows in memory with the number of fields
     (4,000 fields: several times fastavro's time and memory), so wide schemas go to fastavro."""
-    from convert.avro_columnar import _COLUMNAR_MAX_FIELDS
     from convert.column_records import ColumnRecords
+    from convert.formats.avro_columnar import _COLUMNAR_MAX_FIELDS
 
     for width, columnar in ((_COLUMNAR_MAX_FIELDS, True), (_COLUMNAR_MAX_FIELDS + 1, False)):
         data = _wide_avro(width)

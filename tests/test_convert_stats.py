@@ -84,10 +84,10 @@ def test_term_counts_summed_in_numpy_equal_a_counter_and_the_top_terms_a_full_so
     from convert import stats
 
     want: Counter = Counter()
-    merged = stats._TermCounts()
+    merged = stats.TermCounts()
     for i, d in enumerate(chunks):
         want.update(d)
-        one = stats._TermCounts()
+        one = stats.TermCounts()
         one.add(list(d), np.array(list(d.values()), dtype=np.int64))
         if i % 2:  # as the commit step gets a unit's: merged without unpacking it for good (it holds every unit)
             one = pickle.loads(pickle.dumps(one))

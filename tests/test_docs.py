@@ -59,7 +59,7 @@ _CITATION = re.compile(r"docs/([a-z0-9_/-]+)\.md(?:#([A-Za-z0-9_-]+))?")
 def _broken_code_citations(site: Path) -> list[str]:
     """``file:line: docs/page.md#anchor`` for each citation in the code whose page or anchor the built site lacks."""
     broken = []
-    for package in ("convert", "readers", "pipelines", "bench", "examples"):
+    for package in ("convert", "readers", "pipelines", "stores", "bench", "examples"):
         for path in sorted((ROOT / package).rglob("*.py")):
             if any(part.startswith(".") for part in path.relative_to(ROOT).parts):
                 continue  # bench/.peers/ (the TF Transform virtualenv) and other hidden trees are not ours
@@ -88,9 +88,9 @@ def test_docs_build_fails_on_a_broken_link(tmp_path):
 
 
 def _error_classes() -> list[str]:
-    """Every exception class defined at module level in convert/, readers/ and pipelines/ (by name)."""
+    """Every exception class defined at module level in convert/, readers/, pipelines/ and stores/ (by name)."""
     names = []
-    for package in ("convert", "readers", "pipelines"):
+    for package in ("convert", "readers", "pipelines", "stores"):
         for path in sorted((ROOT / package).glob("*.py")):
             for node in ast.parse(path.read_text(encoding="utf-8")).body:
                 if isinstance(node, ast.ClassDef) and (

@@ -16,8 +16,8 @@ import pyarrow as pa
 import pytest
 from test_convert_parquet_guards import DECODERS, _encrypted, _patch_footer, _read, _write
 
-from convert.parquet import read_parquet_schema
-from convert.parquet_footer import _skip, _varint
+from convert.formats.parquet_footer import _skip, _varint
+from convert.formats.parquet_reader import read_parquet_schema
 from convert.source_types import InputFileError
 
 
@@ -114,7 +114,7 @@ def _read_in_child(tmp_path: Path, data: bytes, name: str = "e.parquet") -> list
     (an abort fails the calling test, not the suite)."""
     path = tmp_path / name
     path.write_bytes(data)
-    script = ("import sys\nfrom convert.parquet import iter_parquet, read_parquet_schema\n"
+    script = ("import sys\nfrom convert.formats.parquet_reader import iter_parquet, read_parquet_schema\n"
               "from convert.source_types import InputFileError\n"
               "for call in (lambda f: read_parquet_schema(f, sys.argv[1]),\n"
               "             lambda f: [b for b in iter_parquet(f, sys.argv[1])]):\n"

@@ -76,7 +76,7 @@ def test_the_same_records_as_avro_and_parquet_give_identical_shards(tmp_path, sp
     for row in rows:
         path = row["file"]
         pf = pq.ParquetFile(path)
-        from convert.parquet import row_group_offsets
+        from convert.formats.parquet_reader import row_group_offsets
 
         group = row_group_offsets(pf).index(row["byte_offset"])
         original = pf.read_row_group(group).slice(row["row_in_row_group"], 1).to_pylist()[0]
@@ -241,3 +241,26 @@ def test_infer_drafts_uuid_and_json_columns_and_convert_reads_them(tmp_path):
     assert check_accounting(tmp_path / "out")["read"] == n
     vocab = json.loads((tmp_path / "out" / "analysis.json").read_text())["vocabularies"]["j"]
     assert set(vocab) <= {'{"k": 0}', '{"k": 1}', '{"k": 2}'} and vocab
+
+
+def test_a_list_only_file_whose_footer_understates_its_rows_fails_the_run_naming_it(tmp_path):
+    """Its column chunks count list items, not rows: the run converts every row or fails naming the
+    file and row group, never writes fewer records than the file holds."""
+    from test_convert_parquet_guards import _patch_footer
+
+    table = pa.table({"tags": [[f"t{i % 4}", "x"] for i in range(60)], "y": [[i % 2] for i in range(60)]})
+    honest, lying = tmp_path / "honest" / "lists.parquet", tmp_path / "lying" / "lists.parquet"
+    for p in (honest, lying):
+        p.parent.mkdir()
+        pq.write_table(table, p, row_group_size=30)
+    lying.write_bytes(_patch_footer(lying.read_bytes(), {(3,): 40, (4, 1, 3): 10}))  # row group 1: 10 rows of 30
+    config = tmp_path / "features.yaml"
+    config.write_text('features:\n  - {name: tags, transform: vocabulary, max_len: 2}\n'
+                      '  - {name: y, source: "y[0]", transform: identity}\n')
+    r = cli("convert", "-i", honest, "-c", config, "-o", tmp_path / "out", "--num-shards", "1")
+    assert r.exit_code == 0, r.output
+    assert check_accounting(tmp_path / "out")["read"] == 60
+    r = cli("convert", "-i", lying, "-c", config, "-o", tmp_path / "out2", "--num-shards", "1")
+    assert r.exit_code != 0, r.output
+    assert "lists.parquet" in r.output and "row group 1" in r.output and "understates the rows" in r.output
+    assert not (tmp_path / "out2" / "dataset_info.json").exists()

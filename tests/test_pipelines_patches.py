@@ -231,7 +231,7 @@ def test_pre_fork_is_opt_in_for_the_api_and_serves_every_worker(tmp_path):
 _IMPORT_PROBE = r"""
 import importlib, json, logging, os, pkgutil, signal, socket, sys, threading, warnings
 
-ours = ("convert", "readers", "pipelines")
+ours = ("convert", "readers", "pipelines", "stores")
 names = sorted(m.name for pkg in ours for m in pkgutil.walk_packages(importlib.import_module(pkg).__path__, pkg + "."))
 # Third-party modules first (TensorFlow, Beam, polars, ...): what they do on import is theirs.
 for name in sys.argv[1:]:
@@ -281,7 +281,7 @@ print(json.dumps({"imported": names, "changed": changed}, default=repr))
 
 _THIRD_PARTY_PROBE = r"""
 import importlib, json, pkgutil, sys
-ours = ("convert", "readers", "pipelines")
+ours = ("convert", "readers", "pipelines", "stores")
 for pkg in ours:
     for m in pkgutil.walk_packages(importlib.import_module(pkg).__path__, pkg + "."):
         importlib.import_module(m.name)

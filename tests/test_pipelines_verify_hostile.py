@@ -8,6 +8,8 @@ than the shards were written."""
 from __future__ import annotations
 
 import json
+import math
+import re
 import shutil
 from pathlib import Path
 
@@ -182,10 +184,63 @@ def test_inspect_reads_a_directory_whose_name_has_glob_characters(made, tmp_path
     parent = tmp_path / "parent"
     shutil.copytree(made["out"], parent)  # another dataset in the parent directory
     shutil.copytree(made["out"], parent / "ds[1]")
-    _edit_json(parent / "ds[1]" / "dataset_info.json", lambda d: d["counts"].update(read=4242))
+    _edit_json(parent / "ds[1]" / "dataset_info.json",  # still adding up: read = written + errors
+               lambda d: d["counts"].update(read=4242, errors=4242 - sum(d["counts"]["written"].values())))
     for path in (parent / "ds[1]", f"{parent / 'ds[1]'}/", parent / "ds[1]" / "train-*"):
         r = runner.invoke(app, ["inspect", str(path), "-n", "1"])
         assert r.exit_code == 0, r.output
         assert f"dataset: {parent / 'ds[1]'}\n" in r.output and "records read 4242" in r.output, r.output
     r = runner.invoke(app, ["inspect", str(parent / "train-*"), "-n", "1"])  # a pattern still names its directory
     assert r.exit_code == 0 and f"dataset: {parent}\n" in r.output, r.output
+
+
+def _stats_of(d):
+    return next(f["params"]["stats"] for f in d["features"] if "count" in f["params"].get("stats", {}))
+
+
+@pytest.mark.parametrize(("edit", "field"), [
+    (lambda d, v: d["counts"].update(read=v), "counts.read"),
+    (lambda d, v: d["counts"].update(errors=v), "counts.errors"),
+    (lambda d, v: d["counts"]["written"].update(train=v), "counts.written.train"),
+    (lambda d, v: next(iter(d["counts"]["per_file"].values())).update(eval=v), "counts.per_file["),
+    (lambda d, v: d["splits"]["train"].update(num_records=v), "splits.train.num_records"),
+    (lambda d, v: d["splits"]["eval"].update(num_bytes=v), "splits.eval.num_bytes"),
+    (lambda d, v: d["splits"]["eval"]["shards"][0].update(num_records=v), "shard 0: num_records"),
+    (lambda d, v: d["errors"].update(count=v), "errors.count"),
+    (lambda d, v: d["vocabularies"]["color"].update(terms=v), "vocabularies.color.terms"),
+    (lambda d, v: _stats_of(d).update(count=v), "'count' must be a non-negative integer"),
+    (lambda d, v: next(iter(d["statistics"].values())).update(missing=v), "statistics: stats of"),
+], ids=lambda x: x if isinstance(x, str) else "")
+@pytest.mark.parametrize("value", [math.nan, math.inf, -3, 7.0, True], ids=["nan", "inf", "negative", "float", "bool"])
+def test_a_count_that_is_not_an_exact_non_negative_integer_is_refused_everywhere(made, tmp_path, edit, field, value):
+    """NaN, infinity, a negative number, a float or a bool counts no records: ``inspect``,
+    ``verify``, ``report`` and the readers refuse the metadata naming the field, not show it."""
+    import readers
+
+    out = _copy(made, tmp_path)
+    _edit_json(out / "dataset_info.json", lambda d: edit(d, value))  # json writes NaN and Infinity as such
+    for command in ("inspect", "verify", "report"):
+        r = runner.invoke(app, [command, str(out)])
+        assert r.exit_code == 1 and field in r.output and "Traceback" not in r.output, (command, r.output)
+        assert "integer" in r.output, r.output
+    with pytest.raises(SpecError, match=re.escape(field)):
+        readers.load_info(str(out))
+    with pytest.raises(SpecError, match=re.escape(field)):
+        readers.eval_dataset(str(out / "eval-*"), batch_size=4)
+
+
+@pytest.mark.parametrize(("edit", "words"), [
+    (lambda d: d["splits"]["train"].update(num_records=d["splits"]["train"]["num_records"] + 1),
+     "splits.train.num_records is"),
+    (lambda d: d["counts"].update(read=d["counts"]["read"] + 1), "counts.read is"),
+])
+def test_counts_that_do_not_add_up_are_refused(made, tmp_path, edit, words):
+    import readers
+
+    out = _copy(made, tmp_path)
+    _edit_json(out / "dataset_info.json", edit)
+    for command in ("inspect", "verify", "report"):
+        r = runner.invoke(app, [command, str(out)])
+        assert r.exit_code == 1 and words in r.output and "edited or damaged" in r.output, (command, r.output)
+    with pytest.raises(SpecError, match=words):
+        readers.load_info(str(out))

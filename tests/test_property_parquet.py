@@ -1,7 +1,7 @@
 """Property tests: on random Arrow tables written as Parquet (random nested
 types, logical types, codecs, dictionary encoding, row group and page sizes),
-the fast path (``convert.parquet_types.raw_array`` + polars) and the
-per-record reference path (``convert.parquet_records``) give the same records,
+the fast path (``convert.formats.parquet_types.raw_array`` + polars) and the
+per-record reference path (``convert.formats.parquet_records``) give the same records,
 value types included (compared by ``repr``), and the fast path's record JSON
 is the reference records' canonical JSON byte for byte."""
 
@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from convert.parquet import iter_parquet
+from convert.formats.parquet_reader import iter_parquet
 from convert.source_types import InputFileError
 from convert.splits import _canonical
 

@@ -35,8 +35,10 @@ from convert.spec import (
     name_problem,
 )
 from pipelines.cli import app
-from readers import StagingError, _staging
+from readers import StagingError
 from readers.info import select_shards
+from stores import staging as _staging
+from stores.hdfs import parse_hdfs_url
 
 runner = CliRunner()
 
@@ -392,7 +394,7 @@ class FakeHdfs:
         self.downloads: list[str] = []
 
     def _local(self, url: str) -> Path:
-        return self.namespace / _staging.parse_hdfs_url(url)[2].lstrip("/")
+        return self.namespace / parse_hdfs_url(url)[2].lstrip("/")
 
     def stat(self, url):
         p = self._local(url)

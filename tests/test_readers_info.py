@@ -307,7 +307,7 @@ def test_import_readers_does_not_import_beam():
         "import sys, readers\n"
         "assert 'tensorflow' not in sys.modules, 'import readers should not load TensorFlow'\n"
         "readers.train_dataset, readers.eval_dataset, readers.keras_inputs\n"
-        "import readers.dataset, readers._staging\n"
+        "import readers.dataset, stores.staging\n"
         "assert 'tensorflow' in sys.modules\n"
         "bad = sorted(m for m in sys.modules if m == 'apache_beam' or m.startswith('apache_beam.'))\n"
         "assert not bad, bad\n"

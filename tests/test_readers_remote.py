@@ -18,7 +18,8 @@ import pytest
 import tensorflow as tf
 
 import readers
-from readers import ShardNotFoundError, StagingError, _staging
+from readers import ShardNotFoundError, StagingError
+from stores import staging as _staging
 
 
 class FakeWebHdfs:

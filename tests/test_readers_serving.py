@@ -35,8 +35,8 @@ from convert.apply import OutputAnalysis, apply_analysis
 from convert.check import unit_problems
 from convert.config import load_config
 from convert.example import encode_examples, split_buffer
-from convert.jsonl import iter_json
-from readers import _serving_wire, serving, serving_ops
+from convert.formats.jsonl import iter_json
+from readers import _serving_wire, serving, serving_ops, transforms
 from readers._serving_wire import KIND_NESTED
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -255,6 +255,13 @@ def test_parity_on_random_records(output, layer, recs):
 
 def test_parity_on_training_records(output, layer):
     check_parity(output, layer, [_train_record(i) for i in range(240)])
+
+
+@pytest.mark.parametrize("name", transforms.names())
+def test_the_parity_output_has_features_of_every_registered_transform(layer, name):
+    """The property tests here run every transform the serving registry holds through the
+    converter and the layer: a new one needs its features in BASE_FEATURES or HASHED_FEATURES."""
+    assert any(f.transform == name for f in layer.config.features), name
 
 
 @pytest.mark.parametrize("tags", [

@@ -39,6 +39,7 @@ from test_readers_serving import (
 )
 
 import readers
+from readers import transforms
 from readers._serving_examples import ExampleDecoder, to_example, transform_examples
 
 #: Layer errors allowed on records the converter accepts: the documented serving limits, and a
@@ -64,6 +65,12 @@ def output(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def layer(output) -> readers.TransformLayer:
     return readers.transform_layer(str(output))
+
+
+@pytest.mark.parametrize("name", transforms.names())
+def test_the_example_parity_output_has_features_of_every_registered_transform(layer, name):
+    """The Example parity tests run every transform of the serving registry."""
+    assert any(f.transform == name for f in layer.config.features), name
 
 
 def _keys(layer: readers.TransformLayer) -> list[str]:

@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 from test_readers_serving import _train_record, check_parity, cli, layer, output  # noqa: F401 - fixtures
 
-from convert.parquet import iter_parquet
+from convert.formats.parquet_reader import iter_parquet
 
 #: The serving test's training records as Parquet types: logical types where the field holds one.
 ARROW = pa.schema([

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from pipelines.remote import azure_beam_args
-from readers import _staging
-from readers._staging_azure import check_account, other_scheme_hint, parse_azfs_url
+from stores import staging as _staging
+from stores.azure import check_account, other_scheme_hint, parse_azfs_url
 
 CONN = "DefaultEndpointsProtocol=https;AccountName=trainstore;AccountKey=c2VjcmV0;EndpointSuffix=core.windows.net"
 

@@ -79,7 +79,7 @@ def test_cli_converts_hdfs_to_hdfs_like_a_local_run(hdfs_dataset, remote_stack):
 @pytest.mark.slow
 def test_readers_on_hdfs_match_local(hdfs_dataset, remote_stack, tmp_path, monkeypatch):
     import readers
-    from readers import _staging
+    from stores import staging as _staging
 
     if not (hdfs_dataset["ns"] / "out" / METADATA_FILENAME).exists():
         test_cli_converts_hdfs_to_hdfs_like_a_local_run(hdfs_dataset, remote_stack)

@@ -45,7 +45,7 @@ def convert(
     config: Annotated[Path, typer.Option("--config", "-c", help="Feature config (YAML or JSON); `recordprep infer` drafts one.")],
     output: Annotated[str, typer.Option("--output", "-o", help="Output directory (local ones must be creatable and writable: checked before any work). dataset_info.json appears there last, when the run is complete.")],
     splits: Annotated[str, typer.Option(help="Named splits with weights; the first one is analyzed (vocabularies, statistics).")] = "train=0.9,eval=0.1",
-    split_key: Annotated[str | None, typer.Option(help="Field whose value decides the split (entity-stable, e.g. user_id). Default: the whole record.")] = None,
+    split_key: Annotated[str | None, typer.Option(help="Field whose value decides the split (entity-stable, e.g. user_id), a path as a feature's source is: user.id is the field id inside user; quote a name holding a dot: '[\"user.id\"]' (a top-level field named user.id). Default: the whole record.")] = None,
     num_shards: Annotated[int | None, typer.Option(help="Shards per split. Default: from input size (see --target-shard-mb).")] = None,
     target_shard_mb: Annotated[float, typer.Option(help="Input MB per shard when --num-shards is not given (> 0; an error if it makes more than 100,000 shards).")] = 128.0,
     compression: Annotated[str, typer.Option(help="Shard compression: gzip or none.")] = "gzip",
@@ -276,7 +276,7 @@ def _sample_records(files: list[InputFile], input: list[str], sample: int, json_
     """
     from apache_beam.io.filesystems import FileSystems
 
-    from convert.sources import InputFileError, detect_format, iter_records, read_record_schema
+    from convert.sources import InputFileError, iter_records, read_record_schema
 
     schemas: list = []
     records: list = []
@@ -287,7 +287,6 @@ def _sample_records(files: list[InputFile], input: list[str], sample: int, json_
         for f in files:
             read_from.append(f.path)
             with FileSystems.open(f.path, compression_type="uncompressed") as fh:
-                has_schema = detect_format(f.path, fh.read(4)) in ("avro", "parquet")
                 # Records first: the reader checks the magic and names what is wrong.
                 for batch in iter_records(fh, f.path, 0, None, 1024, json_records_path,
                                           max_record_bytes=max_record_bytes, max_block_bytes=max_block_bytes):
@@ -298,8 +297,9 @@ def _sample_records(files: list[InputFile], input: list[str], sample: int, json_
                     records.extend(batch.records[: sample - len(records)])
                     if len(records) >= sample:
                         break
-                if has_schema:
-                    schemas.append(read_record_schema(fh, f.path))
+                schema = read_record_schema(fh, f.path)  # None: a format without one (JSON)
+                if schema is not None:
+                    schemas.append(schema)
             if len(records) >= sample:
                 break
     except InputFileError as e:
@@ -337,7 +337,7 @@ def _records_keys(paths: list[str]) -> list[str]:
     import orjson
     from apache_beam.io.filesystems import FileSystems
 
-    from convert.jsonl import record_lists
+    from convert.formats.jsonl import record_lists
 
     for p in paths[:3]:
         try:

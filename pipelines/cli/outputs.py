@@ -135,12 +135,10 @@ def wait(
               f"{getattr(e, 'problem', '')}; is the conversion running?")
     except OSError as e:  # the storage is unreachable or refuses: waiting on it would not help
         from pipelines.job import failure_reason
+        from stores import store_for
 
-        hint = (f" (for hdfs://, the NameNode's WebHDFS address: {remote.WEBHDFS_URL_ENV})" if output.startswith("hdfs://")
-                else " (for s3://, the credentials, region and AWS_ENDPOINT_URL boto3 finds)" if output.startswith("s3://")
-                else " (for azfs://, AZURE_STORAGE_CONNECTION_STRING or the identity DefaultAzureCredential finds)"
-                if output.startswith("azfs://")
-                else "")
+        reach = store_for(output).reach_hint
+        hint = f" ({reach})" if reach else ""
         fail(f"cannot read {location.metadata_path}: {failure_reason(e)}; check the path and that its file system is reachable{hint}")
     except SpecError as e:
         fail(f"{output} is not a complete recordprep output: {e}")

@@ -45,6 +45,7 @@ from pipelines.local.patches import (
     SHORT_SAMPLER_SLEEPS,
     apply_for_process,
 )
+from stores import beam_filesystem_modules
 
 #: Modules a conversion worker never imports; ``import apache_beam`` tries them
 #: all inside ``try/except ImportError``.
@@ -52,7 +53,7 @@ UNUSED_MODULES = (
     "apache_beam.io.gcp.bigquery",  # google-cloud-bigquery and friends
     "pymongo",
     "bson",
-    "pyarrow",  # apache_beam.io.parquetio, typehints' Arrow support; convert.parquet lifts the mark for Parquet input
+    "pyarrow",  # apache_beam.io.parquetio, typehints' Arrow support; convert.formats.parquet_reader lifts the mark for Parquet input
     "pyarrow_hotfix",
 )
 
@@ -63,8 +64,7 @@ _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD, _M_ARENA_MAX = -1, -3, -8
 #: it inside ``try/except ImportError`` too).
 LOCAL_UNUSED_MODULES = ("google.cloud.dataflow",)
 #: Beam's file system plugins by URL scheme: loaded only when a path uses it.
-FILESYSTEM_MODULES = {"gs": "apache_beam.io.gcp.gcsfilesystem", "hdfs": "apache_beam.io.hadoopfilesystem",
-                      "s3": "apache_beam.io.aws.s3filesystem", "azfs": "apache_beam.io.azure.blobstoragefilesystem"}
+FILESYSTEM_MODULES = beam_filesystem_modules()  # each store module names its Beam plugin
 _SCHEMES_FLAG = "--recordprep-schemes="
 
 

@@ -13,7 +13,9 @@ from typing import IO, Any
 
 import numpy as np
 
-from convert.avro_framing import (
+from convert.column_records import ColumnRecords, term_coders
+from convert.columns import ListArray, NumericArray, ScalarArray
+from convert.formats.avro_framing import (
     SYNC_SIZE,
     block_expands_past,
     block_too_big,
@@ -21,8 +23,6 @@ from convert.avro_framing import (
     null_codec_header,
     read_raw_block,
 )
-from convert.column_records import ColumnRecords, term_coders
-from convert.columns import ListArray, NumericArray, ScalarArray
 from convert.source_types import (
     DEFAULT_MAX_BLOCK_BYTES,
     MAX_AVRO_BLOCK_BYTES,

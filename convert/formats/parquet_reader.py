@@ -8,18 +8,18 @@ holds the row group's byte offset and ``indexes`` the row's position in its
 row group; errors name the file, the row group and, where one column is at
 fault, the field.
 
-Two paths give the same records (``convert.parquet_types`` says which
+Two paths give the same records (``convert.formats.parquet_types`` says which
 values): the fast path reads a batch as Arrow arrays, casts logical types to
 their raw values (``raw_array``) and hands polars' columns over as
 ``ColumnRecords``, the form the Avro fast path gives; the reference path
-(``convert.parquet_records``) builds each record value by value. The fast
+(``convert.formats.parquet_records``) builds each record value by value. The fast
 path takes every schema without maps; a batch it fails on is read by the
 reference path.
 
 Nothing pyarrow may abort on runs on a file before ``_open`` has checked it:
 encrypted files, and footers not proven free of encryption, are refused from
-the raw footer before pyarrow parses it (``convert.parquet_footer``),
-schemas by ``convert.parquet_types.schema_problem``. Memory is bounded by the
+the raw footer before pyarrow parses it (``convert.formats.parquet_footer``),
+schemas by ``convert.formats.parquet_types.schema_problem``. Memory is bounded by the
 decoded size of a batch, not by what the footer claims (``_bounded``), and
 only the columns a run reads are decoded (``columns``).
 """
@@ -44,9 +44,10 @@ import pyarrow as pa  # noqa: E402 - after the mark is lifted
 import pyarrow.compute as pc  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
-from convert.parquet_footer import ENCRYPTED_MAGIC, encryption  # noqa: E402
-from convert.parquet_records import table_records  # noqa: E402
-from convert.parquet_types import (  # noqa: E402
+from convert.formats.parquet import PARQUET_MAGIC  # noqa: E402
+from convert.formats.parquet_footer import ENCRYPTED_MAGIC, encryption  # noqa: E402
+from convert.formats.parquet_records import table_records  # noqa: E402
+from convert.formats.parquet_types import (  # noqa: E402
     INT96_UNIT,
     avro_schema,
     is_columnar_type,
@@ -58,15 +59,13 @@ from convert.parquet_types import (  # noqa: E402
 )
 from convert.source_types import (  # noqa: E402
     DEFAULT_MAX_BLOCK_BYTES,
-    PARQUET_MAGIC,
     InputFileError,
     RecordBatch,
-    is_parquet,
     mb,
     quoted,
 )
 
-__all__ = ["PARQUET_MAGIC", "is_parquet", "iter_parquet", "read_parquet_schema", "row_group_offsets"]
+__all__ = ["iter_parquet", "read_parquet_schema", "row_group_offsets"]
 
 _log = logging.getLogger("recordprep")
 
@@ -158,7 +157,7 @@ def row_group_offsets(pf: pq.ParquetFile) -> list[int]:
 
 def read_parquet_schema(f: IO[bytes], path: str) -> dict[str, Any]:
     """The Avro-equivalent record schema of a Parquet file's records
-    (``convert.parquet_types.avro_schema``), partition fields included: what
+    (``convert.formats.parquet_types.avro_schema``), partition fields included: what
     ``infer`` and the config check read its fields from."""
     pf = _open(f, path)
     try:
@@ -181,7 +180,8 @@ def iter_parquet(f: IO[bytes], path: str, start: int = 0, end: int | None = None
     once per row that uses it, before it is copied into each). A row group
     that cannot be decoded, one of whose column chunks claims more than
     ``max_block_bytes`` decompressed or holds other than one value per row
-    (not repeated), or a record over ``max_block_bytes``, ends the range: the
+    (not repeated), whose footer understates its rows (``_check_rows``), or a
+    record over ``max_block_bytes``, ends the range: the
     records before it are yielded, then ``InputFileError`` names the file,
     the row group and the column.
     """
@@ -196,25 +196,27 @@ def iter_parquet(f: IO[bytes], path: str, start: int = 0, end: int | None = None
     offsets = row_group_offsets(pf)
     _check_offsets(f, path, pf, offsets)
     counted = _counted_leaves(pf, leaves)
+    probe = _row_probe(pf, counted)
     for i, off in enumerate(offsets):
         if off < start or (end is not None and off >= end):
             continue
         _check_row_group(pf, path, i, off, max_block_bytes, leaves, counted)
-        row, memo = 0, {}  # memo: the dictionary values built, for this row group's batches
+        row, levels, memo = 0, 0, {}  # memo: the dictionary values built, for this row group's batches
         try:
             for rb in reader.iter_batches(batch_size, row_groups=[i], columns=names, use_threads=False):
+                if probe in names:
+                    levels += _first_leaf_levels(rb.column(probe))
                 for piece in _bounded(rb, path, i, off, row, max_block_bytes):
                     yield _batch(piece, path, parts, fast and not _repeats(piece), record_json, off, row, memo)
                     row += piece.num_rows
+            if probe is not None and probe not in names:
+                levels = sum(_first_leaf_levels(rb.column(0)) for rb in
+                             reader.iter_batches(batch_size, row_groups=[i], columns=[probe], use_threads=False))
         except InputFileError:
             raise
         except Exception as e:
             raise _row_group_error(pf, path, i, off, row, e, names) from e
-        want = pf.metadata.row_group(i).num_rows
-        if row != want:  # never drop rows unnoticed (pyarrow misreads some files: tests/test_property_parquet.py)
-            raise InputFileError(path, f"row group {i}: pyarrow decoded {row} rows, the file's footer says {want}; "
-                                       "the file is corrupt or pyarrow misreads it (rewrite it, or try another "
-                                       "pyarrow version)", off)
+        _check_rows(pf, path, i, off, row, None if probe is None else levels)
 
 
 def _leaf_counts(t: pa.DataType) -> int:
@@ -318,7 +320,7 @@ def _batch(rb: pa.RecordBatch, path: str, parts: dict[str, str | None], fast: bo
 def _columnar(rb: pa.RecordBatch, parts: dict[str, str | None], path: str, record_json: bool) -> Any:
     import polars as pl
 
-    from convert.avro_columnar import frame_records
+    from convert.formats.avro_columnar import frame_records
 
     arrays = [raw_array(c) for c in rb.columns]
     names = list(rb.schema.names)
@@ -379,6 +381,54 @@ def _check_row_group(pf: pq.ParquetFile, path: str, i: int, off: int, cap: int, 
             raise InputFileError(path, f"row group {i}, column {c.path_in_schema!r}: the column chunk holds "
                                        f"{c.num_values} values, the row group has {rg.num_rows} rows; the file is "
                                        "corrupt (rewrite it)", off)
+
+
+def _row_probe(pf: pq.ParquetFile, counted: list[int]) -> str | None:
+    """The top-level column whose first leaf (the file's leaf column 0) proves
+    a row group's rows when none of the ``counted`` leaves has one value per
+    row (a run reading only lists, in a file of only lists): ``None`` when one
+    has, or the file has no columns. A repeated leaf's value count counts
+    list items, not rows, so a footer understating the rows would pass
+    ``_check_row_group`` and pyarrow would read only the rows it claims."""
+    schema = pf.schema
+    if not pf.metadata.num_columns or any(schema.column(j).max_repetition_level == 0 for j in counted):
+        return None
+    return pf.schema_arrow.names[0]
+
+
+def _first_leaf_levels(a: pa.Array) -> int:
+    """How many Parquet levels (the values a column chunk counts: one per
+    item, and one per null or empty list or null struct on the way) the first
+    leaf column of the values ``a`` takes."""
+    while isinstance(a, pa.ExtensionArray):
+        a = a.storage
+    t = a.type
+    if pa.types.is_struct(t):  # flatten: the struct's nulls become its child's
+        return _first_leaf_levels(a.flatten()[0]) if t.num_fields else len(a)
+    if pa.types.is_map(t):
+        a = a.cast(pa.list_(pa.field("entries", pa.struct([t.key_field, t.item_field]), nullable=False)))
+    elif not is_list_type(t):
+        return len(a)
+    filled = pc.sum(pc.greater(pc.list_value_length(a), 0)).as_py() or 0
+    return len(a) - filled + _first_leaf_levels(a.flatten())
+
+
+def _check_rows(pf: pq.ParquetFile, path: str, i: int, off: int, row: int, levels: int | None) -> None:
+    """Refuse a row group whose rows pyarrow read (``row``) are not the
+    footer's count, or whose first leaf column holds more values than those
+    rows take (``levels``, when ``_row_probe`` named a column): pyarrow reads
+    as many rows as the footer says, and a footer understating them would
+    drop the others without a word."""
+    rg = pf.metadata.row_group(i)
+    if row != rg.num_rows:  # pyarrow misreads some files: tests/test_property_parquet.py
+        raise InputFileError(path, f"row group {i}: pyarrow decoded {row} rows, the file's footer says "
+                                   f"{rg.num_rows}; the file is corrupt or pyarrow misreads it (rewrite it, or try "
+                                   "another pyarrow version)", off)
+    c = rg.column(0) if levels is not None else None
+    if c is not None and levels < c.num_values:
+        raise InputFileError(path, f"row group {i}, column {c.path_in_schema!r}: the column chunk holds "
+                                   f"{c.num_values} values, the {rg.num_rows} rows the footer says take {levels}; "
+                                   "the footer understates the rows, the file is corrupt (rewrite it)", off)
 
 
 def _row_group_error(pf: pq.ParquetFile, path: str, i: int, off: int, row: int, e: BaseException,

@@ -1,5 +1,5 @@
 """Azure Blob Storage for recordprep: ``azfs://`` URLs, the client from the standard credentials,
-and the staging client of the readers (:mod:`readers._staging`).
+the staging client of the readers (:mod:`stores.staging`) and the lock by conditional requests.
 
 The scheme is Beam's own, ``azfs://<account>/<container>/<blob path>``, so a path
 a user writes is the path Beam lists, reads and writes, with no translation
@@ -28,14 +28,17 @@ readers never need it): shards are copied to local disk like ``hdfs://`` and
 from __future__ import annotations
 
 import os
+import posixpath
 import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from readers.errors import ShardNotFoundError, StagingError
+from stores.base import IO_ATTEMPTS, IO_TIMEOUT_SECONDS, ShardNotFoundError, StagingError, Store
 
 SCHEME = "azfs"
+#: Beam's file system module of the scheme (loaded by workers only when a path uses it).
+BEAM_MODULE = "apache_beam.io.azure.blobstoragefilesystem"
 CONNECTION_STRING_ENV = "AZURE_STORAGE_CONNECTION_STRING"  # the Azure SDK's and Beam's name
 _URL = re.compile(r"^azfs://([a-z0-9]{3,24})/([a-z0-9](?:[a-z0-9]|-(?!-)){1,61}[a-z0-9])(?:/(.*))?$")
 OTHER_SCHEMES = ("az", "abfs", "abfss", "wasb", "wasbs")
@@ -116,7 +119,7 @@ def service_client(account: str) -> Any:
 
 
 class AzureClient:
-    """stat / read / download of blobs (the ``HdfsClient`` protocol of ``_staging``), one account."""
+    """stat / read / download of blobs (the :class:`stores.base.StagingClient` protocol), one account."""
 
     store = "Azure Blob Storage"
 
@@ -170,3 +173,130 @@ class AzureClient:
 
         self._call("GET", url, copy, missing)
         return dest.stat().st_size
+
+
+class AzureLock:
+    """A lock blob on Azure Blob Storage, every change conditional on the blob's ETag.
+
+    The client is Beam's (``--azure_connection_string``, else
+    ``$AZURE_STORAGE_CONNECTION_STRING``, else ``--blob_service_endpoint`` with
+    ``DefaultAzureCredential``), so the lock talks to the same account as the job.
+    A lease would also exclude other writers, but its holder must renew it at
+    most every 60 s and a dead holder's lease blocks every other run until it
+    expires; the ETag conditions need no renewal and leave the judgement of a
+    dead run to the heartbeat, as on the other stores.
+    """
+
+    conditional = True
+    atomic_create = True
+
+    def __init__(self, path: str, client: Any = None):
+        _, container, name = parse_azfs_url(path)
+        self.blob = (client or beam_client()).get_blob_client(container, name)
+        # azure-core reads these per request: bounded connect/read time and retries.
+        self.io = {"connection_timeout": IO_TIMEOUT_SECONDS, "read_timeout": IO_TIMEOUT_SECONDS,
+                   "retry_total": IO_ATTEMPTS - 1}
+
+    def create(self, data: bytes) -> bool:
+        from azure.core.exceptions import ResourceExistsError, ResourceModifiedError
+        from azure.storage.blob import ContentSettings
+
+        try:  # overwrite=False sends If-None-Match: *
+            resp = self.blob.upload_blob(data, overwrite=False,
+                                         content_settings=ContentSettings(content_type="application/json"), **self.io)
+        except (ResourceExistsError, ResourceModifiedError):  # 409 BlobAlreadyExists, or 412 from a proxy
+            return False
+        self.etag = resp["etag"]
+        return True
+
+    def created_state(self, data: bytes) -> Any:
+        return self.etag
+
+    def read(self) -> tuple[bytes, Any, float] | None:
+        from azure.core.exceptions import ResourceNotFoundError
+
+        try:
+            stream = self.blob.download_blob(**self.io)
+            data = stream.readall()
+        except ResourceNotFoundError:
+            return None
+        return data, stream.properties.etag, stream.properties.last_modified.timestamp()
+
+    def replace(self, data: bytes, held: Any) -> Any:
+        from azure.core import MatchConditions
+        from azure.storage.blob import ContentSettings
+
+        resp = self.blob.upload_blob(data, overwrite=True, etag=held, match_condition=MatchConditions.IfNotModified,
+                                     content_settings=ContentSettings(content_type="application/json"), **self.io)
+        return resp["etag"]
+
+    def remove_if(self, state: Any) -> bool:
+        from azure.core import MatchConditions
+        from azure.core.exceptions import ResourceModifiedError, ResourceNotFoundError
+
+        try:
+            self.blob.delete_blob(etag=state, match_condition=MatchConditions.IfNotModified, **self.io)
+        except ResourceNotFoundError:
+            return True
+        except ResourceModifiedError:
+            return False
+        return True
+
+
+def beam_client() -> Any:
+    """Beam's Azure client, from the options the job set on ``FileSystems`` (or none)."""
+    from apache_beam.io.azure.blobstorageio import BlobStorageIO
+    from apache_beam.io.filesystems import FileSystems
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    # The options the job set on FileSystems (pipelines.remote.pipeline_options), if any.
+    options = getattr(FileSystems, "_pipeline_options", None) or PipelineOptions([])
+    return BlobStorageIO(pipeline_options=options).client
+
+
+class AzureStore(Store):
+    """``azfs://<account>/<container>/<blob>``: staged for the readers
+    (``$RECORDPREP_AZURE_CACHE``, ``<account>/<container>/<blob>``)."""
+
+    scheme = SCHEME
+    name = "Azure Blob Storage"
+    staged = True
+    cache_name = "azure"
+    cache_env = "RECORDPREP_AZURE_CACHE"
+    reach_hint = "for azfs://, AZURE_STORAGE_CONNECTION_STRING or the identity DefaultAzureCredential finds"
+
+    def parse(self, url: str) -> tuple[str, str, str]:
+        """``(account, container, blob)``."""
+        return parse_azfs_url(url)
+
+    def other_scheme_hint(self, url: str) -> str | None:
+        return other_scheme_hint(url)
+
+    def stat(self, url: str) -> tuple[int, float | None] | None:
+        from stores.staging import client_for
+
+        return client_for(url).stat(url)
+
+    def read(self, url: str) -> bytes | None:
+        from stores.staging import client_for
+
+        return client_for(url).read(url)
+
+    def lock_object(self, path: str, client: Any = None) -> AzureLock:
+        return AzureLock(path, client)
+
+    def client_key(self, url: str) -> tuple[Any, ...]:
+        return ("azfs", hash(os.environ.get(CONNECTION_STRING_ENV, "")), parse_azfs_url(url)[0])
+
+    def client_label(self, url: str) -> str:
+        return f"azfs://{parse_azfs_url(url)[0]}"
+
+    def staging_client(self, url: str) -> AzureClient:
+        return AzureClient(parse_azfs_url(url)[0])
+
+    def local_path(self, url: str, cache_root: Path) -> Path:
+        account, container, blob = parse_azfs_url(url)
+        return cache_root / account / container / posixpath.normpath("/" + blob).lstrip("/")
+
+
+STORE = AzureStore()

@@ -1,5 +1,5 @@
 """The Parquet reference path: each record built value by value from Arrow
-scalars, by the mapping of ``convert.parquet_types`` (written independently
+scalars, by the mapping of ``convert.formats.parquet_types`` (written independently
 of the fast path's array casts, so the property tests compare two
 implementations). The reader uses it for schemas the fast path does not
 take (maps) and when ``avro_decoder="fastavro"`` asks for the reference
@@ -12,7 +12,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from convert.parquet_types import decimal_bytes, is_list_type
+from convert.formats.parquet_types import decimal_bytes, is_list_type
 
 #: Types whose scalar's ``.value`` is the raw integer of the record model.
 _RAW_INTEGER_TESTS = (pa.types.is_timestamp, pa.types.is_date32, pa.types.is_date64, pa.types.is_time32,
@@ -20,7 +20,7 @@ _RAW_INTEGER_TESTS = (pa.types.is_timestamp, pa.types.is_date32, pa.types.is_dat
 
 
 def record_value(s: pa.Scalar) -> Any:
-    """The record model's value of one Arrow scalar (``convert.parquet_types``)."""
+    """The record model's value of one Arrow scalar (``convert.formats.parquet_types``)."""
     if not s.is_valid:
         return None
     t = s.type

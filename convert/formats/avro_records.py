@@ -11,7 +11,7 @@ from typing import IO, Any
 
 import fastavro
 
-from convert.avro_framing import SYNC_SIZE, block_header, strip_logical
+from convert.formats.avro_framing import SYNC_SIZE, block_header, strip_logical
 from convert.source_types import quoted
 
 #: What a fastavro whose API no longer fits raises (a renamed attribute, a

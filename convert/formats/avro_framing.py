@@ -16,7 +16,6 @@ from typing import IO, Any
 from zlib_ng import zlib_ng as _zng
 
 from convert.source_types import (
-    AVRO_MAGIC,
     CHECK_CHUNK_BYTES,
     DEFLATE_MAX_RATIO,
     MAX_AVRO_BLOCK_BYTES,
@@ -25,6 +24,8 @@ from convert.source_types import (
     mb,
 )
 
+#: The first bytes of an Avro object container file (version 1).
+AVRO_MAGIC = b"Obj\x01"
 SYNC_SIZE = 16
 
 

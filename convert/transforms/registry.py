@@ -1,0 +1,41 @@
+"""The registry: every transform, one line each, in the order messages list them.
+
+Adding a transform is its module (a ``convert.transforms.base.Transform``
+subclass and its ``TRANSFORM``), one line here and its tests; its serving
+twin is ``readers.transforms.<module>`` (``Transform.serving``).
+"""
+
+from __future__ import annotations
+
+from convert.transforms import (
+    bucketize,
+    bytes,
+    clip,
+    count,
+    cross,
+    hash,
+    identity,
+    log1p,
+    minmax,
+    text,
+    timestamp,
+    vocabulary,
+    zscore,
+)
+from convert.transforms.base import Transform
+
+REGISTRY: dict[str, Transform] = {
+    "identity": identity.TRANSFORM,
+    "zscore": zscore.TRANSFORM,
+    "minmax": minmax.TRANSFORM,
+    "log1p": log1p.TRANSFORM,
+    "clip": clip.TRANSFORM,
+    "bucketize": bucketize.TRANSFORM,
+    "vocabulary": vocabulary.TRANSFORM,
+    "hash": hash.TRANSFORM,
+    "text": text.TRANSFORM,
+    "bytes": bytes.TRANSFORM,
+    "timestamp": timestamp.TRANSFORM,
+    "cross": cross.TRANSFORM,
+    "count": count.TRANSFORM,
+}
