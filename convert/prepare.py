@@ -316,6 +316,15 @@ class Preparer:
         ts_cols = timestamp_columns(f, values, batch.bad)
         return Finished(f.name, ts_cols, _present_rows(f, ts_cols, values))
 
+    def _stage_own(self, f: FeatureConfig, values: Any, batch: _Batch, arr: Any, leaf: tuple | None) -> PreparedPart:
+        """A transform that finishes its values itself (``Transform.finish_values``; no analysis)."""
+        cols, present, rejected = transform_of(f).finish_values(f, values)
+        for i, why in rejected.items():
+            batch.bad.setdefault(i, Rejection(i, f.source, why))
+        if batch.extras is not None:
+            batch.extras[f.name] = PresentRows(present)
+        return Finished(f.name, cols, present)
+
     def _stage_cross(self, f: FeatureConfig, values: Any, batch: _Batch, arr: Any, leaf: tuple | None) -> PreparedPart:
         return Finished(f.name, self._cross(f, batch.records, batch.all_dicts, batch.bad, batch.top))
 
@@ -556,5 +565,6 @@ STAGES = {
     "hash": Preparer._stage_hash,
     "timestamp": Preparer._stage_timestamp,
     "cross": Preparer._stage_cross,
+    "own": Preparer._stage_own,
     "terms": Preparer._stage_terms,
 }

@@ -69,6 +69,8 @@ BASE_FEATURES = """
   - {name: ts_ns, source: ts, transform: timestamp, unit: ns, parts: [month]}
   - {name: day, transform: timestamp, unit: days, parts: [day_of_week, month]}
   - {name: secs, transform: timestamp, unit: s, parts: [hour]}
+  - {name: cyc, source: ts, transform: cyclical, parts: [hour, day_of_week, day_of_month, day_of_year, month], missing_indicator: true}
+  - {name: cyc_s, source: secs, transform: cyclical, unit: s}
   - {name: blob, transform: bytes}
   - {name: n_tags, source: tags, transform: count}
   - {name: deep, source: deep.a.b, transform: vocabulary}

@@ -35,8 +35,17 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from convert.columns import Columns
+from convert.derive import epoch_seconds
+from convert.spec import FeatureSpec
+from convert.transforms.base import Need, Transform
+
+if TYPE_CHECKING:  # pragma: no cover
+    from convert.config_model import FeatureConfig
 
 #: The calendar parts and the period each is read against (0: the days of that month or year).
 PARTS: dict[str, int] = {"hour": 24, "day_of_week": 7, "day_of_month": 0, "day_of_year": 0, "month": 12}
@@ -147,3 +156,39 @@ def cyclical_columns(name: str, secs: np.ndarray, present: np.ndarray,
             col = np.where(present, table[slot], np.float32(0.0)).astype(np.float32)
             out[f"{name}_{p}_{fn}"] = ("float32", col.reshape(-1, 1))
     return out
+
+
+class Cyclical(Transform):
+    name = "cyclical"
+    summary = "epoch number in 'unit' or ISO 8601 string -> sin and cos of calendar 'parts' (float32, no analysis)"
+    options = ("unit", "parts", "missing_indicator")
+    serving = "readers.transforms.cyclical"
+    epoch_unit = True
+    stats_kind = "numeric"
+    prepared_as = "own"
+    accepts = (frozenset({"number", "string"}), "epoch numbers or ISO 8601 strings")
+    encoding = "scaled"
+    part_choices = tuple(PARTS)
+    not_taken_why = {"max_len": "it takes one value per record"}
+
+    def complete(self, kw: dict[str, Any], need: Need) -> None:
+        kw.setdefault("unit", "ms")
+        if not kw.get("parts"):
+            kw["parts"] = DEFAULT_PARTS
+
+    def outputs(self, f: FeatureConfig) -> list[str]:
+        return output_names(f.name, f.parts or DEFAULT_PARTS)
+
+    def specs(self, f: FeatureConfig, params: dict[str, Any]) -> list[FeatureSpec]:
+        return [FeatureSpec(name, "float32", (1,), 0.0, f.source, self.name, params, encoding=self.encoding)
+                for name in self.outputs(f)]
+
+    def finish_values(self, f: FeatureConfig, values: list[Any]) -> tuple[Columns, np.ndarray, dict[int, str]]:
+        secs, present, rejected = epoch_seconds(values, f.unit or "ms")
+        cols: Columns = cyclical_columns(f.name, secs, present, f.parts or DEFAULT_PARTS)
+        if f.missing_indicator:
+            cols[f"{f.name}_missing"] = ("int64", (~present).astype(np.int64).reshape(-1, 1))
+        return cols, present, rejected
+
+
+TRANSFORM = Cyclical()

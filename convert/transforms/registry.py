@@ -13,6 +13,7 @@ from convert.transforms import (
     clip,
     count,
     cross,
+    cyclical,
     hash,
     identity,
     log1p,
@@ -38,4 +39,5 @@ REGISTRY: dict[str, Transform] = {
     "timestamp": timestamp.TRANSFORM,
     "cross": cross.TRANSFORM,
     "count": count.TRANSFORM,
+    "cyclical": cyclical.TRANSFORM,
 }

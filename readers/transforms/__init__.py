@@ -17,6 +17,7 @@ from readers.transforms import (
     clip,
     count,
     cross,
+    cyclical,
     hash,
     identity,
     log1p,
@@ -68,6 +69,7 @@ _REGISTRY: dict[str, ServingTransform] = {
     "timestamp": timestamp.TRANSFORM,
     "cross": cross.TRANSFORM,
     "count": count.TRANSFORM,
+    "cyclical": cyclical.TRANSFORM,
 }
 
 

@@ -8,12 +8,15 @@ embedded as constants: the layer writes the converter's bits by construction.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import tensorflow as tf
 
-from convert.transforms.cyclical import DAY_SECONDS, part_table, slot_offsets
+from convert.config import FeatureConfig
+from convert.transforms.cyclical import DAY_SECONDS, DEFAULT_PARTS, part_table, slot_offsets
+from readers.transforms.base import Checks, Layer
+from readers.transforms.timestamp import Timestamp, _seconds
 
 
 def _i64(v: int) -> tf.Tensor:
@@ -77,3 +80,22 @@ def cyclical_columns(name: str, secs: tf.Tensor, present: tf.Tensor, parts: Sequ
             col = tf.gather(tf.constant(np.asarray(table)), slot)
             out[f"{name}_{p}_{fn}"] = tf.reshape(tf.where(present, col, tf.zeros_like(col)), [-1, 1])
     return out
+
+
+class Cyclical(Timestamp):
+    """A timestamp's values as ``timestamp`` reads them (epoch numbers and ISO strings side by
+    side), then the sine and cosine of each part from the converter's tables."""
+
+    name = "cyclical"
+
+    def columns(self, layer: Layer, f: FeatureConfig, inputs: Mapping[str, tf.Tensor], bad: Checks) -> dict[str, tf.Tensor]:
+        s = layer.wire.by_path(f.source)
+        secs, present = _seconds(inputs[s.kind_name], inputs[s.input_name("int")], inputs[s.input_name("number")],
+                                 inputs[s.input_name("term")], f.unit or "ms", s.path, bad)
+        cols = cyclical_columns(f.name, secs, present, f.parts or DEFAULT_PARTS)
+        if f.missing_indicator:
+            cols[f"{f.name}_missing"] = tf.cast(~present, tf.int64)[:, None]
+        return cols
+
+
+TRANSFORM = Cyclical()
