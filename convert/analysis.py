@@ -33,6 +33,7 @@ from convert.records import (
 )
 from convert.spec import MAX_LABEL_CLASSES, statistics_problems
 from convert.transforms import transform_of
+from convert.transforms.zscore_per_key import MAX_KEYS, KeyedMoments, per_key_problems
 
 
 def _feature_getter(f: FeatureConfig) -> Callable[[Any], Any]:
@@ -54,6 +55,9 @@ class NumericStats:
     #: ``bucketize`` features also sketch quantiles; merged in the same
     #: (unit) order as the moments, so boundaries are reproducible.
     sketch: QuantileSketch | None = None
+    #: ``zscore_per_key`` features also keep each key's moments (``KeyedMoments``), merged
+    #: in the same order as the global ones.
+    keyed: KeyedMoments | None = None
 
     def add(self, x: np.ndarray, missing: int) -> None:
         self.missing += missing
@@ -70,6 +74,8 @@ class NumericStats:
         self.missing += o.missing
         if self.sketch is not None and o.sketch is not None:
             self.sketch.merge(o.sketch)
+        if self.keyed is not None and o.keyed is not None:
+            self.keyed.merge(o.keyed)
         if o.count == 0:
             return
         n = self.count + o.count
@@ -85,8 +91,11 @@ class NumericStats:
         return math.sqrt(self.m2 / self.count) if self.count else 0.0
 
     def to_json(self) -> dict[str, Any]:
-        return {"count": self.count, "missing": self.missing, "mean": self.mean, "std": self.std,
-                "min": self.min if self.count else None, "max": self.max if self.count else None}
+        d = {"count": self.count, "missing": self.missing, "mean": self.mean, "std": self.std,
+             "min": self.min if self.count else None, "max": self.max if self.count else None}
+        if self.keyed is not None:
+            d["per_key"] = self.keyed.finish()
+        return d
 
 
 class AnalysisMismatchError(ConfigError):
@@ -99,6 +108,8 @@ _ANALYSIS_OPTIONS = {
     "vocabulary": ("top_k", "min_frequency", "num_oov_buckets"),
     "text": ("top_k", "min_frequency", "num_oov_buckets", "lowercase"),
     "bucketize": ("num_buckets",),
+    "zscore_per_key": ("key",),
+    "label_vocabulary": ("top_k", "min_frequency", "num_oov_buckets", "mutual_information", "min_diff_from_avg"),
 }
 
 
@@ -196,7 +207,8 @@ class Analysis:
             what = "vocabulary" if f.needs_vocabulary else "statistics"
             stats = self.stats.get(f.name)
             have = (self.vocabularies.get(f.name) is not None if f.needs_vocabulary
-                    else isinstance(stats, dict) and (not transform_of(f).quantiles or "boundaries" in stats))
+                    else isinstance(stats, dict) and (not transform_of(f).quantiles or "boundaries" in stats)
+                    and (not transform_of(f).per_key or "per_key" in stats))
             recorded = None if self.features is None else self.features.get(f.name)
             if not have:
                 was = f" (it analyzed {recorded['transform']!r})" if recorded else ""
@@ -240,7 +252,8 @@ def _stats_problems(name: str, st: Any) -> list[str]:
     absent = [k for k in _STATS_KEYS if k not in st]
     if absent:
         return [f"stats of {name!r} lack {', '.join(map(repr, absent))} (the converter writes {', '.join(_STATS_KEYS)})"]
-    return statistics_problems(name, st)  # count and missing: exact non-negative integers there
+    out = per_key_problems(name, st["per_key"]) if "per_key" in st else []
+    return out + statistics_problems(name, st)  # count and missing: exact non-negative integers there
 
 
 def _vocabulary_problems(name: str, terms: Any) -> list[str]:
@@ -336,7 +349,8 @@ class Analyzer:
         self.config = config
         self.counts: dict[str, Counter] = {f.name: Counter() for f in config.features if f.needs_vocabulary}
         self.numeric: dict[str, NumericStats] = {
-            f.name: NumericStats(sketch=QuantileSketch() if transform_of(f).quantiles else None)
+            f.name: NumericStats(sketch=QuantileSketch() if transform_of(f).quantiles else None,
+                                 keyed=KeyedMoments() if transform_of(f).per_key else None)
             for f in config.features if has_stats(f)
         }
         #: Values seen per feature (every feature): records for scalars, items
@@ -376,6 +390,8 @@ class Analyzer:
             t = transform_of(f)
             if t.scaled is not None:
                 self._add_scaled_records(f, records)
+            elif t.per_key:
+                self._add_keyed_records(f, records)
             elif f.name in self.counts or f.name in self.numeric:
                 self._add_values(f, [get(r) for r in records])
             elif t.reads_sources:
@@ -419,8 +435,7 @@ class Analyzer:
                     if sel.size:
                         counts[: len(terms)] += np.bincount(sel, minlength=len(terms))
                 case ValidNumbers():
-                    self.numeric[f.name].add(extra.values[rows[extra.row_of]], int(np.count_nonzero(extra.missing & rows)))
-                    self.present[f.name] += int(np.count_nonzero(rows & ~extra.missing))
+                    self._add_valid(f.name, extra, rows)
         lab = vocabulary_label(self.config)
         if lab is not None and self.label_counts is not None:
             label = batch.analysis[lab.name]
@@ -474,6 +489,29 @@ class Analyzer:
         assert scaled is not None
         take = rows if scaled.missing_is_value else rows & present
         self.numeric[f.name].add(scaled.base(col[take]), int(np.count_nonzero(rows & ~present)))
+
+    def _add_valid(self, name: str, extra: ValidNumbers, rows: np.ndarray) -> None:
+        """A numeric feature's valid numbers of the selected ``rows`` (and their keys' moments)."""
+        take = rows[extra.row_of]
+        st = self.numeric[name]
+        st.add(extra.values[take], int(np.count_nonzero(extra.missing & rows)))
+        if st.keyed is not None and extra.keys is not None:
+            at = extra.row_of[take]
+            st.keyed.add([extra.keys[i] for i in at.tolist()], extra.values[take], np.ones(at.size, dtype=bool))
+            if len(st.keyed) > MAX_KEYS:
+                raise ConfigError(f"feature {name!r}: more than {MAX_KEYS:,} distinct keys in the training split; "
+                                  f"zscore_per_key keeps statistics per key (a category such as a country), and every "
+                                  f"process applying them holds them all: pick a coarser key, or use zscore")
+        self.present[name] += int(np.count_nonzero(rows & ~extra.missing))
+
+    def _add_keyed_records(self, f: FeatureConfig, records: Sequence[Any]) -> None:
+        """``add_records`` of a ``zscore_per_key`` feature: its numbers and keys as the preparer reads them."""
+        batch = Preparer(Config((f,), None)).prepare(records, analyze=True)
+        extra = batch.analysis[f.name] if batch.analysis else None
+        assert isinstance(extra, ValidNumbers)
+        rows = np.ones(len(records), dtype=bool)
+        rows[list(batch.bad)] = False
+        self._add_valid(f.name, extra, rows)
 
     def _add_scaled_records(self, f: FeatureConfig, records: Sequence[Any]) -> None:
         """``add_records`` of a scaled feature: its column as the preparer makes it, rejected rows left out."""

@@ -36,8 +36,8 @@ from convert.config_model import (
     LabelConfig,
 )
 from convert.paths import EACH, PathError, is_list_step, parse_path
-from convert.transforms.label_vocabulary import MI_KINDS
 from convert.spec import MAX_FEATURE_SIZE, daz, short_repr
+from convert.transforms.label_vocabulary import MI_KINDS
 
 #: Why a transform does not take an option, where more can be said than which transforms do
 #: (each transform's module says: ``Transform.not_taken_why``).

@@ -31,7 +31,7 @@ VALID = {"fill": 1.5, "missing_indicator": True, "on_nan": "fill", "clip_min": 0
          "drift": {"js": 0.1}, "key": "country", "mutual_information": "plain", "min_diff_from_avg": 2.0}
 #: What each transform needs to be valid at all (``Transform.complete`` asks for it).
 NEEDS = {"hash": {"buckets": 8}, "text": {"max_len": 4}, "clip": {"clip_min": 0.0},
-         "cross": {"sources": ["a", "b"], "buckets": 8}}
+         "cross": {"sources": ["a", "b"], "buckets": 8}, "zscore_per_key": {"key": "k"}}
 STATS_KINDS = {"numeric", "categorical", "timestamp", "hash", "bytes", "other"}
 
 

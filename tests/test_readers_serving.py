@@ -71,6 +71,8 @@ BASE_FEATURES = """
   - {name: secs, transform: timestamp, unit: s, parts: [hour]}
   - {name: cyc, source: ts, transform: cyclical, parts: [hour, day_of_week, day_of_month, day_of_year, month], missing_indicator: true}
   - {name: cyc_s, source: secs, transform: cyclical, unit: s}
+  - {name: n_key, source: num2, transform: zscore_per_key, key: cat, missing_indicator: true, on_nan: fill}
+  - {name: n_key_seg, source: num, transform: zscore_per_key, key: user.segment, fill: 2.5, on_nan: keep}
   - {name: blob, transform: bytes}
   - {name: n_tags, source: tags, transform: count}
   - {name: deep, source: deep.a.b, transform: vocabulary}

@@ -16,7 +16,8 @@ from readers import transforms
 from readers._serving_wire import FORMS, Wire
 
 #: What a feature of each transform needs besides its source (the options a config must give).
-_REQUIRED = {"clip": {"clip_min": 0}, "hash": {"buckets": 8}, "cross": {"sources": ["a", "b"], "buckets": 8}, "text": {"max_len": 3}}
+_REQUIRED = {"clip": {"clip_min": 0}, "hash": {"buckets": 8}, "cross": {"sources": ["a", "b"], "buckets": 8}, "text": {"max_len": 3},
+             "zscore_per_key": {"key": "b"}}
 _HOOKS = ("forms", "wire_path", "is_list", "list_use", "hashed", "grouped_numeric", "grouped_ids",
           "shares_table", "ids", "columns")
 
@@ -50,7 +51,7 @@ def test_a_feature_of_each_transform_travels_on_the_wire(name):
     wire = Wire(config)
     f = config.features[0]
     t = transforms.serving_of(f)
-    paths = {t.wire_path(p) for p in f.sources or (f.source,)}
+    paths = {t.wire_path(p) for p in t.paths(f)}
     assert {s.path for s in wire.sources} == paths
     for s in wire.sources:
         assert set(s.forms) == set(t.forms(f)) and set(s.forms) <= set(FORMS)

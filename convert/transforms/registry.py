@@ -22,6 +22,7 @@ from convert.transforms import (
     timestamp,
     vocabulary,
     zscore,
+    zscore_per_key,
 )
 from convert.transforms.base import Transform
 
@@ -40,4 +41,5 @@ REGISTRY: dict[str, Transform] = {
     "cross": cross.TRANSFORM,
     "count": count.TRANSFORM,
     "cyclical": cyclical.TRANSFORM,
+    "zscore_per_key": zscore_per_key.TRANSFORM,
 }

@@ -28,9 +28,16 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from convert.columns import Columns, Numbers
+from convert.transforms.base import NUM_OPTIONS, Need, StandardizingTransform
+
+if TYPE_CHECKING:  # pragma: no cover
+    from convert.config_model import FeatureConfig
+    from convert.value_sketch import ValueSketch
 
 #: Distinct keys of the training split a feature may have: each is a row of the statistics
 #: every converter and serving layer holds (and of ``analysis.json``).
@@ -206,3 +213,50 @@ def scale_per_key(x: np.ndarray, present: np.ndarray, rows: np.ndarray, table: K
     if tiny.any():
         x32[tiny] *= 0
     return x32.reshape(-1, 1)
+
+
+class ZscorePerKey(StandardizingTransform):
+    name = "zscore_per_key"
+    summary = "(x - mean) / std of x's key group ('key': a categorical field) in the training split"
+    options = (*NUM_OPTIONS, "key")
+    serving = "readers.transforms.zscore_per_key"
+    per_key = True
+    prepared_as = "keyed_numbers"
+
+    def __init__(self) -> None:
+        #: The last analyses' key tables, by the identity of their per-key statistics.
+        self._tables: dict[int, tuple[Any, KeyTable]] = {}
+
+    def complete(self, kw: dict[str, Any], need: Need) -> None:
+        super().complete(kw, need)
+        if not kw.get("key"):
+            need("transform 'zscore_per_key' needs 'key': the dotted path of the categorical field whose groups "
+                 "x is standardized in (e.g. key: country)")
+
+    def span(self, stats: Mapping[str, Any]) -> tuple[float, float] | None:
+        return stats.get("mean") or 0.0, stats.get("std") or 1.0  # the global row's, as zscore's
+
+    def after_from_before(self, f: FeatureConfig, before: ValueSketch, stats: Mapping[str, Any]) -> ValueSketch | None:
+        return None  # each key has its own scaling: the written values do not follow from the raw ones alone
+
+    def table(self, stats: Mapping[str, Any]) -> KeyTable:
+        """The ``KeyTable`` of a feature's statistics, made once per analysis."""
+        per_key = stats.get("per_key") or {}
+        hit = self._tables.get(id(per_key))
+        if hit is None or hit[0] is not per_key:
+            if len(self._tables) > 16:
+                self._tables.clear()
+            hit = self._tables[id(per_key)] = (per_key, KeyTable.of(per_key, stats))
+        return hit[1]
+
+    def finish_numbers(self, f: FeatureConfig, prepared: Numbers, stats: Mapping[str, Any]) -> Columns:
+        table = self.table(stats)
+        keys = prepared.keys if prepared.keys is not None else [None] * prepared.values.shape[0]
+        x32 = scale_per_key(prepared.values[:, 0], prepared.present[:, 0], table.lookup(keys), table, f.fill)
+        cols: Columns = {f.name: ("float32", x32)}
+        if f.missing_indicator:
+            cols[f"{f.name}_missing"] = ("int64", prepared.missing_row.astype(np.int64).reshape(-1, 1))
+        return cols
+
+
+TRANSFORM = ZscorePerKey()

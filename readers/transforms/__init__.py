@@ -26,6 +26,7 @@ from readers.transforms import (
     timestamp,
     vocabulary,
     zscore,
+    zscore_per_key,
 )
 from readers.transforms.base import (
     IDENTITY,
@@ -70,6 +71,7 @@ _REGISTRY: dict[str, ServingTransform] = {
     "cross": cross.TRANSFORM,
     "count": count.TRANSFORM,
     "cyclical": cyclical.TRANSFORM,
+    "zscore_per_key": zscore_per_key.TRANSFORM,
 }
 
 

@@ -47,8 +47,10 @@ class Layer(Protocol):
     def ids(self, f: FeatureConfig, terms: tf.Tensor) -> tf.Tensor:
         """The ids of ``terms`` (UTF-8) for feature ``f`` (its transform's ``ids``)."""
 
-    def numeric(self, f: FeatureConfig, s: Source, inputs: Mapping[str, tf.Tensor], bad: Checks) -> dict[str, tf.Tensor]:
-        """A numeric feature's columns outside the grouped op (lists, ``bucketize``)."""
+    def numeric(self, f: FeatureConfig, s: Source, inputs: Mapping[str, tf.Tensor], bad: Checks,
+                values: Any = None) -> dict[str, tf.Tensor]:
+        """A numeric feature's columns outside the grouped op (lists, ``bucketize``); ``values``:
+        a stand-in for its transform's ``NumericTransform.values``, with the same arguments."""
 
     def vocabulary(self, f: FeatureConfig, s: Source, inputs: Mapping[str, tf.Tensor],
                    bad: Checks) -> dict[str, tf.Tensor]:
@@ -108,6 +110,19 @@ class ServingTransform:
     def forms(self, f: FeatureConfig) -> tuple[str, ...]:
         """The value forms of ``readers._serving_wire.FORMS`` the feature reads."""
         return ("term",)
+
+    def paths(self, f: FeatureConfig) -> tuple[str, ...]:
+        """The source paths the feature reads (each gets the feature's ``forms``)."""
+        return f.sources or (f.source,)
+
+    def term_paths(self, f: FeatureConfig) -> tuple[str, ...]:
+        """The paths whose canonical terms the feature reads (``reads_terms``: all of them)."""
+        return self.paths(f) if self.reads_terms else ()
+
+    def own_table(self, f: FeatureConfig, stats: Mapping[str, Any]) -> tf.lookup.StaticHashTable | None:
+        """A lookup table the feature needs besides a vocabulary's, made with the layer
+        (``Layer.table`` gives it back); None: none."""
+        return None
 
     def wire_path(self, path: str) -> str:
         """The source the wire carries for a ``source`` path of the feature."""
