@@ -33,6 +33,7 @@ from convert.records import (
 )
 from convert.spec import MAX_LABEL_CLASSES, statistics_problems
 from convert.transforms import transform_of
+from convert.transforms.label_vocabulary import LabelTermCounts, row_classes
 from convert.transforms.zscore_per_key import MAX_KEYS, KeyedMoments, per_key_problems
 
 
@@ -360,13 +361,17 @@ class Analyzer:
         lab = vocabulary_label(config)
         if lab is not None:  # records per class; merged with the term counts
             self.counts[lab.name] = Counter()
+        #: ``label_vocabulary`` features: records per (class, term) and per class.
+        self.ranked: dict[str, LabelTermCounts] = {
+            f.name: LabelTermCounts() for f in config.features if transform_of(f).label_ranked}
         self._get = {f.name: _feature_getter(f) for f in config.features}
         self._pending = PendingTermCounts(what="prepared batches")
 
     # Accumulators travel between Beam workers: pickle the counts, not the getters.
     def __getstate__(self) -> dict[str, Any]:
         self.flush()
-        return {"config": self.config, "counts": self.counts, "numeric": self.numeric, "present": self.present}
+        return {"config": self.config, "counts": self.counts, "numeric": self.numeric, "present": self.present,
+                "ranked": self.ranked}
 
     @property
     def label_counts(self) -> Counter | None:
@@ -392,6 +397,9 @@ class Analyzer:
                 self._add_scaled_records(f, records)
             elif t.per_key:
                 self._add_keyed_records(f, records)
+            elif t.label_ranked:
+                self._add_values(f, [get(r) for r in records])
+                self._add_ranked_records(f, records)
             elif f.name in self.counts or f.name in self.numeric:
                 self._add_values(f, [get(r) for r in records])
             elif t.reads_sources:
@@ -425,10 +433,14 @@ class Analyzer:
                         self._add_scaled(f, part.columns[f.name][1][:, 0], extra.rows, rows)
                 case RawValues():
                     self._add_values(f, [v for v, keep in zip(extra.values, rows.tolist(), strict=True) if keep])
+                    if f.name in self.ranked:
+                        self._add_ranked(f.name, [], extra, batch, rows)
                     if extra.new_terms is not None:
                         self._pending.sync(f.name, extra.first, extra.new_terms, self._drain)  # type: ignore[arg-type]
                 case TermRows():
                     terms, counts = self._pending.sync(f.name, extra.first, extra.new_terms, self._drain)
+                    if f.name in self.ranked:
+                        self._add_ranked(f.name, terms, extra, batch, rows)
                     sel = extra.codes[rows if extra.row_of is None else rows[extra.row_of]]
                     sel = sel[sel >= 0]
                     self.present[f.name] += int(sel.size)
@@ -504,6 +516,33 @@ class Analyzer:
                                   f"process applying them holds them all: pick a coarser key, or use zscore")
         self.present[name] += int(np.count_nonzero(rows & ~extra.missing))
 
+    def _add_ranked(self, name: str, terms: list[str], extra: TermRows | RawValues, batch: PreparedBatch,
+                    rows: np.ndarray) -> None:
+        """A ``label_vocabulary`` feature's selected ``rows``: each row's term (``terms[code]``,
+        or its raw value's term) with the row's label class."""
+        assert self.config.label is not None
+        classes = [c if keep else None for c, keep in zip(row_classes(batch.parts, self.config.label), rows.tolist(),
+                                                           strict=True)]
+        if isinstance(extra, TermRows):
+            self.ranked[name].add_codes(terms, extra.codes.reshape(-1), classes)
+        else:
+            self.ranked[name].add([None if v is None or isinstance(v, dict | list) else term(v) for v in extra.values],
+                                  classes)
+
+    def _add_ranked_records(self, f: FeatureConfig, records: Sequence[Any]) -> None:
+        """``add_records`` of a ``label_vocabulary`` feature's label-class counts (its terms as the preparer reads them)."""
+        batch = Preparer(Config((f,), self.config.label)).prepare(records, analyze=True)
+        extra = batch.analysis[f.name] if batch.analysis else None
+        assert isinstance(extra, TermRows | RawValues)
+        rows = np.ones(len(records), dtype=bool)
+        rows[list(batch.bad)] = False
+        self._add_ranked(f.name, list(extra.new_terms or ()), extra, batch, rows)
+
+    def label_ids(self) -> dict[str, int] | None:
+        """A class label's ids (the order label-ranked scores sum in); None for an int64 label."""
+        lab = vocabulary_label(self.config)
+        return None if lab is None else {c: i for i, c in enumerate(_label_classes(lab, self.counts[lab.name]))}
+
     def _add_keyed_records(self, f: FeatureConfig, records: Sequence[Any]) -> None:
         """``add_records`` of a ``zscore_per_key`` feature: its numbers and keys as the preparer reads them."""
         batch = Preparer(Config((f,), None)).prepare(records, analyze=True)
@@ -532,6 +571,8 @@ class Analyzer:
             self.counts[k].update(c)
         for k, s in other.numeric.items():
             self.numeric[k].merge(s)
+        for k, r in other.ranked.items():
+            self.ranked[k].merge(r)
         self.present.update(other.present)
         return self
 
@@ -550,6 +591,13 @@ class Analyzer:
                  for f in self.config.features
                  if f.name in analysis.vocabularies and not analysis.vocabularies[f.name]
                  and self.present.get(f.name) and not f.allow_all_missing and (lab is None or f.name != lab.name)]
+        keyless = [f"feature {f.name!r}: its key {f.key!r} is missing (null or absent) in every training record "
+                   f"with a value, so every record would take the global statistics; check the key's path"
+                   for f in self.config.features
+                   if transform_of(f).per_key and self.present.get(f.name) and not f.allow_all_missing
+                   and not (analysis.stats.get(f.name) or {}).get("per_key", {}).get("keys")]
+        if keyless:
+            raise ConfigError(*keyless)
         if empty:
             raise ConfigError(f"{'; '.join(empty)}: an empty vocabulary, every value out-of-vocabulary; "
                               f"no dataset was committed. Lower min_frequency, or set allow_all_missing: true on the "
@@ -570,6 +618,10 @@ class Analyzer:
                 vocabs[name] = vocabularies[name]
                 continue
             f = by_name[name]
+            if name in self.ranked:
+                r = self.ranked[name]
+                vocabs[name] = [t for t, _ in transform_of(f).rank(f, r, r.classes, self.label_ids())]  # type: ignore[attr-defined]
+                continue
             # Most frequent first, ties by term: a sort by term, then a stable
             # sort by count (faster than one sort on (-count, term) tuples, measured).
             terms = [t for t, n in c.items() if n >= f.min_frequency]

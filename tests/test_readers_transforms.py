@@ -47,7 +47,7 @@ def test_a_feature_of_each_transform_travels_on_the_wire(name):
     feature = {"name": "f", "source": "a", "transform": name, **_REQUIRED.get(name, {})}
     if name == "cross":
         del feature["source"]
-    config = parse_config({"features": [feature]})
+    config = parse_config({"label": {"source": "lbl", "dtype": "int64"}, "features": [feature]})
     wire = Wire(config)
     f = config.features[0]
     t = transforms.serving_of(f)

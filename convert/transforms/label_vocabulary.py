@@ -41,9 +41,16 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from convert.columns import LabelTerms, PreparedPart
+from convert.transforms.base import VOCAB_OPTIONS, Need
+from convert.transforms.vocabulary import Vocabulary
+
+if TYPE_CHECKING:  # pragma: no cover
+    from convert.config_model import FeatureConfig
 
 MI_KINDS = ("adjusted", "plain")
 _EPSILON = 1e-6
@@ -158,10 +165,9 @@ class LabelTermCounts:
             self.classes[c] += int(mine.size)
             mine = mine[mine >= 0]
             if mine.size:
-                counts = np.bincount(mine, minlength=len(terms))
-                nz = np.flatnonzero(counts)
+                at, counts = np.unique(mine, return_counts=True)
                 counter = self.by_class.setdefault(c, Counter())
-                for i, k in zip(nz.tolist(), counts[nz].tolist(), strict=True):
+                for i, k in zip(at.tolist(), counts.tolist(), strict=True):
                     counter[terms[i]] += k
 
     def merge(self, other: LabelTermCounts) -> LabelTermCounts:
@@ -222,6 +228,16 @@ def merge_ranked(lists: Iterable[list[tuple[str, float]]], top_k: int | None) ->
     return merged[:top_k] if top_k else merged
 
 
+def row_classes(parts: Sequence[PreparedPart], label: Any) -> list[str | None]:
+    """Each row's class as the label part of a prepared batch gives it: a class label's
+    name, or an int64 label's value as its term."""
+    part = next(p for p in reversed(parts) if p.name == label.name)
+    if isinstance(part, LabelTerms):
+        return list(part.terms)
+    col = part.columns[label.name][1]  # type: ignore[union-attr]
+    return [str(v) for v in np.asarray(col).reshape(-1).tolist()]
+
+
 def label_kind_problem(feature: str, label: Any) -> str | None:
     """Why ``label`` (a ``LabelConfig`` or None) cannot rank ``feature``'s terms, or None: the label
     must be a class, an int64 number or a ``transform: vocabulary`` class label."""
@@ -233,3 +249,37 @@ def label_kind_problem(feature: str, label: Any) -> str | None:
     return (f"feature {feature!r} (label_vocabulary): label {label.name!r} is {label.dtype}, not a class; mutual "
             f"information needs int64 classes or a class label (transform: vocabulary); bucketize a numeric target "
             f"into a class first, or use transform: vocabulary for this feature")
+
+
+class LabelVocabulary(Vocabulary):
+    """``vocabulary``'s ids and preparation, its terms ranked by mutual information with the label."""
+
+    name = "label_vocabulary"
+    summary = "category (string, int, bool) -> id, terms ranked by mutual information with the label (int64 classes)"
+    options = (*VOCAB_OPTIONS, "mutual_information", "min_diff_from_avg")
+    serving = "readers.transforms.label_vocabulary"
+    list_capable = False
+    label_ranked = True
+    not_taken_why = {**Vocabulary.not_taken_why,
+                     "max_len": "mutual information counts the records holding a term; it takes one value per record"}
+
+    def complete(self, kw: dict[str, Any], need: Need) -> None:
+        kw.setdefault("mutual_information", "adjusted")
+
+    def takes_term_codes(self, f: FeatureConfig) -> bool:
+        return True
+
+    def config_problems(self, f: FeatureConfig, label: Any) -> list[str]:
+        problem = label_kind_problem(f.name, label)
+        return [problem] if problem else []
+
+    def rank(self, f: FeatureConfig, counts: LabelTermCounts, classes: Mapping[str, int],
+             label_ids: Mapping[str, int] | None) -> list[tuple[str, float]]:
+        """``f``'s ranked ``(term, score)`` from ``counts`` (every term, or one partition's) and the
+        label's records per class (``classes``, all of them)."""
+        return rank_terms(counts.by_class, classes, class_order(classes, label_ids),
+                          adjusted=f.mutual_information != "plain", min_diff_from_avg=f.min_diff_from_avg,
+                          min_frequency=f.min_frequency, top_k=f.top_k)
+
+
+TRANSFORM = LabelVocabulary()

@@ -16,6 +16,7 @@ from convert.transforms import (
     cyclical,
     hash,
     identity,
+    label_vocabulary,
     log1p,
     minmax,
     text,
@@ -42,4 +43,5 @@ REGISTRY: dict[str, Transform] = {
     "count": count.TRANSFORM,
     "cyclical": cyclical.TRANSFORM,
     "zscore_per_key": zscore_per_key.TRANSFORM,
+    "label_vocabulary": label_vocabulary.TRANSFORM,
 }

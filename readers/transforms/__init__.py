@@ -20,6 +20,7 @@ from readers.transforms import (
     cyclical,
     hash,
     identity,
+    label_vocabulary,
     log1p,
     minmax,
     text,
@@ -72,6 +73,7 @@ _REGISTRY: dict[str, ServingTransform] = {
     "count": count.TRANSFORM,
     "cyclical": cyclical.TRANSFORM,
     "zscore_per_key": zscore_per_key.TRANSFORM,
+    "label_vocabulary": label_vocabulary.TRANSFORM,
 }
 
 
