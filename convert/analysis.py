@@ -531,11 +531,8 @@ class Analyzer:
 
     def _add_ranked_records(self, f: FeatureConfig, records: Sequence[Any]) -> None:
         """``add_records`` of a ``label_vocabulary`` feature's label-class counts (its terms as the preparer reads them)."""
-        batch = Preparer(Config((f,), self.config.label)).prepare(records, analyze=True)
-        extra = batch.analysis[f.name] if batch.analysis else None
+        batch, extra, rows = self._prepared_alone(f, records, self.config.label)
         assert isinstance(extra, TermRows | RawValues)
-        rows = np.ones(len(records), dtype=bool)
-        rows[list(batch.bad)] = False
         self._add_ranked(f.name, list(extra.new_terms or ()), extra, batch, rows)
 
     def label_ids(self) -> dict[str, int] | None:
@@ -543,22 +540,26 @@ class Analyzer:
         lab = vocabulary_label(self.config)
         return None if lab is None else {c: i for i, c in enumerate(_label_classes(lab, self.counts[lab.name]))}
 
-    def _add_keyed_records(self, f: FeatureConfig, records: Sequence[Any]) -> None:
-        """``add_records`` of a ``zscore_per_key`` feature: its numbers and keys as the preparer reads them."""
-        batch = Preparer(Config((f,), None)).prepare(records, analyze=True)
-        extra = batch.analysis[f.name] if batch.analysis else None
-        assert isinstance(extra, ValidNumbers)
+    @staticmethod
+    def _prepared_alone(f: FeatureConfig, records: Sequence[Any],
+                        label: LabelConfig | None = None) -> tuple[PreparedBatch, Any, np.ndarray]:
+        """``(batch, f's analysis part, rows not rejected)``: ``records`` as the preparer reads ``f``
+        alone (with ``label``), for ``add_records`` of the features analyzed from prepared columns."""
+        batch = Preparer(Config((f,), label)).prepare(records, analyze=True)
         rows = np.ones(len(records), dtype=bool)
         rows[list(batch.bad)] = False
+        return batch, batch.analysis[f.name] if batch.analysis else None, rows
+
+    def _add_keyed_records(self, f: FeatureConfig, records: Sequence[Any]) -> None:
+        """``add_records`` of a ``zscore_per_key`` feature: its numbers and keys as the preparer reads them."""
+        _, extra, rows = self._prepared_alone(f, records)
+        assert isinstance(extra, ValidNumbers)
         self._add_valid(f.name, extra, rows)
 
     def _add_scaled_records(self, f: FeatureConfig, records: Sequence[Any]) -> None:
         """``add_records`` of a scaled feature: its column as the preparer makes it, rejected rows left out."""
-        batch = Preparer(Config((f,), None)).prepare(records, analyze=True)
-        extra = batch.analysis[f.name] if batch.analysis else None
+        batch, extra, rows = self._prepared_alone(f, records)
         assert isinstance(extra, PresentRows)
-        rows = np.ones(len(records), dtype=bool)
-        rows[list(batch.bad)] = False
         self.present[f.name] += int(np.count_nonzero(extra.rows & rows))
         part = batch.parts[0]
         assert isinstance(part, Finished)

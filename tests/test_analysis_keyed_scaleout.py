@@ -1,7 +1,7 @@
 """The keyed analyzers scale out as the vocabularies do: ``label_vocabulary``'s per-class term
 counts go through the partitioned merge (``pipelines.analyze``) and rank exactly as one
-``Analyzer`` ranks them; ``zscore_per_key``'s per-key moments merge in unit order to the bits
-of one accumulator fed the same batches."""
+``Analyzer`` ranks them; ``zscore_per_key``'s per-key moments, merged per unit in unit order, are
+one accumulator's statistics."""
 
 from __future__ import annotations
 

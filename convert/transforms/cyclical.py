@@ -159,16 +159,19 @@ def cyclical_columns(name: str, secs: np.ndarray, present: np.ndarray,
 
 
 class Cyclical(Transform):
+    """Read as ``timestamp`` reads its input; finished by its own stage (``finish_values``), its
+    statistics those of its first sine column (``outputs``)."""
+
     name = "cyclical"
     summary = "epoch number in 'unit' or ISO 8601 string -> sin and cos of calendar 'parts' (float32, no analysis)"
     options = ("unit", "parts", "missing_indicator")
-    serving = "readers.transforms.cyclical"
-    epoch_unit = True
-    stats_kind = "numeric"
-    prepared_as = "own"
-    accepts = (frozenset({"number", "string"}), "epoch numbers or ISO 8601 strings")
-    encoding = "scaled"
     part_choices = tuple(PARTS)
+    accepts = (frozenset({"number", "string"}), "epoch numbers or ISO 8601 strings")
+    epoch_unit = True
+    prepared_as = "own"
+    stats_kind = "numeric"
+    encoding = "scaled"
+    serving = "readers.transforms.cyclical"
     not_taken_why = {"max_len": "it takes one value per record"}
 
     def complete(self, kw: dict[str, Any], need: Need) -> None:
