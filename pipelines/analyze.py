@@ -303,7 +303,7 @@ class _CountPartition(beam.DoFn):
         name, partition = task
         paths = unit_files(merged.spills)
         f = next(f for f in self.config.features if f.name == name)
-        if name in merged.analyzer.ranked:
+        if transform_of(f).label_ranked:
             best: list[tuple[str, Any]] = _ranked_partition(f, paths, partition, merged.analyzer)
         else:
             total: Counter = Counter()

@@ -82,3 +82,50 @@ def test_zscore_per_key_without_keys_uses_the_global_row() -> None:
     assert rows.numpy().tolist() == [0, 0]
     out = tzk.scale_per_key(tf.constant([3.0, 5.0], tf.float64), tf.constant([True, True]), rows, lookup, "mean")
     assert out.numpy()[:, 0].tolist() == [1.0, 2.0]
+
+
+# ------------------------------------------------------------------ converted outputs: parity, encoder
+
+KEYED_CONFIG = """
+label: {source: clicked, dtype: int64}
+features:
+  - {name: country, transform: label_vocabulary, top_k: 8}
+  - {name: device, transform: label_vocabulary, mutual_information: plain, num_oov_buckets: 2}
+  - {name: age, transform: zscore_per_key, key: country, missing_indicator: true}
+  - {name: income, transform: zscore_per_key, key: user.segment, fill: 0}
+  - {name: ts, transform: cyclical, parts: [hour, day_of_week, day_of_month, day_of_year, month], missing_indicator: true}
+"""
+
+
+@pytest.mark.parametrize("name", ["clicks-0.avro", "clicks-1.jsonl"])
+def test_parity_on_examples_data(name, tmp_path):
+    """The bundled click data through the converter and the serving layer: the shards' bytes."""
+    from test_readers_serving import EXAMPLES, _convert_and_check
+
+    cfg = tmp_path / "features.yaml"
+    cfg.write_text(KEYED_CONFIG)
+    _convert_and_check(EXAMPLES / name, cfg, tmp_path, [])
+
+
+def test_the_encoder_takes_each_keyed_feature(tmp_path):
+    """Each keyed analyzer's features have an encoding the Keras encoder consumes: ids embedded, floats as they are."""
+    from test_readers_serving import EXAMPLES
+
+    import readers
+    from pipelines.job import run_convert
+    from pipelines.options import ConvertOptions
+
+    cfg = tmp_path / "features.yaml"
+    cfg.write_text(KEYED_CONFIG)
+    run_convert(ConvertOptions(inputs=(str(EXAMPLES / "clicks-0.avro"),), config=str(cfg), output=str(tmp_path / "out"),
+                               num_shards=1))
+    info = readers.load_info(str(tmp_path / "out"))
+    enc = {f.name: f.encoding for f in info.features}
+    assert enc["country"] == enc["device"] == "embedding"
+    assert enc["age"] == enc["income"] == "scaled" and enc["age_missing"] == "indicator"
+    assert all(enc[n] == "scaled" for n in cyc.output_names("ts", list(cyc.PARTS)))
+    inputs, encoded = readers.feature_encoder(info)
+    assert set(inputs) == set(enc) - {"clicked"}
+    batch = next(iter(readers.eval_dataset(str(tmp_path / "out" / "train-*"), batch_size=16)))
+    out = tf.keras.Model(inputs, encoded)({k: v for k, v in batch[0].items() if k in inputs})
+    assert out.shape[0] == 16 and np.isfinite(out.numpy()).all()
