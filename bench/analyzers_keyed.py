@@ -15,15 +15,19 @@ peak RSS of the process tree):
     ``TransformDataset`` on eval, gzip Examples) with this analyzer's
     ``preprocessing_fn`` (:func:`make_preprocessing_fn`):
     ``compute_and_apply_vocabulary(city, labels=clicked,
-    use_adjusted_mutual_info=True, top_k=...)``,
+    use_adjusted_mutual_info=True, min_diff_from_avg=None, top_k=...)`` (None:
+    ``tft.vocabulary``'s default, recordprep's; ``compute_and_apply_vocabulary``'s
+    own is 0),
     ``scale_to_z_score_per_key(price, key=country)``, and ``tf.sin``/``tf.cos``
     of the hour of day and the day of week of ``ts``.
 
 For ``label_vocabulary`` the table also says how far the two vocabularies
-agree (``agreement``: the share of TF Transform's first 100 terms among
-recordprep's first 100, and whether the first 10 are the same in the same
-order): the scores are the same formula, so the rankings differ only where
-TF Transform's float32 sums or its reverse tie order move a term.
+agree (``agreement``): the share of TF Transform's first 100 terms among
+recordprep's first 100, whether the first 10 are the same in the same order,
+and ``same_as_tft_ties``: whether TF Transform's whole vocabulary is
+recordprep's scores with TF Transform's tie order (by term descending, where
+recordprep's is ascending; ``tft_tie_order``), which tells a difference of
+formula from one of tie order alone (many terms of few records share a score).
 
 ``python -m bench.analyzers_keyed --size small [--cases cyclical ...] [--json FILE]``
 """
@@ -76,6 +80,7 @@ def _preprocessing_fn(case: str):
         if case == "label_vocabulary":
             ids = tft.compute_and_apply_vocabulary(
                 inputs["city"], top_k=TOP_K, labels=tf.cast(inputs["clicked"], tf.int64), use_adjusted_mutual_info=True,
+                min_diff_from_avg=None,  # tft.vocabulary's default (recordprep's): recommended for the data's size
                 num_oov_buckets=0, default_value=-1, vocab_filename="city")
             out["city"] = ids + 2  # recordprep's layout: 0 missing, 1 out of vocabulary
         elif case == "zscore_per_key":
@@ -157,6 +162,41 @@ def agreement(recordprep_terms: list[str], tft_terms: list[str]) -> dict[str, An
     return {"top100_shared": round(len(set(a) & set(b)) / max(1, len(b)), 3), "top10_same_order": a[:10] == b[:10]}
 
 
+def tft_tie_order(inputs: list[str], top_k: int = TOP_K) -> list[str]:
+    """recordprep's ``label_vocabulary`` of ``city`` on ``inputs``' training split (the converter's
+    reader, split and counts), ties broken as TF Transform breaks them: by term descending."""
+    import numpy as np
+
+    from convert.analysis import Analyzer
+    from convert.config import parse_config
+    from convert.prepare import Preparer
+    from convert.sources import iter_records
+    from convert.splits import Splits
+
+    config = parse_config({"label": {"source": "clicked", "dtype": "int64"},
+                           "features": [{"name": "city", "transform": "label_vocabulary"}]})
+    acc, prep, splits = Analyzer(config), Preparer(config), Splits()
+    for path in inputs:
+        with open(path, "rb") as fh:
+            for batch in iter_records(fh, path, record_json=True):
+                pb = prep.prepare(batch.records, analyze=True)
+                train = splits.assign(batch.records) == 0
+                train[list(pb.bad)] = False
+                acc.add_prepared(pb, train)
+    f, counts = config.features[0], acc.ranked["city"]
+    f = type(f)(**{**f.__dict__, "top_k": None})
+    ranked = transform_of_label_vocabulary().rank(f, counts, counts.classes, None)
+    ranked.sort(key=lambda ts: ts[0], reverse=True)
+    ranked.sort(key=lambda ts: ts[1], reverse=True)  # stable: score descending, ties by term descending
+    return [t for t, _ in ranked[:top_k]] if np.isfinite(top_k) else [t for t, _ in ranked]
+
+
+def transform_of_label_vocabulary() -> Any:
+    from convert.transforms import get
+
+    return get("label_vocabulary")
+
+
 def run_table(size: str = "small", cases: list[str] | None = None, *, log=print,
               out_root: Path | None = None) -> dict[str, Any]:
     """Both rows of each analyzer in ``cases`` (all by default); TF Transform's are skipped, with
@@ -183,6 +223,9 @@ def run_table(size: str = "small", cases: list[str] | None = None, *, log=print,
             vocab = out_root / f"{case}-recordprep" / "vocab" / "city.txt"
             if tf_m.ok and "vocabulary" in tf_m.result and vocab.is_file():
                 row["agreement"] = agreement(vocab.read_text(encoding="utf-8").splitlines(), tf_m.result["vocabulary"])
+                tft_vocab = out_root / f"{case}-tft" / "transform_fn" / "transform_fn" / "assets" / "city"
+                row["agreement"]["same_as_tft_ties"] = (
+                    tft_tie_order(avro) == tft_vocab.read_text(encoding="utf-8").splitlines())
         rows[case] = row
     return {"size": size, "records": manifest["records"], "rows": rows}
 

@@ -236,6 +236,14 @@ class ZscorePerKey(StandardizingTransform):
     def span(self, stats: Mapping[str, Any]) -> tuple[float, float] | None:
         return stats.get("mean") or 0.0, stats.get("std") or 1.0  # the global row's, as zscore's
 
+    def spec_params(self, f: FeatureConfig, params: dict[str, Any]) -> None:
+        """The spec keeps the global statistics and the number of keys; the per-key table is in
+        ``analysis.json`` (what the converter and the serving layer read), not in every copy of the spec."""
+        st = params.get("stats")
+        if isinstance(st, dict) and "per_key" in st:
+            params["stats"] = {k: v for k, v in st.items() if k != "per_key"}
+            params["keys"] = len(st["per_key"].get("keys") or ())
+
     def after_from_before(self, f: FeatureConfig, before: ValueSketch, stats: Mapping[str, Any]) -> ValueSketch | None:
         return None  # each key has its own scaling: the written values do not follow from the raw ones alone
 
