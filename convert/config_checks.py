@@ -516,7 +516,7 @@ def _check_label_leak(cfg: Config, source: str, out: _Problems) -> None:
     if cfg.label is None:
         return
     for f in cfg.features:
-        if cfg.label.source in (f.sources or (f.source,)) and not f.allow_label_source:
+        if cfg.label.source in (*(f.sources or (f.source,)), *((f.key,) if f.key else ())) and not f.allow_label_source:
             out.add(f"{source}: feature {f.name!r}",
                     f"reads the label's source field {cfg.label.source!r}, so the label would leak into the "
                     f"model's inputs; read another field, or set allow_label_source: true on the feature if "

@@ -264,3 +264,47 @@ def test_columns_are_float32_sin_cos_and_zero_where_missing() -> None:
     sin, cos = cols["ts_hour_sin"][1][:, 0], cols["ts_hour_cos"][1][:, 0]
     assert sin.dtype == np.float32 and sin.tolist() == [0.0, 1.0, 0.0]
     assert cos[0] == 1.0 and abs(cos[1]) < 1e-7 and cos[2] == 0.0
+
+
+# ------------------------------------------------------------------ config checks
+
+
+@pytest.mark.parametrize(("raw", "says"), [
+    ({"features": [{"name": "ts", "transform": "cyclical", "parts": ["minute"]}]},
+     "'parts' must be a list of distinct hour, day_of_week, day_of_month, day_of_year, month"),
+    ({"features": [{"name": "ts", "transform": "timestamp", "parts": ["day_of_year"]}]},
+     "'parts' must be a list of distinct hour, day_of_week, month"),
+    ({"features": [{"name": "p", "transform": "zscore_per_key"}]}, "transform 'zscore_per_key' needs 'key'"),
+    ({"features": [{"name": "p", "transform": "zscore_per_key", "key": "tags[]"}]}, "takes one value per record"),
+    ({"label": "y", "features": [{"name": "p", "transform": "zscore_per_key", "key": "y"}]},
+     "reads the label's source field 'y'"),
+    ({"features": [{"name": "c", "transform": "label_vocabulary"}]}, "the config has no label"),
+    ({"label": {"source": "y", "dtype": "float32"}, "features": [{"name": "c", "transform": "label_vocabulary"}]},
+     "label 'y' is float32, not a class"),
+    ({"label": "y", "features": [{"name": "c", "transform": "label_vocabulary", "mutual_information": "ami"}]},
+     "'mutual_information' must be one of adjusted, plain"),
+    ({"label": "y", "features": [{"name": "c", "transform": "label_vocabulary", "min_diff_from_avg": -1}]},
+     "'min_diff_from_avg' must be a number >= 0"),
+    ({"label": "y", "features": [{"name": "c", "transform": "label_vocabulary", "max_len": 3}]},
+     "does not take 'max_len'"),
+])
+def test_keyed_options_are_checked_naming_the_feature_and_what_is_allowed(raw, says):
+    from convert.config import ConfigError, parse_config
+
+    with pytest.raises(ConfigError) as e:
+        parse_config(raw, source="cfg.yaml")
+    assert says in str(e.value) and "cfg.yaml: feature" in str(e.value), str(e.value)
+
+
+def test_keyed_options_load_and_old_configs_keep_their_hash():
+    from convert.config import parse_config
+
+    cfg = parse_config({"label": "y", "features": [
+        {"name": "c", "transform": "label_vocabulary", "top_k": 5, "mutual_information": "plain", "min_diff_from_avg": 0},
+        {"name": "p", "transform": "zscore_per_key", "key": "country"},
+        {"name": "t", "transform": "cyclical", "unit": "s", "parts": ["day_of_year"]}]})
+    assert parse_config(cfg.to_json()) == cfg
+    assert cfg.features[0].mutual_information == "plain" and cfg.features[1].fill == "mean"
+    assert cfg.output_names == ["c", "p", "t_day_of_year_sin", "t_day_of_year_cos", "y"]
+    plain = parse_config({"features": [{"name": "b", "transform": "zscore"}]}).to_json()["features"][0]
+    assert not {"key", "mutual_information", "min_diff_from_avg"} & set(plain)  # unset: not in the hashed JSON
