@@ -18,8 +18,8 @@ from readers._serving_wire import FORMS, Wire
 #: What a feature of each transform needs besides its source (the options a config must give).
 _REQUIRED = {"clip": {"clip_min": 0}, "hash": {"buckets": 8}, "cross": {"sources": ["a", "b"], "buckets": 8}, "text": {"max_len": 3},
              "zscore_per_key": {"key": "b"}}
-_HOOKS = ("forms", "wire_path", "is_list", "list_use", "hashed", "grouped_numeric", "grouped_ids",
-          "shares_table", "ids", "columns")
+_HOOKS = ("forms", "paths", "term_paths", "wire_path", "is_list", "list_use", "hashed", "grouped_numeric",
+          "grouped_ids", "shares_table", "own_table", "ids", "columns")
 
 
 def test_the_serving_registry_names_the_converters_transforms():

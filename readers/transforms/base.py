@@ -3,10 +3,10 @@ needs to apply it in TensorFlow, bit for bit as the converter does.
 
 A transform's module (``readers.transforms.<name>``, the twin of the
 converter's ``convert.transforms.<name>``) subclasses ``ServingTransform``
-and states what travels on the wire for it (``forms``, ``is_list``,
+and states what travels on the wire for it (``forms``, ``paths``, ``is_list``,
 ``wire_path``, ``list_use``), what the ``serve_examples`` decoder reads
-(``reads_terms``), whether it needs a hash an old output cannot give
-(``hashed``), and how its raw inputs become the model's inputs (``columns``,
+(``reads_terms``, ``term_paths``), a lookup table of its own (``own_table``),
+whether it needs a hash an old output cannot give (``hashed``), and how its raw inputs become the model's inputs (``columns``,
 ``ids``, ``step``). The shared machinery stays in the layer and
 ``readers.serving_ops`` and stays vectorized: single-valued numeric features
 run as one ``[batch, k]`` op per ``NumericStep`` (each module gives its step
