@@ -308,3 +308,23 @@ def test_keyed_options_load_and_old_configs_keep_their_hash():
     assert cfg.output_names == ["c", "p", "t_day_of_year_sin", "t_day_of_year_cos", "y"]
     plain = parse_config({"features": [{"name": "b", "transform": "zscore"}]}).to_json()["features"][0]
     assert not {"key", "mutual_information", "min_diff_from_avg"} & set(plain)  # unset: not in the hashed JSON
+
+
+def test_a_key_is_checked_against_the_schema_before_the_run():
+    """A misspelled ``key`` would put every record in the global group: the Avro check names it."""
+    from convert.check import avro_problems
+    from convert.config import parse_config
+
+    schema = {"type": "record", "name": "r", "fields": [
+        {"name": "price", "type": "double"}, {"name": "country", "type": "string"},
+        {"name": "tags", "type": {"type": "array", "items": "string"}}]}
+
+    def problems(key: str) -> list[str]:
+        cfg = parse_config({"features": [{"name": "p", "source": "price", "transform": "zscore_per_key", "key": key}]})
+        return avro_problems(cfg, schema)
+
+    assert problems("country") == []
+    assert problems("contry") == ["feature 'p' (key) reads 'contry': no field 'contry' in the schema; "
+                                  "did you mean 'country'?"]
+    [tags] = problems("tags")
+    assert "but a key needs single values" in tags
