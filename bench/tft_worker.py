@@ -238,9 +238,8 @@ def make_preprocessing_fn(feats: list[dict[str, Any]]):
 # ------------------------------------------------------------------ cases
 
 
-def _convert(args: argparse.Namespace, make_fn: Any = None) -> dict[str, Any]:
-    """The ``convert`` case; ``make_fn(feats)``: the preprocessing_fn (default ``make_preprocessing_fn``,
-    another bench's own, e.g. ``bench.analyzers_text``)."""
+def _convert(args: argparse.Namespace, make_fn=None) -> dict[str, Any]:
+    """The ``convert`` case; ``make_fn(feats)``: another preprocessing_fn than the config's (``make_preprocessing_fn``)."""
     import apache_beam as beam
     import tensorflow_transform.beam as tft_beam
     from apache_beam.io.filesystem import CompressionTypes

@@ -72,8 +72,8 @@ def test_defaults_and_the_normalized_config_loads_back():
     cfg = parse_config({"features": FEATURES})
     bow = cfg.features[1]
     assert bow.ngram_range == (1, 1) and bow.separator == " " and cfg.features[2].smooth is True
-    assert cfg.output_names == ["q_ng", "q_ng_len", "q_bow", "q_bow_len", "q_bow_counts", "q_tfidf", "q_tfidf_len",
-                                "q_tfidf_weights"]
+    assert cfg.output_names == ["q_ng", "q_ng_len", "q_bow", "q_bow_counts", "q_bow_len", "q_tfidf",
+                                "q_tfidf_weights", "q_tfidf_len"]
     again = parse_config(json.loads(json.dumps(cfg.to_json())))
     assert again == cfg and again.hash == cfg.hash
     # Other transforms' normalized configs stay as they were (no new key written).

@@ -86,8 +86,8 @@ class BagTransform(TermsTransform):
             need(f"transform {self.name!r} needs 'max_len: N' (distinct terms kept per record, smallest ids first)")
         kw.setdefault("ngram_range", UNIGRAMS)
 
-    def extra_outputs(self, f: FeatureConfig) -> tuple[str, ...]:
-        return (f"{f.name}_{self.weights}",)
+    def outputs(self, f: FeatureConfig) -> list[str]:
+        return [f.name, f"{f.name}_{self.weights}"]
 
     def specs(self, f: FeatureConfig, params: dict[str, Any]) -> list[FeatureSpec]:
         n = f.max_len or 1

@@ -14,8 +14,10 @@ from convert.transforms import (
     clip,
     count,
     cross,
+    cyclical,
     hash,
     identity,
+    label_vocabulary,
     log1p,
     minmax,
     ngrams,
@@ -24,6 +26,7 @@ from convert.transforms import (
     timestamp,
     vocabulary,
     zscore,
+    zscore_per_key,
 )
 from convert.transforms.base import Transform
 
@@ -44,4 +47,7 @@ REGISTRY: dict[str, Transform] = {
     "timestamp": timestamp.TRANSFORM,
     "cross": cross.TRANSFORM,
     "count": count.TRANSFORM,
+    "cyclical": cyclical.TRANSFORM,
+    "zscore_per_key": zscore_per_key.TRANSFORM,
+    "label_vocabulary": label_vocabulary.TRANSFORM,
 }

@@ -18,8 +18,10 @@ from readers.transforms import (
     clip,
     count,
     cross,
+    cyclical,
     hash,
     identity,
+    label_vocabulary,
     log1p,
     minmax,
     ngrams,
@@ -28,6 +30,7 @@ from readers.transforms import (
     timestamp,
     vocabulary,
     zscore,
+    zscore_per_key,
 )
 from readers.transforms.base import (
     IDENTITY,
@@ -74,6 +77,9 @@ _REGISTRY: dict[str, ServingTransform] = {
     "timestamp": timestamp.TRANSFORM,
     "cross": cross.TRANSFORM,
     "count": count.TRANSFORM,
+    "cyclical": cyclical.TRANSFORM,
+    "zscore_per_key": zscore_per_key.TRANSFORM,
+    "label_vocabulary": label_vocabulary.TRANSFORM,
 }
 
 
