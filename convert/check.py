@@ -40,6 +40,7 @@ from convert.config import (
     PathError,
     Step,
     is_list_step,
+    one_value_path,
     parse_path,
     render_path,
 )
@@ -323,6 +324,8 @@ def _hint(r: Read, kinds: set[str], example: str | None) -> str:
             return f"; its items are lists: write {r.path + '[]'!r} to flatten them"
         if t is not None and t.list_capable and not t.tokens:  # text takes max_len always
             return "; set max_len to keep a list per record"
+        if t is None:  # the label, --split-key
+            return f"; {r.who} takes one value per record: read one item, e.g. {one_value_path(r.path)!r}"
         return f"; transform {r.reader!r} takes one value per record"
     if t is not None and t.numeric and "string" in kinds:
         return "; use a categorical transform (vocabulary/hash) for a string field"
