@@ -238,7 +238,8 @@ def make_preprocessing_fn(feats: list[dict[str, Any]]):
 # ------------------------------------------------------------------ cases
 
 
-def _convert(args: argparse.Namespace) -> dict[str, Any]:
+def _convert(args: argparse.Namespace, make_fn=None) -> dict[str, Any]:
+    """The ``convert`` case; ``make_fn(feats)``: another preprocessing_fn than the config's (``make_preprocessing_fn``)."""
     import apache_beam as beam
     import tensorflow_transform.beam as tft_beam
     from apache_beam.io.filesystem import CompressionTypes
@@ -259,7 +260,7 @@ def _convert(args: argparse.Namespace) -> dict[str, Any]:
     flags = ["--direct_num_workers", str(args.workers), "--direct_running_mode", "multi_processing"] \
         if args.workers > 1 else []
     to_instance = make_instance(feats)
-    preprocessing_fn = make_preprocessing_fn(feats)
+    preprocessing_fn = (make_fn or make_preprocessing_fn)(feats)
 
     def encode(batch):
         rb, _ = batch

@@ -33,6 +33,8 @@ from convert.records import (
 )
 from convert.spec import MAX_LABEL_CLASSES, statistics_problems
 from convert.transforms import transform_of
+from convert.transforms.label_vocabulary import LabelTermCounts, row_classes
+from convert.transforms.zscore_per_key import MAX_KEYS, KeyedMoments, per_key_problems
 
 
 def _feature_getter(f: FeatureConfig) -> Callable[[Any], Any]:
@@ -54,6 +56,9 @@ class NumericStats:
     #: ``bucketize`` features also sketch quantiles; merged in the same
     #: (unit) order as the moments, so boundaries are reproducible.
     sketch: QuantileSketch | None = None
+    #: ``zscore_per_key`` features also keep each key's moments (``KeyedMoments``), merged
+    #: in the same order as the global ones.
+    keyed: KeyedMoments | None = None
 
     def add(self, x: np.ndarray, missing: int) -> None:
         self.missing += missing
@@ -70,6 +75,8 @@ class NumericStats:
         self.missing += o.missing
         if self.sketch is not None and o.sketch is not None:
             self.sketch.merge(o.sketch)
+        if self.keyed is not None and o.keyed is not None:
+            self.keyed.merge(o.keyed)
         if o.count == 0:
             return
         n = self.count + o.count
@@ -85,8 +92,11 @@ class NumericStats:
         return math.sqrt(self.m2 / self.count) if self.count else 0.0
 
     def to_json(self) -> dict[str, Any]:
-        return {"count": self.count, "missing": self.missing, "mean": self.mean, "std": self.std,
-                "min": self.min if self.count else None, "max": self.max if self.count else None}
+        d = {"count": self.count, "missing": self.missing, "mean": self.mean, "std": self.std,
+             "min": self.min if self.count else None, "max": self.max if self.count else None}
+        if self.keyed is not None:
+            d["per_key"] = self.keyed.finish()
+        return d
 
 
 class AnalysisMismatchError(ConfigError):
@@ -99,6 +109,8 @@ _ANALYSIS_OPTIONS = {
     "vocabulary": ("top_k", "min_frequency", "num_oov_buckets"),
     "text": ("top_k", "min_frequency", "num_oov_buckets", "lowercase"),
     "bucketize": ("num_buckets",),
+    "zscore_per_key": ("key",),
+    "label_vocabulary": ("top_k", "min_frequency", "num_oov_buckets", "mutual_information", "min_diff_from_avg"),
 }
 
 
@@ -196,7 +208,8 @@ class Analysis:
             what = "vocabulary" if f.needs_vocabulary else "statistics"
             stats = self.stats.get(f.name)
             have = (self.vocabularies.get(f.name) is not None if f.needs_vocabulary
-                    else isinstance(stats, dict) and (not transform_of(f).quantiles or "boundaries" in stats))
+                    else isinstance(stats, dict) and (not transform_of(f).quantiles or "boundaries" in stats)
+                    and (not transform_of(f).per_key or "per_key" in stats))
             recorded = None if self.features is None else self.features.get(f.name)
             if not have:
                 was = f" (it analyzed {recorded['transform']!r})" if recorded else ""
@@ -240,7 +253,8 @@ def _stats_problems(name: str, st: Any) -> list[str]:
     absent = [k for k in _STATS_KEYS if k not in st]
     if absent:
         return [f"stats of {name!r} lack {', '.join(map(repr, absent))} (the converter writes {', '.join(_STATS_KEYS)})"]
-    return statistics_problems(name, st)  # count and missing: exact non-negative integers there
+    out = per_key_problems(name, st["per_key"]) if "per_key" in st else []
+    return out + statistics_problems(name, st)  # count and missing: exact non-negative integers there
 
 
 def _vocabulary_problems(name: str, terms: Any) -> list[str]:
@@ -336,7 +350,8 @@ class Analyzer:
         self.config = config
         self.counts: dict[str, Counter] = {f.name: Counter() for f in config.features if f.needs_vocabulary}
         self.numeric: dict[str, NumericStats] = {
-            f.name: NumericStats(sketch=QuantileSketch() if transform_of(f).quantiles else None)
+            f.name: NumericStats(sketch=QuantileSketch() if transform_of(f).quantiles else None,
+                                 keyed=KeyedMoments() if transform_of(f).per_key else None)
             for f in config.features if has_stats(f)
         }
         #: Values seen per feature (every feature): records for scalars, items
@@ -346,13 +361,17 @@ class Analyzer:
         lab = vocabulary_label(config)
         if lab is not None:  # records per class; merged with the term counts
             self.counts[lab.name] = Counter()
+        #: ``label_vocabulary`` features: records per (class, term) and per class.
+        self.ranked: dict[str, LabelTermCounts] = {
+            f.name: LabelTermCounts() for f in config.features if transform_of(f).label_ranked}
         self._get = {f.name: _feature_getter(f) for f in config.features}
         self._pending = PendingTermCounts(what="prepared batches")
 
     # Accumulators travel between Beam workers: pickle the counts, not the getters.
     def __getstate__(self) -> dict[str, Any]:
         self.flush()
-        return {"config": self.config, "counts": self.counts, "numeric": self.numeric, "present": self.present}
+        return {"config": self.config, "counts": self.counts, "numeric": self.numeric, "present": self.present,
+                "ranked": self.ranked}
 
     @property
     def label_counts(self) -> Counter | None:
@@ -376,6 +395,11 @@ class Analyzer:
             t = transform_of(f)
             if t.scaled is not None:
                 self._add_scaled_records(f, records)
+            elif t.per_key:
+                self._add_keyed_records(f, records)
+            elif t.label_ranked:
+                self._add_values(f, [get(r) for r in records])
+                self._add_ranked_records(f, records)
             elif f.name in self.counts or f.name in self.numeric:
                 self._add_values(f, [get(r) for r in records])
             elif t.reads_sources:
@@ -409,18 +433,21 @@ class Analyzer:
                         self._add_scaled(f, part.columns[f.name][1][:, 0], extra.rows, rows)
                 case RawValues():
                     self._add_values(f, [v for v, keep in zip(extra.values, rows.tolist(), strict=True) if keep])
+                    if f.name in self.ranked:
+                        self._add_ranked(f.name, [], extra, batch, rows)
                     if extra.new_terms is not None:
                         self._pending.sync(f.name, extra.first, extra.new_terms, self._drain)  # type: ignore[arg-type]
                 case TermRows():
                     terms, counts = self._pending.sync(f.name, extra.first, extra.new_terms, self._drain)
+                    if f.name in self.ranked:
+                        self._add_ranked(f.name, terms, extra, batch, rows)
                     sel = extra.codes[rows if extra.row_of is None else rows[extra.row_of]]
                     sel = sel[sel >= 0]
                     self.present[f.name] += int(sel.size)
                     if sel.size:
                         counts[: len(terms)] += np.bincount(sel, minlength=len(terms))
                 case ValidNumbers():
-                    self.numeric[f.name].add(extra.values[rows[extra.row_of]], int(np.count_nonzero(extra.missing & rows)))
-                    self.present[f.name] += int(np.count_nonzero(rows & ~extra.missing))
+                    self._add_valid(f.name, extra, rows)
         lab = vocabulary_label(self.config)
         if lab is not None and self.label_counts is not None:
             label = batch.analysis[lab.name]
@@ -475,13 +502,64 @@ class Analyzer:
         take = rows if scaled.missing_is_value else rows & present
         self.numeric[f.name].add(scaled.base(col[take]), int(np.count_nonzero(rows & ~present)))
 
-    def _add_scaled_records(self, f: FeatureConfig, records: Sequence[Any]) -> None:
-        """``add_records`` of a scaled feature: its column as the preparer makes it, rejected rows left out."""
-        batch = Preparer(Config((f,), None)).prepare(records, analyze=True)
-        extra = batch.analysis[f.name] if batch.analysis else None
-        assert isinstance(extra, PresentRows)
+    def _add_valid(self, name: str, extra: ValidNumbers, rows: np.ndarray) -> None:
+        """A numeric feature's valid numbers of the selected ``rows`` (and their keys' moments)."""
+        take = rows[extra.row_of]
+        st = self.numeric[name]
+        st.add(extra.values[take], int(np.count_nonzero(extra.missing & rows)))
+        if st.keyed is not None and extra.keys is not None:
+            at = extra.row_of[take]
+            st.keyed.add([extra.keys[i] for i in at.tolist()], extra.values[take], np.ones(at.size, dtype=bool))
+            if len(st.keyed) > MAX_KEYS:
+                raise ConfigError(f"feature {name!r}: more than {MAX_KEYS:,} distinct keys in the training split; "
+                                  f"zscore_per_key keeps statistics per key (a category such as a country), and every "
+                                  f"process applying them holds them all: pick a coarser key, or use zscore")
+        self.present[name] += int(np.count_nonzero(rows & ~extra.missing))
+
+    def _add_ranked(self, name: str, terms: list[str], extra: TermRows | RawValues, batch: PreparedBatch,
+                    rows: np.ndarray) -> None:
+        """A ``label_vocabulary`` feature's selected ``rows``: each row's term (``terms[code]``,
+        or its raw value's term) with the row's label class."""
+        assert self.config.label is not None
+        classes = [c if keep else None for c, keep in zip(row_classes(batch.parts, self.config.label), rows.tolist(),
+                                                           strict=True)]
+        if isinstance(extra, TermRows):
+            self.ranked[name].add_codes(terms, extra.codes.reshape(-1), classes)
+        else:
+            self.ranked[name].add([None if v is None or isinstance(v, dict | list) else term(v) for v in extra.values],
+                                  classes)
+
+    def _add_ranked_records(self, f: FeatureConfig, records: Sequence[Any]) -> None:
+        """``add_records`` of a ``label_vocabulary`` feature's label-class counts (its terms as the preparer reads them)."""
+        batch, extra, rows = self._prepared_alone(f, records, self.config.label)
+        assert isinstance(extra, TermRows | RawValues)
+        self._add_ranked(f.name, list(extra.new_terms or ()), extra, batch, rows)
+
+    def label_ids(self) -> dict[str, int] | None:
+        """A class label's ids (the order label-ranked scores sum in); None for an int64 label."""
+        lab = vocabulary_label(self.config)
+        return None if lab is None else {c: i for i, c in enumerate(_label_classes(lab, self.counts[lab.name]))}
+
+    @staticmethod
+    def _prepared_alone(f: FeatureConfig, records: Sequence[Any],
+                        label: LabelConfig | None = None) -> tuple[PreparedBatch, Any, np.ndarray]:
+        """``(batch, f's analysis part, rows not rejected)``: ``records`` as the preparer reads ``f``
+        alone (with ``label``), for ``add_records`` of the features analyzed from prepared columns."""
+        batch = Preparer(Config((f,), label)).prepare(records, analyze=True)
         rows = np.ones(len(records), dtype=bool)
         rows[list(batch.bad)] = False
+        return batch, batch.analysis[f.name] if batch.analysis else None, rows
+
+    def _add_keyed_records(self, f: FeatureConfig, records: Sequence[Any]) -> None:
+        """``add_records`` of a ``zscore_per_key`` feature: its numbers and keys as the preparer reads them."""
+        _, extra, rows = self._prepared_alone(f, records)
+        assert isinstance(extra, ValidNumbers)
+        self._add_valid(f.name, extra, rows)
+
+    def _add_scaled_records(self, f: FeatureConfig, records: Sequence[Any]) -> None:
+        """``add_records`` of a scaled feature: its column as the preparer makes it, rejected rows left out."""
+        batch, extra, rows = self._prepared_alone(f, records)
+        assert isinstance(extra, PresentRows)
         self.present[f.name] += int(np.count_nonzero(extra.rows & rows))
         part = batch.parts[0]
         assert isinstance(part, Finished)
@@ -494,6 +572,8 @@ class Analyzer:
             self.counts[k].update(c)
         for k, s in other.numeric.items():
             self.numeric[k].merge(s)
+        for k, r in other.ranked.items():
+            self.ranked[k].merge(r)
         self.present.update(other.present)
         return self
 
@@ -512,6 +592,13 @@ class Analyzer:
                  for f in self.config.features
                  if f.name in analysis.vocabularies and not analysis.vocabularies[f.name]
                  and self.present.get(f.name) and not f.allow_all_missing and (lab is None or f.name != lab.name)]
+        keyless = [f"feature {f.name!r}: its key {f.key!r} is missing (null or absent) in every training record "
+                   f"with a value, so every record would take the global statistics; check the key's path"
+                   for f in self.config.features
+                   if transform_of(f).per_key and self.present.get(f.name) and not f.allow_all_missing
+                   and not (analysis.stats.get(f.name) or {}).get("per_key", {}).get("keys")]
+        if keyless:
+            raise ConfigError(*keyless)
         if empty:
             raise ConfigError(f"{'; '.join(empty)}: an empty vocabulary, every value out-of-vocabulary; "
                               f"no dataset was committed. Lower min_frequency, or set allow_all_missing: true on the "
@@ -532,6 +619,10 @@ class Analyzer:
                 vocabs[name] = vocabularies[name]
                 continue
             f = by_name[name]
+            if name in self.ranked:
+                r = self.ranked[name]
+                vocabs[name] = [t for t, _ in transform_of(f).rank(f, r, r.classes, self.label_ids())]  # type: ignore[attr-defined]
+                continue
             # Most frequent first, ties by term: a sort by term, then a stable
             # sort by count (faster than one sort on (-count, term) tuples, measured).
             terms = [t for t, n in c.items() if n >= f.min_frequency]

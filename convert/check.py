@@ -102,7 +102,7 @@ class Read:
     path: str
     who: str  # "feature 'x'", "feature 'x' (cross source)", "the label"
     #: A feature's transform name (a cross's sources: "cross"), or "label-int64"/"label-float32"/
-    #: "label-vocabulary" for the label, or "split-key" for ``--split-key``.
+    #: "label-vocabulary" for the label, "split-key" for ``--split-key``, "key" for a feature's ``key``.
     reader: str
     multi: bool = False
     optional: bool = False  # allow_all_missing: may be absent
@@ -158,6 +158,8 @@ def config_paths(config: Config, split_key: str | None = None) -> list[Read]:
             # a path through lists ([]) gives the items' values: each must be a single value
             multi = f.multi_valued and not _through_lists(f.source)
             reads.append(Read(f.source, who, f.transform, multi, f.allow_all_missing))
+        if f.key:  # zscore_per_key's groups: a misspelled key would put every record in the global one
+            reads.append(Read(f.key, f"{who} (key)", "key", optional=f.allow_all_missing))
     if config.label is not None:
         kind = config.label.transform or config.label.dtype
         reads.append(Read(config.label.source, "the label", f"label-{kind}"))
@@ -324,6 +326,8 @@ def _hint(r: Read, kinds: set[str], example: str | None) -> str:
             return f"; its items are lists: write {r.path + '[]'!r} to flatten them"
         if t is not None and t.list_capable and not t.tokens:  # text takes max_len always
             return "; set max_len to keep a list per record"
+        if r.reader == "key":
+            return "; point the key at a single-valued field"
         if t is None:  # the label, --split-key
             return f"; {r.who} takes one value per record: read one item, e.g. {one_value_path(r.path)!r}"
         return f"; transform {r.reader!r} takes one value per record"
@@ -352,7 +356,8 @@ def _type_problem(sch: _Schema, r: Read, leaf: Any) -> str | None:
         return None
     kinds = {sch.kind(b) for b in branches}
     found = " or ".join(sorted({sch.describe(b) for b in branches}))
-    reader = "the label" if r.reader.startswith("label") else f"transform {r.reader!r}"
+    reader = ("the label" if r.reader.startswith("label") else "a key" if r.reader == "key"
+              else f"transform {r.reader!r}")
     fields = [n for b in branches if sch.kind(b) == "record" for n in sch.field_names(b)]
     example = f"e.g. {r.path}.{fields[0]}" if fields else None
     return f"is {found} in the schema, but {reader} needs {what}{_hint(r, kinds, example)}"

@@ -93,6 +93,8 @@ class Numbers:
     present: np.ndarray  # bool
     lens: np.ndarray  # int64
     missing_row: np.ndarray  # bool
+    #: ``zscore_per_key``: each row's key term (None: no key).
+    keys: list[str | None] | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -157,6 +159,8 @@ class ValidNumbers:
     values: np.ndarray  # float64
     row_of: np.ndarray  # int64
     missing: np.ndarray  # bool
+    #: ``zscore_per_key``: each row's key term (None: no key).
+    keys: list[str | None] | None = None
 
 
 #: What ``Analyzer.add_prepared`` takes per feature (``LabelTerms`` for a vocabulary label).

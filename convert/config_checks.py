@@ -37,6 +37,7 @@ from convert.config_model import (
 )
 from convert.paths import EACH, PathError, is_list_step, one_value_path, parse_path
 from convert.spec import MAX_FEATURE_SIZE, daz, short_repr
+from convert.transforms.label_vocabulary import MI_KINDS
 
 #: Why a transform does not take an option, where more can be said than which transforms do
 #: (each transform's module says: ``Transform.not_taken_why``).
@@ -44,6 +45,8 @@ _NOT_TAKEN_WHY = {(t, key): why for t in TRANSFORMS for key, why in transforms.g
 
 
 _FEATURE_KEYS = tuple(f.name for f in dataclasses.fields(FeatureConfig))
+#: Options of the keyed analyzers, written only when set (``convert.config_model``).
+_KEYED_KEYS = ("key", "mutual_information", "min_diff_from_avg")
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-/]*$")
 #: (option, lowest, highest) of the integer options.
 _INT_RANGES = (
@@ -198,8 +201,9 @@ def _same(a: Any, b: Any) -> bool:
     return isinstance(a, bool) == isinstance(b, bool) and a == b
 
 
-def _check_values(where: str, kw: dict[str, Any], out: _Problems) -> None:
-    """Each given option's value on its own (types, ranges, choices); ``kw`` gets normalized values."""
+def _check_values(where: str, kw: dict[str, Any], out: _Problems, part_choices: tuple[str, ...] = TIMESTAMP_PARTS) -> None:
+    """Each given option's value on its own (types, ranges, choices; ``parts`` among the
+    transform's ``part_choices``); ``kw`` gets normalized values."""
     if "source" in kw and (not isinstance(kw["source"], str) or not kw["source"]):
         out.add(where, f"'source' must be a dotted field path, found {show_value(kw['source'])}")
     for key, lo, hi in _INT_RANGES:
@@ -240,12 +244,13 @@ def _check_values(where: str, kw: dict[str, Any], out: _Problems) -> None:
                        f"found {show_value(kw['unit'])}{_did_you_mean(kw['unit'], TIMESTAMP_UNITS)}")
     if "parts" in kw:
         parts = [kw["parts"]] if isinstance(kw["parts"], str) else kw["parts"]
-        if not isinstance(parts, list | tuple) or any(p not in TIMESTAMP_PARTS for p in parts) or len(set(parts)) != len(parts):
-            hint = next((_did_you_mean(p, TIMESTAMP_PARTS) for p in parts if p not in TIMESTAMP_PARTS), "") \
+        if not isinstance(parts, list | tuple) or any(p not in part_choices for p in parts) or len(set(parts)) != len(parts):
+            hint = next((_did_you_mean(p, part_choices) for p in parts if p not in part_choices), "") \
                 if isinstance(parts, list | tuple) else ""
-            out.add(where, f"'parts' must be a list of distinct {', '.join(TIMESTAMP_PARTS)}, found {show_value(kw['parts'])}{hint}")
+            out.add(where, f"'parts' must be a list of distinct {', '.join(part_choices)}, found {show_value(kw['parts'])}{hint}")
         else:
             kw["parts"] = tuple(parts)
+    _check_keyed(where, kw, out)
     if "sources" in kw:
         srcs = kw["sources"]
         if not isinstance(srcs, list | tuple) or len(srcs) < 2 or not all(isinstance(x, str) and x for x in srcs):
@@ -253,6 +258,23 @@ def _check_values(where: str, kw: dict[str, Any], out: _Problems) -> None:
                            f"found {show_value(srcs)}")
         else:
             kw["sources"] = tuple(srcs)
+
+
+def _check_keyed(where: str, kw: dict[str, Any], out: _Problems) -> None:
+    """The keyed analyzers' options: ``key`` (a field path), ``mutual_information``, ``min_diff_from_avg``."""
+    if "key" in kw and (not isinstance(kw["key"], str) or not kw["key"]):
+        out.add(where, f"'key' must be the dotted path of a categorical field (the groups the statistics are "
+                       f"taken per), found {show_value(kw['key'])}")
+    if "mutual_information" in kw and kw["mutual_information"] not in MI_KINDS:
+        out.add(where, f"'mutual_information' must be one of {', '.join(MI_KINDS)} (adjusted: less what chance "
+                       f"gives, as TF Transform's use_adjusted_mutual_info), found {show_value(kw['mutual_information'])}"
+                       f"{_did_you_mean(kw['mutual_information'], MI_KINDS)}")
+    if "min_diff_from_avg" in kw:
+        v = _float32(kw["min_diff_from_avg"])
+        if v is None or v < 0:
+            out.add(where, f"'min_diff_from_avg' must be a number >= 0 (records a term's count in a class must differ "
+                           f"from its expected count to add information), found {show_value(kw['min_diff_from_avg'])}")
+        kw["min_diff_from_avg"] = v
 
 
 #: Transforms that take a list per record (a path through ``[]``, ``[keys]``) with ``max_len``.
@@ -282,6 +304,10 @@ def _check_paths(where: str, transform: str, kw: dict[str, Any], out: _Problems)
             if problem:
                 out.add(where, problem)
         return
+    if isinstance(kw.get("key"), str) and kw["key"]:
+        problem = _single_path_problem(kw["key"], f"'key' of transform {transform!r}")
+        if problem:
+            out.add(where, problem)
     try:
         steps = parse_path(kw["source"])
     except PathError as e:
@@ -353,7 +379,8 @@ def _parse_feature(i: int, raw: Any, src: str, out: _Problems) -> FeatureConfig 
     # An entry listing every option is the normalized form (``Config.to_json()``,
     # the metadata's config): there, an option its transform does not take may
     # hold the value the transform gives it anyway (checked once it is built).
-    full = set(_FEATURE_KEYS) - {"allow_all_missing", "allow_label_source", "drift", "length", "length_of"} <= set(raw)
+    full = set(_FEATURE_KEYS) - {"allow_all_missing", "allow_label_source", "drift", "length", "length_of",
+                                 *_KEYED_KEYS} <= set(raw)
     deferred: dict[str, Any] = {}
     if transform is not None:
         not_taken = [k for k in kw if k not in _takes(transform)]
@@ -362,7 +389,7 @@ def _parse_feature(i: int, raw: Any, src: str, out: _Problems) -> FeatureConfig 
         if not_taken and not full:
             out.add(where, _not_taken(transform, not_taken))
             deferred = {}
-    _check_values(where, kw, out)
+    _check_values(where, kw, out, transforms.get(transform).part_choices if transform is not None else TIMESTAMP_PARTS)
     if transform is not None:
         _complete(where, transform, kw, out)
     if len(out) > before:
@@ -450,6 +477,9 @@ def parse_config(raw: Any, *, source: str = "config") -> Config:
     label = _parse_label(raw["label"], source, out) if raw.get("label") is not None else None
     cfg = Config(features=tuple(f for f in features if f is not None), label=label, drift=drift)
     _check_label_leak(cfg, source, out)
+    for f in cfg.features:
+        for problem in transforms.transform_of(f).config_problems(f, label):
+            out.add(source, problem)
     _check_lengths(cfg, source, out)
     seen: set[str] = set()
     for n in cfg.output_names:
@@ -487,7 +517,7 @@ def _check_label_leak(cfg: Config, source: str, out: _Problems) -> None:
     if cfg.label is None:
         return
     for f in cfg.features:
-        if cfg.label.source in (f.sources or (f.source,)) and not f.allow_label_source:
+        if cfg.label.source in (*(f.sources or (f.source,)), *((f.key,) if f.key else ())) and not f.allow_label_source:
             out.add(f"{source}: feature {f.name!r}",
                     f"reads the label's source field {cfg.label.source!r}, so the label would leak into the "
                     f"model's inputs; read another field, or set allow_label_source: true on the feature if "

@@ -157,6 +157,13 @@ class FeatureConfig:
     allow_label_source: bool = False
     length: bool = True
     length_of: str | None = None
+    #: ``zscore_per_key``: the path of the categorical field whose groups the statistics are taken per.
+    key: str | None = None
+    #: ``label_vocabulary``: ``adjusted`` (default) or ``plain`` mutual information with the label.
+    mutual_information: str | None = None
+    #: ``label_vocabulary``: a class's count must differ from its expected count by this much to
+    #: add information (None: TF Transform's recommendation for the training split's size).
+    min_diff_from_avg: float | None = None
     #: ``(measure, threshold)`` pairs of ``DRIFT_MEASURES`` overriding the
     #: config's top-level ``drift`` for this feature (``recordprep report``).
     drift: tuple[tuple[str, float], ...] | None = None
@@ -222,8 +229,9 @@ def _feature_json(f: FeatureConfig) -> dict[str, Any]:
             del d[key]
     if d["length"]:
         del d["length"]
-    if d["length_of"] is None:
-        del d["length_of"]
+    for key in ("length_of", "key", "mutual_information", "min_diff_from_avg"):
+        if d[key] is None:
+            del d[key]
     if f.drift is None:
         del d["drift"]
     else:
@@ -255,12 +263,11 @@ class Config:
     def output_names(self) -> list[str]:
         names = []
         for f in self.features:
-            names.append(f.name)
+            names.extend(transforms.transform_of(f).outputs(f))
             if f.writes_length:
                 names.append(f"{f.name}_len")
             if f.missing_indicator:
                 names.append(f"{f.name}_missing")
-            names.extend(f"{f.name}_{p}" for p in f.parts or ())
         if self.label:
             names.append(self.label.name)
         return names

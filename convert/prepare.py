@@ -38,6 +38,7 @@ from convert.columns import (
     TermCodes,
     TermIndexes,
     TermRows,
+    ValidNumbers,
 )
 from convert.config import EACH, Config, FeatureConfig, Step, is_list_step, parse_path
 from convert.derive import cross_ids
@@ -66,6 +67,7 @@ from convert.prepare_values import (
     token_codes,
 )
 from convert.records import (
+    F32_MAX,
     as_list,
     extract,
     extract_path,
@@ -167,11 +169,14 @@ class Preparer:
         self._keys: dict[str, list[str]] = {name: [st[0]] if name in self._paths else list(st)  # type: ignore[misc]
                                             for name, st in steps.items()}
         self._cross_keys = {f.name: [list(parse_path(s)) for s in f.sources or ()] for f in config.features}
+        #: A ``key`` path read beside the feature's source (``zscore_per_key``).
+        self._side_keys = {f.name: list(parse_path(f.key)) for f in config.features if f.key}
         self._get = {f.name: getter(f.source) for f in config.features}
         #: The label's source, parsed: read as a feature reading that path reads it (``_source_values``).
         self._label_steps = parse_path(config.label.source) if config.label else None
         self._top_keys = sorted({k[0] for k in self._keys.values()}
                                 | {k[0] for ks in self._cross_keys.values() for k in ks}
+                                | {k[0] for k in self._side_keys.values()}
                                 | ({self._label_steps[0]} if self._label_steps else set()))  # type: ignore[misc]
         #: Per top-level field, the features reading it (None: a reader that
         #: needs its values, such as a cross or the label).
@@ -181,6 +186,8 @@ class Preparer:
                 continue  # read by ``_path_values``
             for keys in [self._keys[f.name], *self._cross_keys[f.name]]:
                 self._uses.setdefault(keys[0], []).append(None if f.sources else f)
+            if f.name in self._side_keys:
+                self._uses.setdefault(self._side_keys[f.name][0], []).append(None)
         if self._label_steps:
             self._uses.setdefault(self._label_steps[0], []).append(None)  # type: ignore[arg-type]
         #: Features that can take their column without its Python values, from
@@ -333,6 +340,34 @@ class Preparer:
     def _stage_timestamp(self, f: FeatureConfig, values: Any, batch: _Batch, arr: Any, leaf: tuple | None) -> PreparedPart:
         ts_cols = timestamp_columns(f, values, batch.bad)
         return Finished(f.name, ts_cols, _present_rows(f, ts_cols, values))
+
+    def _stage_own(self, f: FeatureConfig, values: Any, batch: _Batch, arr: Any, leaf: tuple | None) -> PreparedPart:
+        """A transform that finishes its values itself (``Transform.finish_values``; no analysis)."""
+        cols, present, rejected = transform_of(f).finish_values(f, values)
+        for i, why in rejected.items():
+            batch.bad.setdefault(i, Rejection(i, f.source, why))
+        if batch.extras is not None:
+            batch.extras[f.name] = PresentRows(present)
+        return Finished(f.name, cols, present)
+
+    def _stage_keyed_numbers(self, f: FeatureConfig, values: Any, batch: _Batch, arr: Any,
+                             leaf: tuple | None) -> PreparedPart:
+        """A number and its row's key term (``key``): the numbers as ``_numeric`` prepares them, the
+        analysis' valid numbers with their rows' keys."""
+        part = self._numeric(f, values, batch.bad, None, arr)
+        assert isinstance(part, Numbers)
+        keys: list[str | None] = []
+        for i, v in enumerate(extract(batch.records, self._side_keys[f.name], batch.all_dicts, batch.top)):
+            if isinstance(v, dict | list):
+                batch.bad.setdefault(i, Rejection(i, f.key or "", f"a key needs a single value, found "
+                                                                  f"{type(v).__name__} {short_value(v)}"))
+                v = None
+            keys.append(None if v is None else term(v))
+        if batch.extras is not None:
+            with np.errstate(invalid="ignore"):
+                valid = part.present[:, 0] & (np.abs(part.values[:, 0]) <= F32_MAX)
+            batch.extras[f.name] = ValidNumbers(part.values[valid, 0], np.flatnonzero(valid), part.missing_row, keys)
+        return dataclasses.replace(part, keys=keys)
 
     def _stage_cross(self, f: FeatureConfig, values: Any, batch: _Batch, arr: Any, leaf: tuple | None) -> PreparedPart:
         return Finished(f.name, self._cross(f, batch.records, batch.all_dicts, batch.bad, batch.top))
@@ -571,5 +606,7 @@ STAGES = {
     "hash": Preparer._stage_hash,
     "timestamp": Preparer._stage_timestamp,
     "cross": Preparer._stage_cross,
+    "own": Preparer._stage_own,
+    "keyed_numbers": Preparer._stage_keyed_numbers,
     "terms": Preparer._stage_terms,
 }

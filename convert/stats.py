@@ -451,8 +451,9 @@ class StatsAccumulator:
                 a.missing += int(np.count_nonzero(~valid[m, 0]))  # type: ignore[operator]
 
     def _finished(self, f: FeatureConfig, acc: list[_FeatureSplit], cols: dict, masks: list[np.ndarray | None]) -> None:
-        """Features the preparer finished (no analysis): read their written columns."""
-        col = cols[f.name][1]
+        """Features the preparer finished (no analysis): read their written columns (the first
+        of ``Transform.outputs``: the feature's own, or a ``cyclical`` feature's first sine)."""
+        col = cols[transform_of(f).outputs(f)[0]][1]
         miss_col = cols.get(f"{f.name}_missing")
         len_col = cols.get(f"{f.name}_len")
         kind = self.kinds[f.name]

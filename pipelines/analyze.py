@@ -66,8 +66,9 @@ from convert.term_counts import (
     read_partitions,
     top_terms,
     write_term_arrays,
-    write_unit_counts,
 )
+from convert.transforms import transform_of
+from convert.transforms.label_vocabulary import LabelTermCounts
 from pipelines.options import ConvertOptions
 from pipelines.plan import WorkUnit
 from pipelines.run_files import TMP_DIR
@@ -156,6 +157,8 @@ class _MergeAnalyzers(beam.CombineFn):
         analyzer.flush()
         for k, c in analyzer.counts.items():
             acc[0].counts[k].update(c)
+        for k, r in analyzer.ranked.items():
+            acc[0].ranked[k].merge(r)
         acc[0].present.update(analyzer.present)
         acc[1][unit] = analyzer.numeric
         acc[2][unit] = prepared
@@ -168,6 +171,8 @@ class _MergeAnalyzers(beam.CombineFn):
         for counts_acc, partials, prepared, spills in accs:
             for k, c in counts_acc.counts.items():
                 first[0].counts[k].update(c)
+            for k, r in counts_acc.ranked.items():
+                first[0].ranked[k].merge(r)
             first[0].present.update(counts_acc.present)
             first[1].update(partials)
             first[2].update(prepared)
@@ -266,12 +271,18 @@ def spill_unit_counts(acc: Analyzer, tmp_dir: str, unit: int, partitions: int) -
     the file's path, or None when the unit has no terms."""
     acc.flush()
     names = spilled_features(acc.config)
-    counts = {n: acc.counts[n] for n in names if acc.counts[n]}
+    arrays: dict[Any, tuple[list[str], np.ndarray]] = {
+        n: (list(acc.counts[n]), np.fromiter(acc.counts[n].values(), dtype=np.int64, count=len(acc.counts[n])))
+        for n in names if acc.counts[n] and n not in acc.ranked}
     for n in names:
         acc.counts[n] = Counter()
-    if not counts:
+    # A label-ranked feature's counts per (feature, class); its records per class stay in the combine.
+    for n, ranked in acc.ranked.items():
+        arrays.update(((n, c), block) for c, block in ranked.arrays().items())
+        ranked.by_class = {}
+    if not arrays:
         return None
-    return _spill_file(tmp_dir, "terms", unit, lambda out: write_unit_counts(out, counts, partitions))
+    return _spill_file(tmp_dir, "terms", unit, lambda out: write_term_arrays(out, arrays, partitions))
 
 
 _Candidates = tuple[int, list[tuple[str, int]]]  # (terms kept without top_k, best (term, count))
@@ -292,15 +303,30 @@ class _CountPartition(beam.DoFn):
         name, partition = task
         paths = unit_files(merged.spills)
         f = next(f for f in self.config.features if f.name == name)
-        total: Counter = Counter()
-        for path in paths:
-            with FileSystems.open(path) as fh:
-                add_counts(total, *read_partition(fh, name, partition))
-        best = top_terms(total, f.min_frequency, f.top_k)
+        if transform_of(f).label_ranked:
+            best: list[tuple[str, Any]] = _ranked_partition(f, paths, partition, merged.analyzer)
+        else:
+            total: Counter = Counter()
+            for path in paths:
+                with FileSystems.open(path) as fh:
+                    add_counts(total, *read_partition(fh, name, partition))
+            best = top_terms(total, f.min_frequency, f.top_k)
         kept = 0 if f.top_k else len(best)
         if self.max_terms is not None and kept > self.max_terms:
             best = []
         yield name, (kept, best)
+
+
+def _ranked_partition(f: Any, paths: list[str], partition: int, analyzer: Analyzer) -> list[tuple[str, float]]:
+    """A label-ranked feature's best ``(term, score)`` of one partition of the terms: its
+    per-class counts of every unit file, scored with the label's records per class (the combine's)."""
+    counts = LabelTermCounts()
+    for path in paths:
+        with FileSystems.open(path) as fh:
+            counts.add_arrays({key[1]: block for key, block in read_partitions(fh, partition).items()
+                               if isinstance(key, tuple) and key[0] == f.name})
+    classes = analyzer.ranked[f.name].classes
+    return transform_of(f).rank(f, counts, classes, analyzer.label_ids())  # type: ignore[attr-defined]
 
 
 class _TopVocabularies(beam.CombineFn):

@@ -62,7 +62,7 @@ def example_keys(config: Config, wire: Wire) -> dict[str, str]:
     (a ``count`` of ``items`` reads key ``items``; the first such path of a source wins)."""
     keys: dict[str, str] = {}
     for f in config.features:
-        for path in f.sources or (f.source,):
+        for path in serving_of(f).paths(f):
             keys.setdefault(serving_of(f).wire_path(path), path)
     return {s.path: keys[s.path] for s in wire.sources}
 
@@ -73,7 +73,7 @@ class ExampleDecoder:
     def __init__(self, config: Config, wire: Wire):
         self.wire = wire
         self.keys = example_keys(config, wire)
-        reads_terms = {p for f in config.features if serving_of(f).reads_terms for p in (f.sources or (f.source,))}
+        reads_terms = {p for f in config.features for p in serving_of(f).term_paths(f)}
         self._reads_terms = {s.path for s in wire.sources if self.keys[s.path] in reads_terms}
 
     def decode(self, serialized: tf.Tensor) -> tuple[dict[str, tf.Tensor], tf.Tensor]:

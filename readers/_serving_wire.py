@@ -179,7 +179,7 @@ class Wire:
         uses: dict[str, list[tuple[FeatureConfig, bool]]] = {}
         for f in config.features:
             t = serving_of(f)  # e.g. text: one string per record (max_len counts its tokens); count: a list's length
-            for path in f.sources or (f.source,):
+            for path in t.paths(f):
                 uses.setdefault(t.wire_path(path), []).append((f, t.is_list(f)))
         self.sources: list[Source] = []
         taken: set[str] = {*PACKED.values(), LENS}

@@ -111,6 +111,10 @@ class TransformLayer(tf.Module):
                 self._tables[f.name] = tf.lookup.StaticHashTable(
                     tf.lookup.KeyValueTensorInitializer(keys, ids), default_value=oov_default(f),
                     name=f"vocab_{len(self._tables)}")
+        for f in config.features:
+            own = serving_of(f).own_table(f, self._stats.get(f.name) or {})
+            if own is not None:
+                self._tables[f.name] = own
         self._shared = shared
         self._shared_table = None
         if shared:
@@ -247,9 +251,11 @@ class TransformLayer(tf.Module):
         """Ids of terms (UTF-8 bytes), by ``f``'s transform (hash buckets, vocabulary ids)."""
         return serving_of(f).ids(self, f, terms)
 
-    def numeric(self, f: FeatureConfig, s: Source, inputs: Mapping[str, tf.Tensor], bad: Checks) -> dict[str, tf.Tensor]:
+    def numeric(self, f: FeatureConfig, s: Source, inputs: Mapping[str, tf.Tensor], bad: Checks,
+                values: Any = None) -> dict[str, tf.Tensor]:
         """A numeric feature's columns outside the grouped op (lists, ``bucketize``): the kind and
-        NaN checks, then its transform's ``values``; ``_len`` and ``_missing`` where it writes them."""
+        NaN checks, then its transform's ``values`` (or ``values``, the same call's stand-in);
+        ``_len`` and ``_missing`` where it writes them."""
         kind = inputs[s.kind_name]
         x = inputs[s.input_name("number")]
         n = f.max_len or 1
@@ -277,7 +283,7 @@ class TransformLayer(tf.Module):
                         f"or keep for feature {f.name!r} to accept it")))
         elif f.on_nan == "fill":
             present = present & finite
-        cols = {f.name: serving_of(f).values(f, x, present, in_list, self.stats(f.name), bad)}
+        cols = {f.name: (values or serving_of(f).values)(f, x, present, in_list, self.stats(f.name), bad)}
         if f.multi_valued:
             cols[f"{f.name}_len"] = lens[:, None]
         if f.missing_indicator:

@@ -35,7 +35,13 @@ VALID = {"fill": 1.5, "missing_indicator": True, "on_nan": "fill", "clip_min": 0
          "allow_all_missing": True}
 #: What each transform needs to be valid at all.
 NEEDS = {"hash": {"buckets": 8}, "text": {"max_len": 4}, "clip": {"clip_min": 0.0},
-         "cross": {"sources": ["a", "b"], "buckets": 8}}
+         "cross": {"sources": ["a", "b"], "buckets": 8}, "zscore_per_key": {"key": "k"}}
+
+
+def _cfg(feature: dict) -> dict:
+    """A config of ``feature`` alone; with an int64 label where its transform ranks by one (``label_vocabulary``)."""
+    label = {"label": {"source": "lbl", "dtype": "int64"}} if feature["transform"] == "label_vocabulary" else {}
+    return {**label, "features": [feature]}
 #: One config using every transform with its options (fingerprints of outputs made before must not move).
 EVERY_TRANSFORM = {"label": {"source": "y", "dtype": "float32"}, "features": [
     {"name": "a", "transform": "identity", "fill": 2, "missing_indicator": True, "on_nan": "keep", "max_len": 3},
@@ -88,9 +94,9 @@ def test_the_table_is_what_validation_accepts():
         for option in options:
             feature = {"name": "f", "transform": transform, **NEEDS.get(transform, {}), option: VALID[option]}
             if option in takes:
-                assert parse_config({"features": [feature]}).features[0].transform == transform, (transform, option)
+                assert parse_config(_cfg(feature)).features[0].transform == transform, (transform, option)
             else:
-                [msg] = _problems({"features": [feature]})
+                [msg] = _problems(_cfg(feature))
                 assert f"does not take {option!r}" in msg, (transform, option, msg)
 
 
@@ -103,13 +109,13 @@ def test_null_means_the_default_for_any_option():
 def test_normalized_config_loads_back_for_every_transform(transform):
     """``Config.to_json()`` (the metadata's config) lists every option, at the value the transform gives it."""
     feature = {"name": "f", "transform": transform, **NEEDS.get(transform, {})}
-    cfg = parse_config({"features": [feature]})
+    cfg = parse_config(_cfg(feature))
     again = parse_config(cfg.to_json())
     assert again == cfg and again.hash == cfg.hash
     normalized = cfg.to_json()["features"][0]
     changed = {"bucketize": ("fill", 1.0), "cross": ("source", "other")}.get(transform, ("lowercase", False))
     if changed[0] not in TRANSFORM_TABLE[transform].options:  # a value the transform would not give it
-        [msg] = _problems({"features": [{**normalized, changed[0]: changed[1]}]})
+        [msg] = _problems(_cfg({**normalized, changed[0]: changed[1]}))
         assert f"does not take {changed[0]!r}" in msg, msg
 
 

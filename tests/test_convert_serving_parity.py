@@ -83,7 +83,8 @@ def test_the_farmhash_binding_is_tensorflows_fingerprint64():
 HASHED_CHECKED = {"hash": "test_hash_cross_and_oov_ids_equal_tensorflows",
                   "cross": "test_hash_cross_and_oov_ids_equal_tensorflows",
                   "vocabulary": "test_hash_cross_and_oov_ids_equal_tensorflows",
-                  "text": "test_text_ids_equal_tensorflows"}
+                  "text": "test_text_ids_equal_tensorflows",
+                  "label_vocabulary": "test_label_vocabulary_oov_ids_equal_tensorflows"}
 
 
 @pytest.mark.parametrize("name", transforms.names())
@@ -119,6 +120,21 @@ def test_hash_cross_and_oov_ids_equal_tensorflows(values, other, buckets, oov):
     for i, tid in zip(both, tf_hash_ids(keys, buckets), strict=True):
         want[i] = tid
     assert _col(vb, "c") == want
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(values=COLUMNS, oov=st.integers(min_value=1, max_value=100_000))
+def test_label_vocabulary_oov_ids_equal_tensorflows(values, oov):
+    """A ``label_vocabulary``'s unseen terms (trained on nothing) take ``vocabulary``'s OOV ids: TensorFlow's hash."""
+    config = parse_config({"label": {"source": "y", "dtype": "int64"},
+                           "features": [{"name": "v", "source": "h", "transform": "label_vocabulary", "num_oov_buckets": oov}]})
+    vb = Vectorizer(config, Analyzer(config).result()).vectorize([{"h": v, "y": 0} for v in values])
+    assert not vb.rejections, vb.rejections
+    present = [i for i, v in enumerate(values) if v is not None]
+    want = [0] * len(values)
+    for i, tid in zip(present, tf_hash_ids([term(values[i]) for i in present], oov), strict=True):
+        want[i] = tid
+    assert _col(vb, "v") == want
 
 
 def _avro_column(values: list[str | None]) -> bytes:

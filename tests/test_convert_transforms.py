@@ -28,10 +28,12 @@ VALID = {"fill": 1.5, "missing_indicator": True, "on_nan": "fill", "clip_min": 0
          "min_frequency": 2, "num_oov_buckets": 2, "buckets": 64, "max_len": 3, "lowercase": False,
          "num_buckets": 4, "unit": "s", "parts": ["hour"], "sources": ["a", "b"], "source": "elsewhere",
          "allow_all_missing": True, "allow_label_source": True, "length": False, "length_of": "other",
-         "drift": {"js": 0.1}}
+         "drift": {"js": 0.1}, "key": "country", "mutual_information": "plain", "min_diff_from_avg": 2.0}
 #: What each transform needs to be valid at all (``Transform.complete`` asks for it).
 NEEDS = {"hash": {"buckets": 8}, "text": {"max_len": 4}, "clip": {"clip_min": 0.0},
-         "cross": {"sources": ["a", "b"], "buckets": 8}}
+         "cross": {"sources": ["a", "b"], "buckets": 8}, "zscore_per_key": {"key": "k"}}
+#: A class label: ``label_vocabulary`` ranks its terms by it (every config here has one).
+LABEL = {"source": "lbl", "dtype": "int64"}
 STATS_KINDS = {"numeric", "categorical", "timestamp", "hash", "bytes", "other"}
 
 
@@ -107,10 +109,10 @@ def test_config_checks_accept_exactly_the_modules_options(name):
                 continue  # needs another numeric list of the same list (test_convert_config)
             if option == "length" and "max_len" not in feature:
                 feature["max_len"] = 2
-            assert parse_config({"features": [feature]}).features[0].transform == name, (name, option)
+            assert parse_config({"label": LABEL, "features": [feature]}).features[0].transform == name, (name, option)
         else:
             with pytest.raises(ConfigError) as ei:
-                parse_config({"features": [feature]}, source="cfg.yaml")
+                parse_config({"label": LABEL, "features": [feature]}, source="cfg.yaml")
             assert f"transform {name!r} does not take {option!r}" in str(ei.value), (name, option)
 
 
@@ -122,13 +124,13 @@ def test_required_options_come_from_the_module(name):
     assert bool(asked) == (name in NEEDS)
     if asked:
         with pytest.raises(ConfigError) as ei:
-            parse_config({"features": [{"name": "f", "transform": name}]}, source="cfg.yaml")
+            parse_config({"label": LABEL, "features": [{"name": "f", "transform": name}]}, source="cfg.yaml")
         assert all(a in str(ei.value) for a in asked)
 
 
 @pytest.mark.parametrize("name", transforms.names())
 def test_feature_config_properties_ask_the_registry(name):
-    f = parse_config({"features": [{"name": "f", "transform": name, **NEEDS.get(name, {})}]}).features[0]
+    f = parse_config({"label": LABEL, "features": [{"name": "f", "transform": name, **NEEDS.get(name, {})}]}).features[0]
     t = transforms.transform_of(f)
     assert t is transforms.get(name)
     assert f.is_numeric == t.numeric and f.needs_vocabulary == t.vocabulary

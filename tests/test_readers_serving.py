@@ -69,6 +69,12 @@ BASE_FEATURES = """
   - {name: ts_ns, source: ts, transform: timestamp, unit: ns, parts: [month]}
   - {name: day, transform: timestamp, unit: days, parts: [day_of_week, month]}
   - {name: secs, transform: timestamp, unit: s, parts: [hour]}
+  - {name: cyc, source: ts, transform: cyclical, parts: [hour, day_of_week, day_of_month, day_of_year, month], missing_indicator: true}
+  - {name: cyc_s, source: secs, transform: cyclical, unit: s}
+  - {name: n_key, source: num2, transform: zscore_per_key, key: cat, missing_indicator: true, on_nan: fill}
+  - {name: n_key_seg, source: num, transform: zscore_per_key, key: user.segment, fill: 2.5, on_nan: keep}
+  - {name: cat_mi, source: cat, transform: label_vocabulary, top_k: 4}
+  - {name: seg_mi, source: user.segment, transform: label_vocabulary, mutual_information: plain, min_diff_from_avg: 0}
   - {name: blob, transform: bytes}
   - {name: n_tags, source: tags, transform: count}
   - {name: deep, source: deep.a.b, transform: vocabulary}
@@ -82,10 +88,11 @@ HASHED_FEATURES = """
   - {name: cat_oov, source: cat, transform: vocabulary, num_oov_buckets: 5, top_k: 2}
   - {name: tags_oov, source: tags, transform: vocabulary, num_oov_buckets: 3, max_len: 2}
   - {name: q, source: query, transform: text, max_len: 4}
+  - {name: cat_mi_oov, source: cat, transform: label_vocabulary, num_oov_buckets: 3, top_k: 3}
   - {name: q_case, source: query, transform: text, max_len: 3, lowercase: false, num_oov_buckets: 3}
 """
 HASHED_SUPPORTED = serving.SERVING_MIN_FORMAT_VERSION is not None
-LABEL = "label: {source: y, dtype: float32}\n"
+LABEL = "label: {source: y, dtype: int64}\n"  # int64 classes: label_vocabulary ranks by them
 
 
 def _config(hashed: bool) -> str:
@@ -98,7 +105,7 @@ WORDS = ["red", "Blue", "BLUE", "café", "naïve", "x_y", "42", "σας", "İsta
 def _train_record(i: int) -> dict[str, Any]:
     r = np.random.default_rng(i)
     return {
-        "y": float(i % 2),
+        "y": i % 2,
         "num": None if i % 7 == 0 else float(r.uniform(-0.9, 8)),
         "num2": float(r.uniform(-0.5, 20)) if i % 5 else None,
         "num3": int(r.integers(-5, 15)),
@@ -934,7 +941,7 @@ def test_parity_with_the_shards_of_an_analysis_from_run(output, layer, tmp_path_
     recs: list[Any] = [_train_record(1000 + i) for i in range(20)]
     for r in random_records:
         if isinstance(r, dict):
-            recs.append({**r, "y": 1.0})
+            recs.append({**r, "y": 1})
     lines = []
     for r in recs:
         try:

@@ -16,9 +16,10 @@ from readers import transforms
 from readers._serving_wire import FORMS, Wire
 
 #: What a feature of each transform needs besides its source (the options a config must give).
-_REQUIRED = {"clip": {"clip_min": 0}, "hash": {"buckets": 8}, "cross": {"sources": ["a", "b"], "buckets": 8}, "text": {"max_len": 3}}
-_HOOKS = ("forms", "wire_path", "is_list", "list_use", "hashed", "grouped_numeric", "grouped_ids",
-          "shares_table", "ids", "columns")
+_REQUIRED = {"clip": {"clip_min": 0}, "hash": {"buckets": 8}, "cross": {"sources": ["a", "b"], "buckets": 8}, "text": {"max_len": 3},
+             "zscore_per_key": {"key": "b"}}
+_HOOKS = ("forms", "paths", "term_paths", "wire_path", "is_list", "list_use", "hashed", "grouped_numeric",
+          "grouped_ids", "shares_table", "own_table", "ids", "columns")
 
 
 def test_the_serving_registry_names_the_converters_transforms():
@@ -46,11 +47,11 @@ def test_a_feature_of_each_transform_travels_on_the_wire(name):
     feature = {"name": "f", "source": "a", "transform": name, **_REQUIRED.get(name, {})}
     if name == "cross":
         del feature["source"]
-    config = parse_config({"features": [feature]})
+    config = parse_config({"label": {"source": "lbl", "dtype": "int64"}, "features": [feature]})
     wire = Wire(config)
     f = config.features[0]
     t = transforms.serving_of(f)
-    paths = {t.wire_path(p) for p in f.sources or (f.source,)}
+    paths = {t.wire_path(p) for p in t.paths(f)}
     assert {s.path for s in wire.sources} == paths
     for s in wire.sources:
         assert set(s.forms) == set(t.forms(f)) and set(s.forms) <= set(FORMS)

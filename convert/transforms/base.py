@@ -101,6 +101,25 @@ class Transform:
     encoding: ClassVar[str | None] = None
     #: Why it does not take an option, where more can be said than which transforms do.
     not_taken_why: ClassVar[Mapping[str, str]] = {}
+    #: The calendar ``parts`` it takes, when it takes ``parts`` (``convert.config_checks``).
+    part_choices: ClassVar[tuple[str, ...]] = ("hour", "day_of_week", "month")
+    #: Its statistics keep per-key moments of the key its ``key`` option names (``convert.analysis``).
+    per_key: ClassVar[bool] = False
+    #: Its vocabulary is ranked by mutual information with the label (``convert.analysis``).
+    label_ranked: ClassVar[bool] = False
+
+    def outputs(self, f: FeatureConfig) -> list[str]:
+        """The columns ``f`` writes itself, in order (its ``_len``/``_missing`` columns are the caller's)."""
+        return [f.name, *(f"{f.name}_{p}" for p in f.parts or ())]
+
+    def finish_values(self, f: FeatureConfig, values: list[Any]) -> tuple[Columns, np.ndarray, dict[int, str]]:
+        """A feature of the ``own`` stage (no analysis): ``(columns, rows holding a value,
+        {row: why it is rejected})`` of a batch's values."""
+        raise NotImplementedError(f"transform {self.name!r} is not finished by its own stage")
+
+    def config_problems(self, f: FeatureConfig, label: Any) -> list[str]:
+        """Why ``f`` cannot work with the rest of the config (the ``label``: a ``LabelConfig`` or None)."""
+        return []
 
     def complete(self, kw: dict[str, Any], need: Need) -> None:
         """Fill this transform's defaults into the options ``kw``; ``need`` each required one missing."""

@@ -13,14 +13,17 @@ from convert.transforms import (
     clip,
     count,
     cross,
+    cyclical,
     hash,
     identity,
+    label_vocabulary,
     log1p,
     minmax,
     text,
     timestamp,
     vocabulary,
     zscore,
+    zscore_per_key,
 )
 from convert.transforms.base import Transform
 
@@ -38,4 +41,7 @@ REGISTRY: dict[str, Transform] = {
     "timestamp": timestamp.TRANSFORM,
     "cross": cross.TRANSFORM,
     "count": count.TRANSFORM,
+    "cyclical": cyclical.TRANSFORM,
+    "zscore_per_key": zscore_per_key.TRANSFORM,
+    "label_vocabulary": label_vocabulary.TRANSFORM,
 }

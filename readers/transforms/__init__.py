@@ -17,14 +17,17 @@ from readers.transforms import (
     clip,
     count,
     cross,
+    cyclical,
     hash,
     identity,
+    label_vocabulary,
     log1p,
     minmax,
     text,
     timestamp,
     vocabulary,
     zscore,
+    zscore_per_key,
 )
 from readers.transforms.base import (
     IDENTITY,
@@ -68,6 +71,9 @@ _REGISTRY: dict[str, ServingTransform] = {
     "timestamp": timestamp.TRANSFORM,
     "cross": cross.TRANSFORM,
     "count": count.TRANSFORM,
+    "cyclical": cyclical.TRANSFORM,
+    "zscore_per_key": zscore_per_key.TRANSFORM,
+    "label_vocabulary": label_vocabulary.TRANSFORM,
 }
 
 

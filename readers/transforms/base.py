@@ -3,10 +3,10 @@ needs to apply it in TensorFlow, bit for bit as the converter does.
 
 A transform's module (``readers.transforms.<name>``, the twin of the
 converter's ``convert.transforms.<name>``) subclasses ``ServingTransform``
-and states what travels on the wire for it (``forms``, ``is_list``,
+and states what travels on the wire for it (``forms``, ``paths``, ``is_list``,
 ``wire_path``, ``list_use``), what the ``serve_examples`` decoder reads
-(``reads_terms``), whether it needs a hash an old output cannot give
-(``hashed``), and how its raw inputs become the model's inputs (``columns``,
+(``reads_terms``, ``term_paths``), a lookup table of its own (``own_table``),
+whether it needs a hash an old output cannot give (``hashed``), and how its raw inputs become the model's inputs (``columns``,
 ``ids``, ``step``). The shared machinery stays in the layer and
 ``readers.serving_ops`` and stays vectorized: single-valued numeric features
 run as one ``[batch, k]`` op per ``NumericStep`` (each module gives its step
@@ -47,8 +47,10 @@ class Layer(Protocol):
     def ids(self, f: FeatureConfig, terms: tf.Tensor) -> tf.Tensor:
         """The ids of ``terms`` (UTF-8) for feature ``f`` (its transform's ``ids``)."""
 
-    def numeric(self, f: FeatureConfig, s: Source, inputs: Mapping[str, tf.Tensor], bad: Checks) -> dict[str, tf.Tensor]:
-        """A numeric feature's columns outside the grouped op (lists, ``bucketize``)."""
+    def numeric(self, f: FeatureConfig, s: Source, inputs: Mapping[str, tf.Tensor], bad: Checks,
+                values: Any = None) -> dict[str, tf.Tensor]:
+        """A numeric feature's columns outside the grouped op (lists, ``bucketize``); ``values``:
+        a stand-in for its transform's ``NumericTransform.values``, with the same arguments."""
 
     def vocabulary(self, f: FeatureConfig, s: Source, inputs: Mapping[str, tf.Tensor],
                    bad: Checks) -> dict[str, tf.Tensor]:
@@ -108,6 +110,19 @@ class ServingTransform:
     def forms(self, f: FeatureConfig) -> tuple[str, ...]:
         """The value forms of ``readers._serving_wire.FORMS`` the feature reads."""
         return ("term",)
+
+    def paths(self, f: FeatureConfig) -> tuple[str, ...]:
+        """The source paths the feature reads (each gets the feature's ``forms``)."""
+        return f.sources or (f.source,)
+
+    def term_paths(self, f: FeatureConfig) -> tuple[str, ...]:
+        """The paths whose canonical terms the feature reads (``reads_terms``: all of them)."""
+        return self.paths(f) if self.reads_terms else ()
+
+    def own_table(self, f: FeatureConfig, stats: Mapping[str, Any]) -> tf.lookup.StaticHashTable | None:
+        """A lookup table the feature needs besides a vocabulary's, made with the layer
+        (``Layer.table`` gives it back); None: none."""
+        return None
 
     def wire_path(self, path: str) -> str:
         """The source the wire carries for a ``source`` path of the feature."""
