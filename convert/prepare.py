@@ -357,7 +357,7 @@ class Preparer:
         part = self._numeric(f, values, batch.bad, None, arr)
         assert isinstance(part, Numbers)
         keys: list[str | None] = []
-        for i, v in enumerate(extract(batch.records, self._side_keys[f.name], batch.all_dicts, batch.top)):
+        for i, v in enumerate(self._source_values(self._side_keys[f.name], batch)):
             if isinstance(v, dict | list):
                 batch.bad.setdefault(i, Rejection(i, f.key or "", f"a key needs a single value, found "
                                                                   f"{type(v).__name__} {short_value(v)}"))
