@@ -40,6 +40,7 @@ from convert.config import (
     PathError,
     Step,
     is_list_step,
+    one_value_path,
     parse_path,
     render_path,
 )
@@ -327,6 +328,8 @@ def _hint(r: Read, kinds: set[str], example: str | None) -> str:
             return "; set max_len to keep a list per record"
         if r.reader == "key":
             return "; point the key at a single-valued field"
+        if t is None:  # the label, --split-key
+            return f"; {r.who} takes one value per record: read one item, e.g. {one_value_path(r.path)!r}"
         return f"; transform {r.reader!r} takes one value per record"
     if t is not None and t.numeric and "string" in kinds:
         return "; use a categorical transform (vocabulary/hash) for a string field"

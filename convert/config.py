@@ -67,6 +67,7 @@ from convert.paths import (
     count_path,
     is_list_step,
     is_multi_path,
+    one_value_path,
     parse_path,
     render_path,
 )
@@ -107,6 +108,7 @@ __all__ = [
     "is_list_step",
     "is_multi_path",
     "load_config",
+    "one_value_path",
     "parse_config",
     "parse_path",
     "render_path",

@@ -36,7 +36,7 @@ from convert.config_model import (
     FeatureConfig,
     LabelConfig,
 )
-from convert.paths import EACH, PathError, is_list_step, parse_path
+from convert.paths import EACH, PathError, is_list_step, one_value_path, parse_path
 from convert.spec import MAX_FEATURE_SIZE, daz, short_repr
 from convert.transforms.label_vocabulary import MI_KINDS
 
@@ -291,7 +291,8 @@ def _single_path_problem(path: str, who: str) -> str | None:
     except PathError as e:
         return str(e)
     if any(map(is_list_step, steps)):
-        return f"{who} takes one value per record, but source {path!r} steps through a list or map ([] or [keys])"
+        return (f"{who} takes one value per record, but source {path!r} steps through a list or map ([] or [keys]); "
+                f"read one value, e.g. {one_value_path(path)!r} (an item by its index, a map's value by its key)")
     return None
 
 
@@ -439,10 +440,10 @@ def _parse_label(lraw: Any, src: str, out: _Problems) -> LabelConfig | None:
         out.add(where, f"dtype must be int64 or float32, found {show_value(dtype)}{hint}")
     elif transform in LABEL_TRANSFORMS and dtype != "int64":
         out.add(where, f"a vocabulary label's class ids are int64, found dtype {show_value(dtype)}; leave dtype out")
-    problem = _single_path_problem(lraw["source"], "the label")
+    lname = lraw.get("name") or lraw["source"].replace(".", "_")
+    problem = _single_path_problem(lraw["source"], f"the label {lname!r}" if isinstance(lname, str) else "the label")
     if problem:
         out.add(where, problem)
-    lname = lraw.get("name") or lraw["source"].replace(".", "_")
     problem = _name_problem("'name'", lname)
     if problem:
         out.add(where, problem)

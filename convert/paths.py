@@ -171,3 +171,15 @@ def is_multi_path(path: str) -> bool:
     except PathError:
         return False
     return any(map(is_list_step, steps))
+
+
+def one_value_path(path: str) -> str:
+    """A path that reads one value per record where ``path`` reads a list: each ``[]``
+    becomes ``[0]`` (the first item), ``[keys]`` and ``[entries]`` one map value by its
+    key (``["key"]``), and a path without such steps (its value is a list) gets ``[0]``.
+    What a message tells a reader that takes one value per record (the label, a cross's
+    sources) to write instead."""
+    steps = parse_path(path)
+    if not any(map(is_list_step, steps)):
+        return render_path((*steps, 0))
+    return render_path(tuple(0 if s is EACH else "key" if is_list_step(s) else s for s in steps))

@@ -173,11 +173,12 @@ class Preparer:
         #: A ``key`` path read beside the feature's source (``zscore_per_key``).
         self._side_keys = {f.name: list(parse_path(f.key)) for f in config.features if f.key}
         self._get = {f.name: getter(f.source) for f in config.features}
-        self._label_keys = list(parse_path(config.label.source)) if config.label else None
+        #: The label's source, parsed: read as a feature reading that path reads it (``_source_values``).
+        self._label_steps = parse_path(config.label.source) if config.label else None
         self._top_keys = sorted({k[0] for k in self._keys.values()}
                                 | {k[0] for ks in self._cross_keys.values() for k in ks}
                                 | {k[0] for k in self._side_keys.values()}
-                                | ({self._label_keys[0]} if self._label_keys else set()))
+                                | ({self._label_steps[0]} if self._label_steps else set()))  # type: ignore[misc]
         #: Per top-level field, the features reading it (None: a reader that
         #: needs its values, such as a cross or the label).
         self._uses: dict[str, list[FeatureConfig | None]] = {}
@@ -188,8 +189,8 @@ class Preparer:
                 self._uses.setdefault(keys[0], []).append(None if f.sources else f)
             if f.name in self._side_keys:
                 self._uses.setdefault(self._side_keys[f.name][0], []).append(None)
-        if self._label_keys:
-            self._uses.setdefault(self._label_keys[0], []).append(None)
+        if self._label_steps:
+            self._uses.setdefault(self._label_steps[0], []).append(None)  # type: ignore[arg-type]
         #: Features that can take their column without its Python values, from
         #: a ``ColumnRecords``: its numpy form (``arrays``) of this class, or
         #: its ``term_codes`` of this kind.
@@ -239,7 +240,7 @@ class Preparer:
             parts.append(part)
             if batch.extras is not None and f.name not in batch.extras and isinstance(part, Finished):
                 batch.extras[f.name] = PresentRows(_present_rows(f, part.columns, values))
-        if self._label_keys is not None:
+        if self._label_steps is not None:
             parts.append(self._label_part(batch))
         return PreparedBatch(len(records), parts, batch.bad, batch.extras)
 
@@ -286,20 +287,37 @@ class Preparer:
         arr = records.arrays.get(f.source) if isinstance(records, ColumnRecords) else None
         leaf = None
         if f.name in self._paths:
-            values, tc, arr, leaf = self._path_values(f, records, batch.all_dicts, top)
+            values, tc, arr, leaf = self._path_values(f, batch)
             if tc is not None:
                 batch.coded[f.name] = tc
         elif top is not None and isinstance(top.get(keys[0]), _RowCount):
             values = top[keys[0]]  # served without values (``_columns``)
         else:
-            values = extract(records, keys, batch.all_dicts, top)
+            values = self._source_values(keys, batch)
         return values, arr, leaf
+
+    def _source_values(self, steps: Sequence[Step], batch: _Batch) -> list[Any]:
+        """Each record's value at the parsed source path ``steps`` (``walk_path``'s value, None
+        when missing): what a feature reading that path takes, and what the label is read as,
+        so a label and a feature with the same ``source`` read the same values. Keys alone
+        a level at a time (``extract``); through lists, indexes or map keys from a
+        ``ColumnRecords``' list columns (``path_values``) when they can follow the path,
+        else by walking each record."""
+        records = batch.records
+        if not is_list_path(steps):
+            return extract(records, list(steps), batch.all_dicts, batch.top)  # type: ignore[arg-type]
+        if isinstance(records, ColumnRecords):
+            values = records.path_values(tuple(steps))
+            if values is None:
+                values = [walk_path(v, steps, 1) for v in records.column(steps[0], [None] * len(records))]  # type: ignore[arg-type]
+            return values
+        return extract_path(records, steps, batch.all_dicts, batch.top)
 
     def _label_part(self, batch: _Batch) -> PreparedPart:
         """The label's part: class names (``LabelTerms``) for a vocabulary label, else its final column."""
         lab = self.config.label
-        assert lab is not None and self._label_keys is not None
-        values = extract(batch.records, self._label_keys, batch.all_dicts, batch.top)
+        assert lab is not None and self._label_steps is not None
+        values = self._source_values(self._label_steps, batch)
         if not lab.needs_vocabulary:
             return Finished(lab.name, label_columns(lab, values, batch.bad))
         part = LabelTerms(lab.name, label_terms(lab, values, batch.bad))
@@ -340,7 +358,7 @@ class Preparer:
         part = self._numeric(f, values, batch.bad, None, arr)
         assert isinstance(part, Numbers)
         keys: list[str | None] = []
-        for i, v in enumerate(extract(batch.records, self._side_keys[f.name], batch.all_dicts, batch.top)):
+        for i, v in enumerate(self._source_values(self._side_keys[f.name], batch)):
             if isinstance(v, dict | list):
                 batch.bad.setdefault(i, Rejection(i, f.key or "", f"a key needs a single value, found "
                                                                   f"{type(v).__name__} {short_value(v)}"))
@@ -361,16 +379,16 @@ class Preparer:
     def _stage_bags(self, f: FeatureConfig, values: Any, batch: _Batch, arr: Any, leaf: tuple | None) -> PreparedPart:
         return self._bags(f, values, batch.bad, batch.extras)
 
-    def _path_values(self, f: FeatureConfig, records: Sequence[Any], all_dicts: bool,
-                     top: dict[str, list[Any]] | None) -> tuple[Any, TermCodes | None, ListArray | None, tuple | None]:
+    def _path_values(self, f: FeatureConfig, batch: _Batch) -> tuple[Any, TermCodes | None, ListArray | None, tuple | None]:
         """``(values, term codes, numeric array, leaf)`` of a feature whose source goes
         through lists (``walk_path``). From a ``ColumnRecords``, the column
         operations of ``ColumnRecords.path_leaf`` give the codes, the array or
         (``count``) the leaf where the feature's fast path takes them, with a
-        ``_RowCount`` for values, else each row's items; records are walked only
-        for paths those cannot follow."""
+        ``_RowCount`` for values, else each row's items (``_source_values``)."""
         steps = self._paths[f.name]
+        records = batch.records
         b = len(records)
+        values = None
         if isinstance(records, ColumnRecords):
             if f.multi_valued and not any(map(is_list_step, steps)):
                 steps = (*steps, EACH)  # a list at an index (m[0]): the same values, as a path through it
@@ -387,11 +405,8 @@ class Preparer:
                 if leaf is not None:
                     return _RowCount(b), None, None, leaf
             values = records.path_values(steps)
-            if values is None:
-                steps = self._paths[f.name]
-                values = [walk_path(v, steps, 1) for v in records.column(steps[0], [None] * b)]  # type: ignore[arg-type]
-        else:
-            values = extract_path(records, steps, all_dicts, top)
+        if values is None:
+            values = self._source_values(self._paths[f.name], batch)
         return (joined_text(values) if transform_of(f).tokens else values), None, None, None
 
     # -- numerics

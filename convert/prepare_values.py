@@ -23,7 +23,7 @@ from convert.columns import (
     TermCodes,
     ValidNumbers,
 )
-from convert.config import FeatureConfig, LabelConfig
+from convert.config import FeatureConfig, LabelConfig, one_value_path, parse_path, render_path
 from convert.derive import epoch_seconds, timestamp_parts
 from convert.records import (
     F32_MAX,
@@ -401,6 +401,22 @@ def bytes_columns(f: FeatureConfig, values: list[Any], bad: dict[int, Rejection]
     return {f.name: ("string", out)}
 
 
+def label_rejection(lab: LabelConfig, i: int, v: Any, must: str, fix: str = "") -> Rejection:
+    """Why row ``i``'s label value ``v`` is refused: it ``must`` be something else (``fix``: what to
+    do about it). A list or a record is several values where the label takes one: the reason
+    names the label and says what to write instead (``one_value_path``, or one of the record's fields)."""
+    if isinstance(v, list | tuple):
+        return Rejection(i, lab.source, f"the label {lab.name!r} takes one value per record, found list "
+                                         f"{short_value(v)}; read one item, e.g. source: {one_value_path(lab.source)!r}")
+    if isinstance(v, dict):
+        key = next(iter(v), None)
+        field = render_path((*parse_path(lab.source), key if isinstance(key, str) and 0 < len(key) <= 40 else "field"))
+        return Rejection(i, lab.source, f"the label {lab.name!r} takes one value per record, found a record "
+                                         f"{short_value(v)}; read one of its fields, e.g. source: {field!r}")
+    what = "missing (null)" if v is None else f"{type(v).__name__} {short_value(v)}"
+    return Rejection(i, lab.source, f"label must be {must}, found {what}{fix}")
+
+
 def label_terms(lab: LabelConfig, values: list[Any], bad: dict[int, Rejection]) -> list[str | None]:
     """Each row's class name (``term``: strings, integers, booleans; integral
     floats as integers); None, and a rejection, for anything else."""
@@ -411,9 +427,7 @@ def label_terms(lab: LabelConfig, values: list[Any], bad: dict[int, Rejection]) 
         if isinstance(v, str | bytes | bytearray | int) or (isinstance(v, float) and v.is_integer()):
             out.append(term(v))
         else:
-            what = "missing (null)" if v is None else f"{type(v).__name__} {short_value(v)}"
-            bad.setdefault(i, Rejection(i, lab.source, f"label must be a class name (a string, integer or boolean), "
-                                                       f"found {what}; fix the record"))
+            bad.setdefault(i, label_rejection(lab, i, v, "a class name (a string, integer or boolean)", "; fix the record"))
             out.append(None)
     return out
 
@@ -436,8 +450,7 @@ def label_columns(lab: LabelConfig, values: list[Any], bad: dict[int, Rejection]
             elif isinstance(v, float) and v.is_integer() and -(2.0**63) <= v < 2.0**63:
                 out[i, 0] = int(v)
             else:
-                what = "missing (null)" if v is None else f"{type(v).__name__} {short_value(v)}"
-                bad.setdefault(i, Rejection(i, lab.source, f"label must be an integer, found {what}; fix the record or set label dtype: float32"))
+                bad.setdefault(i, label_rejection(lab, i, v, "an integer", "; fix the record or set label dtype: float32"))
     else:
         if types <= {int, float}:  # fast path: every value a number finite as float32
             try:
@@ -452,6 +465,5 @@ def label_columns(lab: LabelConfig, values: list[Any], bad: dict[int, Rejection]
             if isinstance(v, int | float) and not isinstance(v, bool) and abs(to_float(v)) <= F32_MAX:
                 out[i, 0] = to_float(v)  # finite, and stays finite as float32
             else:
-                what = "missing (null)" if v is None else f"{type(v).__name__} {short_value(v)}"
-                bad.setdefault(i, Rejection(i, lab.source, f"label must be a finite number, found {what}"))
+                bad.setdefault(i, label_rejection(lab, i, v, "a finite number"))
     return {lab.name: (lab.dtype, out)}

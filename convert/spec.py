@@ -124,7 +124,7 @@ def statistics_problems(name: str, st: Mapping[str, Any]) -> list[str]:
     ``dataset_info.json``), ``analysis.json`` (``--analysis-from``, ``verify``, the serving
     layer): an edited value would otherwise scale every value of the feature by it."""
     out = [f"stats of {name!r}: {key!r} must be a non-negative integer, found {_short(st[key])}"
-           for key in ("count", "missing") if key in st and not _is_count(st[key])]
+           for key in ("count", "missing") if key in st and not is_count(st[key])]
     for key in ("mean", "std"):
         if key in st and not _finite(st[key]):
             out.append(f"stats of {name!r}: {key!r} must be a finite number, found {_short(st[key])}")
@@ -257,13 +257,13 @@ def _depth_problem(doc: Any) -> bool:
     return False
 
 
-def _is_count(value: Any) -> bool:
+def is_count(value: Any) -> bool:
     """An exact non-negative integer: not a bool, a float (``3.0``, NaN, infinity) or a string."""
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def _count(value: Any, where: str) -> int:
-    if not _is_count(value):
+    if not is_count(value):
         raise SpecError(f"{where} must be a non-negative integer, found {_short(value)}; re-run the conversion")
     return value
 

@@ -48,6 +48,7 @@ from convert.columns import LabelTerms, Numbers, TermIndexes
 from convert.config import Config, FeatureConfig
 from convert.prepare import PreparedBatch
 from convert.spec import short_repr
+from convert.stats_checks import problems_message, stats_problems
 from convert.term_counts import TermSummary
 from convert.transforms import transform_of
 from convert.value_sketch import StatsFormatError, ValueSketch
@@ -690,7 +691,8 @@ def _sides(f: FeatureConfig | None, a: _FeatureSplit, st: Mapping[str, Any] | No
 
 
 def load_stats(doc: Any, where: str = STATS_FILENAME) -> dict[str, Any]:
-    """Check a loaded ``stats.json`` document's shape; return it. Raises StatsFormatError."""
+    """Check a loaded ``stats.json`` document's shape and its counts (``stats_problems``);
+    return it. Raises StatsFormatError naming the file, the feature and the field."""
     if not isinstance(doc, dict) or not isinstance(doc.get("features"), dict):
         raise StatsFormatError(f"{where}: not a recordprep statistics document; re-run the conversion")
     version = doc.get("version")
@@ -700,4 +702,7 @@ def load_stats(doc: Any, where: str = STATS_FILENAME) -> dict[str, Any]:
     for name, feat in doc["features"].items():
         if not isinstance(feat, dict) or not isinstance(feat.get("splits"), dict):
             raise StatsFormatError(f"{where}: feature {short_repr(name)} has no per-split statistics; re-run the conversion")
+    problems = stats_problems(doc, where)
+    if problems:
+        raise StatsFormatError(problems_message(problems))
     return doc

@@ -244,3 +244,89 @@ def test_counts_that_do_not_add_up_are_refused(made, tmp_path, edit, words):
         assert r.exit_code == 1 and words in r.output and "edited or damaged" in r.output, (command, r.output)
     with pytest.raises(SpecError, match=words):
         readers.load_info(str(out))
+
+
+# ------------------------------------------------------------------ stats.json
+
+
+def _fs(stats, name, split="train"):
+    return stats["features"][name]["splits"][split]
+
+
+def _stats_cmds(out: Path) -> list:
+    return [runner.invoke(app, [command, str(out)]) for command in ("report", "verify")]
+
+
+@pytest.mark.parametrize(("edit", "field"), [
+    (lambda d, v: d["splits"]["train"].update(records=v), "split 'train': 'records'"),
+    (lambda d, v: d["splits"]["eval"].update(bytes=v), "split 'eval': 'bytes'"),
+    (lambda d, v: d["rejections"].update(count=v), "rejections: 'count'"),
+    (lambda d, v: d["files"][0].update(read=v), "files[0]: 'read'"),
+    (lambda d, v: d["files"][0]["written"].update(eval=v), "files[0]: the 'written' counts"),
+    (lambda d, v: _fs(d, "x").update(rows=v), "feature 'x', split 'train': 'rows'"),
+    (lambda d, v: _fs(d, "x", "eval").update(missing=v), "feature 'x', split 'eval': 'missing'"),
+    (lambda d, v: _fs(d, "x")["before"].update(count=v), "feature 'x', split 'train': 'before': stats of 'x': 'count'"),
+    (lambda d, v: _fs(d, "x")["before"]["pos"][1].__setitem__(-1, v), "feature 'x', split 'train': 'before': the 'pos' counts"),
+    (lambda d, v: _fs(d, "y")["after"].update(zero=v), "feature 'y', split 'train': 'after': 'zero'"),
+    (lambda d, v: _fs(d, "color").update(items=v), "feature 'color', split 'train': 'items'"),
+    (lambda d, v: _fs(d, "color")["terms"][0].__setitem__(1, v), "feature 'color', split 'train': the terms' counts"),
+    (lambda d, v: _fs(d, "text").update(distinct=v), "feature 'text', split 'train': 'distinct'"),
+    (lambda d, v: _fs(d, "tags")["lengths"].__setitem__(0, v), "feature 'tags', split 'train': 'lengths'"),
+    (lambda d, v: _fs(d, "user_name").update(used_buckets=v), "feature 'user_name', split 'train': 'used_buckets'"),
+], ids=lambda x: x if isinstance(x, str) else "")
+@pytest.mark.parametrize("value", [math.nan, math.inf, -3, 7.0, True], ids=["nan", "inf", "negative", "float", "bool"])
+def test_a_stats_count_that_is_not_an_exact_non_negative_integer_is_refused(made, tmp_path, edit, field, value):
+    """``stats.json``'s counts are checked where it is loaded: ``report`` refuses it and ``verify``
+    reports it, naming the file, the feature and split, and the field."""
+    out = _copy(made, tmp_path)
+    _edit_json(out / "stats.json", lambda d: edit(d, value))
+    for r in _stats_cmds(out):
+        assert r.exit_code == 1 and "Traceback" not in r.output, r.output
+        text = " ".join(r.output.split())  # rich wraps long lines
+        assert f"{out / 'stats.json'}: {field}" in text and "integer" in text, text
+        assert "re-run the conversion" in text, text
+
+
+def _shift_split(d, by: int = 1):
+    """A split's records and every feature's rows on it, moved together: consistent in itself."""
+    d["splits"]["train"]["records"] += by
+    for feat in d["features"].values():
+        feat["splits"]["train"]["rows"] += by
+        if "lengths" in feat["splits"]["train"]:
+            feat["splits"]["train"]["lengths"][0] += by
+
+
+def _one_more_rejection(d):
+    """One more rejected record, in a group of its own: consistent in itself, not with the metadata."""
+    d["rejections"]["count"] += 1
+    d["rejections"]["groups"].append({"field": "x", "reason": "r", "count": 1, "examples": []})
+
+
+@pytest.mark.parametrize(("edit", "words"), [
+    (lambda d: d["splits"]["train"].update(records=d["splits"]["train"]["records"] + 1),
+     "feature 'id', split 'train': 'rows' is"),
+    (_shift_split, "split 'train': 'records' is"),
+    (lambda d: d["rejections"].update(count=d["rejections"]["count"] + 1), "rejections: its groups hold"),
+    (lambda d: d["files"][0].update(read=d["files"][0]["read"] + 1), "files[0]: 'read' is"),
+    (lambda d: _fs(d, "x")["before"].update(count=_fs(d, "x")["before"]["count"] + 1), "its histogram holds"),
+    (lambda d: _fs(d, "tags")["lengths"].append(1), "'lengths' count"),
+    (lambda d: _fs(d, "color").update(missing=_fs(d, "color")["rows"] + 1), "is more than 'rows'"),
+    (lambda d: _fs(d, "user_name").update(used_buckets=65), "is more than 'buckets'"),
+    (lambda d: _fs(d, "color").update(items=0), "more than 'items'"),
+    (_one_more_rejection, "rejections: 'count' is"),
+])
+def test_stats_counts_that_do_not_add_up_are_refused(made, tmp_path, edit, words):
+    """Sums that must agree: within ``stats.json`` (a feature's rows and its split's records, a
+    sketch's histogram and its count, a file's read and its rejected plus written) and against
+    ``dataset_info.json`` (each split's records, bytes and shards, the records rejected)."""
+    out = _copy(made, tmp_path)
+    _edit_json(out / "stats.json", edit)
+    for r in _stats_cmds(out):
+        text = " ".join(r.output.split())
+        assert r.exit_code == 1 and words in text and "edited or damaged" in text, text
+        assert str(out / "stats.json") in text, text
+
+
+def test_an_intact_stats_file_passes_report_and_verify(made):
+    for r in _stats_cmds(made["out"]):
+        assert r.exit_code == 0, r.output

@@ -93,6 +93,7 @@ features:
   - {name: device, transform: label_vocabulary, mutual_information: plain, num_oov_buckets: 2}
   - {name: age, transform: zscore_per_key, key: country, missing_indicator: true}
   - {name: income, transform: zscore_per_key, key: user.segment, fill: 0}
+  - {name: age_by_tag, source: age, transform: zscore_per_key, key: 'tags[0]'}
   - {name: ts, transform: cyclical, parts: [hour, day_of_week, day_of_month, day_of_year, month], missing_indicator: true}
 """
 

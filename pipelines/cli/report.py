@@ -30,6 +30,7 @@ from convert.stats import (
     ValueSketch,
     load_stats,
 )
+from convert.stats_checks import problems_message, stats_metadata_problems
 from pipelines.cli.inspect import InspectError, load
 from pipelines.cli.terminal import text, visible
 
@@ -47,7 +48,8 @@ class ReportError(RuntimeError):
 
 
 def load_output(output: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The metadata (as JSON) and the statistics document of ``output``."""
+    """The metadata (as JSON) and the statistics document of ``output``, its counts checked
+    (``load_stats``) and checked against the metadata's (``stats_metadata_problems``)."""
     try:
         info = load(output)
     except InspectError as e:
@@ -66,6 +68,9 @@ def load_output(output: str) -> tuple[dict[str, Any], dict[str, Any]]:
         if isinstance(e, StatsFormatError):
             raise ReportError(str(e)) from e
         raise ReportError(f"{path}: cannot be read as statistics ({e}); re-run the conversion") from e
+    problems = stats_metadata_problems(doc, info, path)
+    if problems:
+        raise ReportError(problems_message(problems))
     return info.to_json(), doc
 
 

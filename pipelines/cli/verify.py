@@ -27,6 +27,8 @@ from convert.analysis import analysis_problems
 from convert.apply import OutputAnalysis
 from convert.example import decode_example, unpack_decoded
 from convert.spec import METADATA_FILENAME, DatasetInfo, SpecError, check_name
+from convert.stats import StatsFormatError, load_stats
+from convert.stats_checks import problems_message, stats_metadata_problems
 from convert.tfrecord import iter_records
 from pipelines._fs import read_file, size_of
 from pipelines.cli.inspect import load
@@ -96,7 +98,7 @@ def verify_output(output: str, max_problems: int = 50) -> VerifyReport:
             records += n
             if n != shard.num_records:
                 problems.append(f"{path}: {n} records readable, metadata says {shard.num_records}")
-    problems += _analysis_problems(output, info) + _digest_problems(output, info)
+    problems += _analysis_problems(output, info) + _digest_problems(output, info) + _stats_problems(output, info)
     return VerifyReport(problems, shards, records)
 
 
@@ -122,6 +124,29 @@ def _analysis_problems(output: str, info: DatasetInfo) -> list[str]:
         except SpecError as e:
             problems.append(str(e))
     return problems
+
+
+def _stats_problems(output: str, info: DatasetInfo) -> list[str]:
+    """What is wrong with the output's statistics (``stats.json``, which ``report`` reads): a
+    count that is not an exact non-negative integer or a sum that does not agree (``load_stats``),
+    or counts that contradict the metadata (``stats_metadata_problems``). None for an output
+    written before statistics (no ``stats_file``)."""
+    name = info.extra.get("stats_file")
+    if name is None:
+        return []
+    path = FileSystems.join(output, check_name(name, f"{output}: metadata stats_file"))
+    try:
+        data = read_file(path)
+    except OSError as e:
+        return [f"{path}: unreadable ({e}); re-run the conversion"]
+    if data is None:
+        return [f"{path}: listed in the metadata but missing; re-run the conversion"]
+    try:
+        doc = load_stats(json.loads(data), where=path)
+    except ValueError as e:  # StatsFormatError, or not JSON
+        return [str(e) if isinstance(e, StatsFormatError) else f"{path}: not JSON ({e})"]
+    problems = stats_metadata_problems(doc, info, path)
+    return [problems_message(problems)] if problems else []
 
 
 def _analysis_name(output: str, info: DatasetInfo) -> str:
