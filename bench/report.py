@@ -308,6 +308,7 @@ def readers_md(results: dict[str, Any]) -> list[str]:
                      f"| {r['cpu_cores_used']:.2f} | {_num(r['peak_rss_mb'])} | {r['runs']} |")
     lines.append("")
     g = lambda k: _row_get(rows, k, "examples_per_s")  # noqa: E731
+    c = lambda k: _row_get(rows, k, "cpu_us_per_example")  # noqa: E731
     ratio_lines = []
     for comp in ("gzip", "none"):
         if f"train_dataset:{comp}" not in rows:
@@ -316,6 +317,12 @@ def readers_md(results: dict[str, Any]) -> list[str]:
             (f"readers / make_batched_features_dataset ({comp})", _ratio(g(f"train_dataset:{comp}"), g(f"mbfd:{comp}"))),
             (f"readers / naive per-record ({comp})", _ratio(g(f"train_dataset:{comp}"), g(f"naive:{comp}"))),
             (f"readers / limit raw read ({comp})", _ratio(g(f"train_dataset:{comp}"), g(f"raw:{comp}"))),
+            # CPU per example is what load does not move (wall rates follow the cores each row got):
+            # the peer's over the reader's, and the reader's cost over the raw read's.
+            (f"CPU-µs per example: make_batched_features_dataset / readers ({comp})",
+             _ratio(c(f"mbfd:{comp}"), c(f"train_dataset:{comp}"))),
+            (f"CPU-µs per example: readers / limit raw read ({comp})",
+             _ratio(c(f"train_dataset:{comp}"), c(f"raw:{comp}"))),
         ]
     if "train_dataset_buffer:gzip" in rows:
         ratio_lines += [

@@ -440,62 +440,88 @@ def train_dataset(
     req = TrainRequest(batch_size, split, label_key, features, shuffle_buffer, seed, num_epochs, cache,
                        deterministic, drop_remainder, input_context, skip_corrupt, options, service)
     sel = select_shards(str(pattern), split)
-    label, specs = resolve_label(sel.info, label_key, features)
-    parse_names = [s.name for s in specs] + ([label] if label is not None else [])
-    plan = parse_plan(sel.info, parse_names)  # unknown names fail here, before any reading
+    label, plan = _parse_stage(sel, label_key, features)
     if req.opts.service is not None:
         return _service.train_dataset(sel, plan, label, req)
     return _train_in_process(sel, plan, label, req)
 
 
+def _parse_stage(sel: ShardSelection, label_key: Any, features: Sequence[str] | None) -> tuple[str | None, Any]:
+    """The parse stage's plan: the label and how to parse it and ``features`` out of each batch.
+    Built before any reading, so unknown names fail at once."""
+    label, specs = resolve_label(sel.info, label_key, features)
+    parse_names = [s.name for s in specs] + ([label] if label is not None else [])
+    return label, parse_plan(sel.info, parse_names)
+
+
+class _TrainSource(NamedTuple):
+    """Where and how :func:`train_dataset`'s pipeline reads: its share of the shards, opened."""
+
+    share: _Share
+    paths: list[str]
+    counts: list[int]
+    remote: bool
+    cycle_length: int
+    parallel: int
+    buffer_bytes: int
+    #: Records of this pipeline's shards (after record-level sharding).
+    total: int
+
+
 def _train_in_process(sel: ShardSelection, plan: Any, label: str | None, req: TrainRequest) -> tf.data.Dataset:
-    """:func:`train_dataset` read, shuffled, batched and parsed in this process."""
-    opts, skip_corrupt, num_epochs = req.opts, req.skip_corrupt, req.num_epochs
-    share = _pipeline_share(sel, req.input_context)
-    paths, counts, remote, cycle_length, parallel, buffer_bytes = open_shards(sel, share.shards, opts, skip_corrupt)
-    shuffle_files = _shuffles_files(opts, len(paths), share, req.seed)
-    read = read_shard_fn(
-        sel.info.compression, buffer_bytes, skip_corrupt=skip_corrupt, block=opts.block_length,
-        scheme=paths_scheme(paths),
+    """:func:`train_dataset` read, shuffled, batched and parsed in this process, stage by stage:
+    the source (this pipeline's shards, opened and checked), the records of every epoch (shards
+    interleaved, shuffled), the batches, the parse."""
+    src = _train_source(sel, req)
+    window_mode = req.opts.shuffle_mode == "window"
+    buffer = min(req.opts.shuffle_buffer, src.total)
+    lookahead = _epoch_lookahead(req, src.share, remote=src.remote, window_mode=window_mode, total=src.total)
+    records = _train_records(src, req, sel, buffer=buffer, lookahead=lookahead)
+    batches = _train_batches(records, req.batch_size, window_mode=window_mode, drop_remainder=req.drop_remainder,
+                             num_epochs=req.num_epochs, total=src.total, skip_corrupt=req.skip_corrupt)
+    batches = parse_batches(batches, plan, label, req.opts.prefetch)
+    _describe(
+        "train_dataset", sel, len(src.paths), src.total,
+        cycle_length=src.cycle_length, parallel_reads=src.parallel, read_buffer=src.buffer_bytes,
+        shuffle_buffer=buffer, shuffle_mode=req.opts.shuffle_mode, deterministic=req.ordered,
+        remote=src.remote, epoch_lookahead=lookahead,
+        pipeline=f"{src.share.pipeline_id}/{src.share.num_pipelines}"
+        + (" (record-level)" if src.share.record_level else ""),
     )
-    if skip_corrupt:
+    return batches.with_options(tf_options(sharded_by_reader=req.input_context is not None, opts=req.opts))
+
+
+def _train_source(sel: ShardSelection, req: TrainRequest) -> _TrainSource:
+    """The source stage: this input pipeline's shards, staged and checked (``open_shards``),
+    with the interleave's cycle length, reader threads and read buffer."""
+    share = _pipeline_share(sel, req.input_context)
+    paths, counts, remote, cycle_length, parallel, buffer_bytes = open_shards(
+        sel, share.shards, req.opts, req.skip_corrupt)
+    if req.skip_corrupt:
         logger.warning(
             "skip_corrupt=True: a damaged shard is read up to its first bad record and the rest of "
             "it is skipped; each skip is reported on stderr as 'recordprep: skip_corrupt: ...'"
         )
+    return _TrainSource(share, paths, counts, remote, cycle_length, parallel, buffer_bytes,
+                        share.num_records(sum(counts)))
+
+
+def _train_records(src: _TrainSource, req: TrainRequest, sel: ShardSelection, *, buffer: int,
+                   lookahead: int) -> tf.data.Dataset:
+    """The records stage: every epoch's records, shards interleaved in blocks and shuffled
+    (windows permuted, or a shuffle buffer), epochs kept apart."""
+    opts = req.opts
+    read = read_shard_fn(sel.info.compression, src.buffer_bytes, skip_corrupt=req.skip_corrupt,
+                         block=opts.block_length, scheme=paths_scheme(src.paths))
     window_mode = opts.shuffle_mode == "window"
-    total = share.num_records(sum(counts))
-    one_pass = _one_pass_fn(read, share, cycle_length=cycle_length, parallel=parallel, deterministic=req.ordered,
-                            window_mode=window_mode, block=opts.block_length)
-    buffer = min(opts.shuffle_buffer, total)
-    lookahead = _epoch_lookahead(req, share, remote=remote, window_mode=window_mode, total=total)
-    records = _shuffled_epochs(
-        one_pass, paths, counts, lookahead=lookahead, total=total, buffer=buffer, window_mode=window_mode,
-        shuffle_files=shuffle_files, seed=req.seed, num_epochs=num_epochs, skip_corrupt=skip_corrupt,
-        cache=req.cache, cache_sel=sel,
-        cache_key=f"{share.pipeline_id}/{share.num_pipelines}/{share.record_level}/{skip_corrupt}/{opts.shuffle_mode}",
-    )
-    batches = _train_batches(records, req.batch_size, window_mode=window_mode, drop_remainder=req.drop_remainder,
-                             num_epochs=num_epochs, total=total, skip_corrupt=skip_corrupt)
-    batches = parse_batches(batches, plan, label, opts.prefetch)
-    _describe(
-        "train_dataset",
-        sel,
-        len(paths),
-        total,
-        cycle_length=cycle_length,
-        parallel_reads=parallel,
-        read_buffer=buffer_bytes,
-        shuffle_buffer=buffer,
-        shuffle_mode=opts.shuffle_mode,
-        deterministic=req.ordered,
-        remote=remote,
-        epoch_lookahead=lookahead,
-        pipeline=f"{share.pipeline_id}/{share.num_pipelines}"
-        + (" (record-level)" if share.record_level else ""),
-    )
-    return batches.with_options(
-        tf_options(sharded_by_reader=req.input_context is not None, opts=opts)
+    one_pass = _one_pass_fn(read, src.share, cycle_length=src.cycle_length, parallel=src.parallel,
+                            deterministic=req.ordered, window_mode=window_mode, block=opts.block_length)
+    share = src.share
+    return _shuffled_epochs(
+        one_pass, src.paths, src.counts, lookahead=lookahead, total=src.total, buffer=buffer,
+        window_mode=window_mode, shuffle_files=_shuffles_files(opts, len(src.paths), share, req.seed),
+        seed=req.seed, num_epochs=req.num_epochs, skip_corrupt=req.skip_corrupt, cache=req.cache, cache_sel=sel,
+        cache_key=f"{share.pipeline_id}/{share.num_pipelines}/{share.record_level}/{req.skip_corrupt}/{opts.shuffle_mode}",
     )
 
 
@@ -547,10 +573,7 @@ def eval_dataset(
         raise TypeError(f"options must be a readers.ReadOptions, found {type(options).__name__}")
     opts = options or ReadOptions()
     sel = select_shards(str(pattern), split)
-    label, specs = resolve_label(sel.info, label_key, features)
-    parse_names = [s.name for s in specs] + ([label] if label is not None else [])
-    plan = parse_plan(sel.info, parse_names)  # unknown names fail here, before any reading
-
+    label, plan = _parse_stage(sel, label_key, features)
     shards = list(sel.shards)
     paths, counts, remote, cycle_length, parallel, buffer_bytes = open_shards(sel, shards, opts, False)
     files = shard_list(paths, counts)
