@@ -379,13 +379,18 @@ def measure_layer(batch_fn, single_fn, batches: list[Any], singles: list[Any], s
 CASES = {"convert": _convert, "layer": _layer}
 
 
-def _add_args(ap: argparse.ArgumentParser) -> None:
-    ap.add_argument("--case", choices=sorted(CASES), required=True)
+def add_convert_args(ap: argparse.ArgumentParser) -> None:
+    """The ``convert`` case's arguments (also ``bench.analyzers_text``'s cases')."""
     ap.add_argument("--inputs", nargs="+", required=True)
     ap.add_argument("--config", required=True)
     ap.add_argument("--output", default=None)
     ap.add_argument("--shards", type=int, nargs=2, default=(1, 1), metavar=("TRAIN", "EVAL"))
     ap.add_argument("--workers", type=int, default=1)
+
+
+def _add_args(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--case", choices=sorted(CASES), required=True)
+    add_convert_args(ap)
     ap.add_argument("--transform-dir", default=None)
     ap.add_argument("--batch", type=int, default=1024)
     ap.add_argument("--num-batches", type=int, default=8)
@@ -393,14 +398,20 @@ def _add_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--seconds", type=float, default=3.0, help="time per measured loop (batch, single)")
 
 
-def main() -> None:
+def peer_child_main(description: str, add_args: Any, work: Any) -> None:
+    """``bench.measure.child_main`` for a child that imports TensorFlow and Beam: once its result
+    is written, the process ends without their teardown, where their threads may crash."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     try:
-        child_main("one TF Transform measurement (peer virtualenv)", _add_args, lambda a: CASES[a.case](a))
-    except SystemExit as e:  # the result is written: skip teardown, where TF and Beam threads may crash
+        child_main(description, add_args, work)
+    except SystemExit as e:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(e.code if isinstance(e.code, int) else 1)
+
+
+def main() -> None:
+    peer_child_main("one TF Transform measurement (peer virtualenv)", _add_args, lambda a: CASES[a.case](a))
 
 
 if __name__ == "__main__":

@@ -34,6 +34,8 @@ from convert.records import (
 from convert.spec import MAX_LABEL_CLASSES, statistics_problems
 from convert.transforms import transform_of
 from convert.transforms.label_vocabulary import LabelTermCounts, row_classes
+from convert.transforms.ngrams import UNIGRAMS, ngrams_of
+from convert.transforms.tfidf import DocumentFrequencies, row_document_counts
 from convert.transforms.zscore_per_key import MAX_KEYS, KeyedMoments, per_key_problems
 
 
@@ -116,9 +118,12 @@ _ANALYSIS_OPTIONS = {
 
 def analysis_options(f: FeatureConfig) -> dict[str, Any]:
     """What made ``f``'s vocabulary or statistics: its source, transform,
-    whether it is a list, and the options of ``_ANALYSIS_OPTIONS``."""
+    whether it is a list, and the options of ``_ANALYSIS_OPTIONS`` (else its
+    transform's ``analysis_options``), as JSON has them."""
     d: dict[str, Any] = {"source": f.source, "transform": f.transform, "multi_valued": f.multi_valued}
-    d.update((k, getattr(f, k)) for k in _ANALYSIS_OPTIONS.get(f.transform, ()))
+    for k in _ANALYSIS_OPTIONS.get(f.transform, transform_of(f).analysis_options):
+        v = getattr(f, k)
+        d[k] = list(v) if isinstance(v, tuple) else v
     return d
 
 
@@ -145,13 +150,17 @@ class Analysis:
     ``config_hash`` and ``features`` (``analysis_options`` of each feature
     analyzed) record what it was computed for, so that a reuse with another
     config is refused (``check_config``); analyses written before they
-    existed have ``None``.
+    existed have ``None``. ``document_frequencies``: per feature whose transform
+    counts them (``Transform.document_frequencies``), ``{"documents": N, "df":
+    [...]}``, the training documents and, per vocabulary term in id order, the
+    documents holding it.
     """
 
     vocabularies: dict[str, list[str]]
     stats: dict[str, dict[str, Any]]
     config_hash: str | None = None
     features: dict[str, dict[str, Any]] | None = None
+    document_frequencies: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
 
     @classmethod
     def for_config(cls, config: Config, vocabularies: dict[str, list[str]], stats: dict[str, dict[str, Any]]) -> Analysis:
@@ -168,6 +177,8 @@ class Analysis:
             d["config_hash"] = self.config_hash
         if self.features is not None:
             d["features"] = self.features
+        if self.document_frequencies:
+            d["document_frequencies"] = self.document_frequencies
         return d
 
     @classmethod
@@ -188,7 +199,8 @@ class Analysis:
     def from_json(cls, d: dict[str, Any]) -> Analysis:
         features = d.get("features")
         return cls(vocabularies=dict(d["vocabularies"]), stats=dict(d["stats"]), config_hash=d.get("config_hash"),
-                   features=None if features is None else dict(features))
+                   features=None if features is None else dict(features),
+                   document_frequencies=dict(d.get("document_frequencies") or {}))
 
     def check_config(self, config: Config, where: str = "the analysis") -> list[str]:
         """Refuse to vectorize ``config`` with this analysis unless every feature that
@@ -211,6 +223,8 @@ class Analysis:
                     else isinstance(stats, dict) and (not transform_of(f).quantiles or "boundaries" in stats)
                     and (not transform_of(f).per_key or "per_key" in stats))
             recorded = None if self.features is None else self.features.get(f.name)
+            if have and transform_of(f).document_frequencies and f.name not in self.document_frequencies:
+                have, what = False, "document frequencies"
             if not have:
                 was = f" (it analyzed {recorded['transform']!r})" if recorded else ""
                 problems.append(f"feature {f.name!r} ({f.transform}): no {what} for it{was}")
@@ -270,6 +284,30 @@ def _vocabulary_problems(name: str, terms: Any) -> list[str]:
     return []
 
 
+def _count_ok(v: Any) -> bool:
+    """An exact non-negative integer (not a bool or a float)."""
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+def _document_frequency_problems(dfs: Any, vocabularies: dict[str, Any]) -> list[str]:
+    """What in ``document_frequencies`` the converter never writes: per feature, a count of
+    documents and one count per vocabulary term, each an integer in ``0..documents``."""
+    if not isinstance(dfs, dict):
+        return [f"'document_frequencies' must map feature names to their counts, found {_short(dfs)}"]
+    out = []
+    for name, d in dfs.items():
+        n = d.get("documents") if isinstance(d, dict) else None
+        df = d.get("df") if isinstance(d, dict) else None
+        terms = vocabularies.get(name)
+        if not _count_ok(n) or not isinstance(df, list) or not isinstance(terms, list) or len(df) != len(terms):
+            out.append(f"document_frequencies of {name!r} must be {{documents: N, df: [one count per vocabulary "
+                       f"term]}}, found {_short(d)}")
+        elif not all(_count_ok(k) and k <= n for k in df):
+            out.append(f"document_frequencies of {name!r}: every count must be an integer in 0..{n}, "
+                       f"found {_short(next(k for k in df if not (_count_ok(k) and k <= n)))}")
+    return out
+
+
 def _short(v: Any) -> str:
     text = repr(v)
     return text if len(text) <= 80 else text[:77] + "..."
@@ -293,6 +331,7 @@ def analysis_problems(d: Any) -> list[str]:
         out += _vocabulary_problems(name, terms)
     for name, st in d["stats"].items():
         out += _stats_problems(name, st)
+    out += _document_frequency_problems(d.get("document_frequencies", {}), d["vocabularies"])
     if d.get("config_hash") is not None and not isinstance(d["config_hash"], str):
         out.append(f"'config_hash' must be a string, found {_short(d['config_hash'])}")
     features = d.get("features")
@@ -361,17 +400,21 @@ class Analyzer:
         lab = vocabulary_label(config)
         if lab is not None:  # records per class; merged with the term counts
             self.counts[lab.name] = Counter()
+        #: Training documents, and per term the documents holding it, of the features whose
+        #: transform counts them (``Transform.document_frequencies``).
+        self.doc_freq = {f.name: DocumentFrequencies() for f in config.features if transform_of(f).document_frequencies}
         #: ``label_vocabulary`` features: records per (class, term) and per class.
         self.ranked: dict[str, LabelTermCounts] = {
             f.name: LabelTermCounts() for f in config.features if transform_of(f).label_ranked}
         self._get = {f.name: _feature_getter(f) for f in config.features}
         self._pending = PendingTermCounts(what="prepared batches")
+        self._pending_df = PendingTermCounts(what="prepared batches")
 
     # Accumulators travel between Beam workers: pickle the counts, not the getters.
     def __getstate__(self) -> dict[str, Any]:
         self.flush()
         return {"config": self.config, "counts": self.counts, "numeric": self.numeric, "present": self.present,
-                "ranked": self.ranked}
+                "doc_freq": self.doc_freq, "ranked": self.ranked}
 
     @property
     def label_counts(self) -> Counter | None:
@@ -383,6 +426,7 @@ class Analyzer:
         self.__dict__.update(state)
         self._get = {f.name: _feature_getter(f) for f in self.config.features}
         self._pending = PendingTermCounts(what="prepared batches")
+        self._pending_df = PendingTermCounts(what="prepared batches")
 
     def add_records(self, records: Sequence[Any]) -> None:
         """Accumulate ``records`` (every one counts: pass the training split only).
@@ -446,6 +490,8 @@ class Analyzer:
                     self.present[f.name] += int(sel.size)
                     if sel.size:
                         counts[: len(terms)] += np.bincount(sel, minlength=len(terms))
+                    if f.name in self.doc_freq:
+                        self._add_documents(f.name, extra, rows)
                 case ValidNumbers():
                     self._add_valid(f.name, extra, rows)
         lab = vocabulary_label(self.config)
@@ -456,8 +502,21 @@ class Analyzer:
             self.label_counts.update(t for t, keep in zip(terms, rows.tolist(), strict=True) if keep and t is not None)
 
     def flush(self) -> None:
-        """Move term counts kept per term index (``add_prepared``) into ``counts``."""
+        """Move term counts kept per term index (``add_prepared``) into ``counts`` (and ``doc_freq``)."""
         self._pending.drain_all(self._drain)
+        self._pending_df.drain_all(self._drain_df)
+
+    def _add_documents(self, name: str, extra: TermRows, rows: np.ndarray) -> None:
+        """The selected ``rows`` as documents of ``doc_freq[name]``: each counts once, and once
+        for each distinct term it holds."""
+        terms, df = self._pending_df.sync(name, extra.first, extra.new_terms, self._drain_df)
+        self.doc_freq[name].documents += int(np.count_nonzero(rows))
+        assert extra.row_of is not None
+        take = rows[extra.row_of]
+        df[: len(terms)] += row_document_counts(extra.codes[take], extra.row_of[take], len(terms))
+
+    def _drain_df(self, name: str, terms: list[str], df: np.ndarray) -> None:
+        self.doc_freq[name].add(terms, df[: len(terms)], 0)
 
     def _drain(self, name: str, terms: list[str], counts: np.ndarray) -> None:
         nz = np.flatnonzero(counts)
@@ -473,9 +532,15 @@ class Analyzer:
         if f.name in self.counts:
             c = self.counts[f.name]
             if transform_of(f).tokens:
-                for v in values:
-                    if isinstance(v, str):
-                        c.update(tokenize(v, f.lowercase))
+                lo, hi = f.ngram_range or UNIGRAMS
+                docs = [ngrams_of(tokenize(v, f.lowercase), lo, hi, f.separator) if isinstance(v, str) else []
+                        for v in values]
+                for doc in docs:
+                    c.update(doc)
+                if f.name in self.doc_freq:
+                    acc = self.doc_freq[f.name]
+                    acc.documents += len(values)
+                    acc.terms.update(t for doc in docs for t in set(doc))
             elif f.multi_valued:
                 # nested values are rejected by the vectorizer: never terms
                 for v in values:
@@ -575,6 +640,8 @@ class Analyzer:
         for k, r in other.ranked.items():
             self.ranked[k].merge(r)
         self.present.update(other.present)
+        for k, d in other.doc_freq.items():
+            self.doc_freq[k].merge(d)
         return self
 
     def check_vocabularies(self, analysis: Analysis) -> None:
@@ -604,9 +671,11 @@ class Analyzer:
                               f"no dataset was committed. Lower min_frequency, or set allow_all_missing: true on the "
                               f"feature if that is expected")
 
-    def result(self, vocabularies: dict[str, list[str]] | None = None) -> Analysis:
+    def result(self, vocabularies: dict[str, list[str]] | None = None,
+               doc_freqs: dict[str, list[int]] | None = None) -> Analysis:
         """The analysis; ``vocabularies`` gives features' vocabularies merged elsewhere
-        (``pipelines.analyze``), in the order computed here."""
+        (``pipelines.analyze``), in the order computed here, and ``doc_freqs`` their terms'
+        document frequencies (features with ``doc_freq``) in vocabulary order."""
         self.flush()
         vocabs = {}
         by_name = {f.name: f for f in self.config.features}
@@ -633,7 +702,11 @@ class Analyzer:
         for k, s in self.numeric.items():
             if s.sketch is not None:
                 stats[k]["boundaries"] = s.sketch.boundaries(by_name[k].num_buckets or 10)
-        return Analysis.for_config(self.config, vocabs, stats)
+        analysis = Analysis.for_config(self.config, vocabs, stats)
+        for name, d in self.doc_freq.items():
+            df = doc_freqs[name] if doc_freqs is not None and name in doc_freqs else d.of(vocabs[name])
+            analysis.document_frequencies[name] = {"documents": d.documents, "df": df}
+        return analysis
 
 
 def _label_classes(lab: LabelConfig, counts: Counter) -> list[str]:

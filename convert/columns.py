@@ -109,6 +109,31 @@ class TermIndexes:
     codes: np.ndarray  # int32
     lens: np.ndarray | None
 
+    @property
+    def ids_column(self) -> str:
+        """The column of the ids of ``codes``, position for position (the statistics' out-of-vocabulary count)."""
+        return self.name
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TermBags(TermIndexes):
+    """A feature that writes ids of a whole document (``bag_of_words``, ``tfidf``): ``flat`` is
+    every term index of the batch (int32), ``counts`` the terms of each row; ``codes`` and
+    ``lens`` are each row's first ``max_len``, in order, as ``TermIndexes`` has them (the
+    statistics count those, as a text's), whose ids the finished batch holds in ``ids_column``."""
+
+    flat: np.ndarray  # int32
+    counts: np.ndarray  # int64
+
+    @property
+    def ids_column(self) -> str:
+        return bag_ids_column(self.name)
+
+
+def bag_ids_column(name: str) -> str:
+    """The column of the ids of a ``TermBags``' ``codes`` (no feature name holds a NUL)."""
+    return f"{name}\x00terms"
+
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class LabelTerms:

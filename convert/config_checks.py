@@ -26,6 +26,7 @@ from convert.config_model import (
     MAX_TOP_K,
     NAN_POLICIES,
     NUMERIC_TRANSFORMS,
+    OPTIONAL_DEFAULTS,
     TIMESTAMP_PARTS,
     TIMESTAMP_UNITS,
     TRANSFORM_TABLE,
@@ -380,7 +381,7 @@ def _parse_feature(i: int, raw: Any, src: str, out: _Problems) -> FeatureConfig 
     # the metadata's config): there, an option its transform does not take may
     # hold the value the transform gives it anyway (checked once it is built).
     full = set(_FEATURE_KEYS) - {"allow_all_missing", "allow_label_source", "drift", "length", "length_of",
-                                 *_KEYED_KEYS} <= set(raw)
+                                 *_KEYED_KEYS, *OPTIONAL_DEFAULTS} <= set(raw)
     deferred: dict[str, Any] = {}
     if transform is not None:
         not_taken = [k for k in kw if k not in _takes(transform)]
@@ -391,6 +392,7 @@ def _parse_feature(i: int, raw: Any, src: str, out: _Problems) -> FeatureConfig 
             deferred = {}
     _check_values(where, kw, out, transforms.get(transform).part_choices if transform is not None else TIMESTAMP_PARTS)
     if transform is not None:
+        transforms.get(transform).check_options(kw, lambda problem: out.add(where, problem))
         _complete(where, transform, kw, out)
     if len(out) > before:
         return None
@@ -485,7 +487,7 @@ def parse_config(raw: Any, *, source: str = "config") -> Config:
     for n in cfg.output_names:
         if n in seen:
             out.add(source, f"output feature {n!r} is produced twice (derived names are "
-                            f"'<name>_len' and '<name>_missing'); rename one feature")
+                            f"'<name>_len', '<name>_missing' and a transform's own, such as '<name>_weights'); rename one feature")
         seen.add(n)
     for problem in _file_name_clashes([f.name for f in cfg.features] + ([label.name] if label else [])):
         out.add(source, problem)

@@ -123,6 +123,10 @@ class FeatureConfig:
         is written. ``convert.config`` checks that the two lengths are equal
         for every record.
       lowercase: ``text``: lower-case before tokenizing.
+      ngram_range: ``ngrams``, ``bag_of_words``, ``tfidf``: ``(min, max)`` sizes of the n-grams of
+        tokens that are a document's terms (``(1, 1)``: its tokens).
+      separator: the string between the tokens of an n-gram (default ``" "``).
+      smooth: ``tfidf``: ``idf = log((N + 1) / (df + 1)) + 1`` (default), else ``log(N / df) + 1``.
       num_buckets: ``bucketize``: buckets cut at training-split quantiles.
       unit: ``timestamp``: unit of epoch numbers (``s, ms, us, ns, days``;
         Avro timestamp-millis is ``ms``, date is ``days``).
@@ -157,6 +161,9 @@ class FeatureConfig:
     allow_label_source: bool = False
     length: bool = True
     length_of: str | None = None
+    ngram_range: tuple[int, int] | None = None
+    separator: str = " "
+    smooth: bool = True
     #: ``zscore_per_key``: the path of the categorical field whose groups the statistics are taken per.
     key: str | None = None
     #: ``label_vocabulary``: ``adjusted`` (default) or ``plain`` mutual information with the label.
@@ -220,6 +227,11 @@ class LabelConfig:
         return d
 
 
+#: Options added after outputs existed, with their defaults: ``Config.to_json`` leaves them
+#: out when so, and a normalized config (every other option listed) loads back without them.
+OPTIONAL_DEFAULTS: dict[str, Any] = {"ngram_range": None, "separator": " ", "smooth": True}
+
+
 def _feature_json(f: FeatureConfig) -> dict[str, Any]:
     """``f`` as JSON; options added after outputs existed appear only when set,
     so the config hash (and the fingerprint of those outputs) stays the same."""
@@ -231,6 +243,9 @@ def _feature_json(f: FeatureConfig) -> dict[str, Any]:
         del d["length"]
     for key in ("length_of", "key", "mutual_information", "min_diff_from_avg"):
         if d[key] is None:
+            del d[key]
+    for key, default in OPTIONAL_DEFAULTS.items():
+        if d[key] == default:
             del d[key]
     if f.drift is None:
         del d["drift"]

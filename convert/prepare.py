@@ -35,6 +35,7 @@ from convert.columns import (
     PresentRows,
     RawValues,
     ScalarArray,
+    TermBags,
     TermCodes,
     TermIndexes,
     TermRows,
@@ -64,7 +65,6 @@ from convert.prepare_values import (
     short_value,
     terms_of,
     timestamp_columns,
-    token_codes,
 )
 from convert.records import (
     F32_MAX,
@@ -82,6 +82,7 @@ from convert.records import (
 )
 from convert.spec import daz
 from convert.transforms import NumericTransform, transform_of
+from convert.transforms.ngrams import UNIGRAMS, document_terms, ngram_counts
 
 
 def _count_steps(steps: tuple[Step, ...]) -> tuple[Step, ...]:
@@ -375,6 +376,9 @@ class Preparer:
     def _stage_terms(self, f: FeatureConfig, values: Any, batch: _Batch, arr: Any, leaf: tuple | None) -> PreparedPart:
         return self._terms(f, values, batch.bad, batch.extras, batch.coded.get(f.name))
 
+    def _stage_bags(self, f: FeatureConfig, values: Any, batch: _Batch, arr: Any, leaf: tuple | None) -> PreparedPart:
+        return self._bags(f, values, batch.bad, batch.extras)
+
     def _path_values(self, f: FeatureConfig, batch: _Batch) -> tuple[Any, TermCodes | None, ListArray | None, tuple | None]:
         """``(values, term codes, numeric array, leaf)`` of a feature whose source goes
         through lists (``walk_path``). From a ``ColumnRecords``, the column
@@ -516,7 +520,7 @@ class Preparer:
         counts: np.ndarray | None = None
         fcodes: np.ndarray | None
         if transform_of(f).tokens:
-            fcodes, counts = token_codes(f, values, bad, index)
+            fcodes, counts = document_terms(f, values, f.ngram_range or UNIGRAMS, f.separator, bad, index)
         elif tc is not None and tc.kind == "list":
             assert tc.counts is not None
             fcodes, counts = index_codes(index, tc), tc.counts
@@ -539,6 +543,19 @@ class Preparer:
             extras[f.name] = RawValues(values, first, new_terms) if fcodes is None else TermRows(first, new_terms, fcodes, row_of)
         return TermIndexes(f.name, first, new_terms, codes, lens)
 
+    def _bags(self, f: FeatureConfig, values: list[Any], bad: dict[int, Rejection],
+              extras: dict[str, AnalysisPart] | None) -> TermBags:
+        """Every term index of each document (``TermBags``): the columns of a ``bags``
+        transform come from its whole document's ids (``Transform.finish_bag``)."""
+        index = self._term_index(f)
+        first = len(index) - 1
+        fcodes, counts = document_terms(f, values, f.ngram_range or UNIGRAMS, f.separator, bad, index)
+        codes, lens = gather(fcodes, counts, f.max_len or 1)
+        new_terms = list(itertools.islice(index, first + 1, None))
+        if extras is not None:
+            extras[f.name] = TermRows(first, new_terms, fcodes, np.repeat(np.arange(len(values)), counts))
+        return TermBags(f.name, first, new_terms, codes, lens, fcodes, counts)
+
 
 def _count(f: FeatureConfig, values: Any, extras: dict[str, AnalysisPart] | None,
            leaf: tuple | None) -> dict[str, tuple[str, Any]]:
@@ -560,7 +577,9 @@ def count_values(f: FeatureConfig, values: Sequence[Any]) -> int:
     scalars, non-null list items, text tokens. Zero exactly when the pipeline's
     count (``add_prepared``) is zero, for lists up to ``max_len`` long."""
     if transform_of(f).tokens:
-        return sum(len(tokenize(v, f.lowercase)) for v in values if isinstance(v, str))
+        lo, hi = f.ngram_range or UNIGRAMS
+        lens = np.array([len(tokenize(v, f.lowercase)) for v in values if isinstance(v, str)], dtype=np.int64)
+        return int(ngram_counts(lens, lo, hi).sum())
     if f.multi_valued:
         return sum(x is not None for v in values for x in as_list(v))
     return len(values) - list(values).count(None)
@@ -609,4 +628,5 @@ STAGES = {
     "own": Preparer._stage_own,
     "keyed_numbers": Preparer._stage_keyed_numbers,
     "terms": Preparer._stage_terms,
+    "bags": Preparer._stage_bags,
 }

@@ -299,16 +299,16 @@ def packed_slices(features: Any) -> dict[str, list[tuple[str, int, int]]]:
 #: How a model consumes a feature (``FeatureSpec.encoding``):
 #: ``embedding``: an int64 id ``0..vocab_size-1`` (0 = missing), for an embedding;
 #: ``tokens``: int64 ids padded with 0 (``vocab_size`` in params), for a mean of their embeddings over the non-zero ids;
-#: ``scaled``: float32 scaled by the training split to about unit range, taken as it is;
-#: ``indicator``: int64 0/1 (a missing indicator), taken as a float;
+#: ``weighted_tokens``: ``tokens`` weighted by the float32s of the feature its params' ``weights`` names, position for
+#: position (bag of words' counts, tf-idf), for a weighted mean; ``scaled``: float32 scaled by the training split to
+#: about unit range, taken as it is; ``indicator``: int64 0/1 (a missing indicator), taken as a float;
 #: ``raw``: written as the input had it (identity, clip, log1p, bytes; a timestamp or count of an older
 #: output), not fit for direct input: scale it in the model or pick a scaling transform;
-#: ``aux``: a helper column another feature's encoding uses (a list's length: ``<name>_len``, whose
-#: params' ``of`` names its list and ``shared_by`` the numeric lists of the same items whose length it
-#: holds too, their params' ``length_of``; a list of ids with ``length: false`` has none, the count of
-#: its non-zero ids being its length);
-#: ``label``: the label.
-ENCODINGS = ("embedding", "tokens", "scaled", "indicator", "raw", "aux", "label")
+#: ``aux``: a helper column another feature's encoding uses (a list's length ``<name>_len``, whose params' ``of``
+#: names its list and ``shared_by`` the numeric lists of the same items whose length it holds too, their params'
+#: ``length_of``; a list of ids with ``length: false`` has none, the count of its non-zero ids being its length;
+#: the weights of ``weighted_tokens``, whose params' ``of`` names their ids); ``label``: the label.
+ENCODINGS = ("embedding", "tokens", "weighted_tokens", "scaled", "indicator", "raw", "aux", "label")
 #: Float transforms scaled by the training split, for metadata without ``encoding`` (``Transform.encoding``).
 SCALED_TRANSFORMS = ("zscore", "minmax", "timestamp", "count")
 #: The encoding of a helper column by its spec's ``transform`` (no transform of a config's: its kind of column).

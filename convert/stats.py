@@ -434,7 +434,7 @@ class StatsAccumulator:
         if flat.size:
             c = np.bincount(flat)  # up to the batch's highest index, not the unit's
             counts[: c.size] += c
-        ids = cols[f.name][1]
+        ids = cols[part.ids_column][1]
         oov = (ids >= 1) & (ids <= f.num_oov_buckets)
         multi = lens is not None
         for s, m in enumerate(masks):

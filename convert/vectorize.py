@@ -31,7 +31,15 @@ from typing import Any
 import numpy as np
 
 from convert.analysis import Analysis, has_stats, vocabulary_label
-from convert.columns import Columns, Finished, LabelTerms, Numbers, TermIndexes
+from convert.columns import (
+    Columns,
+    Finished,
+    LabelTerms,
+    Numbers,
+    TermBags,
+    TermIndexes,
+    bag_ids_column,
+)
 from convert.config import COMMON_OPTIONS, Config, FeatureConfig, LabelConfig
 from convert.derive import scaled_column
 from convert.prepare import PreparedBatch, Preparer, Rejection, finish_numbers, transform_constants
@@ -74,8 +82,13 @@ class Vectorizer:
                 base = 1 + f.num_oov_buckets
                 self._vocab_ids[f.name] = {t: base + i for i, t in enumerate(terms)}
         self._tables: dict[str, np.ndarray] = {}
-        #: ``<name>_len`` columns computed (by each list's own code) but not written.
+        #: What ``Transform.finish_bag`` reads of the analysis, per feature of the ``bags`` stage.
+        self._bags = {f.name: transform_of(f).bag_constants(f, analysis)  # type: ignore[attr-defined]
+                      for f in config.features if transform_of(f).prepared_as == "bags"}
+        #: ``<name>_len`` columns computed (by each list's own code) but not written, and the
+        #: ids of a bag's first terms (``TermBags.ids_column``), for the statistics.
         self._unwritten = [f"{f.name}_len" for f in config.features if f.multi_valued and not f.writes_length]
+        self._unwritten += [bag_ids_column(name) for name in self._bags]
         self._shared = [(f.name, f.length_of) for f in config.features if f.multi_valued and f.length_of]
         #: Each numeric feature's statistics as its transform reads them (``finish_numbers``).
         self._constants = {name: transform_constants(st) for name, st in analysis.stats.items()}
@@ -161,6 +174,8 @@ class Vectorizer:
                     assert self.label_ids is not None
                     ids = self.label_ids
                     cols[part.name] = ("int64", np.array([ids.get(t, 0) for t in part.terms], dtype=np.int64).reshape(-1, 1))
+                case TermBags():
+                    cols.update(self._bag_finish(self._by_name[part.name], part))
                 case TermIndexes():
                     cols.update(self._vocab_finish(self._by_name[part.name], part))
         unwritten = {k: cols.pop(k) for k in self._unwritten}
@@ -201,7 +216,27 @@ class Vectorizer:
 
     def _vocab_finish(self, f: FeatureConfig, part: TermIndexes) -> Columns:
         """Ids of the terms new in this batch (one lookup each), then one gather."""
-        first, new_terms, codes, lens = part.first, part.new_terms, part.codes, part.lens
+        codes, lens = part.codes, part.lens
+        table = self._id_table(f, part)
+        b = codes.shape[0]
+        cols: dict[str, tuple[str, Any]] = {f.name: ("int64", table[codes])}
+        if f.multi_valued:
+            assert lens is not None
+            cols[f"{f.name}_len"] = ("int64", lens.reshape(b, 1))
+        return cols
+
+    def _bag_finish(self, f: FeatureConfig, part: TermBags) -> Columns:
+        """The columns of a feature of the ``bags`` stage from every term id of each document
+        (``Transform.finish_bag``), and the ids of its first terms for the statistics."""
+        table = self._id_table(f, part)
+        cols = transform_of(f).finish_bag(f, table[part.flat], part.counts, self._bags[f.name])  # type: ignore[attr-defined]
+        cols[part.ids_column] = ("int64", table[part.codes])
+        return cols
+
+    def _id_table(self, f: FeatureConfig, part: TermIndexes) -> np.ndarray:
+        """Id by term index of the unit's terms so far (the batch's new ones looked up once
+        each), then 0 for the code -1 (padding)."""
+        first, new_terms = part.first, part.new_terms
         ids = self._vocab_ids[f.name]
         oov = f.num_oov_buckets
         # vocabulary ids start at 2: 0 = not in it
@@ -221,12 +256,7 @@ class Vectorizer:
             raise ValueError(f"feature {f.name!r}: prepared batches out of order (term index {first}, expected {table.size - 1})")
         table = np.concatenate([table[:-1], new, table[-1:]])
         self._tables[f.name] = table
-        b = codes.shape[0]
-        cols: dict[str, tuple[str, Any]] = {f.name: ("int64", table[codes])}
-        if f.multi_valued:
-            assert lens is not None
-            cols[f"{f.name}_len"] = ("int64", lens.reshape(b, 1))
-        return cols
+        return table
 
 
 def unseen_label_rows(batch: PreparedBatch, lab: LabelConfig, known: Any) -> dict[int, Rejection]:

@@ -122,11 +122,12 @@ class _MergedAnalysis:
     spills: dict[int, str | None]
     max_terms: int | None = None
 
-    def value(self, config: Config, vocabularies: dict[str, list[str]] | None = None) -> AnalysisValue:
+    def value(self, config: Config, vocabularies: dict[str, list[str]] | None = None,
+              doc_freqs: dict[str, list[int]] | None = None) -> AnalysisValue:
         # Where each unit's prepared batches are, and which features had values
         # (for the commit's check; neither is part of the saved analysis).
         present = {f.name: self.analyzer.present[f.name] for f in config.features}
-        analysis = self.analyzer.result(vocabularies)
+        analysis = self.analyzer.result(vocabularies, doc_freqs)
         # before any shard is written
         if self.max_terms is not None:
             sizes = {n: len(analysis.vocabularies[n]) for n in spilled_features(config) if n in analysis.vocabularies}
@@ -160,6 +161,8 @@ class _MergeAnalyzers(beam.CombineFn):
         for k, r in analyzer.ranked.items():
             acc[0].ranked[k].merge(r)
         acc[0].present.update(analyzer.present)
+        for k, d in analyzer.doc_freq.items():
+            acc[0].doc_freq[k].merge(d)
         acc[1][unit] = analyzer.numeric
         acc[2][unit] = prepared
         acc[3][unit] = spill[0] if spill else None
@@ -174,6 +177,8 @@ class _MergeAnalyzers(beam.CombineFn):
             for k, r in counts_acc.ranked.items():
                 first[0].ranked[k].merge(r)
             first[0].present.update(counts_acc.present)
+            for k, d in counts_acc.doc_freq.items():
+                first[0].doc_freq[k].merge(d)
             first[1].update(partials)
             first[2].update(prepared)
             first[3].update(spills)
@@ -245,7 +250,7 @@ class AnalyzeUnits(beam.PTransform):
         vocabularies = merge_vocabularies(merged, self.config, self.partitions, self.options.max_vocabulary_terms)
         config = self.config
         return merged | "FinishAnalysis" >> beam.Map(
-            lambda m, v: m.value(config, v), beam.pvalue.AsSingleton(vocabularies))
+            lambda m, v: m.value(config, *v), beam.pvalue.AsSingleton(vocabularies))
 
 
 # -------------------------------------------------- the partitioned vocabulary merge
@@ -266,9 +271,15 @@ def _spill_file(tmp_dir: str, kind: str, unit: int, write: Callable[[Any], None]
     return path
 
 
+def df_key(name: str) -> tuple[str, str]:
+    """The key of a feature's document frequencies in a unit's term counts file (beside its
+    counts, under ``name``): a term's count and document frequency land in one partition."""
+    return (name, "df")
+
+
 def spill_unit_counts(acc: Analyzer, tmp_dir: str, unit: int, partitions: int) -> str | None:
-    """Write ``acc``'s vocabulary term counts to a temp file and drop them from ``acc``;
-    the file's path, or None when the unit has no terms."""
+    """Write ``acc``'s vocabulary term counts (and document frequencies) to a temp file and drop
+    them from ``acc``; the file's path, or None when the unit has no terms."""
     acc.flush()
     names = spilled_features(acc.config)
     arrays: dict[Any, tuple[list[str], np.ndarray]] = {
@@ -280,12 +291,17 @@ def spill_unit_counts(acc: Analyzer, tmp_dir: str, unit: int, partitions: int) -
     for n, ranked in acc.ranked.items():
         arrays.update(((n, c), block) for c, block in ranked.arrays().items())
         ranked.by_class = {}
+    for n, d in acc.doc_freq.items():
+        if d.terms:
+            arrays[df_key(n)] = (list(d.terms), np.fromiter(d.terms.values(), dtype=np.int64, count=len(d.terms)))
+        d.terms = Counter()  # its documents stay: one number, merged by the global combine
     if not arrays:
         return None
     return _spill_file(tmp_dir, "terms", unit, lambda out: write_term_arrays(out, arrays, partitions))
 
 
-_Candidates = tuple[int, list[tuple[str, int]]]  # (terms kept without top_k, best (term, count))
+#: (terms kept without top_k, best (term, count) or, with document frequencies, (term, count, df)).
+_Candidates = tuple[int, list[tuple[Any, ...]]]
 
 
 class _CountPartition(beam.DoFn):
@@ -304,7 +320,7 @@ class _CountPartition(beam.DoFn):
         paths = unit_files(merged.spills)
         f = next(f for f in self.config.features if f.name == name)
         if transform_of(f).label_ranked:
-            best: list[tuple[str, Any]] = _ranked_partition(f, paths, partition, merged.analyzer)
+            best: list[tuple[Any, ...]] = _ranked_partition(f, paths, partition, merged.analyzer)
         else:
             total: Counter = Counter()
             for path in paths:
@@ -314,6 +330,12 @@ class _CountPartition(beam.DoFn):
         kept = 0 if f.top_k else len(best)
         if self.max_terms is not None and kept > self.max_terms:
             best = []
+        if transform_of(f).document_frequencies and best:  # the candidates' df, from the same partition
+            df: Counter = Counter()
+            for path in paths:
+                with FileSystems.open(path) as fh:
+                    add_counts(df, *read_partition(fh, df_key(name), partition))
+            best = [(t, c, df[t]) for t, c in best]
         yield name, (kept, best)
 
 
@@ -341,6 +363,7 @@ class _TopVocabularies(beam.CombineFn):
         self.config, self.max_terms = config, max_terms
         self.top_k = {f.name: f.top_k for f in config.features}
         self.names = spilled_features(config)
+        self.doc_freq = {f.name: transform_of(f).document_frequencies for f in config.features}
 
     def create_accumulator(self) -> dict[str, _Candidates]:
         return {}
@@ -362,10 +385,14 @@ class _TopVocabularies(beam.CombineFn):
                 self._add(out, name, cands)
         return out
 
-    def extract_output(self, acc) -> dict[str, list[str]]:
+    def extract_output(self, acc) -> tuple[dict[str, list[str]], dict[str, list[int]]]:
+        """``(vocabularies, document frequencies)``: each spilled feature's terms, and for those
+        whose transform counts them, their document frequencies in the same order."""
         if self.max_terms is not None:
             check_vocabulary_sizes(self.config, {n: kept for n, (kept, _) in acc.items()}, self.max_terms)
-        return {n: [t for t, _ in acc.get(n, (0, []))[1]] for n in self.names}
+        best = {n: acc.get(n, (0, []))[1] for n in self.names}
+        return ({n: [c[0] for c in best[n]] for n in self.names},
+                {n: [c[2] for c in best[n]] for n in self.names if self.doc_freq[n]})
 
 
 def check_vocabulary_sizes(config: Config, sizes: dict[str, int], max_terms: int) -> None:

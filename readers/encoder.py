@@ -6,6 +6,10 @@ feature it encodes) and one float tensor, every feature encoded and concatenated
 - ``embedding`` (an id ``0..vocab_size-1``): an embedding ``embedding_dim(vocab_size)`` wide;
 - ``tokens`` (ids padded with 0): the mean of the embeddings of the row's non-zero ids
   (``MaskedMeanEmbedding``; zeros for a row without any);
+- ``weighted_tokens`` (ids padded with 0, and the float32 weights of the feature their
+  params' ``weights`` names: a bag of words' counts, tf-idf): the weighted mean of the
+  embeddings of the non-zero ids (``WeightedMeanEmbedding``, the "mean" combiner of
+  TensorFlow's weighted embedding columns); the weights are an input of the model too;
 - ``scaled`` (floats scaled by the training split): as they are;
 - ``indicator`` (0/1): as a float.
 
@@ -30,7 +34,7 @@ from convert.spec import DatasetInfo, FeatureSpec
 from readers.info import TF_DTYPE_NAMES, label_and_features
 
 #: Encodings the encoder takes as model inputs.
-ENCODED = ("embedding", "tokens", "scaled", "indicator")
+ENCODED = ("embedding", "tokens", "weighted_tokens", "scaled", "indicator")
 #: Widest embedding ``embedding_dim`` gives by default.
 MAX_EMBEDDING_DIM = 64
 
@@ -72,6 +76,25 @@ class MaskedMeanEmbedding(tf.keras.layers.Layer):
                 if self.embeddings_regularizer is not None else None}
 
 
+@tf.keras.utils.register_keras_serializable(package="recordprep")
+class WeightedMeanEmbedding(MaskedMeanEmbedding):
+    """``[(batch, n) int ids, (batch, n) float weights]`` -> ``(batch, output_dim)``: the mean of
+    the embeddings of the non-zero ids of each row weighted by their weights, ``sum(w e) /
+    sum(w)``; zeros for a row without any id (or whose weights sum to 0)."""
+
+    def build(self, input_shape: Any) -> None:
+        super().build(input_shape[0])
+
+    def call(self, inputs: Any) -> tf.Tensor:
+        ids, weights = inputs
+        emb = self.embedding(ids)
+        w = tf.where(tf.not_equal(ids, 0), tf.cast(weights, emb.dtype), tf.zeros_like(weights, emb.dtype))[..., None]
+        return tf.math.divide_no_nan(tf.reduce_sum(emb * w, axis=1), tf.reduce_sum(w, axis=1))
+
+    def compute_output_shape(self, input_shape: Any) -> tuple[Any, ...]:
+        return (input_shape[0][0], self.output_dim)
+
+
 def _encoded_specs(info: DatasetInfo, features: Sequence[str] | None) -> list[FeatureSpec]:
     """The features to encode: every one of an ``ENCODED`` encoding, or exactly those named."""
     _, specs = label_and_features(info, None, features)
@@ -86,20 +109,36 @@ def _encoded_specs(info: DatasetInfo, features: Sequence[str] | None) -> list[Fe
     return specs
 
 
-def _encode(spec: FeatureSpec, x: tf.Tensor, dims: Mapping[str, int], max_dim: int, regularizer: Any) -> tf.Tensor:
-    """One feature's input -> a float ``(batch, width)`` tensor, by its encoding."""
+def _encode(spec: FeatureSpec, inputs: Mapping[str, Any], dims: Mapping[str, int], max_dim: int,
+            regularizer: Any) -> tf.Tensor:
+    """One feature's input (``inputs[spec.name]``; a weighted one's weights too) -> a float
+    ``(batch, width)`` tensor, by its encoding."""
     name = spec.name
-    if spec.encoding in ("embedding", "tokens"):
+    x = inputs[name]
+    if spec.encoding in ("embedding", "tokens", "weighted_tokens"):
         vocab = int(spec.params["vocab_size"])
         dim = int(dims.get(name, embedding_dim(vocab, max_dim)))
         if spec.encoding == "tokens":
             return MaskedMeanEmbedding(vocab, dim, regularizer, name=f"tokens_{name}")(x)
+        if spec.encoding == "weighted_tokens":
+            weights = inputs[spec.params["weights"]]
+            return WeightedMeanEmbedding(vocab, dim, regularizer, name=f"weighted_tokens_{name}")([x, weights])
         emb = tf.keras.layers.Embedding(vocab, dim, embeddings_regularizer=regularizer, name=f"embedding_{name}")(x)
         return tf.keras.layers.Flatten(name=f"flat_{name}")(emb)
     if spec.encoding == "indicator":
         # Rescaling(1) casts to float32 and, unlike a Lambda, loads without trusting Python code.
         return tf.keras.layers.Rescaling(1.0, name=f"indicator_{name}")(x)
     return x  # scaled
+
+
+def _weights_of(spec: FeatureSpec, info: DatasetInfo) -> FeatureSpec:
+    """The feature holding a ``weighted_tokens`` feature's weights (its params' ``weights``)."""
+    found = [f for f in info.features if f.name == spec.params.get("weights") and f.shape == spec.shape]
+    if not found:
+        raise ValueError(f"feature_encoder: {spec.name!r} (weighted_tokens) names no weights feature of its shape in "
+                         f"this dataset (params.weights {spec.params.get('weights')!r}); the metadata was edited or "
+                         f"is damaged: re-convert the output")
+    return found[0]
 
 
 def feature_encoder(
@@ -110,7 +149,8 @@ def feature_encoder(
     max_embedding_dim: int = MAX_EMBEDDING_DIM,
     embeddings_regularizer: Any = None,
 ) -> tuple[dict[str, Any], tf.Tensor]:
-    """``(inputs, encoded)``: a ``tf.keras.Input`` per encoded feature, and their encodings concatenated.
+    """``(inputs, encoded)``: a ``tf.keras.Input`` per encoded feature (and the weights of a
+    ``weighted_tokens`` one), and their encodings concatenated.
 
     Args:
       info: from :func:`readers.load_info`.
@@ -129,7 +169,10 @@ def feature_encoder(
         raise ValueError("feature_encoder: this dataset has no feature a model can take as written "
                          f"(encodings {', '.join(ENCODED)}); see each feature's encoding in `recordprep inspect`")
     dims = dict(embedding_dims or {})
-    inputs = {f.name: tf.keras.Input(shape=tuple(f.shape), dtype=TF_DTYPE_NAMES[f.dtype], name=f.name) for f in specs}
-    parts = [_encode(f, inputs[f.name], dims, max_embedding_dim, embeddings_regularizer) for f in specs]
+    # A weighted feature's weights (an aux column) are an input too, after the features encoded.
+    weights = [_weights_of(f, info) for f in specs if f.encoding == "weighted_tokens"]
+    inputs = {f.name: tf.keras.Input(shape=tuple(f.shape), dtype=TF_DTYPE_NAMES[f.dtype], name=f.name)
+              for f in [*specs, *weights]}
+    parts = [_encode(f, inputs, dims, max_embedding_dim, embeddings_regularizer) for f in specs]
     encoded = parts[0] if len(parts) == 1 else tf.keras.layers.Concatenate(name="encoded")(parts)
     return inputs, encoded

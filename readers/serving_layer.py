@@ -251,6 +251,10 @@ class TransformLayer(tf.Module):
         """Ids of terms (UTF-8 bytes), by ``f``'s transform (hash buckets, vocabulary ids)."""
         return serving_of(f).ids(self, f, terms)
 
+    def document_frequencies(self, name: str) -> Mapping[str, Any]:
+        """Feature ``name``'s documents and document frequencies, as the analysis has them."""
+        return self._applied.analysis.document_frequencies[name]
+
     def numeric(self, f: FeatureConfig, s: Source, inputs: Mapping[str, tf.Tensor], bad: Checks,
                 values: Any = None) -> dict[str, tf.Tensor]:
         """A numeric feature's columns outside the grouped op (lists, ``bucketize``): the kind and

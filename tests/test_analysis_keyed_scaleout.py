@@ -68,7 +68,7 @@ def test_partitioned_label_vocabulary_equals_the_one_analyzer_result(tmp_path_fa
     for task in partition_tasks(config, partitions):
         for cands in count.process(task, SimpleNamespace(spills=spills, analyzer=merged.analyzer)):
             tacc = top.add_input(tacc, cands)
-    got = top.extract_output(tacc)
+    got, _ = top.extract_output(tacc)  # (vocabularies, document frequencies)
     assert got["t"] == want.vocabularies["t"]
     assert got["v"] == want.vocabularies["v"]
 

@@ -24,9 +24,12 @@ _TERMS = st.text(alphabet="abcé\U0001f600 ", min_size=0, max_size=3)
 def _config(top_k: int | None, min_frequency: int):
     vocab = {"name": "t", "transform": "vocabulary", "min_frequency": min_frequency}
     text = {"name": "s", "transform": "text", "max_len": 4, "min_frequency": min_frequency}
+    # tf-idf: each candidate term's document frequency comes from its partition too.
+    tfidf = {"name": "d", "source": "s", "transform": "tfidf", "max_len": 4, "min_frequency": min_frequency,
+             "ngram_range": [1, 2]}
     if top_k is not None:
-        vocab["top_k"] = text["top_k"] = top_k
-    return parse_config({"label": "y", "features": [vocab, text, {"name": "x", "transform": "zscore"}]})
+        vocab["top_k"] = text["top_k"] = tfidf["top_k"] = top_k
+    return parse_config({"label": "y", "features": [vocab, text, tfidf, {"name": "x", "transform": "zscore"}]})
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -49,7 +52,7 @@ def test_partitioned_vocabularies_equal_the_one_analyzer_result(tmp_path_factory
         a = Analyzer(config)
         a.add_records(recs)
         spills[i] = spill_unit_counts(a, tmp, i, partitions)
-        assert not a.counts["t"] and not a.counts["s"]  # nothing left for the global combine
+        assert not a.counts["t"] and not a.counts["s"] and not a.doc_freq["d"].terms  # nothing left for the global combine
     count, top = _CountPartition(config, max_terms), _TopVocabularies(config, max_terms)
     accs = [top.create_accumulator() for _ in range(2)]  # two combine workers, merged
     merged = SimpleNamespace(spills=spills)
@@ -58,7 +61,7 @@ def test_partitioned_vocabularies_equal_the_one_analyzer_result(tmp_path_factory
             accs[j % 2] = top.add_input(accs[j % 2], cands)
     if max_terms is not None and top_k is None:
         assert all(len(best) <= max_terms for acc in accs for _, best in acc.values())
-    over = [n for n in ("t", "s") if max_terms is not None and top_k is None and len(want.vocabularies[n]) > max_terms]
+    over = [n for n in ("t", "s", "d") if max_terms is not None and top_k is None and len(want.vocabularies[n]) > max_terms]
     if over:
         with pytest.raises(ConfigError) as e:
             top.extract_output(top.merge_accumulators(accs))
@@ -66,8 +69,9 @@ def test_partitioned_vocabularies_equal_the_one_analyzer_result(tmp_path_factory
         for n, p in zip(over, e.value.problems, strict=True):
             assert f"{len(want.vocabularies[n]):,} distinct terms" in p and "top_k" in p and "hash" in p
         return
-    got = top.extract_output(top.merge_accumulators(accs))
-    assert got == {"t": want.vocabularies["t"], "s": want.vocabularies["s"]}
+    got, doc_freqs = top.extract_output(top.merge_accumulators(accs))
+    assert got == {n: want.vocabularies[n] for n in ("t", "s", "d")}
+    assert doc_freqs == {"d": want.document_frequencies["d"]["df"]}
 
 
 SCHEMA = {"type": "record", "name": "E", "fields": [
@@ -78,6 +82,7 @@ label: y
 features:
   - {name: id, transform: vocabulary, top_k: 50, min_frequency: 2}
   - {name: words, transform: text, max_len: 4, top_k: 20}
+  - {name: words_tfidf, source: words, transform: tfidf, max_len: 4, top_k: 20, ngram_range: [1, 2]}
   - {name: x, transform: zscore}
 """
 

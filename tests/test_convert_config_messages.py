@@ -35,7 +35,8 @@ VALID = {"fill": 1.5, "missing_indicator": True, "on_nan": "fill", "clip_min": 0
          "allow_all_missing": True}
 #: What each transform needs to be valid at all.
 NEEDS = {"hash": {"buckets": 8}, "text": {"max_len": 4}, "clip": {"clip_min": 0.0},
-         "cross": {"sources": ["a", "b"], "buckets": 8}, "zscore_per_key": {"key": "k"}}
+         "cross": {"sources": ["a", "b"], "buckets": 8}, "zscore_per_key": {"key": "k"},
+         "ngrams": {"max_len": 4, "ngram_range": [1, 2]}, "bag_of_words": {"max_len": 4}, "tfidf": {"max_len": 4}}
 
 
 def _cfg(feature: dict) -> dict:

@@ -28,6 +28,7 @@ from convert.derive import CROSS_SEPARATOR
 from convert.prepare import Preparer
 from convert.records import TEXT_DELIMITERS_RE, hash_ids, stable_hash, term, tokenize
 from convert.sources import iter_avro
+from convert.transforms.ngrams import ngrams_of
 from convert.vectorize import Vectorizer
 from readers import transforms
 
@@ -84,7 +85,8 @@ HASHED_CHECKED = {"hash": "test_hash_cross_and_oov_ids_equal_tensorflows",
                   "cross": "test_hash_cross_and_oov_ids_equal_tensorflows",
                   "vocabulary": "test_hash_cross_and_oov_ids_equal_tensorflows",
                   "text": "test_text_ids_equal_tensorflows",
-                  "label_vocabulary": "test_label_vocabulary_oov_ids_equal_tensorflows"}
+                  "label_vocabulary": "test_label_vocabulary_oov_ids_equal_tensorflows",
+                  **dict.fromkeys(("ngrams", "bag_of_words", "tfidf"), "test_ngram_ids_equal_tensorflows")}
 
 
 @pytest.mark.parametrize("name", transforms.names())
@@ -227,6 +229,31 @@ def test_text_ids_equal_tensorflows(values, train, lowercase, max_len, oov):
     ids, lens, vocab = _text_ids_and_tokens(values, lowercase, max_len, oov, train)
     assert set(vocab) == {t for toks in tf_tokens([t for t in train if t is not None], lowercase) for t in toks}
     assert (ids, lens) == _tf_text_ids(values, lowercase, max_len, oov, vocab)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(values=st.lists(st.one_of(st.none(), texts()), max_size=12), train=st.lists(st.one_of(st.none(), texts()), max_size=8),
+       lo=st.integers(1, 3), extra=st.integers(0, 2), sep=st.sampled_from([" ", "", "_"]),
+       oov=st.integers(min_value=1, max_value=1000))
+def test_ngram_ids_equal_tensorflows(values, train, lo, extra, sep, oov):
+    """The terms of ``ngrams`` (and of ``bag_of_words`` and ``tfidf``, which share them:
+    ``convert.transforms.ngrams.document_terms``) through the real Vectorizer: n-grams of
+    TensorFlow's tokens, their vocabulary ids, unseen n-grams hashed into the OOV buckets
+    by TensorFlow's hash, in order (``max_len`` large enough for every one)."""
+    hi = lo + extra
+    feature = {"name": "g", "transform": "ngrams", "ngram_range": [lo, hi], "separator": sep, "max_len": 64,
+               "num_oov_buckets": oov, "top_k": 10**6}
+    config = parse_config({"features": [feature]})
+    an = Analyzer(config)
+    an.add_records([{"g": v} for v in train])
+    analysis = an.result()
+    vb = Vectorizer(config, analysis).vectorize([{"g": v} for v in values])
+    assert not vb.rejections, vb.rejections
+    ids_of = {t: 1 + oov + i for i, t in enumerate(analysis.vocabularies["g"])}
+    rows = [ngrams_of(toks, lo, hi, sep) for toks in tf_tokens([t or "" for t in values], True)]
+    hashed = iter(tf_hash_ids([g for row in rows for g in row], oov))
+    want = [[ids_of.get(g, h) for g, h in zip(row, hashed)] for row in rows]  # noqa: B905 (hashed is longer)
+    assert vb.columns["g"][1].tolist() == [row[:64] + [0] * (64 - len(row[:64])) for row in want]
 
 
 # ------------------------------------------------------------------ real files

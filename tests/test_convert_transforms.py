@@ -28,10 +28,12 @@ VALID = {"fill": 1.5, "missing_indicator": True, "on_nan": "fill", "clip_min": 0
          "min_frequency": 2, "num_oov_buckets": 2, "buckets": 64, "max_len": 3, "lowercase": False,
          "num_buckets": 4, "unit": "s", "parts": ["hour"], "sources": ["a", "b"], "source": "elsewhere",
          "allow_all_missing": True, "allow_label_source": True, "length": False, "length_of": "other",
-         "drift": {"js": 0.1}, "key": "country", "mutual_information": "plain", "min_diff_from_avg": 2.0}
+         "drift": {"js": 0.1}, "key": "country", "mutual_information": "plain", "min_diff_from_avg": 2.0,
+         "ngram_range": [1, 2], "separator": "_", "smooth": False}
 #: What each transform needs to be valid at all (``Transform.complete`` asks for it).
 NEEDS = {"hash": {"buckets": 8}, "text": {"max_len": 4}, "clip": {"clip_min": 0.0},
-         "cross": {"sources": ["a", "b"], "buckets": 8}, "zscore_per_key": {"key": "k"}}
+         "cross": {"sources": ["a", "b"], "buckets": 8}, "zscore_per_key": {"key": "k"},
+         "ngrams": {"max_len": 4, "ngram_range": [1, 2]}, "bag_of_words": {"max_len": 4}, "tfidf": {"max_len": 4}}
 #: A class label: ``label_vocabulary`` ranks its terms by it (every config here has one).
 LABEL = {"source": "lbl", "dtype": "int64"}
 STATS_KINDS = {"numeric", "categorical", "timestamp", "hash", "bytes", "other"}

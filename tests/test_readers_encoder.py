@@ -27,6 +27,8 @@ features:
   - {name: country, transform: vocabulary}
   - {name: uid, transform: hash, buckets: 64}
   - {name: q, transform: text, max_len: 4}
+  - {name: q_tfidf, source: q, transform: tfidf, max_len: 3, ngram_range: [1, 2]}
+  - {name: q_bow, source: q, transform: bag_of_words, max_len: 3, length: false}
   - {name: age, transform: zscore, missing_indicator: true}
   - {name: raw_age, source: age, transform: identity}
 """
@@ -53,7 +55,8 @@ def test_every_feature_states_how_a_model_consumes_it(output):
     got = {f.name: f.encoding for f in info.features}
     assert got == {"ts": "scaled", "ts_hour": "embedding", "ts_day_of_week": "embedding", "ts_missing": "indicator",
                    "n_tags": "scaled", "tags": "tokens", "tags_len": "aux", "country": "embedding",
-                   "uid": "embedding", "q": "tokens", "q_len": "aux", "age": "scaled", "age_missing": "indicator",
+                   "uid": "embedding", "q": "tokens", "q_len": "aux", "q_tfidf": "weighted_tokens",
+                   "q_tfidf_weights": "aux", "q_tfidf_len": "aux", "q_bow": "weighted_tokens", "q_bow_counts": "aux", "age": "scaled", "age_missing": "indicator",
                    "raw_age": "raw", "y": "label"}
     # No helper feeds an int64 feature without a vocabulary as a number: every one is an id, an indicator or aux.
     for f in info.features:
@@ -100,9 +103,12 @@ def test_embedding_widths_grow_slowly_with_the_vocabulary():
 def test_the_encoder_takes_every_encodable_feature_and_refuses_raw_ones(output):
     info = readers.load_info(str(output))
     inputs, encoded = readers.feature_encoder(info)
-    assert set(inputs) == {f.name for f in info.features if f.encoding in ("embedding", "tokens", "scaled", "indicator")}
-    assert encoded.shape[-1] == sum(embedding_dim(f.params["vocab_size"]) if f.encoding in ("embedding", "tokens")
-                                    else f.size for f in info.features if f.name in inputs)
+    encoded_names = {f.name for f in info.features if f.encoding in ("embedding", "tokens", "weighted_tokens", "scaled",
+                                                                      "indicator")}
+    assert set(inputs) == encoded_names | {"q_tfidf_weights", "q_bow_counts"}  # a weighted feature's weights too
+    assert encoded.shape[-1] == sum(embedding_dim(f.params["vocab_size"]) if "tokens" in f.encoding
+                                    or f.encoding == "embedding" else f.size
+                                    for f in info.features if f.name in encoded_names)
     with pytest.raises(ValueError, match="'raw_age' \\(raw\\).*zscore"):
         readers.feature_encoder(info, ["age", "raw_age"])
     with pytest.raises(ValueError, match="'tags_len' \\(aux\\)"):
@@ -142,3 +148,29 @@ def test_dataset_info_of_an_older_output_without_encodings_still_loads(output):
         f.pop("encoding", None)
     info = DatasetInfo.from_json(d)
     assert info.feature("ts").encoding == "scaled"
+
+
+def test_weighted_mean_embedding_weighs_non_zero_ids():
+    from readers.encoder import WeightedMeanEmbedding
+
+    layer = WeightedMeanEmbedding(5, 2)
+    ids = tf.constant([[1, 3, 0], [0, 0, 0], [2, 2, 0]], tf.int64)
+    w = tf.constant([[1.0, 3.0, 9.0], [1.0, 1.0, 1.0], [0.5, 0.5, 0.0]])
+    out = layer([ids, w]).numpy()
+    emb = layer.embedding.embeddings.numpy()
+    np.testing.assert_allclose(out[0], (emb[1] + 3 * emb[3]) / 4, rtol=1e-6)
+    np.testing.assert_array_equal(out[1], [0.0, 0.0])  # no id: zeros, not NaN
+    np.testing.assert_allclose(out[2], emb[2], rtol=1e-6)
+    again = WeightedMeanEmbedding.from_config(layer.get_config())
+    assert again.input_dim == 5 and again.output_dim == 2
+
+
+def test_a_weighted_feature_without_its_weights_is_refused(output):
+    info = readers.load_info(str(output))
+    d = json.loads((output / "dataset_info.json").read_text())
+    for f in d["features"]:
+        if f["name"] == "q_tfidf":
+            f["params"]["weights"] = "nope"
+    with pytest.raises(ValueError, match="'q_tfidf' \\(weighted_tokens\\) names no weights feature"):
+        readers.feature_encoder(DatasetInfo.from_json(d), ["q_tfidf"])
+    assert readers.feature_encoder(info, ["q_tfidf"])[0].keys() == {"q_tfidf", "q_tfidf_weights"}

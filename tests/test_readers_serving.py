@@ -90,6 +90,10 @@ HASHED_FEATURES = """
   - {name: q, source: query, transform: text, max_len: 4}
   - {name: cat_mi_oov, source: cat, transform: label_vocabulary, num_oov_buckets: 3, top_k: 3}
   - {name: q_case, source: query, transform: text, max_len: 3, lowercase: false, num_oov_buckets: 3}
+  - {name: q_ng, source: query, transform: ngrams, ngram_range: [1, 3], max_len: 5, num_oov_buckets: 2, top_k: 30}
+  - {name: q_bow, source: query, transform: bag_of_words, ngram_range: [1, 2], separator: _, max_len: 3, top_k: 6}
+  - {name: q_tfidf, source: query, transform: tfidf, max_len: 4, smooth: false, top_k: 8}
+  - {name: q_tfidf2, source: query, transform: tfidf, ngram_range: [2, 2], max_len: 2, lowercase: false, min_frequency: 2}
 """
 HASHED_SUPPORTED = serving.SERVING_MIN_FORMAT_VERSION is not None
 LABEL = "label: {source: y, dtype: int64}\n"  # int64 classes: label_vocabulary ranks by them

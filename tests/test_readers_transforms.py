@@ -17,7 +17,8 @@ from readers._serving_wire import FORMS, Wire
 
 #: What a feature of each transform needs besides its source (the options a config must give).
 _REQUIRED = {"clip": {"clip_min": 0}, "hash": {"buckets": 8}, "cross": {"sources": ["a", "b"], "buckets": 8}, "text": {"max_len": 3},
-             "zscore_per_key": {"key": "b"}}
+             "zscore_per_key": {"key": "b"},
+             "ngrams": {"max_len": 3, "ngram_range": [1, 2]}, "bag_of_words": {"max_len": 3}, "tfidf": {"max_len": 3}}
 _HOOKS = ("forms", "paths", "term_paths", "wire_path", "is_list", "list_use", "hashed", "grouped_numeric",
           "grouped_ids", "shares_table", "own_table", "ids", "columns")
 

@@ -101,6 +101,16 @@ class Transform:
     encoding: ClassVar[str | None] = None
     #: Why it does not take an option, where more can be said than which transforms do.
     not_taken_why: ClassVar[Mapping[str, str]] = {}
+    #: Its analysis counts, beside each term's occurrences, the training documents (records)
+    #: holding it, and the documents (``convert.analysis.Analysis.document_frequencies``).
+    document_frequencies: ClassVar[bool] = False
+    #: The options that shape its vocabulary or statistics, besides source and transform: a
+    #: reused analysis (``--analysis-from``) must have been computed with the same.
+    analysis_options: ClassVar[tuple[str, ...]] = ()
+
+    def check_options(self, kw: dict[str, Any], need: Need) -> None:
+        """Check (and normalize) the values in ``kw`` of options only this transform has; ``need``
+        each problem. The shared options' values are ``convert.config_checks``' to check."""
     #: The calendar ``parts`` it takes, when it takes ``parts`` (``convert.config_checks``).
     part_choices: ClassVar[tuple[str, ...]] = ("hour", "day_of_week", "month")
     #: Its statistics keep per-key moments of the key its ``key`` option names (``convert.analysis``).

@@ -8,6 +8,7 @@ twin is ``readers.transforms.<module>`` (``Transform.serving``).
 from __future__ import annotations
 
 from convert.transforms import (
+    bag_of_words,
     bucketize,
     bytes,
     clip,
@@ -19,7 +20,9 @@ from convert.transforms import (
     label_vocabulary,
     log1p,
     minmax,
+    ngrams,
     text,
+    tfidf,
     timestamp,
     vocabulary,
     zscore,
@@ -37,6 +40,9 @@ REGISTRY: dict[str, Transform] = {
     "vocabulary": vocabulary.TRANSFORM,
     "hash": hash.TRANSFORM,
     "text": text.TRANSFORM,
+    "ngrams": ngrams.TRANSFORM,
+    "bag_of_words": bag_of_words.TRANSFORM,
+    "tfidf": tfidf.TRANSFORM,
     "bytes": bytes.TRANSFORM,
     "timestamp": timestamp.TRANSFORM,
     "cross": cross.TRANSFORM,

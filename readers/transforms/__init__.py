@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from convert.config import FeatureConfig
 from readers.transforms import (
+    bag_of_words,
     bucketize,
     bytes,
     clip,
@@ -23,7 +24,9 @@ from readers.transforms import (
     label_vocabulary,
     log1p,
     minmax,
+    ngrams,
     text,
+    tfidf,
     timestamp,
     vocabulary,
     zscore,
@@ -67,6 +70,9 @@ _REGISTRY: dict[str, ServingTransform] = {
     "vocabulary": vocabulary.TRANSFORM,
     "hash": hash.TRANSFORM,
     "text": text.TRANSFORM,
+    "ngrams": ngrams.TRANSFORM,
+    "bag_of_words": bag_of_words.TRANSFORM,
+    "tfidf": tfidf.TRANSFORM,
     "bytes": bytes.TRANSFORM,
     "timestamp": timestamp.TRANSFORM,
     "cross": cross.TRANSFORM,

@@ -47,6 +47,10 @@ class Layer(Protocol):
     def ids(self, f: FeatureConfig, terms: tf.Tensor) -> tf.Tensor:
         """The ids of ``terms`` (UTF-8) for feature ``f`` (its transform's ``ids``)."""
 
+    def document_frequencies(self, name: str) -> Mapping[str, Any]:
+        """Feature ``name``'s training documents and its terms' document frequencies
+        (``convert.analysis.Analysis.document_frequencies``)."""
+
     def numeric(self, f: FeatureConfig, s: Source, inputs: Mapping[str, tf.Tensor], bad: Checks,
                 values: Any = None) -> dict[str, tf.Tensor]:
         """A numeric feature's columns outside the grouped op (lists, ``bucketize``); ``values``:
