@@ -154,7 +154,10 @@ def _forms(kind: tf.Tensor, v: dict[str, tf.Tensor], reads_terms: bool) -> tuple
     is_int, is_float = tf.equal(kind, KIND_INT), tf.equal(kind, KIND_FLOAT)
     text = tf.equal(kind, KIND_STRING) | tf.equal(kind, KIND_BYTES)
     number = tf.where(is_int, tf.cast(ints, tf.float64), tf.where(is_float, floats, tf.zeros_like(floats)))
-    whole = tf.equal(floats, tf.math.floor(floats)) & (tf.abs(floats) < _INT64_LIMIT)
+    # A subnormal float32 is never whole, but TensorFlow's CPU kernels read it as 0: its bits say what it is.
+    bits = tf.bitcast(v["float"], tf.int32)
+    subnormal = tf.equal(bits & 0x7F800000, 0) & tf.not_equal(bits & 0x007FFFFF, 0)
+    whole = tf.equal(floats, tf.math.floor(floats)) & (tf.abs(floats) < _INT64_LIMIT) & ~subnormal
     float_term = tf.where(whole, tf.strings.as_string(tf.cast(tf.where(whole, floats, 0.0), tf.int64)),
                           tf.where(tf.math.is_nan(floats), "nan", tf.where(floats > 0, "inf", "-inf")))
     term = tf.where(is_int, tf.strings.as_string(ints), tf.where(is_float, float_term, tf.where(text, raw, "")))

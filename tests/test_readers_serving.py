@@ -173,9 +173,21 @@ def assert_same(name: str, expected: np.ndarray, got: np.ndarray, rows: Any) -> 
         raise AssertionError(f"feature {name!r}, record {rows[i]!r}: converter {expected[i]!r}, layer {got[i]!r}")
 
 
+def _has_surrogate(v: Any) -> bool:
+    if isinstance(v, str):
+        return any("\ud800" <= c <= "\udfff" for c in v)
+    if isinstance(v, dict):
+        return any(map(_has_surrogate, v.values()))
+    return isinstance(v, list) and any(map(_has_surrogate, v))
+
+
 def json_reader_refuses(record: Any) -> bool:
     """Whether the converter's JSON reader refuses ``record`` written as a JSON line for its strings
-    (a lone surrogate; bytes, which JSON cannot hold, written as null)."""
+    (a lone surrogate; bytes, which JSON cannot hold, written as null). A Python string holding a
+    surrogate pair's two code points counts too: no reader gives one (JSON's ``\\ud800\\udc00``
+    reads as U+10000), and the layer, given that string, refuses its lone surrogates."""
+    if _has_surrogate(record):
+        return True
     line = json.dumps(record, default=lambda _: None).encode()
     return any("surrogate" in bad[2] for b in iter_json(io.BytesIO(line), "r.jsonl") for bad in b.bad)
 
