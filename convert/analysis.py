@@ -220,7 +220,7 @@ class Analysis:
             what = "vocabulary" if f.needs_vocabulary else "statistics"
             stats = self.stats.get(f.name)
             have = (self.vocabularies.get(f.name) is not None if f.needs_vocabulary
-                    else isinstance(stats, dict) and (not transform_of(f).quantiles or "boundaries" in stats)
+                    else isinstance(stats, dict) and all(k in stats for k in transform_of(f).sketch_keys)
                     and (not transform_of(f).per_key or "per_key" in stats))
             recorded = None if self.features is None else self.features.get(f.name)
             if have and transform_of(f).document_frequencies and f.name not in self.document_frequencies:
@@ -701,7 +701,7 @@ class Analyzer:
         stats = {k: s.to_json() for k, s in self.numeric.items()}
         for k, s in self.numeric.items():
             if s.sketch is not None:
-                stats[k]["boundaries"] = s.sketch.boundaries(by_name[k].num_buckets or 10)
+                stats[k].update(transform_of(by_name[k]).sketch_stats(by_name[k], s.sketch))
         analysis = Analysis.for_config(self.config, vocabs, stats)
         for name, d in self.doc_freq.items():
             df = doc_freqs[name] if doc_freqs is not None and name in doc_freqs else d.of(vocabs[name])

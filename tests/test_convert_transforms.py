@@ -7,9 +7,11 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from convert import transforms
+from convert.analysis import Analyzer
 from convert.config import (
     COMMON_OPTIONS,
     NUMERIC_TRANSFORMS,
@@ -21,6 +23,7 @@ from convert.config import (
 from convert.config_model import ConfigError
 from convert.prepare import STAGES
 from convert.transforms.registry import REGISTRY
+from convert.vectorize import Vectorizer
 
 ROOT = Path(__file__).resolve().parents[1]
 #: A valid value of every option a feature may have.
@@ -137,3 +140,41 @@ def test_feature_config_properties_ask_the_registry(name):
     assert t is transforms.get(name)
     assert f.is_numeric == t.numeric and f.needs_vocabulary == t.vocabulary
     assert f.needs_stats == (t.numeric and t.needs_stats(f))
+
+
+def _robust(values: list, **options) -> tuple[dict, np.ndarray]:
+    """``robust_scale``'s statistics and written column for a training split of ``values``."""
+    config = parse_config({"label": LABEL, "features": [{"name": "r", "source": "x", "transform": "robust_scale",
+                                                         **options}]})
+    records = [{"x": v, "lbl": 0} for v in values]
+    a = Analyzer(config)
+    a.add_records(records)
+    analysis = a.result()
+    cols = Vectorizer(config, analysis).vectorize(records + [{"lbl": 0}]).columns
+    return analysis.stats["r"], cols
+
+
+def test_robust_scale_is_median_and_iqr_of_the_training_split():
+    values = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 1000.0]  # the outlier moves neither
+    stats, cols = _robust(values, missing_indicator=True, on_nan="fill")
+    q25, med, q75 = np.quantile(values, [0.25, 0.5, 0.75], method="inverted_cdf")
+    assert (stats["q25"], stats["median"], stats["q75"]) == (q25, med, q75)
+    want = ((np.asarray(values + [med]) - med) / (q75 - q25)).astype(np.float32)
+    assert cols["r"][1].ravel().tobytes() == want.tobytes()
+    assert cols["r"][1].ravel()[-1] == 0.0, "the default fill is the median, written 0.0"
+    assert cols["r_missing"][1].ravel().tolist() == [0] * len(values) + [1]
+
+
+def test_robust_scale_iqr_of_zero_or_an_empty_split_scales_by_one():
+    stats, cols = _robust([3.0] * 10 + [4.0], fill=1.0)
+    assert stats["q75"] == stats["q25"] == 3.0
+    assert cols["r"][1].ravel().tolist() == [0.0] * 10 + [1.0, -2.0]
+    stats, cols = _robust([None, None], fill=2.5)
+    assert stats["median"] is None
+    assert cols["r"][1].ravel().tolist() == [2.5, 2.5, 2.5]
+
+
+def test_robust_scale_is_a_standardizing_transform_with_the_numeric_options():
+    t = transforms.get("robust_scale")
+    assert set(t.options) == {"fill", "missing_indicator", "on_nan"} and t.encoding == "scaled"
+    assert t.quantiles and t.sketch_keys == ("q25", "median", "q75")

@@ -79,6 +79,8 @@ BASE_FEATURES = """
   - {name: n_tags, source: tags, transform: count}
   - {name: deep, source: deep.a.b, transform: vocabulary}
   - {name: deep_n, source: deep.a.n, transform: identity, fill: 7, missing_indicator: true}
+  - {name: n_rs, source: num, transform: robust_scale, missing_indicator: true, on_nan: fill}
+  - {name: n_rs_keep, source: num2, transform: robust_scale, fill: 2.5, on_nan: keep}
 """
 HASHED_FEATURES = """
   - {name: h, source: user.id, transform: hash, buckets: 97}

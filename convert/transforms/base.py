@@ -22,6 +22,7 @@ from convert.spec import F64_TINY, FeatureSpec
 
 if TYPE_CHECKING:  # pragma: no cover
     from convert.config_model import FeatureConfig
+    from convert.quantiles import QuantileSketch
     from convert.value_sketch import ValueSketch
 
 #: Options of the numeric transforms (fill, missing indicator, NaN policy).
@@ -82,8 +83,10 @@ class Transform:
     counts_items: ClassVar[bool] = False
     #: Needs the training split's mean/std/min/max (or quantiles) whatever its ``fill``.
     learns_scaling: ClassVar[bool] = False
-    #: Its statistics keep a quantile sketch (bucket boundaries).
+    #: Its statistics keep a quantile sketch (bucket boundaries, a median).
     quantiles: ClassVar[bool] = False
+    #: The statistics ``sketch_stats`` adds, which a reused analysis must hold (``convert.analysis``).
+    sketch_keys: ClassVar[tuple[str, ...]] = ()
     #: An int64 base value written as a float scaled by the training split (``convert.derive.scaled_column``).
     scaled: ClassVar[Scaled | None] = None
     #: Reads epoch numbers in a ``unit`` (``convert.check.unit_problems`` samples them).
@@ -137,6 +140,11 @@ class Transform:
     def needs_stats(self, f: FeatureConfig) -> bool:
         """Whether ``f`` needs training statistics (its scaling, or ``fill: mean``)."""
         return False
+
+    def sketch_stats(self, f: FeatureConfig, sketch: QuantileSketch) -> dict[str, Any]:
+        """What ``f`` keeps of its training split's quantile sketch (``quantiles``), keyed by
+        ``sketch_keys``; ``convert.analysis`` adds it to the feature's statistics."""
+        return {}
 
     def takes_term_codes(self, f: FeatureConfig) -> bool:
         """Whether ``f``'s column may come as term codes (``ColumnRecords.term_codes``) instead of values."""

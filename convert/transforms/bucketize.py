@@ -15,6 +15,7 @@ from convert.value_sketch import ValueSketch
 
 if TYPE_CHECKING:  # pragma: no cover
     from convert.config_model import FeatureConfig
+    from convert.quantiles import QuantileSketch
 
 
 class Bucketize(NumericTransform):
@@ -24,12 +25,16 @@ class Bucketize(NumericTransform):
     serving = "readers.transforms.bucketize"
     learns_scaling = True
     quantiles = True
+    sketch_keys = ("boundaries",)
     not_taken_why = {"fill": "a missing value gets id 0, values ids 1..num_buckets",
                      "max_len": "it takes one number per record"}
 
     def complete(self, kw: dict[str, Any], need: Need) -> None:
         kw.setdefault("num_buckets", 10)
         super().complete(kw, need)
+
+    def sketch_stats(self, f: FeatureConfig, sketch: QuantileSketch) -> dict[str, Any]:
+        return {"boundaries": sketch.boundaries(f.num_buckets or 10)}
 
     def spec_params(self, f: FeatureConfig, params: dict[str, Any]) -> None:
         bounds = (params.get("stats") or {}).get("boundaries") or []

@@ -21,6 +21,7 @@ from convert.transforms import (
     log1p,
     minmax,
     ngrams,
+    robust_scale,
     text,
     tfidf,
     timestamp,
@@ -50,4 +51,5 @@ REGISTRY: dict[str, Transform] = {
     "cyclical": cyclical.TRANSFORM,
     "zscore_per_key": zscore_per_key.TRANSFORM,
     "label_vocabulary": label_vocabulary.TRANSFORM,
+    "robust_scale": robust_scale.TRANSFORM,
 }

@@ -25,6 +25,7 @@ from readers.transforms import (
     log1p,
     minmax,
     ngrams,
+    robust_scale,
     text,
     tfidf,
     timestamp,
@@ -80,6 +81,7 @@ _REGISTRY: dict[str, ServingTransform] = {
     "cyclical": cyclical.TRANSFORM,
     "zscore_per_key": zscore_per_key.TRANSFORM,
     "label_vocabulary": label_vocabulary.TRANSFORM,
+    "robust_scale": robust_scale.TRANSFORM,
 }
 
 
