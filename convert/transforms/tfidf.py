@@ -128,7 +128,7 @@ def tfidf_weights(ids: np.ndarray, counts: np.ndarray, table: np.ndarray, first_
 
 #: Why ``tfidf`` takes no ``num_oov_buckets``.
 OOV_WHY = ("out-of-vocabulary terms count in a document's size but get no weight and no id (their document "
-           "frequency is not known in one pass over the training split; see docs/feature-config.md#tfidf)")
+           "frequency is not known in one pass over the training split; see docs/feature-config.md#text-analyzers)")
 
 
 class Tfidf(BagTransform):
