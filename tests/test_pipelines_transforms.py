@@ -146,7 +146,7 @@ def test_analysis_from_reuses_boundaries(converted, tmp_path):
     ({"name": "b", "transform": "bucketize", "fill": 3}, "does not take 'fill'"),
     ({"name": "c", "transform": "cross", "sources": ["a"], "buckets": 9}, "two or more"),
     ({"name": "c", "transform": "cross", "sources": ["a", "b"]}, "needs 'buckets"),
-    ({"name": "z", "transform": "zscore", "unit": "ms"}, "'unit' applies to transform timestamp"),
+    ({"name": "z", "transform": "zscore", "unit": "ms"}, "'unit' applies to transforms timestamp / cyclical"),
 ])
 def test_config_errors_name_the_feature_and_the_fix(feature, message):
     with pytest.raises(ConfigError, match=message) as e:
