@@ -34,7 +34,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from stores.base import IO_ATTEMPTS, IO_TIMEOUT_SECONDS, ShardNotFoundError, StagingError, Store
+from stores.base import (
+    IO_ATTEMPTS,
+    IO_TIMEOUT_SECONDS,
+    ShardNotFoundError,
+    StagedStore,
+    StagingError,
+)
 
 SCHEME = "azfs"
 #: Beam's file system module of the scheme (loaded by workers only when a path uses it).
@@ -254,13 +260,12 @@ def beam_client() -> Any:
     return BlobStorageIO(pipeline_options=options).client
 
 
-class AzureStore(Store):
+class AzureStore(StagedStore):
     """``azfs://<account>/<container>/<blob>``: staged for the readers
     (``$RECORDPREP_AZURE_CACHE``, ``<account>/<container>/<blob>``)."""
 
     scheme = SCHEME
     name = "Azure Blob Storage"
-    staged = True
     cache_name = "azure"
     cache_env = "RECORDPREP_AZURE_CACHE"
     reach_hint = "for azfs://, AZURE_STORAGE_CONNECTION_STRING or the identity DefaultAzureCredential finds"
@@ -271,16 +276,6 @@ class AzureStore(Store):
 
     def other_scheme_hint(self, url: str) -> str | None:
         return other_scheme_hint(url)
-
-    def stat(self, url: str) -> tuple[int, float | None] | None:
-        from stores.staging import client_for
-
-        return client_for(url).stat(url)
-
-    def read(self, url: str) -> bytes | None:
-        from stores.staging import client_for
-
-        return client_for(url).read(url)
 
     def lock_object(self, path: str, client: Any = None) -> AzureLock:
         return AzureLock(path, client)

@@ -256,3 +256,20 @@ class Store:
     def local_path(self, url: str, cache_root: Path) -> Path:
         """Where ``url`` is mirrored under ``cache_root``; ``..`` in the URL cannot climb out of it."""
         raise StagingError(f"{url}: {self.scheme}:// is read directly, not staged")
+
+
+class StagedStore(Store):
+    """A store the readers stage (``staged``): stat and whole reads go through its staging client
+    (``stores.staging.client_for``), which knows its URLs and credentials."""
+
+    staged = True
+
+    def stat(self, url: str) -> tuple[int, float | None] | None:
+        from stores.staging import client_for
+
+        return client_for(url).stat(url)
+
+    def read(self, url: str) -> bytes | None:
+        from stores.staging import client_for
+
+        return client_for(url).read(url)

@@ -34,7 +34,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from stores.base import ShardNotFoundError, StagingClient, StagingError, Store
+from stores.base import ShardNotFoundError, StagedStore, StagingClient, StagingError
 
 logger = logging.getLogger("readers")
 
@@ -199,13 +199,12 @@ def _make_client(host: str, port: int | None, mode: str, webhdfs_url: str) -> St
         return WebHdfsClient(default_webhdfs)
 
 
-class HdfsStore(Store):
+class HdfsStore(StagedStore):
     """``hdfs://<namenode>[:port]/path``: staged for the readers, the NameNode's client per
     ``$RECORDPREP_HDFS_CLIENT`` (module docstring)."""
 
     scheme = "hdfs"
     name = "HDFS"
-    staged = True
     cache_name = "hdfs"
     cache_env = HDFS_CACHE_ENV
 
@@ -216,16 +215,6 @@ class HdfsStore(Store):
     def parse(self, url: str) -> tuple[str, int | None, str]:
         """``(namenode host, port or None, path)``."""
         return parse_hdfs_url(url)
-
-    def stat(self, url: str) -> tuple[int, float | None] | None:
-        from stores.staging import client_for
-
-        return client_for(url).stat(url)
-
-    def read(self, url: str) -> bytes | None:
-        from stores.staging import client_for
-
-        return client_for(url).read(url)
 
     def client_key(self, url: str) -> tuple[Any, ...]:
         host, port, _ = parse_hdfs_url(url)

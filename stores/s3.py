@@ -18,7 +18,13 @@ import urllib.parse
 from pathlib import Path
 from typing import Any
 
-from stores.base import IO_ATTEMPTS, IO_TIMEOUT_SECONDS, ShardNotFoundError, StagingError, Store
+from stores.base import (
+    IO_ATTEMPTS,
+    IO_TIMEOUT_SECONDS,
+    ShardNotFoundError,
+    StagedStore,
+    StagingError,
+)
 
 SCHEME = "s3"
 #: Beam's file system module of the scheme (loaded by workers only when a path uses it).
@@ -185,12 +191,11 @@ def beam_client() -> Any:
                       retries={"max_attempts": IO_ATTEMPTS, "mode": "standard"}))
 
 
-class S3Store(Store):
+class S3Store(StagedStore):
     """``s3://bucket/key``: staged for the readers (``$RECORDPREP_S3_CACHE``, ``<bucket>/<key>``)."""
 
     scheme = SCHEME
     name = "S3"
-    staged = True
     cache_name = "s3"
     cache_env = "RECORDPREP_S3_CACHE"
     reach_hint = "for s3://, the credentials, region and AWS_ENDPOINT_URL boto3 finds"
@@ -198,16 +203,6 @@ class S3Store(Store):
     def parse(self, url: str) -> tuple[str, str]:
         """``(bucket, key)``."""
         return parse_s3_url(url)
-
-    def stat(self, url: str) -> tuple[int, float | None] | None:
-        from stores.staging import client_for
-
-        return client_for(url).stat(url)
-
-    def read(self, url: str) -> bytes | None:
-        from stores.staging import client_for
-
-        return client_for(url).read(url)
 
     def lock_object(self, path: str, client: Any = None) -> S3Lock:
         return S3Lock(path, client)
