@@ -121,6 +121,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="runs per conversion and reader row (interleaved; the median is reported)")
     ap.add_argument("--scaling", action="store_true", help="also run the default-vs-large scaling row")
     ap.add_argument("--step-ms", type=float, default=5.0, help="simulated training step per batch (0: skip those rows)")
+    ap.add_argument("--skip-conversion", action="store_true",
+                    help="leave the conversion table out, and with it every table that reads its outputs (readers, "
+                         "remote, tf.data service): e.g. the TF Transform or Ray Data / Petastorm rows alone")
     ap.add_argument("--skip-naive", action="store_true", help="leave the naive Beam pipeline out")
     ap.add_argument("--naive-files", default=None, metavar="N|all",
                     help="input files the naive pipeline reads (default: all of them at small and default size, the "
@@ -176,11 +179,15 @@ def main(argv: list[str] | None = None) -> int:
     # `small` is the quick look (a few minutes): the target rows run once instead
     # of three times; use --repeats for medians.
     target_repeats = 1 if args.size == "small" else reader_bench.TARGET_REPEATS
-    conv = convert_bench.run_table(args.size, manifest, repeats=args.repeats, log=log, out_root=out_root,
-                                   log_dir=log_dir, skip_naive=args.skip_naive,
-                                   naive_files=_naive_files(args.naive_files, manifest),
-                                   target_repeats=target_repeats)
-    results["conversion"] = conv
+    if args.skip_conversion:
+        conv: dict[str, Any] = {"rows": {}, "outputs": {}}
+        results["notes"].append("conversion table not run (--skip-conversion), nor the tables reading its outputs")
+    else:
+        conv = convert_bench.run_table(args.size, manifest, repeats=args.repeats, log=log, out_root=out_root,
+                                       log_dir=log_dir, skip_naive=args.skip_naive,
+                                       naive_files=_naive_files(args.naive_files, manifest),
+                                       target_repeats=target_repeats)
+        results["conversion"] = conv
     if not args.skip_tft:
         results["tft"] = tft.run_table(args.size, manifest, log=log, log_dir=log_dir, out_root=out_root,
                                        tft_convert_repeats=args.tft_convert_repeats,
@@ -195,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
             results["notes"].append(f"Ray Data / Petastorm rows failed: {type(e).__name__}: {e}")
             log(f"Ray Data / Petastorm rows FAILED: {e}")
 
-    if not args.skip_readers:
+    if not (args.skip_readers or args.skip_conversion):
         dirs = {}
         for comp, key in (("gzip", "recordprep_avro_gzip"), ("none", "recordprep_avro_none"),
                           ("gzip, packed", "recordprep_avro_gzip_packed")):
