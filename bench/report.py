@@ -337,6 +337,7 @@ def readers_md(results: dict[str, Any]) -> list[str]:
              _ratio(g("train_dataset:gzip, packed"), g("mbfd:gzip, packed"))),
             ("readers on packed / readers on one Feature per column (gzip)",
              _ratio(g("train_dataset:gzip, packed"), g("train_dataset:gzip"))),
+            ("readers / limit raw read (gzip, packed)", _ratio(g("train_dataset:gzip, packed"), g("raw:gzip, packed"))),
         ]
     ratio_lines += [
         ("readers (none) / limit parse only", _ratio(g("train_dataset:none"), g("parse"))),
