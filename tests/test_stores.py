@@ -95,13 +95,31 @@ def _beam_paths(url: str) -> None:
 CASES = {"": _local, "gs": _gcs, "s3": _s3, "azfs": _azure, "hdfs": _hdfs}
 
 
-@pytest.fixture(params=sorted(CASES, key=lambda s: s or "local"), ids=lambda s: s or "local")
-def place(request, tmp_path, monkeypatch) -> Place:
+#: The schemes whose readers copy the shards to a local cache first (``Store.staged``).
+STAGED = sorted(s for s in CASES if store_for(f"{s}://x/y" if s else "/x/y").staged)
+
+
+def _place(request, tmp_path, monkeypatch) -> Place:
     from stores import staging
 
     monkeypatch.setattr(staging, "_clients", {})  # staging clients of another test's endpoint
     make = CASES[request.param]
     return make(tmp_path, monkeypatch) if request.param == "" else make(request, monkeypatch)
+
+
+@pytest.fixture(params=sorted(CASES, key=lambda s: s or "local"), ids=lambda s: s or "local")
+def place(request, tmp_path, monkeypatch) -> Place:
+    return _place(request, tmp_path, monkeypatch)
+
+
+@pytest.fixture(params=STAGED)
+def staged_place(request, tmp_path, monkeypatch) -> Place:
+    return _place(request, tmp_path, monkeypatch)
+
+
+def test_staged_schemes():
+    """Local disk and gs:// are read in place (tf.io reads them); the others are staged."""
+    assert STAGED == ["azfs", "hdfs", "s3"]
 
 
 def test_every_registered_scheme_has_a_store_module_and_a_case_here():
@@ -167,10 +185,8 @@ def test_lock_create_replace_and_conditional_delete(place):
     assert lock.read() is None
 
 
-def test_staging_mirrors_a_staged_store(place, tmp_path):
-    store = store_for(place.root)
-    if not store.staged:
-        pytest.skip(f"{place.root}: read directly, not staged")
+def test_staging_mirrors_a_staged_store(staged_place, tmp_path):
+    place = staged_place
     from stores import staging
 
     place.put("train-00000.bin", b"shard")
