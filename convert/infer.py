@@ -684,6 +684,21 @@ def _item_field(path: str, lst: str) -> bool:
     return len(below) >= 2 and below[0] is EACH and all(isinstance(x, str) for x in below[1:])
 
 
+def _fall_back(drafts: list[Draft], stats: dict[str, _FieldStats], kinds: dict[str, str], total: int) -> None:
+    """Nothing but identifiers or null fields: each drafted after all (hashed, or the schema's
+    type), so the draft still converts."""
+    for d in drafts:
+        if d.entry is None and d.fallback is None and not stats[d.path].distinct:
+            d.fallback = _typed_fallback(d.path, kinds)
+            if d.fallback is not None:
+                d.comment += (f" (the schema's type: {d.fallback['transform']} drafted all the same, as no "
+                              f"other field can be a feature)")
+        if d.fallback is not None:
+            d.entry = _allow_missing(Draft(dict(d.fallback), "", d.path), stats[d.path], total).entry
+            d.comment = (d.comment.replace("left out, since", "hashed all the same (no other field can be a "
+                                           "feature), though").replace("; add it with transform: hash if its values recur", ""))
+
+
 def infer_config(records: Iterable[dict], avro_schema: Any = None, label: str | None = None) -> tuple[dict[str, Any], list[Draft]]:
     """Draft a config from sample records; returns (config mapping, drafts incl. skipped fields).
 
@@ -721,16 +736,7 @@ def infer_config(records: Iterable[dict], avro_schema: Any = None, label: str | 
     for count, subs in lists:
         _one_length(count, subs, stats)
     if not any(d.entry is not None and d.path not in (label, None) for d in drafts):
-        for d in drafts:  # nothing but identifiers or null fields: drafted after all, so the draft still converts
-            if d.entry is None and d.fallback is None and not stats[d.path].distinct:
-                d.fallback = _typed_fallback(d.path, kinds)
-                if d.fallback is not None:
-                    d.comment += (f" (the schema's type: {d.fallback['transform']} drafted all the same, as no "
-                                  f"other field can be a feature)")
-            if d.fallback is not None:
-                d.entry = _allow_missing(Draft(dict(d.fallback), "", d.path), stats[d.path], total).entry
-                d.comment = (d.comment.replace("left out, since", "hashed all the same (no other field can be a "
-                                               "feature), though").replace("; add it with transform: hash if its values recur", ""))
+        _fall_back(drafts, stats, kinds, total)
     if label is not None and label not in stats:  # a path no field is (y[0], m["k"]): read as convert reads it
         stats[label] = _FieldStats()
         for r in sample:
