@@ -284,7 +284,7 @@ _LIST_TRANSFORMS = tuple(sorted((t for t in TRANSFORMS if transforms.get(t).list
                                 key=lambda t: transforms.get(t).numeric))
 
 
-def _single_path_problem(path: str, who: str) -> str | None:
+def single_path_problem(path: str, who: str) -> str | None:
     """Why ``path`` cannot be read by ``who`` (which takes one value per record), or None."""
     try:
         steps = parse_path(path)
@@ -301,12 +301,12 @@ def _check_paths(where: str, transform: str, kw: dict[str, Any], out: _Problems)
     t = transforms.get(transform)
     if t.reads_sources:
         for src in kw.get("sources") or ():
-            problem = _single_path_problem(src, f"transform {transform!r}")
+            problem = single_path_problem(src, f"transform {transform!r}")
             if problem:
                 out.add(where, problem)
         return
     if isinstance(kw.get("key"), str) and kw["key"]:
-        problem = _single_path_problem(kw["key"], f"'key' of transform {transform!r}")
+        problem = single_path_problem(kw["key"], f"'key' of transform {transform!r}")
         if problem:
             out.add(where, problem)
     try:
@@ -441,7 +441,7 @@ def _parse_label(lraw: Any, src: str, out: _Problems) -> LabelConfig | None:
     elif transform in LABEL_TRANSFORMS and dtype != "int64":
         out.add(where, f"a vocabulary label's class ids are int64, found dtype {show_value(dtype)}; leave dtype out")
     lname = lraw.get("name") or lraw["source"].replace(".", "_")
-    problem = _single_path_problem(lraw["source"], f"the label {lname!r}" if isinstance(lname, str) else "the label")
+    problem = single_path_problem(lraw["source"], f"the label {lname!r}" if isinstance(lname, str) else "the label")
     if problem:
         out.add(where, problem)
     problem = _name_problem("'name'", lname)

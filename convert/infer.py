@@ -31,7 +31,13 @@ from typing import Any
 
 from convert.config import EACH, KEYS, Step, parse_path, render_path
 from convert.derive import epoch_seconds
-from convert.infer_labels import LABEL_MAX_CLASSES, LABEL_NAMES, candidate_draft, label_draft
+from convert.infer_labels import (
+    LABEL_MAX_CLASSES,
+    LABEL_NAMES,
+    candidate_draft,
+    holds_label,
+    label_draft,
+)
 from convert.infer_yaml import Draft, Names, render_yaml
 from convert.records import tokenize, walk_path
 from convert.spec import MAX_FEATURE_SIZE
@@ -678,14 +684,38 @@ def _item_field(path: str, lst: str) -> bool:
     return len(below) >= 2 and below[0] is EACH and all(isinstance(x, str) for x in below[1:])
 
 
+def _fall_back(drafts: list[Draft], stats: dict[str, _FieldStats], kinds: dict[str, str], total: int) -> None:
+    """Nothing but identifiers or null fields: each drafted after all (hashed, or the schema's
+    type), so the draft still converts."""
+    for d in drafts:
+        if d.entry is None and d.fallback is None and not stats[d.path].distinct:
+            d.fallback = _typed_fallback(d.path, kinds)
+            if d.fallback is not None:
+                d.comment += (f" (the schema's type: {d.fallback['transform']} drafted all the same, as no "
+                              f"other field can be a feature)")
+        if d.fallback is not None:
+            d.entry = _allow_missing(Draft(dict(d.fallback), "", d.path), stats[d.path], total).entry
+            d.comment = (d.comment.replace("left out, since", "hashed all the same (no other field can be a "
+                                           "feature), though").replace("; add it with transform: hash if its values recur", ""))
+
+
 def infer_config(records: Iterable[dict], avro_schema: Any = None, label: str | None = None) -> tuple[dict[str, Any], list[Draft]]:
     """Draft a config from sample records; returns (config mapping, drafts incl. skipped fields).
 
-    ``label`` names the label's field. Without it the draft has no label: a
-    numeric field with a label's name (``label``, ``clicked``...) is named as
-    the candidate in the label's comment and a warning, and left out of the
-    features (where it would leak the label once the user names it).
+    ``label`` is the label's source path, in the config's grammar: a field, or
+    a value one path gives per record as convert reads it (``y[0]``, ``n.a``,
+    ``m["k"]``; ``convert.infer_labels.label_path_problem`` says whether convert
+    takes it). Features that would hold its value (``y`` for ``y[0]``) are left
+    out. Without it the draft has no label: a numeric field with a label's name
+    (``label``, ``clicked``...) is named as the candidate in the label's comment
+    and a warning, and left out of the features (where it would leak the label
+    once the user names it).
+
+    Raises:
+      PathError: ``label`` is not a path of the grammar.
     """
+    label_steps = parse_path(label) if label is not None else ()
+    label = render_path(label_steps) if label is not None else None  # as drafts write paths
     kinds = _schema_paths(avro_schema) if avro_schema is not None else {}
     maps = {p for p, k in kinds.items() if k == "map"}
     stats: dict[str, _FieldStats] = {}
@@ -706,16 +736,12 @@ def infer_config(records: Iterable[dict], avro_schema: Any = None, label: str | 
     for count, subs in lists:
         _one_length(count, subs, stats)
     if not any(d.entry is not None and d.path not in (label, None) for d in drafts):
-        for d in drafts:  # nothing but identifiers or null fields: drafted after all, so the draft still converts
-            if d.entry is None and d.fallback is None and not stats[d.path].distinct:
-                d.fallback = _typed_fallback(d.path, kinds)
-                if d.fallback is not None:
-                    d.comment += (f" (the schema's type: {d.fallback['transform']} drafted all the same, as no "
-                                  f"other field can be a feature)")
-            if d.fallback is not None:
-                d.entry = _allow_missing(Draft(dict(d.fallback), "", d.path), stats[d.path], total).entry
-                d.comment = (d.comment.replace("left out, since", "hashed all the same (no other field can be a "
-                                               "feature), though").replace("; add it with transform: hash if its values recur", ""))
+        _fall_back(drafts, stats, kinds, total)
+    if label is not None and label not in stats:  # a path no field is (y[0], m["k"]): read as convert reads it
+        stats[label] = _FieldStats()
+        for r in sample:
+            _observe(stats[label], walk_path(r, label_steps))
+        drafts.append(Draft(None, "", label))  # the label's draft, made below
     candidate = None
     if label is None:  # a numeric field with a label's name: named, never chosen
         candidate = next((p for p, st in stats.items() if p.lower() in LABEL_NAMES
@@ -733,6 +759,10 @@ def infer_config(records: Iterable[dict], avro_schema: Any = None, label: str | 
             continue
         if d.entry is None:
             continue
+        if label is not None and d.entry.get("transform") != "count" and holds_label(parse_path(d.path), label_steps):
+            d.entry = None
+            d.comment = f"{d.path}: holds the label {label!r}; left out so the label cannot leak into the inputs"
+            continue
         name = names.claim(d.path_name or d.path, tuple(d.entry.get("parts", ())))
         e = {"name": name}
         if name != d.path:
@@ -742,5 +772,7 @@ def infer_config(records: Iterable[dict], avro_schema: Any = None, label: str | 
         features.append(e)
     for e in features:
         if isinstance(e.get("length_of"), Draft):
-            e["length_of"] = e["length_of"].entry["name"]
+            carrier = e.pop("length_of").entry  # None: left out as the label's holder; its own length then
+            if carrier is not None:
+                e["length_of"] = carrier["name"]
     return {"label": label_entry, "features": features}, drafts

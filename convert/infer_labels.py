@@ -8,9 +8,11 @@ quietly; so the draft names the candidate and the user names the label.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from convert.infer_yaml import Draft, Names
+from convert.paths import EACH, ENTRIES, Step
 
 if TYPE_CHECKING:
     from convert.infer import _FieldStats
@@ -75,3 +77,44 @@ def label_draft(path: str, st: _FieldStats, total: int, names: Names) -> Draft:
             why = f"{path} holds {', '.join(sorted(types))} values; a label is one number per record"
         warnings.insert(0, why)
     return Draft(entry, why, path, role="label", warnings=warnings)
+
+
+def label_path_problem(label: str, records: Sequence[Any], schemas: Sequence[Any]) -> str | None:
+    """Why convert's config check would refuse ``label`` as the label's ``source``, or None.
+
+    The same checks as a config's label: the path grammar (``y[0]``, ``n.a``,
+    ``m["k"]``), one value per record, and then the data: each Avro writer
+    schema in ``schemas`` (``convert.check.avro_problems``: the path exists, and
+    holds a kind a label can be), else the sampled ``records`` (some record has
+    the path). Checked as a vocabulary label (the kind that takes the most
+    types), since the draft picks the label's kind from the values afterwards.
+    A missing path's message names close paths of the data ("did you mean").
+    """
+    from convert.check import avro_problems, sample_paths, sample_problems
+    from convert.config_checks import single_path_problem
+    from convert.config_model import Config, LabelConfig
+
+    problem = single_path_problem(label, "the label")
+    if problem:
+        return problem
+    config = Config(features=(), label=LabelConfig(source=label, name="label", transform="vocabulary"))
+    if schemas:
+        for schema in schemas:
+            found = avro_problems(config, schema)
+            if found:
+                return f"in the Avro schema: {found[0]}"
+        return None
+    found = sample_problems(config, sample_paths(records), len(records))
+    return found[0] if found else None
+
+
+def holds_label(path_steps: Sequence[Step], label_steps: Sequence[Step]) -> bool:
+    """Whether a feature reading ``path_steps`` gets the label's value among its own:
+    the same path, or one through the list or map holding it (``y`` or ``y[]`` for
+    the label ``y[0]``, ``m[]`` or ``m[entries]`` for ``m["k"]``). Such a feature
+    leaks the label into the model's inputs (the config check compares sources
+    as written only, so a draft must not offer one)."""
+    if len(path_steps) > len(label_steps):
+        return False
+    return all(p == q or p is EACH or (p is ENTRIES and isinstance(q, str))
+               for p, q in zip(path_steps, label_steps, strict=False))

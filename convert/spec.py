@@ -17,10 +17,12 @@ import dataclasses
 import functools
 import json
 import math
-import reprlib
 import sys
 from collections.abc import Mapping
 from typing import Any
+
+# The check of a feature's statistics and its helpers, importable from here as before.
+from convert.feature_stats import is_count, short_repr, statistics_problems
 
 #: Newest metadata version this code reads and writes; every new output, of
 #: either layout, is written with it. 1: one Feature per column. 2: adds
@@ -95,85 +97,6 @@ class SpecError(ValueError):
 
 class MetadataNotJSONError(SpecError):
     """The metadata file is not valid JSON: damaged, or being replaced right now (waiters retry)."""
-
-
-def _finite(v: Any) -> bool:
-    """A JSON number (not a bool) that is finite as a float: an integer past float's range
-    (``10**400`` in a JSON file) is not, rather than an ``OverflowError``."""
-    if isinstance(v, bool) or not isinstance(v, int | float):
-        return False
-    try:
-        return math.isfinite(v)
-    except OverflowError:
-        return False
-
-
-#: How far (relative to the larger of ``|min|``, ``|max|``) a mean may stray outside
-#: ``[min, max]`` by rounding: a merged mean of equal values is not always exact.
-_MEAN_SLACK = 1e-6
-
-
-def statistics_problems(name: str, st: Mapping[str, Any]) -> list[str]:
-    """What in one feature's statistics no data can give, for the keys present: a count
-    or missing count that is not an exact non-negative integer, a mean or std that is not a
-    finite number, ``std < 0``, a min or max that is not a finite number
-    or null, ``min > max``, a mean outside ``[min, max]``, boundaries that are not finite
-    and strictly increasing. Each problem names the feature, the key and the value.
-
-    The one check of statistics shared by the metadata's feature params (every reader of
-    ``dataset_info.json``), ``analysis.json`` (``--analysis-from``, ``verify``, the serving
-    layer): an edited value would otherwise scale every value of the feature by it."""
-    out = [f"stats of {name!r}: {key!r} must be a non-negative integer, found {_short(st[key])}"
-           for key in ("count", "missing") if key in st and not is_count(st[key])]
-    for key in ("mean", "std"):
-        if key in st and not _finite(st[key]):
-            out.append(f"stats of {name!r}: {key!r} must be a finite number, found {_short(st[key])}")
-    if _finite(st.get("std")) and st["std"] < 0:
-        out.append(f"stats of {name!r}: 'std' must be >= 0 (0: a constant feature, scaled by 1), "
-                   f"found {_short(st['std'])}")
-    lo, hi, mean = st.get("min"), st.get("max"), st.get("mean")
-    for key, v in (("min", lo), ("max", hi)):
-        if v is not None and not _finite(v):
-            out.append(f"stats of {name!r}: {key!r} must be a finite number or null, found {_short(v)}")
-    if _finite(lo) and _finite(hi):
-        if lo > hi:
-            out.append(f"stats of {name!r}: 'min' {_short(lo)} is above 'max' {_short(hi)}")
-        elif _finite(mean):
-            slack = _MEAN_SLACK * max(abs(lo), abs(hi))
-            if not lo - slack <= mean <= hi + slack:
-                out.append(f"stats of {name!r}: 'mean' {_short(mean)} is outside 'min' {_short(lo)} .. "
-                           f"'max' {_short(hi)} (no data has such a mean)")
-    if "boundaries" in st:
-        b = st["boundaries"]
-        if not isinstance(b, list) or not all(_finite(x) for x in b):
-            out.append(f"stats of {name!r}: 'boundaries' must be a list of finite numbers, found {_short(b)}")
-        elif any(x >= y for x, y in zip(b, b[1:], strict=False)):
-            out.append(f"stats of {name!r}: 'boundaries' must increase strictly, found {_short(b)}")
-    return out
-
-
-class _BoundedRepr(reprlib.Repr):
-    """``repr`` cut to a bounded size whatever the value: one quoted in an error
-    message may be an alias bomb, a megabyte string or an integer of a million digits."""
-
-    def __init__(self) -> None:
-        super().__init__()  # keyword arguments need Python 3.12
-        self.maxlevel, self.maxstring, self.maxother, self.maxlong = 2, 80, 80, 40
-        self.maxlist = self.maxtuple = self.maxdict = self.maxset = self.maxfrozenset = 8
-
-    def repr_int(self, x: int, level: int) -> str:
-        if x.bit_length() > 128:  # repr of a huge int is slow, past 4300 digits an error
-            return f"<integer of {x.bit_length()} bits>"
-        return super().repr_int(x, level)
-
-
-_BOUNDED = _BoundedRepr()
-
-
-def short_repr(value: Any, limit: int = 200) -> str:
-    """A value for an error message: its bounded repr, at most ``limit`` characters."""
-    s = _BOUNDED.repr(value)
-    return s if len(s) <= limit else s[: limit - 3] + "..."
 
 
 _short = short_repr
@@ -255,11 +178,6 @@ def _depth_problem(doc: Any) -> bool:
                 return True
             stack.extend((v, depth + 1) for v in (value.values() if isinstance(value, dict) else value))
     return False
-
-
-def is_count(value: Any) -> bool:
-    """An exact non-negative integer: not a bool, a float (``3.0``, NaN, infinity) or a string."""
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def _count(value: Any, where: str) -> int:

@@ -97,7 +97,9 @@ class BeamFsLock:
 
     Two runs starting within the same second can both pass the existence
     check; the lock protocol reads the lock back after creating it
-    (``atomic_create`` is False) to catch most of those.
+    (``atomic_create`` is False) to catch most of those. Each method makes its
+    calls through one Beam file system object (``_fs``), which a store's subclass
+    may configure (``stores.hdfs.HdfsLock`` bounds its requests in time).
     """
 
     conditional = False
@@ -106,12 +108,22 @@ class BeamFsLock:
     def __init__(self, path: str):
         self.path = path
 
-    def create(self, data: bytes) -> bool:
+    def _fs(self) -> Any:
+        """The Beam file system of ``path`` (a new object per call, as Beam makes them)."""
         from apache_beam.io.filesystems import FileSystems
 
-        if FileSystems.exists(self.path):
+        return FileSystems.get_filesystem(self.path)
+
+    def _store_failed(self, e: BaseException) -> bool:
+        """Whether ``e`` is the store failing to answer (re-raised), not the lock file vanishing
+        or a delete refused (taken as no lock, and as done): none here."""
+        return False
+
+    def create(self, data: bytes) -> bool:
+        fs = self._fs()
+        if fs.exists(self.path):
             return False
-        with FileSystems.create(self.path, mime_type="application/json", compression_type="uncompressed") as f:
+        with fs.create(self.path, mime_type="application/json", compression_type="uncompressed") as f:
             f.write(data)
         return True
 
@@ -119,15 +131,16 @@ class BeamFsLock:
         return data
 
     def read(self) -> tuple[bytes, Any, float] | None:
-        from apache_beam.io.filesystems import FileSystems
-
+        fs = self._fs()
         try:
-            if not FileSystems.exists(self.path):
+            if not fs.exists(self.path):
                 return None
-            meta = FileSystems.get_filesystem(self.path).metadata(self.path)  # literal: never globbed
-            with FileSystems.open(self.path, compression_type="uncompressed") as f:
+            meta = fs.metadata(self.path)  # literal: never globbed
+            with fs.open(self.path, compression_type="uncompressed") as f:
                 data = f.read()
-        except Exception:  # noqa: BLE001 - vanished between listing and reading
+        except Exception as e:  # noqa: BLE001 - vanished between listing and reading
+            if self._store_failed(e):
+                raise
             return None
         return data, data, float(meta.last_updated_in_seconds or time.time())
 
@@ -135,22 +148,22 @@ class BeamFsLock:
         """Delete, then create: Beam's HDFS ``create`` refuses an existing path ("Path already exists")
         and HDFS's rename an existing target. Not atomic (best effort, as on create): a run creating the
         lock in between makes this create fail, and the caller then finds the lock is not its own."""
-        from apache_beam.io.filesystems import FileSystems
-
-        if FileSystems.exists(self.path):
-            FileSystems.delete([self.path])
-        with FileSystems.create(self.path, mime_type="application/json", compression_type="uncompressed") as f:
+        fs = self._fs()
+        if fs.exists(self.path):
+            fs.delete([self.path])
+        with fs.create(self.path, mime_type="application/json", compression_type="uncompressed") as f:
             f.write(data)
         return data
 
     def remove_if(self, state: Any) -> bool:
-        from apache_beam.io.filesystems import FileSystems
-
         current = self.read()
         if current is not None and current[1] != state:
             return False
-        with contextlib.suppress(Exception):
-            FileSystems.delete([self.path])
+        try:
+            self._fs().delete([self.path])
+        except Exception as e:  # noqa: BLE001 - already gone, or refused: the lock goes stale
+            if self._store_failed(e):
+                raise
         return True
 
 

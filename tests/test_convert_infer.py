@@ -577,3 +577,56 @@ def test_records_inside_lists_and_variant_like_structs_of_parquet_convert_from_t
     r = cli("convert", "-i", data, "-c", cfg, "-o", tmp_path / "out")
     assert r.exit_code == 0, r.output
     assert sum(check_accounting(tmp_path / "out")["written"].values()) == 60
+
+
+# ------------------------------------------------------------ label paths
+
+_LABEL_SCHEMA = {"type": "record", "name": "R", "fields": [
+    {"name": "x", "type": "double"}, {"name": "y", "type": {"type": "array", "items": "long"}},
+    {"name": "n", "type": {"type": "record", "name": "N", "fields": [{"name": "a", "type": "long"}]}}]}
+
+
+def _label_data(tmp_path: Path, kind: str) -> Path:
+    records = [{"x": float(i % 7), "y": [i % 2, i % 3], "n": {"a": i % 4}} for i in range(40)]
+    if kind == "json":
+        path = tmp_path / "d.jsonl"
+        path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    else:
+        import fastavro
+        path = tmp_path / "d.avro"
+        with open(path, "wb") as f:
+            fastavro.writer(f, _LABEL_SCHEMA, records)
+    return path
+
+
+@pytest.mark.parametrize("kind", ["json", "avro"])
+def test_label_path_the_converter_takes_is_drafted_and_converts(tmp_path, kind):
+    """``--label y[0]`` is a source path convert reads (an index), not a field name: drafted,
+    its list left out of the features (it holds the label), and the draft converts."""
+    data = _label_data(tmp_path, kind)
+    r = CliRunner().invoke(app, ["infer", "-i", str(data), "--label", "y[0]"])
+    assert r.exit_code == 0, r.output
+    draft = yaml.safe_load(r.stdout)
+    assert draft["label"] == {"source": "y[0]", "name": "y_0", "dtype": "int64"}
+    assert "y" not in {f.get("source", f["name"]) for f in draft["features"]}
+    assert "skipped y: holds the label 'y[0]'" in r.stdout
+    cfg = tmp_path / "f.yaml"
+    cfg.write_text(r.stdout)
+    assert load_config(cfg).label == LabelConfig(source="y[0]", name="y_0", dtype="int64")
+    out = tmp_path / "out"
+    r = cli("convert", "-i", str(data), "-c", str(cfg), "-o", str(out))
+    assert r.exit_code == 0, r.output
+    info = json.loads((out / "dataset_info.json").read_text())
+    assert info["label_key"] == "y_0" and info["config"]["label"]["source"] == "y[0]"
+
+
+@pytest.mark.parametrize("kind", ["json", "avro"])
+@pytest.mark.parametrize("label, close", [("yy[0]", "'y[]'"), ("n.b", "'n.a'")])
+def test_label_path_that_does_not_exist_exits_2_naming_it_and_close_fields(tmp_path, kind, label, close):
+    r = CliRunner().invoke(app, ["infer", "-i", str(_label_data(tmp_path, kind)), "--label", label])
+    assert r.exit_code == 2 and f"--label {label!r}" in r.output and f"did you mean {close}?" in r.output, r.output
+
+
+def test_label_path_through_a_list_exits_2_saying_what_to_write(tmp_path):
+    r = CliRunner().invoke(app, ["infer", "-i", str(_label_data(tmp_path, "json")), "--label", "y[]"])
+    assert r.exit_code == 2 and "one value per record" in r.output and "'y[0]'" in r.output, r.output

@@ -109,3 +109,68 @@ def test_an_integer_past_floats_range_in_statistics_is_a_problem_not_an_overflow
     stats = {"min": 0.0, "max": 2.0, "mean": 1.0, "std": 0.5, key: 10**400}
     problems = statistics_problems("x", stats)
     assert problems and f"'{key}'" in problems[0]
+
+
+# ------------------------------------------------------------- quartiles
+
+
+@pytest.mark.parametrize("stats, key", [
+    ({"q25": 1.0, "median": float("nan"), "q75": 3.0}, "'median'"),
+    ({"q25": 1.0, "median": 2.0, "q75": float("inf")}, "'q75'"),
+    ({"q25": "1", "median": 2.0, "q75": 3.0}, "'q25'"),
+    ({"q25": 10**400, "median": 2.0, "q75": 3.0}, "'q25'"),
+    ({"q25": 2.5, "median": 2.0, "q75": 3.0}, "'q25' 2.5 is above 'median' 2.0"),
+    ({"q25": 1.0, "median": 4.0, "q75": 3.0}, "'median' 4.0 is above 'q75' 3.0"),
+    ({"q25": 1.0, "q75": 0.5}, "'q25' 1.0 is above 'q75' 0.5"),
+])
+def test_quartiles_that_are_not_finite_or_out_of_order_are_problems(stats, key):
+    from convert.spec import statistics_problems
+
+    problems = statistics_problems("r", stats)
+    assert len(problems) == 1 and "stats of 'r'" in problems[0] and key in problems[0], problems
+
+
+@pytest.mark.parametrize("stats", [{"q25": 1.0, "median": 2.0, "q75": 3.0}, {"q25": 2.0, "median": 2.0, "q75": 2.0},
+                                   {"q25": None, "median": None, "q75": None}, {"median": -1.5}])
+def test_quartiles_the_converter_writes_are_no_problem(stats):
+    from convert.feature_stats import statistics_problems
+
+    assert statistics_problems("r", stats) == []
+
+
+@pytest.fixture(scope="module")
+def robust_output(tmp_path_factory):
+    root = tmp_path_factory.mktemp("robust")
+    data = root / "data.jsonl"
+    data.write_text("".join(json.dumps({"x": float(i % 13), "y": i % 2}) + "\n" for i in range(40)))
+    (root / "features.yaml").write_text("label: {source: y, dtype: int64}\n"
+                                        "features:\n  - {name: r, source: x, transform: robust_scale}\n")
+    out = root / "out"
+    r = runner.invoke(app, ["convert", "-i", str(data), "-c", str(root / "features.yaml"), "-o", str(out),
+                            "--num-shards", "1", "--no-progress"])
+    assert r.exit_code == 0, r.output
+    return out
+
+
+@pytest.mark.parametrize("where", ["params", "statistics"])
+@pytest.mark.parametrize("key, value, said", [
+    ("median", float("nan"), "'median' must be a finite number or null"),
+    ("q25", 1e9, "'q25' 1000000000.0 is above 'median'"),
+])
+def test_a_dataset_info_with_edited_quartiles_is_refused_naming_the_feature_and_key(robust_output, tmp_path, where,
+                                                                                    key, value, said):
+    meta = json.loads((robust_output / "dataset_info.json").read_text())
+    feature = next(f for f in meta["features"] if f["name"] == "r")
+    assert {"q25", "median", "q75"} <= feature["params"]["stats"].keys()  # what robust_scale writes
+    readers.load_info(str(robust_output))  # as written: loads
+    stats = feature["params"]["stats"] if where == "params" else meta["statistics"]["r"]
+    stats[key] = value
+    edited = tmp_path / "edited"
+    edited.mkdir()
+    for p in robust_output.iterdir():
+        if p.name != "dataset_info.json":
+            (edited / p.name).symlink_to(p)
+    (edited / "dataset_info.json").write_text(json.dumps(meta))
+    with pytest.raises(ValueError, match="stats of 'r'") as e:
+        readers.load_info(str(edited))
+    assert said in str(e.value), e.value

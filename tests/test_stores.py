@@ -8,8 +8,10 @@ by pattern, ranged reads, and the lock file's create / replace / conditional del
 
 from __future__ import annotations
 
+import socket
+import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -194,3 +196,75 @@ def test_staging_mirrors_a_staged_store(staged_place, tmp_path):
     assert Path(local, "train-00000.bin").read_bytes() == b"shard"
     assert Path(local, "dataset_info.json").read_bytes() == b"{}"
     assert Path(local).is_relative_to(tmp_path / "cache")
+
+
+# ------------------------------------------------------------ hdfs:// time limits
+
+
+@pytest.fixture(params=["silent", "stalled body"])
+def hung_namenode(request) -> Iterator[str]:
+    """``host:port`` of a real local server that accepts connections and never answers
+    ("silent"), or answers a status line and headers and never the body ("stalled body")."""
+    srv = socket.create_server(("127.0.0.1", 0))
+    srv.settimeout(0.05)
+    conns: list[socket.socket] = []
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = srv.accept()
+            except TimeoutError:
+                continue
+            conns.append(conn)
+            if request.param == "stalled body":
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 999\r\n\r\n{")
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield f"127.0.0.1:{srv.getsockname()[1]}"
+    stop.set()
+    thread.join()
+    for conn in conns:
+        conn.close()
+    srv.close()
+
+
+def test_webhdfs_staging_requests_time_out_naming_host_operation_and_what_to_do(hung_namenode, tmp_path):
+    from stores.hdfs import HdfsTimeoutError, StagingError, WebHdfsClient
+
+    client = WebHdfsClient(f"http://{hung_namenode}", user="me", timeout=0.2)  # the test's short limit
+    calls = {"GETFILESTATUS": lambda url: client.stat(url), "OPEN": lambda url: client.read(url)}
+    calls["OPEN (download)"] = lambda url: client.download(url, tmp_path / "shard")
+    for op, call in calls.items():
+        with pytest.raises(HdfsTimeoutError) as e:
+            call("hdfs://nn:8020/out/train-00000.tfrecord")
+        msg = str(e.value)
+        assert isinstance(e.value, StagingError) and isinstance(e.value, TimeoutError)
+        assert hung_namenode in msg and op.split()[0] in msg and "did not answer within 0.2s" in msg, msg
+        assert "NameNode" in msg and "RECORDPREP_WEBHDFS_URL" in msg and "retry" in msg, msg
+
+
+def test_hdfs_lock_requests_time_out_naming_host_operation_and_what_to_do(hung_namenode, monkeypatch):
+    """Beam's WebHDFS client has no time limit: the lock sets one on it, so a NameNode that
+    never answers fails each lock call (``pipelines.lock`` then judges the lock) instead of hanging it."""
+    from apache_beam.io.filesystems import FileSystems
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from stores.hdfs import HdfsLock, HdfsTimeoutError
+
+    host, port = hung_namenode.split(":")
+    monkeypatch.setattr(FileSystems, "_pipeline_options", PipelineOptions(
+        ["--hdfs_host", host, "--hdfs_port", port, "--hdfs_user", "me", "--hdfs_full_urls"]))
+    path = "hdfs://nn:8020/out/_LOCK.json"
+    default = store_for(path).lock_object(path)
+    assert isinstance(default, HdfsLock) and default.timeout == stores.IO_TIMEOUT_SECONDS
+    lock = HdfsLock(path, timeout=0.2)  # the test's short limit
+    calls = {"create": lambda: lock.create(b"{}"), "read": lock.read, "replace": lambda: lock.replace(b"{}", b"{}"),
+             "read (the conditional delete's check)": lambda: lock.remove_if(b"{}")}
+    for op, call in calls.items():
+        with pytest.raises(HdfsTimeoutError) as e:
+            call()
+        msg = str(e.value)
+        assert f"the lock's {op.split()[0]} of {path}" in msg and hung_namenode in msg and "within 0.2s" in msg, msg
+        assert "--hdfs_host" in msg and "retry" in msg, msg

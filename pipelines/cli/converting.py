@@ -192,7 +192,7 @@ def _print_plan(opts: ConvertOptions) -> None:
 def infer(
     input: Annotated[list[str], typer.Option("--input", "-i", help="Input files, globs or directories: several after one -i, or repeat -i.")],
     sample: Annotated[int, typer.Option(help="Records to sample (from the first files).")] = 2000,
-    label: Annotated[str | None, typer.Option(help="Field to use as the label. Without it the draft has no label: a numeric field named label/target/clicked/y/... is named as the candidate (in the draft and on stderr) and left out of the features. The label's kind comes from the data: strings -> class names (transform: vocabulary), few integer values -> int64, other numbers -> float32; warns when it is null in part of the sample.")] = None,
+    label: Annotated[str | None, typer.Option(help="The label's source path, as in the config: a field (clicked), a list's item (y[0]), a nested field (n.a), a map's value (m[\"k\"]). Without it the draft has no label: a numeric field named label/target/clicked/y/... is named as the candidate (in the draft and on stderr) and left out of the features. The label's kind comes from the data: strings -> class names (transform: vocabulary), few integer values -> int64, other numbers -> float32; warns when it is null in part of the sample.")] = None,
     json_records_path: Annotated[str | None, typer.Option(help="Dotted key holding the record array in JSON documents.")] = None,
     max_record_mb: Annotated[float, typer.Option(help=_MAX_RECORD_HELP)] = _DEFAULT_RECORD_MB,
     max_block_mb: Annotated[float, typer.Option(help=_MAX_BLOCK_HELP)] = _DEFAULT_BLOCK_MB,
@@ -216,9 +216,8 @@ def infer(
     is read from that list, saying which (convert then needs --json-records-path).
     """
     setup_logging(False)
-    import difflib
-
     from convert.infer import infer_config, render_yaml
+    from convert.infer_labels import label_path_problem
     from pipelines.options import OptionsError, input_cap_bytes
     from pipelines.plan import InputError, discover
 
@@ -248,17 +247,15 @@ def infer(
     where = _describe_files(read_from)
     if not records:
         fail(f"no records found in {where}; nothing to infer from{_no_records_hint(bad, first_bad, read_from)}")
+    problem = label_path_problem(label, records, schemas) if label else None
+    if problem:  # what convert's config check would say of this label
+        fail(f"--label {label!r}: {problem}", 2)
     config, drafts = infer_config(records, schemas or None, label)
     if not config["features"]:
         fail(f"unsupported input: no field of the {len(records)} sampled records of {where} can be vectorized "
               f"({'; '.join(d.comment for d in drafts) or 'the records have no fields'}); check that the input is "
               f"the data you meant (its records declare no field, or only fields that are null in the sample: "
               f"--sample more records if values come later)")
-    paths = [d.path for d in drafts]
-    if label and label not in paths:
-        close = difflib.get_close_matches(label, paths, n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        fail(f"--label {label!r}: no such field in the sample{hint}; fields: {', '.join(paths)}", 2)
     for d in drafts:  # the label's: null in part of the sample, or not a kind of label convert takes
         for w in d.warnings:
             echo(f"warning: {w}", err=True, color=typer.colors.YELLOW)
