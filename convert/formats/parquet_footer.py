@@ -319,28 +319,31 @@ def page_counts(f: IO[bytes], size: int, slack: int = 0) -> tuple[int, int | Non
     values = rows = 0
     v1 = False
     limit = size + slack
-    buf, pos = b"", 0  # buf holds the chunk's bytes from pos (the next header) on
+    buf, at, pos = b"", 0, 0  # the next header: the chunk's byte pos, buf[at]
     while pos < size:
         try:
-            end, (kind, csize, n_values, n_rows) = _page_header(buf)
+            end, (kind, csize, n_values, n_rows) = _page_header(buf, at)
         except (_Bad, IndexError, RecursionError):
-            if len(buf) >= min(limit - pos, _MAX_PAGE_HEADER):
+            have = len(buf) - at
+            if have >= min(limit - pos, _MAX_PAGE_HEADER):
                 raise PageError(f"the page header at byte {pos} of the column chunk cannot be read") from None
-            buf += _read(f, min(limit - pos, _MAX_PAGE_HEADER, max(_WINDOW, 2 * len(buf))) - len(buf), pos)
+            buf = buf[at:] + _read(f, min(limit - pos, _MAX_PAGE_HEADER, max(_WINDOW, 2 * have)) - have, pos)
+            at = 0
             continue
-        if csize < 0 or end + csize > limit - pos:
+        step = end - at + csize  # the header and its page
+        if csize < 0 or step > limit - pos:
             raise PageError(f"the page at byte {pos} of the column chunk claims {csize} bytes, past the chunk's "
                             f"end ({size} bytes)")
         if kind in (DATA_PAGE, DATA_PAGE_V2):
             values += n_values
             rows += n_rows
             v1 = v1 or kind == DATA_PAGE
-        pos += end + csize
         if end + csize <= len(buf):
-            buf = buf[end + csize:]
-        else:
+            at = end + csize
+        else:  # the page runs past the bytes read: read past it
             _read(f, end + csize - len(buf), pos, keep=False)
-            buf = b""
+            buf, at = b"", 0
+        pos += step
     return values, None if v1 else rows
 
 
@@ -370,14 +373,14 @@ def _read(f: IO[bytes], n: int, pos: int, keep: bool = True) -> bytes:
     return b"".join(out)
 
 
-def _page_header(buf: bytes) -> tuple[int, tuple[int, int, int, int]]:
-    """The position after the Thrift compact ``PageHeader`` at the start of
+def _page_header(buf: bytes, pos: int) -> tuple[int, tuple[int, int, int, int]]:
+    """The position after the Thrift compact ``PageHeader`` at ``pos`` in
     ``buf``, and its (type, compressed_page_size, num_values, num_rows):
     the counts of ``data_page_header`` (field 5, for ``DATA_PAGE``) or
     ``data_page_header_v2`` (field 8, for ``DATA_PAGE_V2``), 0 for other
     pages. Raises ``IndexError`` where ``buf`` ends first, ``_Bad`` where a
     field the page needs is missing or negative."""
-    end, head = _i32_fields(buf, 0, {5, 8}, 1)
+    end, head = _i32_fields(buf, pos, {5, 8}, 1)
     if not all(isinstance(head.get(k), int) for k in (1, 2, 3)) or min(head[2], head[3]) < 0:
         raise _Bad
     kind, counts = head[1], (0, 0)
