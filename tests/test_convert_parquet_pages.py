@@ -62,6 +62,15 @@ def test_a_footer_understating_rows_and_value_counts_alike_is_refused(version, c
                 _read(lying, decoder=decoder, columns=columns)
 
 
+def test_a_footer_overstating_rows_and_value_counts_alike_is_refused_by_the_pages():
+    data = _write(_table(100), use_dictionary=False)
+    lying = _patch_footer(data, {(3,): 150, (4, 0, 3): 150, **{(4, 0, 1, j, 3, 5): 150 for j in range(3)}})
+    for decoder in DECODERS:
+        with pytest.raises(InputFileError, match=r"row group 0, column '(id|s)': its pages hold 100 rows, the "
+                                                 r"footer says 150"):
+            _read(lying, decoder=decoder)
+
+
 def test_the_row_groups_before_the_lying_one_are_read_then_the_file_fails():
     data = _write(_table(300), row_group_size=100, data_page_version="2.0")
     lying = _understated(data, 1, 30, _write(_table(30), data_page_version="2.0"))

@@ -1,5 +1,6 @@
-"""What a Parquet file's raw footer says before pyarrow reads its columns:
-whether the file is encrypted.
+"""What a Parquet file's raw bytes say before pyarrow reads its columns:
+whether the file is encrypted (its footer), and how many rows a column
+chunk's pages hold (their headers).
 
 pyarrow aborts the process (an uncaught C++ exception, not a Python error)
 when a column's metadata of a file with encrypted columns and a plaintext

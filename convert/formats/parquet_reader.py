@@ -19,9 +19,12 @@ reference path.
 Nothing pyarrow may abort on runs on a file before ``_open`` has checked it:
 encrypted files, and footers not proven free of encryption, are refused from
 the raw footer before pyarrow parses it (``convert.formats.parquet_footer``),
-schemas by ``convert.formats.parquet_types.schema_problem``. Memory is bounded by the
-decoded size of a batch, not by what the footer claims (``_bounded``), and
-only the columns a run reads are decoded (``columns``).
+schemas by ``convert.formats.parquet_types.schema_problem``. pyarrow reads as
+many rows as the footer says, so a row group's rows are proven by the
+footer's value counts and by one column chunk's page headers
+(``_check_row_group``, ``_check_pages``, ``_check_rows``). Memory is bounded
+by the decoded size of a batch, not by what the footer claims
+(``_bounded``), and only the columns a run reads are decoded (``columns``).
 """
 
 from __future__ import annotations
