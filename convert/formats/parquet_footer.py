@@ -1,5 +1,6 @@
-"""What a Parquet file's raw footer says before pyarrow reads its columns:
-whether the file is encrypted.
+"""What a Parquet file's raw bytes say before pyarrow reads its columns:
+whether the file is encrypted (its footer), and how many rows a column
+chunk's pages hold (their headers).
 
 pyarrow aborts the process (an uncaught C++ exception, not a Python error)
 when a column's metadata of a file with encrypted columns and a plaintext
@@ -20,12 +21,19 @@ C (``convert/_footer.c``) where it is built; the Python path beside it gives the
 same answer. Both remember the verdicts of the last footers walked, checked
 byte for byte, so that the work units of one file (its row groups) do not walk
 it again (``docs/benchmarks.md#design-converter``).
+
+``page_counts`` walks a column chunk's page headers (Thrift compact
+``PageHeader`` structs, each followed by its page's bytes) for the values and rows
+its data pages hold: the ground truth a footer's counts may misstate
+(pyarrow reads as many rows as the footer says, and drops the rest without a
+word).
 """
 
 from __future__ import annotations
 
 import os
-from typing import IO
+import re
+from typing import IO, Any
 
 try:
     from convert._footer import encryption_fields as _encryption_fields_c
@@ -46,6 +54,11 @@ _SAMPLE = 4096
 
 class _Bad(Exception):
     """The footer is not the Thrift compact ``FileMetaData`` the walk reads."""
+
+
+class PageError(ValueError):
+    """A column chunk whose page headers ``page_counts`` cannot walk to the
+    chunk's end: the message says where and why."""
 
 
 def encryption(f: IO[bytes]) -> str | None:
@@ -276,3 +289,140 @@ def _skip(buf: bytes, pos: int, kind: int, depth: int) -> int:
                 pos = _varint(buf, pos)[1]
             pos = _skip(buf, pos, byte & 0x0F, depth + 1)
     raise _Bad
+
+
+# -- page headers: the values and rows a column chunk's pages hold ------------------------------------------------
+
+#: Page types (``PageType``) whose headers carry counts; the others (dictionary, index pages) hold no rows.
+DATA_PAGE, DATA_PAGE_V2 = 0, 3
+#: pyarrow's default limit on a page header's size; a header not ending within it is refused.
+_MAX_PAGE_HEADER = 16 << 20
+#: The bytes read at a time: a chunk's pages are read in order, their bodies read past (never sought).
+_WINDOW = 1 << 20
+
+
+def page_counts(f: IO[bytes], size: int, slack: int = 0) -> tuple[int, int | None]:
+    """The values (levels: one per row of a column not repeated) and rows
+    the data pages of the column chunk of ``size`` bytes at ``f``'s position
+    hold, in order: ``(sum of num_values, sum of num_rows)``, the rows
+    ``None`` when a version 1 data page (which does not count rows) is among
+    them. Reads the chunk once, front to back, at most ``_WINDOW`` bytes at a
+    time (no seek: the file may be remote). ``slack``: bytes past ``size``
+    the last page may take (pyarrow pads the chunks of writers known to
+    leave a page header out of ``size``: ``chunk_slack``).
+
+    Raises ``PageError`` (never another error, never loops without reading)
+    when the headers do not walk to the chunk's end exactly: a header the
+    Thrift compact protocol cannot read (garbage, nested past
+    ``_MAX_STRUCT_DEPTH``, a varint past 10 bytes, over ``_MAX_PAGE_HEADER``),
+    a data page's header without its counts, a negative size or count, a
+    page running past the chunk, or a chunk running past the file."""
+    values = rows = 0
+    v1 = False
+    limit = size + slack
+    buf, at, pos = b"", 0, 0  # the next header: the chunk's byte pos, buf[at]
+    while pos < size:
+        try:
+            end, (kind, csize, n_values, n_rows) = _page_header(buf, at)
+        except (_Bad, IndexError, RecursionError):
+            have = len(buf) - at
+            if have >= min(limit - pos, _MAX_PAGE_HEADER):
+                raise PageError(f"the page header at byte {pos} of the column chunk cannot be read") from None
+            buf = buf[at:] + _read(f, min(limit - pos, _MAX_PAGE_HEADER, max(_WINDOW, 2 * have)) - have, pos)
+            at = 0
+            continue
+        step = end - at + csize  # the header and its page
+        if csize < 0 or step > limit - pos:
+            raise PageError(f"the page at byte {pos} of the column chunk claims {csize} bytes, past the chunk's "
+                            f"end ({size} bytes)")
+        if kind in (DATA_PAGE, DATA_PAGE_V2):
+            values += n_values
+            rows += n_rows
+            v1 = v1 or kind == DATA_PAGE
+        if end + csize <= len(buf):
+            at = end + csize
+        else:  # the page runs past the bytes read: read past it
+            _read(f, end + csize - len(buf), pos, keep=False)
+            buf, at = b"", 0
+        pos += step
+    return values, None if v1 else rows
+
+
+def chunk_slack(created_by: str | None, room: int) -> int:
+    """The bytes past a column chunk's ``total_compressed_size`` pyarrow
+    reads (at most ``room``, the bytes after it in the file): parquet-mr
+    before 1.2.9 left the dictionary page's header out of that size
+    (PARQUET-816), and pyarrow pads such files' chunks by up to 100 bytes; a
+    page walk that did not would refuse what pyarrow reads right."""
+    m = re.match(r"parquet-mr(?: version (\d+)(?:\.(\d+))?(?:\.(\d+))?)?", created_by or "")
+    if m is None or tuple(int(v or 0) for v in m.groups()) >= (1, 2, 9):
+        return 0
+    return max(0, min(100, room))
+
+
+def _read(f: IO[bytes], n: int, pos: int, keep: bool = True) -> bytes:
+    """The next ``n`` bytes of ``f`` (read in pieces of at most ``_WINDOW``,
+    dropped unless ``keep``); ``PageError`` where the file ends first."""
+    out = []
+    while n > 0:
+        piece = f.read(min(n, _WINDOW))
+        if not piece:
+            raise PageError(f"the column chunk runs past the file's end (its page at byte {pos})")
+        n -= len(piece)
+        if keep:
+            out.append(piece)
+    return b"".join(out)
+
+
+def _page_header(buf: bytes, pos: int) -> tuple[int, tuple[int, int, int, int]]:
+    """The position after the Thrift compact ``PageHeader`` at ``pos`` in
+    ``buf``, and its (type, compressed_page_size, num_values, num_rows):
+    the counts of ``data_page_header`` (field 5, for ``DATA_PAGE``) or
+    ``data_page_header_v2`` (field 8, for ``DATA_PAGE_V2``), 0 for other
+    pages. Raises ``IndexError`` where ``buf`` ends first, ``_Bad`` where a
+    field the page needs is missing or negative."""
+    end, head = _i32_fields(buf, pos, {5, 8}, 1)
+    if not all(isinstance(head.get(k), int) for k in (1, 2, 3)) or min(head[2], head[3]) < 0:
+        raise _Bad
+    kind, counts = head[1], (0, 0)
+    if kind in (DATA_PAGE, DATA_PAGE_V2):
+        sub = head.get(5 if kind == DATA_PAGE else 8)
+        need = (1,) if kind == DATA_PAGE else (1, 3)
+        if not isinstance(sub, dict) or not all(isinstance(sub.get(k), int) and sub[k] >= 0 for k in need):
+            raise _Bad
+        counts = (sub[1], sub[3] if kind == DATA_PAGE_V2 else 0)
+    return end, (kind, head[3], *counts)
+
+
+def _i32_fields(buf: bytes, pos: int, nested: set[int], depth: int) -> tuple[int, dict[int, Any]]:
+    """The position after the struct at ``pos``, and its i32 fields by id
+    (the last of a field given twice, as Thrift's generated code keeps), the
+    structs ``nested`` read alike; other fields are skipped by their wire
+    types."""
+    out: dict[int, Any] = {}
+    last = 0
+    while True:
+        byte = buf[pos]
+        pos += 1
+        kind = byte & 0x0F
+        if not kind:
+            return pos, out
+        if byte >> 4:
+            fid = last + (byte >> 4)
+        else:
+            raw, pos = _varint(buf, pos)
+            fid = (raw >> 1) ^ -(raw & 1)
+        if not -0x8000 <= fid <= 0x7FFF:
+            raise _Bad
+        last = fid
+        if kind == 5:
+            raw, pos = _varint(buf, pos)
+            if raw >> 32:
+                raise _Bad
+            out[fid] = (raw >> 1) ^ -(raw & 1)
+        elif kind == 12 and fid in nested:
+            pos, out[fid] = _i32_fields(buf, pos, set(), depth + 1)
+        else:
+            pos = _skip(buf, pos, kind, depth)
+        if pos > len(buf):
+            raise IndexError

@@ -19,9 +19,12 @@ reference path.
 Nothing pyarrow may abort on runs on a file before ``_open`` has checked it:
 encrypted files, and footers not proven free of encryption, are refused from
 the raw footer before pyarrow parses it (``convert.formats.parquet_footer``),
-schemas by ``convert.formats.parquet_types.schema_problem``. Memory is bounded by the
-decoded size of a batch, not by what the footer claims (``_bounded``), and
-only the columns a run reads are decoded (``columns``).
+schemas by ``convert.formats.parquet_types.schema_problem``. pyarrow reads as
+many rows as the footer says, so a row group's rows are proven by the
+footer's value counts and by one column chunk's page headers
+(``_check_row_group``, ``_check_pages``, ``_check_rows``). Memory is bounded
+by the decoded size of a batch, not by what the footer claims
+(``_bounded``), and only the columns a run reads are decoded (``columns``).
 """
 
 from __future__ import annotations
@@ -45,7 +48,13 @@ import pyarrow.compute as pc  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
 from convert.formats.parquet import PARQUET_MAGIC  # noqa: E402
-from convert.formats.parquet_footer import ENCRYPTED_MAGIC, encryption  # noqa: E402
+from convert.formats.parquet_footer import (  # noqa: E402
+    ENCRYPTED_MAGIC,
+    PageError,
+    chunk_slack,
+    encryption,
+    page_counts,
+)
 from convert.formats.parquet_records import table_records  # noqa: E402
 from convert.formats.parquet_types import (  # noqa: E402
     INT96_UNIT,
@@ -180,8 +189,9 @@ def iter_parquet(f: IO[bytes], path: str, start: int = 0, end: int | None = None
     once per row that uses it, before it is copied into each). A row group
     that cannot be decoded, one of whose column chunks claims more than
     ``max_block_bytes`` decompressed or holds other than one value per row
-    (not repeated), whose footer understates its rows (``_check_rows``), or a
-    record over ``max_block_bytes``, ends the range: the
+    (not repeated), whose footer understates its rows (``_check_rows``) or
+    states other rows than its pages hold (``_check_pages``), or a record
+    over ``max_block_bytes``, ends the range: the
     records before it are yielded, then ``InputFileError`` names the file,
     the row group and the column.
     """
@@ -194,13 +204,15 @@ def iter_parquet(f: IO[bytes], path: str, start: int = 0, end: int | None = None
             and all(is_columnar_type(schema.field(n).type) for n in names))
     reader = _dictionary_reader(f, pf, names, leaves)
     offsets = row_group_offsets(pf)
-    _check_offsets(f, path, pf, offsets)
+    data_end = _check_offsets(f, path, pf, offsets)
     counted = _counted_leaves(pf, leaves)
     probe = _row_probe(pf, counted)
+    flat = [j for j in range(pf.metadata.num_columns) if pf.schema.column(j).max_repetition_level == 0]
     for i, off in enumerate(offsets):
         if off < start or (end is not None and off >= end):
             continue
         _check_row_group(pf, path, i, off, max_block_bytes, leaves, counted)
+        held = _check_pages(f, pf, path, i, off, data_end, flat)
         row, levels, memo = 0, 0, {}  # memo: the dictionary values built, for this row group's batches
         try:
             for rb in reader.iter_batches(batch_size, row_groups=[i], columns=names, use_threads=False):
@@ -216,7 +228,7 @@ def iter_parquet(f: IO[bytes], path: str, start: int = 0, end: int | None = None
             raise
         except Exception as e:
             raise _row_group_error(pf, path, i, off, row, e, names) from e
-        _check_rows(pf, path, i, off, row, None if probe is None else levels)
+        _check_rows(pf, path, i, off, row, None if probe is None else levels, held)
 
 
 def _leaf_counts(t: pa.DataType) -> int:
@@ -331,11 +343,11 @@ def _columnar(rb: pa.RecordBatch, parts: dict[str, str | None], path: str, recor
     return frame_records(df, path, record_json)
 
 
-def _check_offsets(f: IO[bytes], path: str, pf: pq.ParquetFile, offsets: list[int]) -> None:
+def _check_offsets(f: IO[bytes], path: str, pf: pq.ParquetFile, offsets: list[int]) -> int:
     """Refuse a row group with rows whose first page the footer places outside
     the file's data (after ``PAR1``, before the footer): no byte range would
     own it, so its rows would be lost without a word. (Writers leave offsets
-    0 in a row group of no rows.)"""
+    0 in a row group of no rows.) Returns where the file's data ends."""
     end = f.seek(0, 2)
     f.seek(end - 8)
     data_end = end - 8 - int.from_bytes(f.read(4), "little")
@@ -347,6 +359,53 @@ def _check_offsets(f: IO[bytes], path: str, pf: pq.ParquetFile, offsets: list[in
         raise InputFileError(path, f"row group {bad}: the footer places its first page at byte {offsets[bad]}, "
                                    f"outside the file's data (bytes 4 to {data_end}); the file is corrupt "
                                    "(rewrite it)", 0)
+    return data_end
+
+
+def _check_pages(f: IO[bytes], pf: pq.ParquetFile, path: str, i: int, off: int, data_end: int,
+                 flat: list[int]) -> int | None:
+    """Refuse row group ``i`` when the pages of one of its column chunks hold
+    other rows than its footer says. pyarrow reads as many rows, and as many
+    values of each chunk, as the footer says: a footer understating a row
+    group's rows and its chunks' value counts alike passes
+    ``_check_row_group`` and drops the other rows without a word. The pages
+    tell (``page_counts``: one ranged read of the chunk, front to back).
+
+    The chunk walked is the smallest (compressed) of the leaves not repeated
+    (``flat``), whose values are its rows; in a file of only repeated leaves,
+    the first leaf (``_row_probe``'s column): its version 2 pages count rows,
+    version 1 pages only values, which are returned for ``_check_rows`` to
+    compare with the values of the rows pyarrow decoded. ``None`` otherwise.
+    A chunk whose headers do not walk to its end is refused as well."""
+    md = pf.metadata
+    if not md.num_columns:
+        return None
+    rg = md.row_group(i)
+    c = rg.column(min(flat, key=lambda j: rg.column(j).total_compressed_size) if flat else 0)
+    where = f"row group {i}, column {c.path_in_schema!r}"
+    first = c.data_page_offset  # where pyarrow starts reading the chunk
+    if c.has_dictionary_page and 0 < (c.dictionary_page_offset or 0) < first:
+        first = c.dictionary_page_offset
+    size = c.total_compressed_size
+    if not (4 <= first < data_end and 0 <= size <= data_end - first):
+        if not rg.num_rows:
+            return None  # writers leave the offsets of a row group of no rows 0
+        raise InputFileError(path, f"{where}: the footer places the column chunk at bytes {first} to {first + size}, "
+                                   f"outside the file's data (bytes 4 to {data_end}); the file is corrupt (rewrite "
+                                   "it)", off)
+    try:
+        f.seek(first)
+        values, rows = page_counts(f, size, chunk_slack(md.created_by, data_end - first - size))
+    except PageError as e:
+        raise InputFileError(path, f"{where}: {e}; the file is corrupt (rewrite it)", off) from None
+    finally:
+        f.seek(0)
+    held = (rows if rows is not None else values) if flat else rows
+    if held is not None and held != rg.num_rows:
+        raise InputFileError(path, f"{where}: its pages hold {held} rows, the footer says {rg.num_rows}; pyarrow "
+                                   "would read only the footer's count: the file is corrupt (rewrite it with a "
+                                   "writer that records its rows right)", off)
+    return values if not flat and rows is None else None
 
 
 def _counted_leaves(pf: pq.ParquetFile, leaves: list[int]) -> list[int]:
@@ -413,12 +472,14 @@ def _first_leaf_levels(a: pa.Array) -> int:
     return len(a) - filled + _first_leaf_levels(a.flatten())
 
 
-def _check_rows(pf: pq.ParquetFile, path: str, i: int, off: int, row: int, levels: int | None) -> None:
+def _check_rows(pf: pq.ParquetFile, path: str, i: int, off: int, row: int, levels: int | None,
+                held: int | None = None) -> None:
     """Refuse a row group whose rows pyarrow read (``row``) are not the
     footer's count, or whose first leaf column holds more values than those
-    rows take (``levels``, when ``_row_probe`` named a column): pyarrow reads
-    as many rows as the footer says, and a footer understating them would
-    drop the others without a word."""
+    rows take (``levels``, when ``_row_probe`` named a column), by its
+    footer or by its pages (``held``, when ``_check_pages`` counted them):
+    pyarrow reads as many rows as the footer says, and a footer understating
+    them would drop the others without a word."""
     rg = pf.metadata.row_group(i)
     if row != rg.num_rows:  # pyarrow misreads some files: tests/test_property_parquet.py
         raise InputFileError(path, f"row group {i}: pyarrow decoded {row} rows, the file's footer says "
@@ -429,6 +490,11 @@ def _check_rows(pf: pq.ParquetFile, path: str, i: int, off: int, row: int, level
         raise InputFileError(path, f"row group {i}, column {c.path_in_schema!r}: the column chunk holds "
                                    f"{c.num_values} values, the {rg.num_rows} rows the footer says take {levels}; "
                                    "the footer understates the rows, the file is corrupt (rewrite it)", off)
+    if c is not None and held is not None and levels != held:
+        raise InputFileError(path, f"row group {i}, column {c.path_in_schema!r}: its pages hold {held} values, the "
+                                   f"{rg.num_rows} rows the footer says take {levels}; the footer misstates the "
+                                   "rows, the file is corrupt (rewrite it with a writer that records its rows right)",
+                             off)
 
 
 def _row_group_error(pf: pq.ParquetFile, path: str, i: int, off: int, row: int, e: BaseException,
