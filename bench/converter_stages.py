@@ -8,6 +8,8 @@ Runs the conversion's own steps, the functions the Beam DoFns call
 batches: the last batch read is kept whole) with the job's default options, and times
 each step with ``time.process_time`` (CPU of every thread of this process):
 
+A warm-up run on one batch comes first (imports and first-call set-up are not a record's cost).
+
 ``read``        ``convert.sources.iter_records`` with the job's options (each record's
                 JSON when the split hashes whole records, the columns ``read_columns`` picks)
 ``split``       ``Splits.assign``
@@ -266,6 +268,7 @@ def main() -> None:
     import polars  # noqa: F401 - imported before any timing, as in a warm worker
     import pyarrow.parquet  # noqa: F401
 
+    measure(paths[:1], 1, args.config)  # warm-up (imports, first-call set-up): left out of the table
     res = measure(paths, args.records, args.config)
     limit = decode_limit(args.format, paths)
     print(table(args.format, res, limit))
