@@ -338,3 +338,19 @@ def test_units_statistics_merged_in_any_order_and_grouping_give_the_unit_order_d
     other.add(*units[0])
     with pytest.raises(ValueError, match="unit 0's statistics were added twice"):
         m.merge(other)
+
+
+@pytest.mark.parametrize("buckets", [1, 7, 9, 1000, 1 << 20])
+def test_used_buckets_bitmap_is_the_set_of_ids_whichever_path_marks_them(buckets: int) -> None:
+    """``_UsedBuckets.add`` marks a batch through a mask of every bucket (many ids per bucket) or by
+    sorting the ids (few): either way bit ``id - 1``, most significant first, as ``np.packbits``."""
+    from convert.stats import _UsedBuckets
+
+    rng = np.random.default_rng(buckets)
+    used, want = _UsedBuckets(buckets), np.zeros(buckets, dtype=bool)
+    for n in (1, 3, 200, 5000):  # few ids per bucket, then many
+        ids = rng.integers(1, buckets + 1, n)
+        used.add(ids)
+        want[ids - 1] = True
+    assert used.bits is not None and used.bits.tobytes() == np.packbits(want).tobytes()
+    assert used.count() == int(want.sum())
