@@ -7,6 +7,8 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import io
+import json
+from pathlib import Path
 
 import fastavro
 import pyarrow as pa
@@ -235,3 +237,32 @@ def test_raw_arrays_of_sliced_nested_columns_equal_the_reference_values():
     for s in (a.slice(1), a.slice(2, 2), a.slice(0, 2), a.slice(3)):
         assert raw_array(s).to_pylist() == [record_value(v) for v in s]
     assert raw_array(a.slice(3)).to_pylist() == [{"x": 4, "l": [5], "d": b"\xe7"}]
+
+
+def test_polars_without_pyarrow_is_said_once_and_reads_the_same_records(tmp_path):
+    """A process that imported polars while pyarrow was marked absent (a local worker's mark, before
+    the Parquet reader lifts it) cannot take the fast path: it says so once, as a warning, and the
+    per-record path gives the same records."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"a": [1, 2, 3], "s": ["x", None, "z"]}), path)
+    code = f"""
+import json, logging, sys
+logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
+sys.modules["pyarrow"] = None
+import polars
+from convert.sources import iter_records
+out = []
+for _ in range(2):
+    with open({str(path)!r}, "rb") as f:
+        for b in iter_records(f, {str(path)!r}, 0, None, 2):
+            out += [dict(r) for r in b.records]
+print(json.dumps(out))
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       cwd=Path(__file__).resolve().parents[1])
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.count("polars cannot read Arrow data") == 1, r.stderr
+    assert json.loads(r.stdout) == [{"a": 1, "s": "x"}, {"a": 2, "s": None}, {"a": 3, "s": "z"}] * 2

@@ -316,7 +316,7 @@ def _batch(rb: pa.RecordBatch, path: str, parts: dict[str, str | None], fast: bo
            off: int, row: int, memo: dict | None = None) -> RecordBatch:
     n = rb.num_rows
     records: Any = None
-    if fast:
+    if fast and _polars_reads_arrow():
         try:
             records = _columnar(rb, parts, path, record_json)
         except (KeyboardInterrupt, SystemExit, GeneratorExit):
@@ -327,6 +327,23 @@ def _batch(rb: pa.RecordBatch, path: str, parts: dict[str, str | None], fast: bo
     if records is None:
         records = table_records(pa.Table.from_batches([rb]), parts, memo)
     return RecordBatch(path, "parquet", records, [off] * n, list(range(row, row + n)))
+
+
+@functools.cache
+def _polars_reads_arrow() -> bool:
+    """Whether polars in this process takes Arrow data: not when it was imported while pyarrow was
+    marked absent (it then holds no pyarrow for good, and every batch would fail over to the
+    per-record path). Said once per process, as a warning: the records are the same, read far slower."""
+    import polars as pl
+
+    try:
+        pl.from_arrow(pa.table({"probe": [1]}))
+    except Exception as e:  # noqa: BLE001 - any reason polars cannot read Arrow here
+        _log.warning("polars cannot read Arrow data in this process (%s: %s; was polars imported while pyarrow "
+                     "was marked absent?): Parquet is read record by record, the same records but much slower",
+                     type(e).__name__, e)
+        return False
+    return True
 
 
 def _columnar(rb: pa.RecordBatch, parts: dict[str, str | None], path: str, record_json: bool) -> Any:
