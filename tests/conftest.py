@@ -1,4 +1,5 @@
-"""Fixtures shared by the test files: the local remote-storage stand-ins, one per test session.
+"""Fixtures shared by the test files: the local remote-storage stand-ins, one per test session,
+and a tiny copy of the bench data for the bench modules' tests.
 
 The servers are real processes on 127.0.0.1 (tests/_remote.py, tests/_remote_s3.py, tests/_remote_azure.py), started on
 first use and stopped at exit. A stack's environment (emulator host, proxy, credentials) is
@@ -50,3 +51,16 @@ def azure_stack():
         pytest.skip(f"Azurite unavailable: {e}")
     yield stack
     stack.restore_env()
+
+
+@pytest.fixture(scope="session")
+def tiny_bench_avro(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+    """The bench data's first 600 records (``bench.make_data``) as one deflate Avro file."""
+    import fastavro
+
+    from bench import make_data
+
+    path = tmp_path_factory.mktemp("bench-data") / "part-00000.avro"
+    with open(path, "wb") as f:
+        fastavro.writer(f, fastavro.parse_schema(make_data.SCHEMA), make_data.records(0, 600), codec="deflate")
+    return [str(path)]

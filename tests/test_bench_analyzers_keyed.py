@@ -11,21 +11,9 @@ import pytest
 from bench import analyzers_keyed
 
 
-@pytest.fixture(scope="module")
-def tiny_avro(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
-    import fastavro
-
-    from bench import make_data
-
-    path = tmp_path_factory.mktemp("keyed") / "part-00000.avro"
-    with open(path, "wb") as f:
-        fastavro.writer(f, fastavro.parse_schema(make_data.SCHEMA), make_data.records(0, 600), codec="deflate")
-    return [str(path)]
-
-
 @pytest.mark.parametrize("case", sorted(analyzers_keyed.CASES))
-def test_recordprep_side_converts_each_analyzer(case: str, tiny_avro: list[str], tmp_path: Path) -> None:
-    m = analyzers_keyed.recordprep_row(case, tiny_avro, tmp_path, log=lambda *_: None)
+def test_recordprep_side_converts_each_analyzer(case: str, tiny_bench_avro: list[str], tmp_path: Path) -> None:
+    m = analyzers_keyed.recordprep_row(case, tiny_bench_avro, tmp_path, log=lambda *_: None)
     assert m.ok, m.error
     assert m.result["records"] == 600 and m.result["errors"] == 0
     assert m.peak_rss_mb > 0 and m.result["work_wall_s"] > 0

@@ -3,36 +3,22 @@ the bench data: every step is timed, the records are counted, the decode limit i
 
 from __future__ import annotations
 
-import pytest
-
 from bench import converter_stages
 
 
-@pytest.fixture(scope="module")
-def tiny_avro(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
-    import fastavro
-
-    from bench import make_data
-
-    path = tmp_path_factory.mktemp("stages") / "part-00000.avro"
-    with open(path, "wb") as f:
-        fastavro.writer(f, fastavro.parse_schema(make_data.SCHEMA), make_data.records(0, 600), codec="deflate")
-    return [str(path)]
-
-
-def test_every_step_of_every_record(tiny_avro: list[str]) -> None:
-    res = converter_stages.measure(tiny_avro, records=10_000)
+def test_every_step_of_every_record(tiny_bench_avro: list[str]) -> None:
+    res = converter_stages.measure(tiny_bench_avro, records=10_000)
     assert res["records"] == 600
     assert tuple(res["us_per_record"]) == converter_stages.STEPS
     assert set(converter_stages.STEPS) >= {"read", "split", "prepare", "analyze", "finish", "stats", "encode",
                                            "frame", "gzip"}
     assert res["sum_us"] > 0 and res["gzip_bytes"] > 0
-    limit = converter_stages.decode_limit("avro", tiny_avro)
+    limit = converter_stages.decode_limit("avro", tiny_bench_avro)
     assert limit["records"] == 600 and limit["us_per_record"] >= 0
     text = converter_stages.table("avro", res, limit)
     assert "| read |" in text and "| **sum** |" in text and "polars read_avro" in text
 
 
-def test_stops_after_the_batch_that_reaches_the_records_asked(tiny_avro: list[str]) -> None:
-    res = converter_stages.measure(tiny_avro + tiny_avro, records=100)
+def test_stops_after_the_batch_that_reaches_the_records_asked(tiny_bench_avro: list[str]) -> None:
+    res = converter_stages.measure(tiny_bench_avro + tiny_bench_avro, records=100)
     assert 100 <= res["records"] <= 600  # whole batches of the first file only
