@@ -54,8 +54,8 @@ class RobustScale(StandardizingTransform):
 
     def fill_of(self, f: FeatureConfig, stats: Mapping[str, Any]) -> float:
         """``median``: the center of ``span``, so a missing value is written 0.0; ``mean``: the
-        training mean read as a constant is (``daz``), so the serving twin's subtraction gives
-        the same bits."""
+        training mean as TensorFlow's kernels read a constant (``daz``), so the serving twin's
+        subtraction gives the same bits where the mean is below the smallest normal double."""
         if f.fill == "median":
             return self.span(stats)[0]
         return daz(super().fill_of(f, stats)) if f.fill == "mean" else super().fill_of(f, stats)
