@@ -235,12 +235,19 @@ class LabelConfig:
 OPTIONAL_DEFAULTS: dict[str, Any] = {"ngram_range": None, "separator": " ", "smooth": True}
 
 
+def spelled_fill(f: FeatureConfig) -> float | str | None:
+    """``f.fill`` as the normalized config and the feature spec's params spell it
+    (``Transform.fill_spelling``: a named fill whose outputs were written under another name)."""
+    if not isinstance(f.fill, str):
+        return f.fill
+    return getattr(transforms.find(f.transform), "fill_spelling", {}).get(f.fill, f.fill)
+
+
 def _feature_json(f: FeatureConfig) -> dict[str, Any]:
     """``f`` as JSON; options added after outputs existed appear only when set,
     so the config hash (and the fingerprint of those outputs) stays the same."""
     d = dataclasses.asdict(f)
-    if isinstance(f.fill, str):  # a named fill as the normalized form spells it (``fill_spelling``)
-        d["fill"] = getattr(transforms.find(f.transform), "fill_spelling", {}).get(f.fill, f.fill)
+    d["fill"] = spelled_fill(f)
     for key in ("allow_all_missing", "allow_label_source"):
         if not d[key]:
             del d[key]

@@ -95,3 +95,14 @@ def test_the_normalized_spelling_is_not_a_fill_a_user_types():
         _config(fill="training_mean")
     with pytest.raises(ConfigError, match="did you mean 'median'"):
         _config(fill="medain")
+
+
+def test_the_feature_spec_spells_the_fill_as_the_normalized_config_does():
+    """An output's spec reads as those written before ``fill: median`` existed (``apply_analysis``
+    compares the two), so its ``fill`` says ``mean`` for the median."""
+    for fill, spelled in (("median", "mean"), ("mean", "training_mean"), (2.5, 2.5)):
+        config = _config(fill=fill)
+        a = Analyzer(config)
+        a.add_records([{"x": v, "lbl": 0} for v in VALUES])
+        spec = Vectorizer(config, a.result()).feature_specs()[0]
+        assert spec.params["fill"] == spelled == config.to_json()["features"][0]["fill"]
