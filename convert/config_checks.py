@@ -36,6 +36,7 @@ from convert.config_model import (
     ConfigError,
     FeatureConfig,
     LabelConfig,
+    named_fill,
 )
 from convert.paths import EACH, PathError, is_list_step, one_value_path, parse_path
 from convert.spec import MAX_FEATURE_SIZE, daz, short_repr
@@ -355,14 +356,6 @@ def _fill_problem(transform: str, fill: Any) -> str | None:
             f"transform {transform!r} fills a missing value with {names} or a number")
 
 
-def _normal_fill(transform: str, kw: dict[str, Any]) -> None:
-    """``kw``'s ``fill`` as the normalized form (``Config.to_json``) spells it, read back to
-    the statistic it names (``Transform.fill_spelling``)."""
-    spelling = getattr(transforms.get(transform), "fill_spelling", {})
-    if isinstance(kw.get("fill"), str):
-        kw["fill"] = {v: k for k, v in spelling.items()}.get(kw["fill"], kw["fill"])
-
-
 def _complete(where: str, transform: str, kw: dict[str, Any], out: _Problems) -> None:
     """What ``transform`` needs (required options) and its defaults, filled into ``kw``
     (``Transform.complete``)."""
@@ -412,8 +405,8 @@ def _parse_feature(i: int, raw: Any, src: str, out: _Problems) -> FeatureConfig 
         if not_taken and not full:
             out.add(where, _not_taken(transform, not_taken))
             deferred = {}
-    if full and transform is not None:
-        _normal_fill(transform, kw)
+    if full and transform is not None and "fill" in kw:  # the normalized form's spelling (``Config.to_json``)
+        kw["fill"] = named_fill(transform, kw["fill"])
     _check_values(where, kw, out, transforms.get(transform).part_choices if transform is not None else TIMESTAMP_PARTS)
     if transform is not None:
         problem = _fill_problem(transform, kw.get("fill")) if "fill" in kw else None

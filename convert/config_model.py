@@ -243,6 +243,14 @@ def spelled_fill(f: FeatureConfig) -> float | str | None:
     return getattr(transforms.find(f.transform), "fill_spelling", {}).get(f.fill, f.fill)
 
 
+def named_fill(transform: str, fill: Any) -> Any:
+    """The ``fill`` a normalized config's spelling ``fill`` stands for (``spelled_fill`` undone)."""
+    if not isinstance(fill, str):
+        return fill
+    spelling = getattr(transforms.find(transform), "fill_spelling", {})
+    return {v: k for k, v in spelling.items()}.get(fill, fill)
+
+
 def _feature_json(f: FeatureConfig) -> dict[str, Any]:
     """``f`` as JSON; options added after outputs existed appear only when set,
     so the config hash (and the fingerprint of those outputs) stays the same."""

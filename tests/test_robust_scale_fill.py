@@ -106,3 +106,15 @@ def test_the_feature_spec_spells_the_fill_as_the_normalized_config_does():
         a.add_records([{"x": v, "lbl": 0} for v in VALUES])
         spec = Vectorizer(config, a.result()).feature_specs()[0]
         assert spec.params["fill"] == spelled == config.to_json()["features"][0]["fill"]
+
+
+def test_a_dry_run_shows_the_fill_the_config_means(tmp_path):
+    from _e2e import cli
+
+    (tmp_path / "in.jsonl").write_text("".join(f'{{"x": {v}, "lbl": 0}}\n' for v in VALUES))
+    (tmp_path / "c.yaml").write_text("features:\n  - {name: r, source: x, transform: robust_scale}\n"
+                                     "  - {name: m, source: x, transform: robust_scale, fill: mean}\n")
+    r = cli("convert", "--input", tmp_path / "in.jsonl", "--config", tmp_path / "c.yaml", "--output",
+            tmp_path / "out", "--dry-run")
+    assert r.exit_code == 0, r.output
+    assert "robust_scale {'fill': 'median'}" in r.output and "robust_scale {'fill': 'mean'}" in r.output
