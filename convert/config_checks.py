@@ -16,6 +16,7 @@ from convert.config_model import (
     COMMON_OPTIONS,
     DRIFT_MEASURES,
     F32_MAX,
+    FILL_NAMES,
     LABEL_DTYPES,
     LABEL_TRANSFORMS,
     MAX_BUCKETIZE_BUCKETS,
@@ -35,6 +36,7 @@ from convert.config_model import (
     ConfigError,
     FeatureConfig,
     LabelConfig,
+    named_fill,
 )
 from convert.paths import EACH, PathError, is_list_step, one_value_path, parse_path
 from convert.spec import MAX_FEATURE_SIZE, daz, short_repr
@@ -225,11 +227,12 @@ def _check_values(where: str, kw: dict[str, Any], out: _Problems, part_choices: 
     if "on_nan" in kw and kw["on_nan"] not in NAN_POLICIES:
         out.add(where, f"'on_nan' must be one of {NAN_POLICIES}, found {show_value(kw['on_nan'])}"
                        f"{_did_you_mean(kw['on_nan'], NAN_POLICIES)}")
-    if "fill" in kw and kw["fill"] != "mean":
+    if "fill" in kw and not (isinstance(kw["fill"], str) and kw["fill"] in FILL_NAMES):
         fill = _float32(kw["fill"])
         if fill is None:
-            out.add(where, f"'fill' must be 'mean' or a finite number within float32's range "
-                           f"(|x| <= {F32_MAX:.7g}), found {show_value(kw['fill'])}")
+            out.add(where, f"'fill' must be 'mean', 'median' or a finite number within float32's range "
+                           f"(|x| <= {F32_MAX:.7g}), found {show_value(kw['fill'])}"
+                           f"{_did_you_mean(kw['fill'], FILL_NAMES) if isinstance(kw['fill'], str) else ''}")
         kw["fill"] = fill
     for key in ("clip_min", "clip_max"):
         if key in kw:
@@ -341,6 +344,18 @@ def _drift_thresholds(v: Any) -> tuple[tuple[str, float], ...] | None:
     return tuple(sorted(pairs))
 
 
+def _fill_problem(transform: str, fill: Any) -> str | None:
+    """Why ``transform`` cannot fill with the statistic ``fill`` names (``Transform.fill_names``)."""
+    if not isinstance(fill, str) or fill in getattr(transforms.get(transform), "fill_names", ()):
+        return None
+    takers = [t for t in TRANSFORMS if "fill" in _takes(t) and fill in getattr(transforms.get(t), "fill_names", ())]
+    why = (f" (the only transform{'s' if len(takers) > 1 else ''} keeping a quantile sketch of the training split, "
+           f"which gives the median)" if fill == "median" else "")
+    names = " or ".join(repr(n) for n in getattr(transforms.get(transform), "fill_names", ()))
+    return (f"'fill: {fill}' applies to transform{'s' if len(takers) > 1 else ''} {' / '.join(takers)}{why}; "
+            f"transform {transform!r} fills a missing value with {names} or a number")
+
+
 def _complete(where: str, transform: str, kw: dict[str, Any], out: _Problems) -> None:
     """What ``transform`` needs (required options) and its defaults, filled into ``kw``
     (``Transform.complete``)."""
@@ -390,8 +405,13 @@ def _parse_feature(i: int, raw: Any, src: str, out: _Problems) -> FeatureConfig 
         if not_taken and not full:
             out.add(where, _not_taken(transform, not_taken))
             deferred = {}
+    if full and transform is not None and "fill" in kw:  # the normalized form's spelling (``Config.to_json``)
+        kw["fill"] = named_fill(transform, kw["fill"])
     _check_values(where, kw, out, transforms.get(transform).part_choices if transform is not None else TIMESTAMP_PARTS)
     if transform is not None:
+        problem = _fill_problem(transform, kw.get("fill")) if "fill" in kw else None
+        if problem:
+            out.add(where, problem)
         transforms.get(transform).check_options(kw, lambda problem: out.add(where, problem))
         _complete(where, transform, kw, out)
     if len(out) > before:

@@ -46,6 +46,8 @@ F32_MAX = 3.4028234663852886e38
 TIMESTAMP_UNITS = ("s", "ms", "us", "ns", "days")
 TIMESTAMP_PARTS = ("hour", "day_of_week", "month")
 NAN_POLICIES = ("error", "fill", "keep")
+#: The statistics a ``fill`` may name (each transform takes those of its ``fill_names``).
+FILL_NAMES = ("mean", "median")
 LABEL_DTYPES = ("int64", "float32")
 
 
@@ -101,8 +103,9 @@ class FeatureConfig:
         defaults to ``name``.
       transform: one of ``TRANSFORMS``.
       fill: numeric transforms: value for a missing (null/absent) input,
-        a number or ``"mean"`` (the training mean). Default ``"mean"`` for
-        zscore/minmax, else 0.
+        a number, ``"mean"`` (the training mean) or, for transforms keeping a
+        quantile sketch (robust_scale), ``"median"``. Default ``"mean"`` for
+        zscore/minmax/zscore_per_key, ``"median"`` for robust_scale, else 0.
       missing_indicator: numeric transforms: also write ``{name}_missing``
         (int64, 1 where the input was null/absent), so 0 and null stay
         distinguishable.
@@ -232,10 +235,27 @@ class LabelConfig:
 OPTIONAL_DEFAULTS: dict[str, Any] = {"ngram_range": None, "separator": " ", "smooth": True}
 
 
+def spelled_fill(f: FeatureConfig) -> float | str | None:
+    """``f.fill`` as the normalized config and the feature spec's params spell it
+    (``Transform.fill_spelling``: a named fill whose outputs were written under another name)."""
+    if not isinstance(f.fill, str):
+        return f.fill
+    return getattr(transforms.find(f.transform), "fill_spelling", {}).get(f.fill, f.fill)
+
+
+def named_fill(transform: str, fill: Any) -> Any:
+    """The ``fill`` a normalized config's spelling ``fill`` stands for (``spelled_fill`` undone)."""
+    if not isinstance(fill, str):
+        return fill
+    spelling = getattr(transforms.find(transform), "fill_spelling", {})
+    return {v: k for k, v in spelling.items()}.get(fill, fill)
+
+
 def _feature_json(f: FeatureConfig) -> dict[str, Any]:
     """``f`` as JSON; options added after outputs existed appear only when set,
     so the config hash (and the fingerprint of those outputs) stays the same."""
     d = dataclasses.asdict(f)
+    d["fill"] = spelled_fill(f)
     for key in ("allow_all_missing", "allow_label_source"):
         if not d[key]:
             del d[key]

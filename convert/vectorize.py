@@ -41,6 +41,7 @@ from convert.columns import (
     bag_ids_column,
 )
 from convert.config import COMMON_OPTIONS, Config, FeatureConfig, LabelConfig
+from convert.config_model import spelled_fill
 from convert.derive import scaled_column
 from convert.prepare import PreparedBatch, Preparer, Rejection, finish_numbers, transform_constants
 from convert.records import hash_id
@@ -111,6 +112,8 @@ class Vectorizer:
             taken = (*t.options, *COMMON_OPTIONS)
             params: dict[str, Any] = {k: v for k, v in dataclasses.asdict(f).items()
                                       if k in taken and k not in ("name", "source", "transform") and v is not None}
+            if "fill" in params:  # as the normalized config spells it, so a spec reads as its outputs' did
+                params["fill"] = spelled_fill(f)
             if has_stats(f):
                 params["stats"] = self.analysis.stats.get(f.name)
             if f.needs_vocabulary:

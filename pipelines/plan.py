@@ -29,6 +29,7 @@ from apache_beam.io.filesystems import FileSystems
 from convert import formats
 from convert.check import check_inputs
 from convert.config import Config, load_config
+from convert.config_model import named_fill
 from convert.sources import is_splittable
 from convert.spec import FORMAT_VERSION, MAX_SHARDS
 from pipelines.options import ConvertOptions
@@ -390,6 +391,8 @@ class Plan:
         lines.append("features:")
         for feat in shown["features"]["features"]:
             extra = {k: v for k, v in feat.items() if k in ("max_len", "top_k", "buckets", "fill") and v is not None}
+            if "fill" in extra:  # the fill the config means, not its normalized spelling
+                extra["fill"] = named_fill(feat["transform"], extra["fill"])
             lines.append(f"  {feat['name']:<20} <- {feat['source']:<24} {feat['transform']} {extra or ''}")
         label = shown["features"]["label"]
         if label:

@@ -15,6 +15,7 @@ import tensorflow as tf
 
 from convert.config import FeatureConfig
 from convert.derive import DAY_SECONDS
+from convert.transforms import transform_of
 from readers._serving_kinds import KIND_BOOL, KIND_FLOAT, KIND_INT, KIND_NAMES, KIND_NULL
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -55,9 +56,9 @@ def text_tokens(text: tf.Tensor) -> tf.SparseTensor:
 
 
 def fill_value(f: FeatureConfig, stats: Mapping[str, Any]) -> float:
-    """What a numeric feature's missing value becomes: its ``fill``, the training mean for ``"mean"``, else 0.0."""
-    fill = stats.get("mean") if f.fill == "mean" else f.fill
-    return 0.0 if fill is None else float(fill)
+    """What a numeric feature's missing value becomes: the converter's own value
+    (``convert.transforms.base.NumericTransform.fill_of``: its ``fill``, or the statistic it names)."""
+    return transform_of(f).fill_of(f, stats)  # type: ignore[attr-defined]
 
 
 def column_params(fs: Sequence[FeatureConfig], stats: Sequence[Mapping[str, Any]]) -> dict[str, list[Any]]:

@@ -81,6 +81,9 @@ BASE_FEATURES = """
   - {name: deep_n, source: deep.a.n, transform: identity, fill: 7, missing_indicator: true}
   - {name: n_rs, source: num, transform: robust_scale, missing_indicator: true, on_nan: fill}
   - {name: n_rs_keep, source: num2, transform: robust_scale, fill: 2.5, on_nan: keep}
+  - {name: n_rs_mean, source: num2, transform: robust_scale, fill: mean, missing_indicator: true, on_nan: fill}
+  - {name: n_rs_median, source: num2, transform: robust_scale, fill: median, on_nan: keep}
+  - {name: n_rs_zero, source: num, transform: robust_scale, fill: 0, missing_indicator: true, on_nan: fill}
 """
 HASHED_FEATURES = """
   - {name: h, source: user.id, transform: hash, buckets: 97}
@@ -392,11 +395,14 @@ TINY_CONSTANTS = """features:
   - {name: c, source: x, transform: clip, clip_min: -1.0e-310, clip_max: 1.0e-310, fill: 1.0e-310, on_nan: keep}
   - {name: c2, source: x, transform: clip, clip_min: 1.0e-310, fill: -1.0e-310, on_nan: keep}
   - {name: c3, source: x, transform: clip, clip_max: -1.0e-310, on_nan: keep}
+  - {name: rs, source: x, transform: robust_scale, on_nan: keep}
+  - {name: rs_mean, source: x, transform: robust_scale, fill: mean, on_nan: keep}
+  - {name: rs_tiny, source: x, transform: robust_scale, fill: 1.0e-310, on_nan: keep}
 """
 
 
 def test_parity_with_statistics_and_config_constants_below_the_smallest_normal_double(tmp_path):
-    """Statistics (mean, min, max, boundaries) and config constants (fill, clip bounds) below
+    """Statistics (mean, min, max, boundaries, median, IQR) and config constants (fill, clip bounds) below
     the smallest normal double: both sides read them as zero of their sign, as TensorFlow's
     kernels read such a constant (a minmax over [-5e-324, 1e-310] is all zeros, not NaN)."""
     values = [5e-324] * 50 + [-5e-324] * 30 + [1e-310] * 20

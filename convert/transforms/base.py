@@ -177,12 +177,26 @@ class NumericTransform(Transform):
     accepts = (frozenset({"number", "boolean"}), "numbers")
     #: ``fill``'s default.
     fill_default: ClassVar[float | str] = 0.0
+    #: The statistics ``fill`` may name (a missing value is the training split's): ``median``
+    #: only where the statistics keep a quantile sketch (``quantiles``).
+    fill_names: ClassVar[tuple[str, ...]] = ("mean",)
+    #: How the normalized config (``convert.config_model.Config.to_json``: the metadata's config,
+    #: the config hash) spells a named ``fill`` where the name is not its spelling:
+    #: ``{name: spelling}``, read back only from the normalized form (``convert.config_checks``).
+    fill_spelling: ClassVar[Mapping[str, str]] = {}
 
     def complete(self, kw: dict[str, Any], need: Need) -> None:
         kw.setdefault("fill", self.fill_default)
 
     def needs_stats(self, f: FeatureConfig) -> bool:
         return self.learns_scaling or f.fill == "mean"
+
+    def fill_of(self, f: FeatureConfig, stats: Mapping[str, Any]) -> float:
+        """What a missing value of ``f`` becomes before the scaling: its ``fill``, the training
+        mean for ``"mean"``; 0.0 where the statistics have none (an empty training split).
+        The serving layer takes its fill from here (``readers.serving_ops.fill_value``)."""
+        fill = stats.get("mean") if f.fill == "mean" else f.fill
+        return 0.0 if fill is None else float(fill)
 
     def scale(self, x: np.ndarray, f: FeatureConfig, stats: Mapping[str, Any], present: np.ndarray | None) -> np.ndarray:
         """The filled float64 values ``x`` as written (``present``: rows with a value; None for a sketch's points)."""
@@ -201,8 +215,7 @@ class NumericTransform(Transform):
         out, present, lens, missing_row = prepared.values, prepared.present, prepared.lens, prepared.missing_row
         b, n = out.shape
         out = flush_subnormal_inputs(out)
-        fill = stats.get("mean") if f.fill == "mean" else f.fill
-        fill = 0.0 if fill is None else float(fill)
+        fill = self.fill_of(f, stats)
         if f.multi_valued:
             out = np.where(present, out, np.where(np.arange(n)[None, :] < lens[:, None], fill, 0.0))
         else:

@@ -3,8 +3,10 @@
 
 The quantiles come from the mergeable quantile sketch ``bucketize`` keeps (``convert.quantiles``),
 so they are as reproducible as its boundaries. An IQR of 0 or an empty training split scales by 1,
-as ``zscore`` does with a std of 0. ``fill: mean`` (the default) fills a missing value with the
-center of the scaling, the median, so it is written 0.0 as ``zscore``'s default is.
+as ``zscore`` does with a std of 0. ``fill: median`` (the default) fills a missing value with the
+center of the scaling, so it is written 0.0 as ``zscore``'s default is; ``fill: mean`` fills it
+with the training mean (the moments every numeric feature's analysis keeps), scaled like a value:
+``(mean - median) / IQR``.
 """
 
 from __future__ import annotations
@@ -12,7 +14,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from convert.columns import Columns, Numbers
 from convert.spec import daz
 from convert.transforms.base import StandardizingTransform
 
@@ -30,6 +31,13 @@ class RobustScale(StandardizingTransform):
     serving = "readers.transforms.robust_scale"
     quantiles = True
     sketch_keys = tuple(RANKS)
+    fill_default = "median"
+    fill_names = ("median", "mean")
+    #: Before ``fill: median`` existed, robust_scale's ``fill: mean`` (its default) was the median,
+    #: and its outputs' configs say ``mean``: the normalized form keeps that spelling for the
+    #: median, so a config without ``fill`` keeps its hash and an old output's config loads back
+    #: meaning what its shards hold; the training mean, new, is spelled ``training_mean`` there.
+    fill_spelling = {"median": "mean", "mean": "training_mean"}
 
     def sketch_stats(self, f: FeatureConfig, sketch: QuantileSketch) -> dict[str, Any]:
         qs = sketch.quantiles(RANKS.values())
@@ -44,12 +52,13 @@ class RobustScale(StandardizingTransform):
             return 0.0, 1.0
         return daz(float(med)), daz(float(hi) - float(lo)) or 1.0
 
-    def fill_stats(self, f: FeatureConfig, stats: Mapping[str, Any]) -> Mapping[str, Any]:
-        """``stats`` as the shared fill reads them: ``fill: mean`` is the median (written 0.0)."""
-        return {**stats, "mean": self.span(stats)[0]} if f.fill == "mean" else stats
-
-    def finish_numbers(self, f: FeatureConfig, prepared: Numbers, stats: Mapping[str, Any]) -> Columns:
-        return super().finish_numbers(f, prepared, self.fill_stats(f, stats))
+    def fill_of(self, f: FeatureConfig, stats: Mapping[str, Any]) -> float:
+        """``median``: the center of ``span``, so a missing value is written 0.0; ``mean``: the
+        training mean as TensorFlow's kernels read a constant (``daz``), so the serving twin's
+        subtraction gives the same bits where the mean is below the smallest normal double."""
+        if f.fill == "median":
+            return self.span(stats)[0]
+        return daz(super().fill_of(f, stats)) if f.fill == "mean" else super().fill_of(f, stats)
 
 
 TRANSFORM = RobustScale()
