@@ -112,8 +112,8 @@ def holds_label(path_steps: Sequence[Step], label_steps: Sequence[Step]) -> bool
     """Whether a feature reading ``path_steps`` gets the label's value among its own:
     the same path, or one through the list or map holding it (``y`` or ``y[]`` for
     the label ``y[0]``, ``m[]`` or ``m[entries]`` for ``m["k"]``). Such a feature
-    leaks the label into the model's inputs (the config check compares sources
-    as written only, so a draft must not offer one)."""
+    leaks the label into the model's inputs, and the config check refuses it
+    (``convert.config_checks._check_label_leak``), so a draft must not offer one."""
     if len(path_steps) > len(label_steps):
         return False
     return all(p == q or p is EACH or (p is ENTRIES and isinstance(q, str))
