@@ -384,6 +384,25 @@ def _step_text(step: Step) -> str:
     return render_path(("x", step))[1:].lstrip(".")
 
 
+def avro_types_at(schema: Any, path: str) -> list[tuple[str, str]]:
+    """The non-null types an Avro writer ``schema`` has at ``path``, each as ``(kind,
+    description)`` (kinds of ``_Schema.kind``: ``array``, ``record``, ``number``, ...;
+    descriptions as messages give them: ``an array of long``). Empty where the path is
+    missing, does not parse, or goes through a type the check cannot see into."""
+    sch = _Schema(schema)
+    try:
+        steps = parse_path(path)
+    except PathError:
+        return []
+    node: Any = sch.root
+    for step in steps:
+        children = sch.step(node, step)
+        if not children:
+            return []
+        node = children[0] if len(children) == 1 else [x for c in children for x in (c if isinstance(c, list) else [c])]
+    return [(sch.kind(b), sch.describe(b)) for b in sch.branches(node)]
+
+
 def avro_problems(config: Config, schema: Any, split_key: str | None = None) -> list[str]:
     """What in ``config`` (and ``split_key``) an Avro writer ``schema`` cannot give, one message per path."""
     sch = _Schema(schema)

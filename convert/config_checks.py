@@ -38,7 +38,15 @@ from convert.config_model import (
     LabelConfig,
     named_fill,
 )
-from convert.paths import EACH, PathError, is_list_step, one_value_path, parse_path
+from convert.paths import (
+    EACH,
+    KEYS,
+    PathError,
+    is_list_step,
+    one_value_path,
+    parse_path,
+    paths_overlap,
+)
 from convert.spec import MAX_FEATURE_SIZE, daz, short_repr
 from convert.transforms.label_vocabulary import MI_KINDS
 
@@ -534,16 +542,62 @@ def _file_name_clashes(names: list[str]) -> list[str]:
 
 
 def _check_label_leak(cfg: Config, source: str, out: _Problems) -> None:
-    """A feature reading the label's source field puts the label in the model's inputs:
-    refused unless the feature sets ``allow_label_source``."""
+    """A feature whose path overlaps the label's (``paths_overlap``: ``y`` or ``y[]`` and the
+    label ``y[0]``, ``user`` and ``user.segment``, either way round) would hold the label's
+    values, so the model would see the answer: refused unless the feature sets
+    ``allow_label_source``. Its ``source``, a ``cross``'s ``sources`` and a ``zscore_per_key``'s
+    ``key`` are all checked. Paths that do not parse are left to the checks that report them."""
     if cfg.label is None:
         return
+    try:
+        label = parse_path(cfg.label.source)
+    except PathError:
+        return
     for f in cfg.features:
-        if cfg.label.source in (*(f.sources or (f.source,)), *((f.key,) if f.key else ())) and not f.allow_label_source:
-            out.add(f"{source}: feature {f.name!r}",
-                    f"reads the label's source field {cfg.label.source!r}, so the label would leak into the "
-                    f"model's inputs; read another field, or set allow_label_source: true on the feature if "
-                    f"this is intended")
+        if f.allow_label_source:
+            continue
+        paths = [("sources" if f.sources else "source", p) for p in (f.sources or (f.source,))]
+        paths += [("key", f.key)] if f.key else []
+        for kind, path in paths:
+            how = _leak(f, kind, path, label)
+            if how:
+                which = f"one of its sources {path!r}" if kind == "sources" else f"its {kind} {path!r}"
+                out.add(f"{source}: feature {f.name!r}",
+                        f"{which} {how} the label's source {cfg.label.source!r}, so the feature "
+                        f"would hold the label's values and the model would see the answer; drop the feature "
+                        f"or pick another source (or set allow_label_source: true on the feature where this "
+                        f"is intended, e.g. a baseline)")
+                break
+
+
+def _leak(f: FeatureConfig, kind: str, path: str, label: tuple[Any, ...]) -> str | None:
+    """How ``path`` (one of ``f``'s paths, ``kind`` saying which) reaches the label's values,
+    or None where it does not.
+
+    A path that reads only the lengths or the keys of a list, map or record that holds the
+    label (a ``count`` of ``y`` or ``user``, a ``m[keys]`` path, beside the label ``y[0]``,
+    ``user.segment``, ``m["k"]``) is no leak: it reads none of the label's values, and the
+    label's presence it implies is the same in every record written, since a record without
+    a label is rejected. The counted or keyed container must lie strictly above the label: a
+    ``count`` of the label's own path reads the label."""
+    try:
+        steps = parse_path(path)
+    except PathError:
+        return None
+    if not paths_overlap(steps, label):
+        return None
+    container = None
+    if kind == "source" and transforms.transform_of(f).counts_items:
+        container = steps[:-1] if is_list_step(steps[-1]) else steps
+    elif steps[-1] is KEYS:
+        container = steps[:-1]
+    if container is not None and len(container) < len(label):
+        return None
+    if steps == label:
+        return "is"
+    if len(steps) < len(label):
+        return "holds"
+    return "reads inside" if len(steps) > len(label) else "may read the same value as"
 
 
 def _item_list(path: str) -> tuple[Any, ...] | None:

@@ -138,8 +138,9 @@ class FeatureConfig:
       allow_all_missing: accept a training split in which this feature's
         source is missing (null or absent) in every record. Off by default:
         such a run fails, since a misspelled source reads as all-missing.
-      allow_label_source: read the label's source field as an input. Off by
-        default: the label would leak into the model's inputs.
+      allow_label_source: read a path that overlaps the label's (``y`` or ``y[]``
+        beside the label ``y[0]``) as an input. Off by default: the label would
+        leak into the model's inputs (``convert.config_checks._check_label_leak``).
     """
 
     name: str

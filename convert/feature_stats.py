@@ -41,7 +41,7 @@ def statistics_problems(name: str, st: Mapping[str, Any]) -> list[str]:
     finite number, ``std < 0``, a min or max that is not a finite number
     or null, ``min > max``, a mean outside ``[min, max]``, boundaries that are not finite
     and strictly increasing, quartiles (``q25``, ``median``, ``q75``) that are not finite
-    numbers or null, or out of order. Each problem names the feature, the key and the value.
+    numbers or null, out of order, or outside ``[min, max]``. Each problem names the feature, the key and the value.
 
     The one check of statistics shared by the metadata's feature params (every reader of
     ``dataset_info.json``), ``analysis.json`` (``--analysis-from``, ``verify``, the serving
@@ -78,8 +78,14 @@ def statistics_problems(name: str, st: Mapping[str, Any]) -> list[str]:
 
 def _quartile_problems(name: str, st: Mapping[str, Any]) -> list[str]:
     """The quartiles ``robust_scale`` scales by (``median``, ``q25``, ``q75``; null when the
-    training split had no value): each a finite number or null, and ``q25 <= median <= q75``
-    for those that are numbers. An edited one would shift or stretch every value of the feature."""
+    training split had no value): each a finite number or null, ``q25 <= median <= q75``
+    for those that are numbers, and each within ``[min, max]`` when both are finite numbers
+    in order (``min > max`` is reported on its own). An edited one would shift or stretch
+    every value of the feature.
+
+    No slack on the range, unlike the mean's (``MEAN_SLACK``): a quartile is one of the
+    values the sketch kept (``convert.quantiles.QuantileSketch.quantiles``), and the
+    sketch and the min and max see the same values (``convert.analysis.NumericStats.add``)."""
     out = [f"stats of {name!r}: {key!r} must be a finite number or null, found {short_repr(st[key])}"
            for key in QUARTILES if key in st and st[key] is not None and not finite(st[key])]
     present = [(key, st[key]) for key in QUARTILES if finite(st.get(key))]
@@ -87,6 +93,11 @@ def _quartile_problems(name: str, st: Mapping[str, Any]) -> list[str]:
         if v1 > v2:
             out.append(f"stats of {name!r}: {k1!r} {short_repr(v1)} is above {k2!r} {short_repr(v2)} "
                        f"(quartiles are ordered: q25 <= median <= q75)")
+    lo, hi = st.get("min"), st.get("max")
+    if finite(lo) and finite(hi) and lo <= hi:
+        out.extend(f"stats of {name!r}: {key!r} {short_repr(v)} is outside 'min' {short_repr(lo)} .. 'max' "
+                   f"{short_repr(hi)} (a quartile is a value of the data)"
+                   for key, v in present if not lo <= v <= hi)
     return out
 
 

@@ -12,7 +12,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from convert.infer_yaml import Draft, Names
-from convert.paths import EACH, ENTRIES, Step
+from convert.paths import EACH, ENTRIES, Step, one_value_path, parse_path, render_path
+from convert.records import walk_path
 
 if TYPE_CHECKING:
     from convert.infer import _FieldStats
@@ -89,8 +90,13 @@ def label_path_problem(label: str, records: Sequence[Any], schemas: Sequence[Any
     the path). Checked as a vocabulary label (the kind that takes the most
     types), since the draft picks the label's kind from the values afterwards.
     A missing path's message names close paths of the data ("did you mean").
+    A path holding a list (an Avro array; a list in some sampled JSON record) is
+    refused alike for both inputs, suggesting one item (``y[0]``): convert would
+    reject every record whose label is a list, and a draft without the label
+    would hide that. A JSON object there is refused too, suggesting a field, as
+    the Avro check refuses a record.
     """
-    from convert.check import avro_problems, sample_paths, sample_problems
+    from convert.check import avro_problems, avro_types_at, sample_paths, sample_problems
     from convert.config_checks import single_path_problem
     from convert.config_model import Config, LabelConfig
 
@@ -100,20 +106,42 @@ def label_path_problem(label: str, records: Sequence[Any], schemas: Sequence[Any
     config = Config(features=(), label=LabelConfig(source=label, name="label", transform="vocabulary"))
     if schemas:
         for schema in schemas:
+            lists = sorted({what for kind, what in avro_types_at(schema, label) if kind == "array"})
+            if lists:
+                return _list_label_problem(label, f"{' or '.join(lists)} in the Avro schema")
             found = avro_problems(config, schema)
             if found:
                 return f"in the Avro schema: {found[0]}"
         return None
     found = sample_problems(config, sample_paths(records), len(records))
-    return found[0] if found else None
+    if found:
+        return found[0]
+    steps = parse_path(label)
+    values = [walk_path(r, steps) for r in records if isinstance(r, dict)]
+    lists = sum(isinstance(v, list) for v in values)
+    if lists:
+        return _list_label_problem(label, f"a list in {lists} of {len(values)} sampled records")
+    objects = [v for v in values if isinstance(v, dict)]
+    if objects:  # as the Avro check says of a record
+        field = render_path((*steps, next(iter(objects[0]), "FIELD")))
+        return (f"the label {label!r} holds an object (a record or map) in {len(objects)} of {len(values)} "
+                f"sampled records; a label is one value per record: read one of its fields, e.g. {field!r}")
+    return None
+
+
+def _list_label_problem(label: str, where: str) -> str:
+    """What ``infer --label`` says of a label path that holds a list (``where``: how the data
+    shows it), for JSON Lines and Avro alike: convert would reject every such record."""
+    return (f"the label {label!r} holds {where}; a label is one value per record: read one item, "
+            f"e.g. {one_value_path(label)!r} (the first; [-1] the last)")
 
 
 def holds_label(path_steps: Sequence[Step], label_steps: Sequence[Step]) -> bool:
     """Whether a feature reading ``path_steps`` gets the label's value among its own:
     the same path, or one through the list or map holding it (``y`` or ``y[]`` for
     the label ``y[0]``, ``m[]`` or ``m[entries]`` for ``m["k"]``). Such a feature
-    leaks the label into the model's inputs (the config check compares sources
-    as written only, so a draft must not offer one)."""
+    leaks the label into the model's inputs, and the config check refuses it
+    (``convert.config_checks._check_label_leak``), so a draft must not offer one."""
     if len(path_steps) > len(label_steps):
         return False
     return all(p == q or p is EACH or (p is ENTRIES and isinstance(q, str))

@@ -183,3 +183,22 @@ def one_value_path(path: str) -> str:
     if not any(map(is_list_step, steps)):
         return render_path((*steps, 0))
     return render_path(tuple(0 if s is EACH else "key" if is_list_step(s) else s for s in steps))
+
+
+def _steps_may_meet(a: Step, b: Step) -> bool:
+    """Whether two steps at the same depth of two paths may reach the same value: equal keys,
+    equal indexes, indexes of opposite signs (``[0]`` and ``[-1]`` are one item of a list of one),
+    and ``[]``, ``[keys]`` or ``[entries]`` against any step. A key never meets an index."""
+    if isinstance(a, _Step) or isinstance(b, _Step):
+        return True
+    if isinstance(a, int) and isinstance(b, int):
+        return a == b or (a < 0) != (b < 0)
+    return a == b
+
+
+def paths_overlap(a: Sequence[Step], b: Sequence[Step]) -> bool:
+    """Whether one of two parsed paths (``parse_path``) may read the other's value or a part of
+    it: step by step, the shorter meets the start of the longer. ``y`` and ``y[0]``, ``y[]``
+    and ``y[0]``, ``user`` and ``user.segment`` overlap; ``y[0]`` and ``y[1]`` do not, nor do
+    ``["a.b"]`` (one field named ``a.b``) and ``a.b`` (``b`` inside ``a``)."""
+    return all(map(_steps_may_meet, a, b))

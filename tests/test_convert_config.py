@@ -7,6 +7,7 @@ allowed, so a typo fails before any pipeline starts.
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -243,8 +244,9 @@ def test_config_hash_is_a_fixed_value():
 ])
 def test_a_feature_reading_the_label_source_is_refused_unless_it_says_so(feature):
     raw = {"label": {"source": "clicked"}, "features": [{"name": "country", "transform": "vocabulary"}, feature]}
-    with pytest.raises(ConfigError, match=rf"feature {feature['name']!r}: reads the label's source field 'clicked', "
-                                          r"so the label would leak .* set allow_label_source: true"):
+    with pytest.raises(ConfigError, match=rf"feature {feature['name']!r}: .*'clicked' is the label's source "
+                                          r"'clicked', so the feature would hold the label's values .* drop the "
+                                          r"feature or pick another source .*set allow_label_source: true"):
         parse_config(raw, source="c.yaml")
     allowed = parse_config({**raw, "features": [raw["features"][0], {**feature, "allow_label_source": True}]})
     f = allowed.features[1]
@@ -252,6 +254,62 @@ def test_a_feature_reading_the_label_source_is_refused_unless_it_says_so(feature
     assert parse_config(allowed.to_json()) == allowed  # the option survives the metadata's round trip
     with pytest.raises(ConfigError, match="'allow_label_source' must be true or false"):
         parse_config({**raw, "features": [{**feature, "allow_label_source": "yes"}]})
+
+
+def _label_and(label: str, feature: dict) -> dict:
+    return {"label": {"name": "lab", "source": label},
+            "features": [{"name": "other", "transform": "identity"}, {"name": "f", **feature}]}
+
+
+@pytest.mark.parametrize(("label", "feature", "says"), [
+    ("y[0]", {"source": "y", "transform": "identity"}, "its source 'y' holds"),
+    ("y[0]", {"source": "y[]", "transform": "vocabulary", "max_len": 4}, "its source 'y[]' may read the same value as"),
+    ("y[0]", {"source": "y[-1]", "transform": "identity"}, "may read the same value as"),  # one item: the same
+    ("y", {"source": "y[0]", "transform": "identity"}, "its source 'y[0]' reads inside"),
+    ("user.segment", {"source": "user", "transform": "vocabulary"}, "its source 'user' holds"),
+    ("user.segment", {"source": "user[]", "transform": "vocabulary", "max_len": 4}, "may read the same value as"),
+    ('m["k"]', {"source": "m[entries]", "transform": "hash", "buckets": 8, "max_len": 4}, "may read the same"),
+    ('m["k"]', {"source": "m", "transform": "identity"}, "its source 'm' holds"),
+    ("y[0]", {"transform": "cross", "sources": ["other", "y"], "buckets": 10}, "one of its sources 'y' holds"),
+    ("y[0]", {"source": "a", "transform": "zscore_per_key", "key": "y[-1]"}, "its key 'y[-1]' may read the same"),
+    ("y[0]", {"source": "y[0]", "transform": "count"}, "its source 'y[0]' is"),  # counts the label itself
+])
+def test_a_feature_whose_path_overlaps_the_label_is_refused(label, feature, says):
+    """Paths overlap step by step, whichever is longer and however spelled; the message names
+    the feature, its path, the label's, why and what to do."""
+    with pytest.raises(ConfigError, match=rf"c.yaml: feature 'f': .*{re.escape(says)}.* the label's source "
+                                          rf"{re.escape(repr(label))}, so the feature would hold the label's "
+                                          r"values and the model would see the answer; drop the feature or pick "
+                                          r"another source"):
+        parse_config(_label_and(label, feature), source="c.yaml")
+    assert parse_config(_label_and(label, {**feature, "allow_label_source": True})).features[1].allow_label_source
+
+
+@pytest.mark.parametrize(("label", "feature"), [
+    ("y[0]", {"source": "y[1]", "transform": "identity"}),  # another item
+    ("y[-1]", {"source": "y[-2]", "transform": "identity"}),
+    ('["a.b"]', {"source": "a.b", "transform": "identity"}),  # the field named a.b, not b inside a
+    ("a.b", {"source": '["a.b"]', "transform": "identity"}),
+    ("y", {"source": "yy", "transform": "identity"}),
+    ("user.segment", {"source": "user.id", "transform": "identity"}),
+    ('m["0"]', {"source": "m[0]", "transform": "identity"}),  # a key is not an index
+])
+def test_a_feature_beside_the_label_passes(label, feature):
+    assert parse_config(_label_and(label, feature)).features[1].source == feature["source"]
+
+
+@pytest.mark.parametrize(("label", "feature"), [
+    ("y[0]", {"source": "y", "transform": "count"}),
+    ("y[0]", {"source": "y[]", "transform": "count"}),
+    ("user.segment", {"source": "user", "transform": "count"}),
+    ('m["k"]', {"source": "m", "transform": "count"}),
+    ('m["k"]', {"source": "m[keys]", "transform": "vocabulary", "max_len": 4}),
+    ("orders[0].items[0].price", {"source": "orders[].items", "transform": "count"}),
+])
+def test_reading_only_the_length_or_keys_of_what_holds_the_label_passes(label, feature):
+    """A count or a [keys] path reads none of the label's values; the presence it implies is the
+    same in every record written (records without a label are rejected). docs/feature-config.md."""
+    assert not parse_config(_label_and(label, feature)).features[1].allow_label_source
 
 
 def test_allow_label_source_left_out_keeps_the_config_hash():

@@ -630,3 +630,21 @@ def test_label_path_that_does_not_exist_exits_2_naming_it_and_close_fields(tmp_p
 def test_label_path_through_a_list_exits_2_saying_what_to_write(tmp_path):
     r = CliRunner().invoke(app, ["infer", "-i", str(_label_data(tmp_path, "json")), "--label", "y[]"])
     assert r.exit_code == 2 and "one value per record" in r.output and "'y[0]'" in r.output, r.output
+
+
+@pytest.mark.parametrize(("kind", "where"), [("json", "a list in 40 of 40 sampled records"),
+                                             ("avro", "an array of long in the Avro schema")])
+def test_label_that_is_a_list_exits_2_alike_for_json_and_avro_suggesting_one_item(tmp_path, kind, where):
+    """``--label y`` where ``y`` is a list: convert would reject every record, so infer says so
+    for JSON Lines as for Avro (it used to draft JSON without a label), naming the label and
+    the item to read instead."""
+    r = CliRunner().invoke(app, ["infer", "-i", str(_label_data(tmp_path, kind)), "--label", "y"])
+    assert r.exit_code == 2, r.output
+    assert (f"--label 'y': the label 'y' holds {where}; a label is one value per record: read one item, "
+            f"e.g. 'y[0]'") in r.output, r.output
+    assert not r.stdout.startswith("#"), "no draft"
+
+
+def test_label_that_is_a_json_object_exits_2_suggesting_a_field(tmp_path):
+    r = CliRunner().invoke(app, ["infer", "-i", str(_label_data(tmp_path, "json")), "--label", "n"])
+    assert r.exit_code == 2 and "the label 'n' holds an object" in r.output and "e.g. 'n.a'" in r.output, r.output

@@ -122,6 +122,11 @@ def test_an_integer_past_floats_range_in_statistics_is_a_problem_not_an_overflow
     ({"q25": 2.5, "median": 2.0, "q75": 3.0}, "'q25' 2.5 is above 'median' 2.0"),
     ({"q25": 1.0, "median": 4.0, "q75": 3.0}, "'median' 4.0 is above 'q75' 3.0"),
     ({"q25": 1.0, "q75": 0.5}, "'q25' 1.0 is above 'q75' 0.5"),
+    ({"min": 0.0, "max": 4.0, "q25": -1.0, "median": 2.0, "q75": 3.0},
+     "'q25' -1.0 is outside 'min' 0.0 .. 'max' 4.0 (a quartile is a value of the data)"),
+    ({"min": 0.0, "max": 4.0, "q25": 1.0, "median": 2.0, "q75": 4.5}, "'q75' 4.5 is outside 'min' 0.0 .. 'max' 4.0"),
+    ({"min": 0.0, "max": 4.0, "median": 7.0}, "'median' 7.0 is outside"),
+    ({"min": 5.0, "max": 4.0, "median": 4.5}, "'min' 5.0 is above 'max' 4.0"),  # said once, not per quartile
 ])
 def test_quartiles_that_are_not_finite_or_out_of_order_are_problems(stats, key):
     from convert.spec import statistics_problems
@@ -131,7 +136,10 @@ def test_quartiles_that_are_not_finite_or_out_of_order_are_problems(stats, key):
 
 
 @pytest.mark.parametrize("stats", [{"q25": 1.0, "median": 2.0, "q75": 3.0}, {"q25": 2.0, "median": 2.0, "q75": 2.0},
-                                   {"q25": None, "median": None, "q75": None}, {"median": -1.5}])
+                                   {"q25": None, "median": None, "q75": None}, {"median": -1.5},
+                                   {"min": 1.0, "max": 3.0, "q25": 1.0, "median": 2.0, "q75": 3.0},  # at the ends
+                                   {"min": 0.0, "q25": 9.0}, {"max": 0.0, "q75": 9.0},  # one end only: unchecked
+                                   {"min": None, "max": None, "q25": None, "median": None, "q75": None}])
 def test_quartiles_the_converter_writes_are_no_problem(stats):
     from convert.feature_stats import statistics_problems
 
@@ -156,6 +164,7 @@ def robust_output(tmp_path_factory):
 @pytest.mark.parametrize("key, value, said", [
     ("median", float("nan"), "'median' must be a finite number or null"),
     ("q25", 1e9, "'q25' 1000000000.0 is above 'median'"),
+    ("q75", 1e9, "'q75' 1000000000.0 is outside 'min'"),  # still in order: only the range tells
 ])
 def test_a_dataset_info_with_edited_quartiles_is_refused_naming_the_feature_and_key(robust_output, tmp_path, where,
                                                                                     key, value, said):

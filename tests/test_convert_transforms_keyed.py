@@ -277,7 +277,7 @@ def test_columns_are_float32_sin_cos_and_zero_where_missing() -> None:
     ({"features": [{"name": "p", "transform": "zscore_per_key"}]}, "transform 'zscore_per_key' needs 'key'"),
     ({"features": [{"name": "p", "transform": "zscore_per_key", "key": "tags[]"}]}, "takes one value per record"),
     ({"label": "y", "features": [{"name": "p", "transform": "zscore_per_key", "key": "y"}]},
-     "reads the label's source field 'y'"),
+     "its key 'y' is the label's source 'y'"),
     ({"features": [{"name": "c", "transform": "label_vocabulary"}]}, "the config has no label"),
     ({"label": {"source": "y", "dtype": "float32"}, "features": [{"name": "c", "transform": "label_vocabulary"}]},
      "label 'y' is float32, not a class"),
