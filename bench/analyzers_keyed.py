@@ -1,4 +1,5 @@
-"""The keyed analyzers against TF Transform's: ``label_vocabulary``, ``zscore_per_key``, ``cyclical``.
+"""The keyed analyzers against TF Transform's: ``label_vocabulary`` (of a category, and of a
+list: ``label_vocabulary_list``), ``zscore_per_key``, ``cyclical``.
 
 One row pair per analyzer, on the bench data (``bench/make_data.py``), each a
 fresh subprocess measured by :func:`bench.measure.run_child` (work-phase time,
@@ -17,11 +18,12 @@ peak RSS of the process tree):
     ``compute_and_apply_vocabulary(city, labels=clicked,
     use_adjusted_mutual_info=True, min_diff_from_avg=None, top_k=...)`` (None:
     ``tft.vocabulary``'s default, recordprep's; ``compute_and_apply_vocabulary``'s
-    own is 0),
+    own is 0), the same of the list ``tags`` (a SparseTensor: each tag counts
+    with its record's label, once per occurrence),
     ``scale_to_z_score_per_key(price, key=country)``, and ``tf.sin``/``tf.cos``
     of the hour of day and the day of week of ``ts``.
 
-For ``label_vocabulary`` the table also says how far the two vocabularies
+For ``label_vocabulary`` (and ``label_vocabulary_list``) the table also says how far the two vocabularies
 agree (``agreement``): the share of TF Transform's first 100 terms among
 recordprep's first 100, whether the first 10 are the same in the same order,
 and ``same_as_tft_ties``: whether TF Transform's whole vocabulary is
@@ -51,6 +53,9 @@ CASES: dict[str, dict[str, str]] = {
     "label_vocabulary": {
         "recordprep": f"features:\n  - {{name: city, transform: label_vocabulary, top_k: {TOP_K}}}\n",
         "tft": "features:\n  - {name: city, transform: label_vocabulary}\n"},
+    "label_vocabulary_list": {
+        "recordprep": f"features:\n  - {{name: tags, transform: label_vocabulary, max_len: 12, top_k: {TOP_K}}}\n",
+        "tft": "features:\n  - {name: tags, transform: label_vocabulary}\n"},
     "zscore_per_key": {
         "recordprep": "features:\n  - {name: price, transform: zscore_per_key, key: country}\n",
         "tft": "features:\n  - {name: price, transform: zscore_per_key}\n  - {name: country, transform: key}\n"},
@@ -58,6 +63,8 @@ CASES: dict[str, dict[str, str]] = {
         "recordprep": "features:\n  - {name: ts, transform: cyclical, unit: ms, parts: [hour, day_of_week]}\n",
         "tft": "features:\n  - {name: ts, transform: cyclical}\n"},
 }
+#: The ranked feature of each ``label_vocabulary`` case (its vocabulary file's name on both sides).
+RANKED = {"label_vocabulary": "city", "label_vocabulary_list": "tags"}
 
 
 # ------------------------------------------------------------------ TF Transform's side (its virtualenv)
@@ -77,12 +84,15 @@ def _preprocessing_fn(case: str):
 
     def fn(inputs: dict[str, Any]) -> dict[str, Any]:
         out = {"clicked": inputs["clicked"]}
-        if case == "label_vocabulary":
+        if case in RANKED:
+            name = RANKED[case]
             ids = tft.compute_and_apply_vocabulary(
-                inputs["city"], top_k=TOP_K, labels=tf.cast(inputs["clicked"], tf.int64), use_adjusted_mutual_info=True,
+                inputs[name], top_k=TOP_K, labels=tf.cast(inputs["clicked"], tf.int64), use_adjusted_mutual_info=True,
                 min_diff_from_avg=None,  # tft.vocabulary's default (recordprep's): recommended for the data's size
-                num_oov_buckets=0, default_value=-1, vocab_filename="city")
-            out["city"] = ids + 2  # recordprep's layout: 0 missing, 1 out of vocabulary
+                num_oov_buckets=0, default_value=-1, vocab_filename=name)
+            if isinstance(ids, tf.SparseTensor):  # a list: its first 12 ids (the most a record has), padding 0
+                ids = tf.RaggedTensor.from_sparse(ids).to_tensor(default_value=-2, shape=[None, 12])
+            out[name] = ids + 2  # recordprep's layout: 0 missing, 1 out of vocabulary
         elif case == "zscore_per_key":
             out["price"] = tft.scale_to_z_score_per_key(tf.cast(inputs["price"], tf.float32), key=inputs["country"])
         elif case == "cyclical":
@@ -104,7 +114,7 @@ def _tft_child(args: argparse.Namespace) -> dict[str, Any]:
     from bench import tft_worker
 
     res = tft_worker._convert(args, make_fn=make_preprocessing_fn(args.case))
-    vocab = Path(args.output) / "transform_fn" / "transform_fn" / "assets" / "city"
+    vocab = Path(args.output) / "transform_fn" / "transform_fn" / "assets" / RANKED.get(args.case, "city")
     if vocab.is_file():
         res["vocabulary"] = vocab.read_text(encoding="utf-8").splitlines()[:100]
     return res
@@ -162,9 +172,10 @@ def agreement(recordprep_terms: list[str], tft_terms: list[str]) -> dict[str, An
     return {"top100_shared": round(len(set(a) & set(b)) / max(1, len(b)), 3), "top10_same_order": a[:10] == b[:10]}
 
 
-def tft_tie_order(inputs: list[str], top_k: int = TOP_K) -> list[str]:
-    """recordprep's ``label_vocabulary`` of ``city`` on ``inputs``' training split (the converter's
-    reader, split and counts), ties broken as TF Transform breaks them: by term descending."""
+def tft_tie_order(inputs: list[str], top_k: int = TOP_K, name: str = "city") -> list[str]:
+    """recordprep's ``label_vocabulary`` of ``name`` (``city``, or the list ``tags``) on ``inputs``'
+    training split (the converter's reader, split and counts), ties broken as TF Transform breaks
+    them: by term descending."""
     import numpy as np
 
     from convert.analysis import Analyzer
@@ -173,8 +184,8 @@ def tft_tie_order(inputs: list[str], top_k: int = TOP_K) -> list[str]:
     from convert.sources import iter_records
     from convert.splits import Splits
 
-    config = parse_config({"label": {"source": "clicked", "dtype": "int64"},
-                           "features": [{"name": "city", "transform": "label_vocabulary"}]})
+    feature = {"name": name, "transform": "label_vocabulary", **({"max_len": 12} if name == "tags" else {})}
+    config = parse_config({"label": {"source": "clicked", "dtype": "int64"}, "features": [feature]})
     acc, prep, splits = Analyzer(config), Preparer(config), Splits()
     for path in inputs:
         with open(path, "rb") as fh:
@@ -183,7 +194,7 @@ def tft_tie_order(inputs: list[str], top_k: int = TOP_K) -> list[str]:
                 train = splits.assign(batch.records) == 0
                 train[list(pb.bad)] = False
                 acc.add_prepared(pb, train)
-    f, counts = config.features[0], acc.ranked["city"]
+    f, counts = config.features[0], acc.ranked[name]
     f = type(f)(**{**f.__dict__, "top_k": None})
     ranked = transform_of_label_vocabulary().rank(f, counts, counts.classes, None)
     ranked.sort(key=lambda ts: ts[0], reverse=True)
@@ -220,12 +231,13 @@ def run_table(size: str = "small", cases: list[str] | None = None, *, log=print,
             shards = rp.result.get("shards") or {}
             tf_m = _tft_row(case, avro, out_root, shards, log=log, log_dir=out_root / "logs")
             row["tft"] = summarize(f"TF Transform {case}", [tf_m.to_json()])
-            vocab = out_root / f"{case}-recordprep" / "vocab" / "city.txt"
+            name = RANKED.get(case, "city")
+            vocab = out_root / f"{case}-recordprep" / "vocab" / f"{name}.txt"
             if tf_m.ok and "vocabulary" in tf_m.result and vocab.is_file():
                 row["agreement"] = agreement(vocab.read_text(encoding="utf-8").splitlines(), tf_m.result["vocabulary"])
-                tft_vocab = out_root / f"{case}-tft" / "transform_fn" / "transform_fn" / "assets" / "city"
+                tft_vocab = out_root / f"{case}-tft" / "transform_fn" / "transform_fn" / "assets" / name
                 row["agreement"]["same_as_tft_ties"] = (
-                    tft_tie_order(avro) == tft_vocab.read_text(encoding="utf-8").splitlines())
+                    tft_tie_order(avro, name=name) == tft_vocab.read_text(encoding="utf-8").splitlines())
         rows[case] = row
     return {"size": size, "records": manifest["records"], "rows": rows}
 

@@ -584,12 +584,14 @@ class Analyzer:
     def _add_ranked(self, name: str, terms: list[str], extra: TermRows | RawValues, batch: PreparedBatch,
                     rows: np.ndarray) -> None:
         """A ``label_vocabulary`` feature's selected ``rows``: each row's term (``terms[code]``,
-        or its raw value's term) with the row's label class."""
+        or its raw value's term; a list's every item) with the row's label class."""
         assert self.config.label is not None
         classes = [c if keep else None for c, keep in zip(row_classes(batch.parts, self.config.label), rows.tolist(),
                                                            strict=True)]
         if isinstance(extra, TermRows):
-            self.ranked[name].add_codes(terms, extra.codes.reshape(-1), classes)
+            self.ranked[name].add_codes(terms, extra.codes.reshape(-1), classes, extra.row_of)
+        elif next(f for f in self.config.features if f.name == name).multi_valued:
+            self.ranked[name].add([_list_terms(v) for v in extra.values], classes)
         else:
             self.ranked[name].add([None if v is None or isinstance(v, dict | list) else term(v) for v in extra.values],
                                   classes)
@@ -707,6 +709,17 @@ class Analyzer:
             df = doc_freqs[name] if doc_freqs is not None and name in doc_freqs else d.of(vocabs[name])
             analysis.document_frequencies[name] = {"documents": d.documents, "df": df}
         return analysis
+
+
+def _list_terms(v: Any) -> list[str] | None:
+    """A list value's terms as ``_add_values`` counts a list vocabulary's: every non-null item
+    (None: null, or nested values, which the vectorizer rejects)."""
+    if v is None:
+        return None
+    items = as_list(v)
+    if any(isinstance(x, dict | list) for x in items):
+        return None
+    return [term(x) for x in items if x is not None]
 
 
 def _label_classes(lab: LabelConfig, counts: Counter) -> list[str]:

@@ -17,8 +17,9 @@ def test_recordprep_side_converts_each_analyzer(case: str, tiny_bench_avro: list
     assert m.ok, m.error
     assert m.result["records"] == 600 and m.result["errors"] == 0
     assert m.peak_rss_mb > 0 and m.result["work_wall_s"] > 0
-    if case == "label_vocabulary":
-        terms = (tmp_path / f"{case}-recordprep" / "vocab" / "city.txt").read_text().splitlines()
+    if case in analyzers_keyed.RANKED:
+        name = analyzers_keyed.RANKED[case]
+        terms = (tmp_path / f"{case}-recordprep" / "vocab" / f"{name}.txt").read_text().splitlines()
         assert 0 < len(terms) <= analyzers_keyed.TOP_K
 
 

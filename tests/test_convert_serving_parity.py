@@ -139,6 +139,27 @@ def test_label_vocabulary_oov_ids_equal_tensorflows(values, oov):
     assert _col(vb, "v") == want
 
 
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(lists=st.lists(st.one_of(st.none(), st.lists(st.one_of(st.none(), texts()), max_size=6)), max_size=12),
+       max_len=st.integers(min_value=1, max_value=4), oov=st.integers(min_value=1, max_value=100_000))
+def test_label_vocabulary_list_oov_ids_equal_tensorflows(lists, max_len, oov):
+    """A ``label_vocabulary`` list (``max_len``) trained on nothing: each row's first ``max_len``
+    non-null items take TensorFlow's OOV ids, 0-padded, and ``_len`` counts them."""
+    config = parse_config({"label": {"source": "y", "dtype": "int64"},
+                           "features": [{"name": "v", "source": "h", "transform": "label_vocabulary",
+                                         "num_oov_buckets": oov, "max_len": max_len}]})
+    vb = Vectorizer(config, Analyzer(config).result()).vectorize([{"h": v, "y": 0} for v in lists])
+    assert not vb.rejections, vb.rejections
+    want, lens = [], []
+    for v in lists:
+        kept = [term(x) for x in v or [] if x is not None][:max_len]
+        ids = tf_hash_ids(kept, oov) if kept else []
+        want.append(ids + [0] * (max_len - len(ids)))
+        lens.append(len(ids))
+    assert vb.columns["v"][1].tolist() == want
+    assert vb.columns["v_len"][1][:, 0].tolist() == lens
+
+
 def _avro_column(values: list[str | None]) -> bytes:
     schema = {"type": "record", "name": "r", "fields": [{"name": "s", "type": ["null", "string"]}]}
     buf = io.BytesIO()

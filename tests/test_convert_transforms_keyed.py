@@ -134,11 +134,87 @@ def test_ties_go_by_term_and_min_frequency_counts_records() -> None:
     assert [t for t, _ in _ranked(acc, min_frequency=10)] == sorted(["c", "z"], key=lambda t: -dict(ranked)[t])
 
 
-def test_a_list_counts_each_distinct_term_once_per_record() -> None:
+def test_a_list_counts_each_occurrence_with_its_record_s_class() -> None:
+    """As TF Transform's ``reduce_batch_weighted_cooccurrences`` counts a SparseTensor of terms:
+    every item with its record's label (a repeat too); the classes count records, not items."""
     acc = lv.LabelTermCounts()
-    acc.add([["a", "a", "b"], ["a"], None], ["1", "0", "0"])
-    assert acc.by_class == {"1": Counter({"a": 1, "b": 1}), "0": Counter({"a": 1})}
-    assert acc.classes == Counter({"1": 1, "0": 2})
+    acc.add([["a", "a", "b"], ["a"], None, []], ["1", "0", "0", "1"])
+    assert acc.by_class == {"1": Counter({"a": 2, "b": 1}), "0": Counter({"a": 1})}
+    assert acc.classes == Counter({"1": 2, "0": 2})
+    codes = lv.LabelTermCounts()
+    codes.add_codes(["a", "b"], np.array([0, 0, 1, 0]), ["1", "0", "0", "1"], row_of=np.array([0, 0, 0, 1]))
+    assert codes.by_class == acc.by_class and codes.classes == acc.classes
+
+
+def test_a_term_outnumbering_the_records_is_refused_as_tft_refuses_it() -> None:
+    acc = lv.LabelTermCounts()
+    acc.add([["a", "a", "a"], ["b"]], ["1", "0"])
+    with pytest.raises(lv.TermOutnumbersRecords, match="term 'a' occurs 3 times in the 2 training records"):
+        _ranked(acc)
+
+
+def _list_config(**kw):
+    from convert.config import parse_config
+
+    return parse_config({"label": {"source": "y", "dtype": "int64"},
+                         "features": [{"name": "t", "source": "tags", "transform": "label_vocabulary", "max_len": 3,
+                                       "min_diff_from_avg": 0, **kw}]})
+
+
+def _list_records(null_item: bool) -> list[dict]:
+    """n = 4 records, 2 of each class: "a" twice in class 1; "b" once in each; "c" once in class 0
+    (and a record without a label, rejected). A null item (left out) takes the preparer's raw values path."""
+    return [{"tags": ["a", "b"], "y": 1}, {"tags": ["a"], "y": 1}, {"tags": ["b", *([None] * null_item), "c"], "y": 0},
+            {"tags": [], "y": 0}, {"tags": ["a"], "y": None}]
+
+
+def _pm(m: float, x: float, y: float, n: float) -> float:
+    return m * (math.log2(m) + math.log2(n) - math.log2(x) - math.log2(y))
+
+
+@pytest.mark.parametrize("path", ["records", "prepared", "prepared-raw"])
+@pytest.mark.parametrize("kind", ["plain", "adjusted"])
+def test_a_list_s_ranking_by_hand(path: str, kind: str) -> None:
+    """The list feature's scores, worked out by hand (TF Transform's formula, ``min_diff_from_avg: 0``):
+    a = 2e-6 log2(2e-6) + 2(1 - 1e-6) (1 + log2(1 - 1e-6)) ~ 2, b = 0 (even), c ~ 1; the expected
+    information of a term of x = 2 is 1/3 a class (hypergeometric: P(k=2) = 1/6, 2 log2 2),
+    of x = 1 it is 1/2 a class; ids in rank order after 0 (missing) and 1 (OOV), lists padded."""
+    from convert.analysis import Analyzer
+    from convert.prepare import Preparer
+    from convert.vectorize import Vectorizer
+
+    eps = 1e-6
+    plain = {"a": _pm(2 * eps, 2, 2, 4) + _pm(2 * (1 - eps), 2, 2, 4), "b": 0.0,
+             "c": _pm(1 - eps, 1, 2, 4) + _pm(eps, 1, 2, 4)}
+    assert plain["a"] == pytest.approx(2.0, abs=1e-4) and plain["c"] == pytest.approx(1.0, abs=1e-4)
+    want = plain if kind == "plain" else {"a": plain["a"] - 2 / 3, "b": -2 / 3, "c": plain["c"] - 1}
+    config = _list_config(mutual_information=kind)
+    an, records = Analyzer(config), _list_records(null_item=path != "prepared")
+    if path == "records":
+        an.add_records(records[:4])
+    else:
+        batch = Preparer(config).prepare(records, analyze=True)
+        assert list(batch.bad) == [4]
+        assert type(batch.analysis["t"]).__name__ == ("RawValues" if path == "prepared-raw" else "TermRows")
+        an.add_prepared(batch, np.array([True] * 4 + [False]))
+        an.flush()
+    f, acc = config.features[0], an.ranked["t"]
+    got = dict(lv.TRANSFORM.rank(f, acc, acc.classes, an.label_ids()))
+    assert got == pytest.approx(want, rel=1e-9, abs=1e-9)
+    result = an.result()
+    assert result.vocabularies["t"] == ["a", "c", "b"]
+    vb = Vectorizer(config, result).vectorize(records[:4])
+    assert vb.columns["t"][1].tolist() == [[2, 4, 0], [2, 0, 0], [4, 3, 0], [0, 0, 0]]
+    assert vb.columns["t_len"][1].ravel().tolist() == [2, 1, 2, 0]
+
+
+def test_a_list_repeating_a_term_past_the_records_is_refused_naming_the_feature() -> None:
+    from convert.analysis import Analyzer
+
+    an = Analyzer(_list_config())
+    an.add_records([{"tags": ["a", "a", "a"], "y": 1}, {"tags": ["b"], "y": 0}])
+    with pytest.raises(lv.TermOutnumbersRecords, match="feature 't' \\(label_vocabulary\\): term 'a' occurs 3 times"):
+        an.result()
 
 
 def test_class_order_and_label_kind() -> None:
@@ -285,8 +361,10 @@ def test_columns_are_float32_sin_cos_and_zero_where_missing() -> None:
      "'mutual_information' must be one of adjusted, plain"),
     ({"label": "y", "features": [{"name": "c", "transform": "label_vocabulary", "min_diff_from_avg": -1}]},
      "'min_diff_from_avg' must be a number >= 0"),
-    ({"label": "y", "features": [{"name": "c", "transform": "label_vocabulary", "max_len": 3}]},
-     "does not take 'max_len'"),
+    ({"label": "y", "features": [{"name": "c", "source": "tags[]", "transform": "label_vocabulary"}]},
+     "gives a list per record ([] or [keys]): set max_len"),
+    ({"label": "y", "features": [{"name": "c", "transform": "label_vocabulary", "max_len": 3, "length_of": "d"}]},
+     "does not take 'length_of'"),
 ])
 def test_keyed_options_are_checked_naming_the_feature_and_what_is_allowed(raw, says):
     from convert.config import ConfigError, parse_config

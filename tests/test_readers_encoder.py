@@ -24,6 +24,7 @@ features:
   - {name: ts, transform: timestamp, unit: s, parts: [hour, day_of_week], missing_indicator: true}
   - {name: n_tags, source: tags, transform: count}
   - {name: tags, transform: vocabulary, max_len: 3}
+  - {name: tags_mi, source: tags, transform: label_vocabulary, max_len: 3, min_diff_from_avg: 0}
   - {name: country, transform: vocabulary}
   - {name: uid, transform: hash, buckets: 64}
   - {name: q, transform: text, max_len: 4}
@@ -54,7 +55,7 @@ def test_every_feature_states_how_a_model_consumes_it(output):
     info = readers.load_info(str(output))
     got = {f.name: f.encoding for f in info.features}
     assert got == {"ts": "scaled", "ts_hour": "embedding", "ts_day_of_week": "embedding", "ts_missing": "indicator",
-                   "n_tags": "scaled", "tags": "tokens", "tags_len": "aux", "country": "embedding",
+                   "n_tags": "scaled", "tags": "tokens", "tags_len": "aux", "tags_mi": "tokens", "tags_mi_len": "aux", "country": "embedding",
                    "uid": "embedding", "q": "tokens", "q_len": "aux", "q_tfidf": "weighted_tokens",
                    "q_tfidf_weights": "aux", "q_tfidf_len": "aux", "q_bow": "weighted_tokens", "q_bow_counts": "aux", "age": "scaled", "age_missing": "indicator",
                    "raw_age": "raw", "y": "label"}

@@ -75,6 +75,7 @@ BASE_FEATURES = """
   - {name: n_key_seg, source: num, transform: zscore_per_key, key: user.segment, fill: 2.5, on_nan: keep}
   - {name: cat_mi, source: cat, transform: label_vocabulary, top_k: 4}
   - {name: seg_mi, source: user.segment, transform: label_vocabulary, mutual_information: plain, min_diff_from_avg: 0}
+  - {name: tags_mi, source: tags, transform: label_vocabulary, max_len: 3, mutual_information: plain, min_diff_from_avg: 0}
   - {name: blob, transform: bytes}
   - {name: n_tags, source: tags, transform: count}
   - {name: deep, source: deep.a.b, transform: vocabulary}
@@ -94,6 +95,7 @@ HASHED_FEATURES = """
   - {name: tags_oov, source: tags, transform: vocabulary, num_oov_buckets: 3, max_len: 2}
   - {name: q, source: query, transform: text, max_len: 4}
   - {name: cat_mi_oov, source: cat, transform: label_vocabulary, num_oov_buckets: 3, top_k: 3}
+  - {name: tags2_mi_oov, source: tags2, transform: label_vocabulary, num_oov_buckets: 2, max_len: 2, top_k: 1}
   - {name: q_case, source: query, transform: text, max_len: 3, lowercase: false, num_oov_buckets: 3}
   - {name: q_ng, source: query, transform: ngrams, ngram_range: [1, 3], max_len: 5, num_oov_buckets: 2, top_k: 30}
   - {name: q_bow, source: query, transform: bag_of_words, ngram_range: [1, 2], separator: _, max_len: 3, top_k: 6}

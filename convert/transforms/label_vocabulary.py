@@ -1,21 +1,32 @@
 """``label_vocabulary``: a vocabulary whose terms are ranked by their mutual information
 with the label, as TF Transform's ``tft.vocabulary(x, labels=y)`` ranks them.
 
-Ids are ``vocabulary``'s: 0 missing, ``1..num_oov_buckets`` out of
-vocabulary, then the kept terms in rank order; only the ranking differs. The
-analysis counts, per term, the training records holding it per label class
-(``LabelTermCounts``: ``n_ij``), and the records per class (``y_j``, every
-analyzed record with a class, whether or not it holds a term; ``n`` their sum).
-Counts are integers, so they merge exactly in any order, and a term's counts
-are cut by term like a vocabulary's (``arrays``: one block of terms per class,
-partitioned by ``convert.term_counts.partition_of``): a term's score needs only
-its own counts and the label's class counts (a handful of numbers).
+Ids are ``vocabulary``'s: 0 missing (or padding), ``1..num_oov_buckets`` out
+of vocabulary, then the kept terms in rank order; only the ranking differs. A
+list per record (``max_len``) is written as ``vocabulary`` writes one (its
+first ``max_len`` ids, 0-padded, and ``<name>_len``).
 
-The score of a term of ``x_i = sum_j n_ij`` records is TF Transform's
+The analysis counts, per term and label class, the term's occurrences in the
+training records of that class (``LabelTermCounts``: ``n_ij``; a scalar
+occurs once in its record; a list's items each once, as TF Transform counts a
+batch of token lists: every item with its record's label, a term repeated in
+one record once per occurrence, every item whatever ``max_len``, as
+``vocabulary`` counts), and the records per class (``y_j``, every analyzed
+record with a class, whether or not it holds a term: TF Transform's sentinel
+counts records, not items; ``n`` their sum). Counts are integers, so they
+merge exactly in any order, and a term's counts are cut by term like a
+vocabulary's (``arrays``: one block of terms per class, partitioned by
+``convert.term_counts.partition_of``): a term's score needs only its own
+counts and the label's class counts (a handful of numbers).
+
+The score of a term of ``x_i = sum_j n_ij`` occurrences is TF Transform's
 (``beam/analyzer_impls._calculate_mutual_information_for_feature_value`` and
 ``info_theory``), in float64 from the exact counts:
 
 - ``0`` when ``x_i == n`` (a constant has no information);
+- refused when ``x_i > n`` (a term occurring more often than there are
+  records: a list repeating terms within records), as TF Transform refuses it;
+  mutual information reads a list as a set of terms;
 - else the sum over the classes ``j`` with ``y_j > 0``, in class order, of
   ``m * ((log2(m) + log2(n)) - (log2(x_i) + log2(y_j)))`` with
   ``m = clip(n_ij / x_i, 1e-6, 1 - 1e-6) * x_i``, leaving out the classes where
@@ -25,8 +36,8 @@ The score of a term of ``x_i = sum_j n_ij`` records is TF Transform's
   hypergeometric expectation, as TF Transform leaves it: not normalized).
 
 ``min_diff_from_avg`` defaults to TF Transform's recommendation for ``n``
-records (``recommended_min_diff_from_avg``). Terms held by fewer than
-``min_frequency`` records are dropped (TF Transform reads
+records (``recommended_min_diff_from_avg``). Terms of fewer than
+``min_frequency`` occurrences are dropped (TF Transform reads
 ``frequency_threshold`` as a threshold on the score once labels are given;
 here it stays a count, as ``vocabulary``'s), the rest ranked by score
 descending, ties by term ascending (``vocabulary``'s tie order; TF Transform
@@ -46,7 +57,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from convert.columns import LabelTerms, PreparedPart
-from convert.transforms.base import VOCAB_OPTIONS, Need
+from convert.transforms.base import ID_LIST_OPTIONS, VOCAB_OPTIONS, Need
 from convert.transforms.vocabulary import Vocabulary
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -125,11 +136,26 @@ def term_score(per_class: Sequence[int], class_counts: Sequence[int], adjusted: 
     return mi - emi if adjusted else mi
 
 
-class LabelTermCounts:
-    """Records per (class, term) and per class; mergeable exactly (integer counts).
+class TermOutnumbersRecords(ValueError):
+    """A term occurs more often than there are records with a class: a list repeats it within
+    records. Mutual information reads a record's list as a set of terms, and TF Transform
+    refuses such a term as well (its ``x_i > n``)."""
 
-    ``by_class[c][t]``: records of class ``c`` holding term ``t`` (a term counted
-    once per record); ``classes[c]``: records of class ``c``.
+    def __init__(self, term: str, occurrences: int, records: int, feature: str | None = None):
+        who = f"feature {feature!r} (label_vocabulary): " if feature else ""
+        super().__init__(
+            f"{who}term {term!r} occurs {occurrences:,} times in the {records:,} training records with a class: "
+            f"its list repeats terms within records, and mutual information (as TF Transform's) reads a record's "
+            f"list as a set of terms; give each record distinct terms, or use transform: vocabulary")
+        self.term, self.occurrences, self.records = term, occurrences, records
+
+
+class LabelTermCounts:
+    """Occurrences per (class, term) and records per class; mergeable exactly (integer counts).
+
+    ``by_class[c][t]``: occurrences of term ``t`` in the records of class ``c``
+    (a scalar's once per record, a list's once per item, as TF Transform counts
+    them); ``classes[c]``: records of class ``c``.
     """
 
     def __init__(self) -> None:
@@ -137,8 +163,8 @@ class LabelTermCounts:
         self.classes: Counter = Counter()
 
     def add(self, terms: Sequence[list[str] | str | None], classes: Sequence[str | None]) -> None:
-        """One record per row: its term (a scalar's, or a list's distinct terms; None: none) and
-        its class (None: no class, the record is not counted)."""
+        """One record per row: its term (a scalar's; a list's terms, each occurrence counted;
+        None: none) and its class (None: no class, the record is not counted)."""
         for t, c in zip(terms, classes, strict=True):
             if c is None:
                 continue
@@ -149,20 +175,24 @@ class LabelTermCounts:
             if isinstance(t, str):
                 counter[t] += 1
             else:
-                counter.update(set(t))
+                counter.update(t)
 
-    def add_codes(self, terms: Sequence[str], codes: np.ndarray, classes: Sequence[str | None]) -> None:
-        """``add`` of a scalar column as term indexes: ``codes[i]`` indexes ``terms`` (-1: no term)."""
+    def add_codes(self, terms: Sequence[str], codes: np.ndarray, classes: Sequence[str | None],
+                  row_of: np.ndarray | None = None) -> None:
+        """``add`` of a column as term indexes: ``codes[i]`` indexes ``terms`` (-1: no term) and
+        belongs to row ``row_of[i]`` (None: one code per row, a scalar's); ``classes``: one per row."""
         codes = np.asarray(codes, dtype=np.int64).reshape(-1)
         labels = np.array([c if c is not None else "" for c in classes], dtype=object)
         has = np.fromiter((c is not None for c in classes), bool, len(classes))
         if not has.any():
             return
         uniq, inv = np.unique(labels[has], return_inverse=True)
-        held = codes[has]
+        row_class = np.full(len(classes), -1, dtype=np.int64)  # each row's index in uniq (-1: no class)
+        row_class[has] = inv
+        code_class = row_class if row_of is None else row_class[np.asarray(row_of, dtype=np.int64)]
         for j, c in enumerate(uniq.tolist()):
-            mine = held[inv == j]
-            self.classes[c] += int(mine.size)
+            self.classes[c] += int(np.count_nonzero(inv == j))
+            mine = codes[code_class == j]
             mine = mine[mine >= 0]
             if mine.size:
                 at, counts = np.unique(mine, return_counts=True)
@@ -202,9 +232,12 @@ def class_order(classes: Iterable[str], label_ids: Mapping[str, int] | None) -> 
 def rank_terms(by_class: Mapping[str, Mapping[str, int]], class_counts: Mapping[str, int], order: Sequence[str], *,
                adjusted: bool, min_diff_from_avg: float | None, min_frequency: int,
                top_k: int | None) -> list[tuple[str, float]]:
-    """``(term, score)`` of the terms held by ``min_frequency`` records or more, score descending,
+    """``(term, score)`` of the terms of ``min_frequency`` occurrences or more, score descending,
     ties by term, the first ``top_k``; ``by_class`` may hold a partition of the terms only
-    (``class_counts`` are the whole label's). ``order``: every class, in class order."""
+    (``class_counts`` are the whole label's). ``order``: every class, in class order.
+
+    Raises ``TermOutnumbersRecords`` for a term occurring more often than there are records
+    with a class (TF Transform refuses it too: no mutual information is defined for it)."""
     counts = [int(class_counts.get(c, 0)) for c in order]
     n = sum(counts)
     diff = recommended_min_diff_from_avg(n) if min_diff_from_avg is None else min_diff_from_avg
@@ -215,6 +248,8 @@ def rank_terms(by_class: Mapping[str, Mapping[str, int]], class_counts: Mapping[
     scored = []
     for t in terms:
         per = [int(by_class.get(c, empty).get(t, 0)) for c in order]
+        if sum(per) > n:
+            raise TermOutnumbersRecords(t, sum(per), n)
         if sum(per) >= min_frequency:
             scored.append((t, term_score(per, counts, adjusted, diff)))
     scored.sort(key=lambda ts: (-ts[1], ts[0]))
@@ -255,13 +290,11 @@ class LabelVocabulary(Vocabulary):
     """``vocabulary``'s ids and preparation, its terms ranked by mutual information with the label."""
 
     name = "label_vocabulary"
-    summary = "category (string, int, bool) -> id, terms ranked by mutual information with the label (int64 classes)"
-    options = (*VOCAB_OPTIONS, "mutual_information", "min_diff_from_avg")
+    summary = ("category (string, int, bool; or list with max_len) -> id, terms ranked by mutual information "
+               "with the label (int64 classes)")
+    options = (*VOCAB_OPTIONS, *ID_LIST_OPTIONS, "mutual_information", "min_diff_from_avg")
     serving = "readers.transforms.label_vocabulary"
-    list_capable = False
     label_ranked = True
-    not_taken_why = {**Vocabulary.not_taken_why,
-                     "max_len": "mutual information counts the records holding a term; it takes one value per record"}
 
     def complete(self, kw: dict[str, Any], need: Need) -> None:
         kw.setdefault("mutual_information", "adjusted")
@@ -276,10 +309,14 @@ class LabelVocabulary(Vocabulary):
     def rank(self, f: FeatureConfig, counts: LabelTermCounts, classes: Mapping[str, int],
              label_ids: Mapping[str, int] | None) -> list[tuple[str, float]]:
         """``f``'s ranked ``(term, score)`` from ``counts`` (every term, or one partition's) and the
-        label's records per class (``classes``, all of them)."""
-        return rank_terms(counts.by_class, classes, class_order(classes, label_ids),
-                          adjusted=f.mutual_information != "plain", min_diff_from_avg=f.min_diff_from_avg,
-                          min_frequency=f.min_frequency, top_k=f.top_k)
+        label's records per class (``classes``, all of them). Raises ``TermOutnumbersRecords``
+        (naming ``f``) for a list repeating a term within records more often than there are records."""
+        try:
+            return rank_terms(counts.by_class, classes, class_order(classes, label_ids),
+                              adjusted=f.mutual_information != "plain", min_diff_from_avg=f.min_diff_from_avg,
+                              min_frequency=f.min_frequency, top_k=f.top_k)
+        except TermOutnumbersRecords as e:
+            raise TermOutnumbersRecords(e.term, e.occurrences, e.records, f.name) from None
 
 
 TRANSFORM = LabelVocabulary()
