@@ -125,7 +125,8 @@ def test_a_model_on_the_encoder_trains_saves_exports_and_scores_raw_records(outp
     model = tf.keras.Model(inputs, tf.keras.layers.Dense(1, activation="sigmoid")(h))
     model.compile(optimizer="adam", loss="binary_crossentropy")
     names = list(inputs)
-    model.fit(readers.train_dataset(f"{output}/train-*", 32, seed=0, features=names), steps_per_epoch=1, verbose=0)
+    model.fit(readers.train_dataset(f"{output}/train-*", 32, seed=0, features=names), steps_per_epoch=1, verbose=0,
+              shuffle=False)  # the dataset shuffles; Keras warns on its default for a Dataset
     model.save(tmp_path / "m.keras")
     export = tmp_path / "export"
     r = subprocess.run([sys.executable, "-m", "pipelines.cli", "export", str(output), str(tmp_path / "m.keras"),
