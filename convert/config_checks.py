@@ -42,6 +42,7 @@ from convert.paths import (
     EACH,
     KEYS,
     PathError,
+    Step,
     is_list_step,
     one_value_path,
     parse_path,
@@ -571,23 +572,31 @@ def _check_label_leak(cfg: Config, source: str, out: _Problems) -> None:
 
 
 def _leak(f: FeatureConfig, kind: str, path: str, label: tuple[Any, ...]) -> str | None:
-    """How ``path`` (one of ``f``'s paths, ``kind`` saying which) reaches the label's values,
-    or None where it does not.
+    """``label_leak`` of one of ``f``'s paths (``kind`` saying which); None where it does not parse."""
+    try:
+        steps = parse_path(path)
+    except PathError:
+        return None
+    return label_leak(steps, label, counts_items=kind == "source" and transforms.transform_of(f).counts_items)
+
+
+def label_leak(steps: Sequence[Step], label: Sequence[Step], counts_items: bool = False) -> str | None:
+    """How a feature reading the parsed path ``steps`` reaches the values of the label at
+    ``label`` ("is", "holds", "reads inside", "may read the same value as"), or None where it
+    does not. ``counts_items``: the feature counts the items at ``steps`` (``count``).
 
     A path that reads only the lengths or the keys of a list, map or record that holds the
     label (a ``count`` of ``y`` or ``user``, a ``m[keys]`` path, beside the label ``y[0]``,
     ``user.segment``, ``m["k"]``) is no leak: it reads none of the label's values, and the
     label's presence it implies is the same in every record written, since a record without
     a label is rejected. The counted or keyed container must lie strictly above the label: a
-    ``count`` of the label's own path reads the label."""
-    try:
-        steps = parse_path(path)
-    except PathError:
-        return None
+    ``count`` of the label's own path reads the label. ``recordprep infer`` leaves out of its
+    draft what this refuses."""
+    steps, label = tuple(steps), tuple(label)
     if not paths_overlap(steps, label):
         return None
     container = None
-    if kind == "source" and transforms.transform_of(f).counts_items:
+    if counts_items:
         container = steps[:-1] if is_list_step(steps[-1]) else steps
     elif steps[-1] is KEYS:
         container = steps[:-1]

@@ -30,12 +30,12 @@ from collections.abc import Iterable
 from typing import Any
 
 from convert.config import EACH, KEYS, Step, parse_path, render_path
+from convert.config_checks import label_leak
 from convert.derive import epoch_seconds
 from convert.infer_labels import (
     LABEL_MAX_CLASSES,
     LABEL_NAMES,
     candidate_draft,
-    holds_label,
     label_draft,
 )
 from convert.infer_yaml import Draft, Names, render_yaml
@@ -759,7 +759,7 @@ def infer_config(records: Iterable[dict], avro_schema: Any = None, label: str | 
             continue
         if d.entry is None:
             continue
-        if label is not None and d.entry.get("transform") != "count" and holds_label(parse_path(d.path), label_steps):
+        if label is not None and label_leak(parse_path(d.path), label_steps, d.entry.get("transform") == "count"):
             d.entry = None
             d.comment = f"{d.path}: holds the label {label!r}; left out so the label cannot leak into the inputs"
             continue

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from convert.infer_yaml import Draft, Names
-from convert.paths import EACH, ENTRIES, Step, one_value_path, parse_path, render_path
+from convert.paths import one_value_path, parse_path, render_path
 from convert.records import walk_path
 
 if TYPE_CHECKING:
@@ -135,14 +135,3 @@ def _list_label_problem(label: str, where: str) -> str:
     return (f"the label {label!r} holds {where}; a label is one value per record: read one item, "
             f"e.g. {one_value_path(label)!r} (the first; [-1] the last)")
 
-
-def holds_label(path_steps: Sequence[Step], label_steps: Sequence[Step]) -> bool:
-    """Whether a feature reading ``path_steps`` gets the label's value among its own:
-    the same path, or one through the list or map holding it (``y`` or ``y[]`` for
-    the label ``y[0]``, ``m[]`` or ``m[entries]`` for ``m["k"]``). Such a feature
-    leaks the label into the model's inputs, and the config check refuses it
-    (``convert.config_checks._check_label_leak``), so a draft must not offer one."""
-    if len(path_steps) > len(label_steps):
-        return False
-    return all(p == q or p is EACH or (p is ENTRIES and isinstance(q, str))
-               for p, q in zip(path_steps, label_steps, strict=False))
